@@ -1,0 +1,49 @@
+#pragma once
+// The environment contract between the launcher and its workers (torchrun's
+// variables plus ddprun's own). This file holds the one writer (to_env) and the
+// one parser (from_env) of those variables; nothing else reads them by hand.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp {
+
+struct WorkerEnv {
+  int rank = 0;              // RANK: global rank
+  int local_rank = 0;        // LOCAL_RANK: rank within this node
+  int group_rank = 0;        // GROUP_RANK: node rank
+  int role_rank = 0;         // ROLE_RANK: rank within the role (one role: == rank)
+  int world_size = 1;        // WORLD_SIZE
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE
+  int group_world_size = 1;  // GROUP_WORLD_SIZE: number of nodes
+  int role_world_size = 1;   // ROLE_WORLD_SIZE
+  std::string role_name = "default";
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
+  int max_restarts = 0;      // TORCHELASTIC_MAX_RESTARTS
+  std::string run_id;        // TORCHELASTIC_RUN_ID and DDP_RUN_ID
+  // ddprun's control plane; empty when the job has no rendezvous server.
+  std::string rdzv_endpoint;  // DDP_RDZV_ENDPOINT, HOST:PORT
+  std::string rdzv_token;     // DDP_RDZV_TOKEN
+  long round = 0;             // DDP_ROUND
+
+  // The variables to put in a worker's environment, in a stable order.
+  std::vector<std::pair<std::string, std::string>> to_env() const;
+
+  // Reads the contract through `getenv` (injectable for tests). Returns
+  // nullopt when RANK and WORLD_SIZE are both absent (not launched: a world
+  // of one). Throws ddp::Error naming the variable when one is present but
+  // malformed or inconsistent (e.g. RANK >= WORLD_SIZE).
+  static std::optional<WorkerEnv> from_env(
+      const std::function<const char*(const char*)>& getenv);
+  static std::optional<WorkerEnv> from_process_env();
+};
+
+// Names of every variable the contract writes (for tests and docs).
+const std::vector<std::string>& contract_variable_names();
+
+}  // namespace ddp

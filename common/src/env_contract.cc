@@ -1,0 +1,110 @@
+#include "ddp/common/env_contract.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+long parse_integer(const char* name, const char* text, long min, long max) {
+  std::string s = text;
+  if (s.empty()) throw Error("environment variable " + std::string(name) + " is empty");
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0') {
+    throw Error("environment variable " + std::string(name) + "='" + s + "' is not an integer");
+  }
+  if (value < min || value > max) {
+    throw Error("environment variable " + std::string(name) + "=" + s + " is out of range [" +
+                std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"GROUP_RANK", std::to_string(group_rank)},
+      {"ROLE_RANK", std::to_string(role_rank)},
+      {"WORLD_SIZE", std::to_string(world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(local_world_size)},
+      {"GROUP_WORLD_SIZE", std::to_string(group_world_size)},
+      {"ROLE_WORLD_SIZE", std::to_string(role_world_size)},
+      {"ROLE_NAME", role_name},
+      {"MASTER_ADDR", master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts)},
+      {"TORCHELASTIC_RUN_ID", run_id},
+      {"DDP_RUN_ID", run_id},
+  };
+  if (!rdzv_endpoint.empty()) {
+    env.emplace_back("DDP_RDZV_ENDPOINT", rdzv_endpoint);
+    env.emplace_back("DDP_RDZV_TOKEN", rdzv_token);
+    env.emplace_back("DDP_ROUND", std::to_string(round));
+  }
+  return env;
+}
+
+const std::vector<std::string>& contract_variable_names() {
+  static const std::vector<std::string> names = {
+      "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+      "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND"};
+  return names;
+}
+
+std::optional<WorkerEnv> WorkerEnv::from_env(
+    const std::function<const char*(const char*)>& getenv) {
+  const char* rank_text = getenv("RANK");
+  const char* world_text = getenv("WORLD_SIZE");
+  if (rank_text == nullptr && world_text == nullptr) return std::nullopt;
+  if (rank_text == nullptr) throw Error("environment variable RANK is missing (WORLD_SIZE is set)");
+  if (world_text == nullptr) throw Error("environment variable WORLD_SIZE is missing (RANK is set)");
+
+  constexpr long kMaxInt = std::numeric_limits<int>::max();
+  WorkerEnv env;
+  env.world_size = static_cast<int>(parse_integer("WORLD_SIZE", world_text, 1, kMaxInt));
+  env.rank = static_cast<int>(parse_integer("RANK", rank_text, 0, env.world_size - 1));
+
+  // Optional integers default to the single-node values implied by RANK/WORLD_SIZE.
+  auto optional_int = [&](const char* name, long fallback, long min, long max) {
+    const char* text = getenv(name);
+    return text == nullptr ? static_cast<int>(fallback)
+                           : static_cast<int>(parse_integer(name, text, min, max));
+  };
+  auto optional_str = [&](const char* name, const std::string& fallback) {
+    const char* text = getenv(name);
+    return text == nullptr ? fallback : std::string(text);
+  };
+  env.local_world_size = optional_int("LOCAL_WORLD_SIZE", env.world_size, 1, env.world_size);
+  env.local_rank = optional_int("LOCAL_RANK", env.rank, 0, env.local_world_size - 1);
+  env.group_world_size = optional_int("GROUP_WORLD_SIZE", 1, 1, env.world_size);
+  env.group_rank = optional_int("GROUP_RANK", 0, 0, env.group_world_size - 1);
+  env.role_world_size = optional_int("ROLE_WORLD_SIZE", env.world_size, 1, kMaxInt);
+  env.role_rank = optional_int("ROLE_RANK", env.rank, 0, env.role_world_size - 1);
+  env.role_name = optional_str("ROLE_NAME", "default");
+  env.master_addr = optional_str("MASTER_ADDR", "127.0.0.1");
+  env.master_port = optional_int("MASTER_PORT", 0, 0, 65535);
+  env.restart_count = optional_int("TORCHELASTIC_RESTART_COUNT", 0, 0, kMaxInt);
+  env.max_restarts = optional_int("TORCHELASTIC_MAX_RESTARTS", 0, 0, kMaxInt);
+  env.run_id = optional_str("DDP_RUN_ID", optional_str("TORCHELASTIC_RUN_ID", ""));
+  env.rdzv_endpoint = optional_str("DDP_RDZV_ENDPOINT", "");
+  env.rdzv_token = optional_str("DDP_RDZV_TOKEN", "");
+  const char* round_text = getenv("DDP_ROUND");
+  env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
+  return env;
+}
+
+std::optional<WorkerEnv> WorkerEnv::from_process_env() {
+  return from_env([](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace ddp

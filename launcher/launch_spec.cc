@@ -1,0 +1,329 @@
+#include "launch_spec.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/common/random_id.h"
+
+namespace ddp::launcher {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves `name` like execvp would; empty when not found.
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
+  const char* path_env = std::getenv("PATH");
+  std::stringstream dirs(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  return "";
+}
+
+void check_program(const LaunchSpec& spec) {
+  if (spec.runs_under_python()) {
+    if (find_on_path(spec.python).empty()) {
+      throw Error("python interpreter '" + spec.python + "' (for program '" + spec.program +
+                  "') was not found on PATH; set DDP_PYTHON or pass --no_python");
+    }
+    if (!spec.module) {
+      struct stat st {};
+      if (stat(spec.program.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        throw Error("program '" + spec.program + "': no such file");
+      }
+      if (access(spec.program.c_str(), R_OK) != 0) {
+        throw Error("program '" + spec.program + "' is not readable");
+      }
+    }
+    return;
+  }
+  if (spec.program.find('/') != std::string::npos) {
+    struct stat st {};
+    if (stat(spec.program.c_str(), &st) != 0) throw Error("program '" + spec.program + "': no such file");
+    if (!is_executable_file(spec.program)) throw Error("program '" + spec.program + "' is not executable");
+    return;
+  }
+  if (find_on_path(spec.program).empty()) {
+    throw Error("program '" + spec.program + "' was not found on PATH");
+  }
+}
+
+int parse_positive_int(const std::string& flag, const std::string& text) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error(flag + "=" + text + ": expected a positive integer");
+  }
+  return std::stoi(text);
+}
+
+std::vector<int> parse_rank_list(const std::string& flag, const std::string& text, int nproc) {
+  std::vector<int> ranks;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error(flag + "=" + text + ": '" + item + "' is not a local rank");
+    }
+    int rank = std::stoi(item);
+    if (rank >= nproc) {
+      throw Error(flag + "=" + text + ": local rank " + item + " does not exist (--nproc_per_node=" +
+                  std::to_string(nproc) + ")");
+    }
+    ranks.push_back(rank);
+  }
+  if (ranks.empty()) throw Error(flag + " is empty: give a comma-separated list of local ranks");
+  return ranks;
+}
+
+// Creates `dir` (and parents) and checks that it is writable.
+void ensure_writable_dir(const std::string& flag, const std::string& dir) {
+  std::string partial;
+  std::stringstream parts(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') partial = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    partial += part + "/";
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw Error(flag + "=" + dir + ": cannot create '" + partial + "': " + std::strerror(errno));
+    }
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw Error(flag + "=" + dir + ": not a directory");
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw Error(flag + "=" + dir + ": not writable: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+bool LaunchSpec::runs_under_python() const {
+  return !no_python && (module || ends_with(program, ".py"));
+}
+
+std::vector<std::string> LaunchSpec::command() const {
+  std::vector<std::string> cmd;
+  if (runs_under_python()) {
+    // -u like torchrun: unbuffered output reaches the rank-prefixed stream at once.
+    cmd = {python, "-u"};
+    if (module) cmd.push_back("-m");
+  }
+  cmd.push_back(program);
+  cmd.insert(cmd.end(), program_args.begin(), program_args.end());
+  return cmd;
+}
+
+int count_visible_gpus() {
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    // CUDA stops at the first invalid entry; "-1" or "" hides every device.
+    int count = 0;
+    std::stringstream items(visible);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      if (item.empty() || item[0] == '-') break;
+      ++count;
+    }
+    return count;
+  }
+  int count = 0;
+  if (DIR* dev = opendir("/dev")) {
+    while (dirent* entry = readdir(dev)) {
+      std::string name = entry->d_name;
+      if (name.rfind("nvidia", 0) == 0 && name.size() > 6 &&
+          name.find_first_not_of("0123456789", 6) == std::string::npos) {
+        ++count;
+      }
+    }
+    closedir(dev);
+  }
+  return count;
+}
+
+int count_usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus) {
+  if (text == "auto") return visible_gpus > 0 ? visible_gpus : usable_cpus;
+  if (text == "cpu") return usable_cpus;
+  if (text == "gpu") {
+    if (visible_gpus == 0) throw Error("--nproc_per_node=gpu: no GPU is visible to this process");
+    return visible_gpus;
+  }
+  if (text == "0") throw Error("--nproc_per_node=0: at least one worker is needed");
+  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error("--nproc_per_node=" + text + ": expected a positive integer, auto, cpu or gpu");
+  }
+  return std::stoi(text);
+}
+
+ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
+  CLI::App app{
+      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
+      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
+      "ddprun"};
+  app.prefix_command();
+  app.set_config("--config", "", "TOML job file; the command line and PET_* variables win over it");
+  app.allow_config_extras(false);
+  app.set_version_flag("--version", "ddprun 0.1.0");
+
+  LaunchSpec spec;
+  std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id;
+  bool no_prefix = false;
+  app.add_option("--nproc_per_node,--nproc-per-node", spec.nproc_per_node_text,
+                 "Workers on this node: N, auto (GPUs, else CPUs), cpu, gpu")
+      ->envname("PET_NPROC_PER_NODE");
+  app.add_option("--nnodes", nnodes_text, "Number of nodes (N or MIN:MAX)")->envname("PET_NNODES");
+  app.add_option("--node_rank,--node-rank", spec.node_rank, "Rank of this node")->envname("PET_NODE_RANK");
+  app.add_option("--master_addr,--master-addr", spec.master_addr, "MASTER_ADDR given to workers")
+      ->envname("PET_MASTER_ADDR");
+  app.add_option("--master_port,--master-port", spec.master_port,
+                 "MASTER_PORT given to workers (default: a free port ddprun reserves)")
+      ->envname("PET_MASTER_PORT");
+  app.add_flag("--standalone", spec.standalone, "Single-node job with a local rendezvous")
+      ->envname("PET_STANDALONE");
+  app.add_option("--max_restarts,--max-restarts", spec.max_restarts,
+                 "Restarts of the whole worker group before failing")
+      ->envname("PET_MAX_RESTARTS");
+  app.add_option("--monitor_interval,--monitor-interval", spec.monitor_interval_s,
+                 "Seconds between supervision checks (exits are seen at once regardless)")
+      ->envname("PET_MONITOR_INTERVAL");
+  app.add_option("--shutdown_timeout,--shutdown-timeout", spec.shutdown_timeout_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->envname("PET_SHUTDOWN_TIMEOUT");
+  app.add_option("--log_dir,--log-dir", spec.log_dir,
+                 "Write LOG_DIR/<run_id>/attempt_<k>/<rank>/{stdout,stderr}.log")
+      ->envname("PET_LOG_DIR");
+  app.add_option("-r,--redirects", redirects_text,
+                 "Send streams only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or "
+                 "LOCAL_RANK:BITS,...")
+      ->envname("PET_REDIRECTS");
+  app.add_option("-t,--tee", tee_text, "Send streams to the console and the log files (same syntax)")
+      ->envname("PET_TEE");
+  app.add_option("--local_ranks_filter,--local-ranks-filter", filter_text,
+                 "Show only these local ranks on the console, e.g. 0,2")
+      ->envname("PET_LOCAL_RANKS_FILTER");
+  app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id, "Job id (default: a unique id)")
+      ->envname("PET_RUN_ID");
+  app.add_option("--role", spec.role, "ROLE_NAME given to workers")->envname("PET_ROLE");
+  app.add_flag("--no_python,--no-python", spec.no_python,
+               "Run PROGRAM directly even when it ends in .py")
+      ->envname("PET_NO_PYTHON");
+  app.add_flag("-m,--module", spec.module, "Run PROGRAM as a Python module (python3 -m)")
+      ->envname("PET_MODULE");
+  app.add_flag("--no_prefix,--no-prefix", no_prefix,
+               "Do not prefix worker output lines with [rank N]")
+      ->envname("PET_NO_PREFIX");
+
+  std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, app.help(), 0};
+  } catch (const CLI::CallForVersion&) {
+    return {std::nullopt, "ddprun 0.1.0\n", 0};
+  } catch (const CLI::FileError& e) {
+    throw Error(std::string("--config: ") + e.what());
+  } catch (const CLI::ConfigError& e) {
+    throw Error(std::string("--config: ") + e.what());
+  } catch (const CLI::ParseError& e) {
+    throw Error(e.what());
+  }
+
+  // Everything CLI11 did not take: [--] PROGRAM ARGS... The first item must
+  // not look like a launcher option: an unknown option is an error, not the
+  // program's name.
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    throw Error("unknown option '" + rest.front() +
+                "' (launcher options go before the program; use -- to end them)");
+  }
+  if (rest.empty()) throw Error("no program given: usage: ddprun [OPTIONS] PROGRAM [ARGS...]");
+  spec.program = rest.front();
+  spec.program_args.assign(rest.begin() + 1, rest.end());
+
+  spec.nproc_per_node = resolve_nproc(spec.nproc_per_node_text, count_visible_gpus(), count_usable_cpus());
+  {
+    auto colon = nnodes_text.find(':');
+    int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
+    int max_nodes = colon == std::string::npos
+                        ? min_nodes
+                        : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
+    if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
+    if (max_nodes > 1) {
+      throw Error("--nnodes=" + nnodes_text +
+                  ": multi-node jobs are not supported by this build yet (single node only)");
+    }
+    spec.nnodes = max_nodes;
+  }
+  if (spec.node_rank < 0 || spec.node_rank >= spec.nnodes) {
+    throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +
+                std::to_string(spec.nnodes) + ")");
+  }
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
+  }
+  if (spec.master_addr.empty()) throw Error("--master_addr is empty");
+  if (spec.max_restarts < 0) {
+    throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
+  }
+  if (!(spec.monitor_interval_s > 0 && spec.monitor_interval_s <= 3600)) {
+    throw Error("--monitor_interval must be in (0, 3600] seconds");
+  }
+  if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
+    throw Error("--shutdown_timeout must be in [0, 86400] seconds");
+  }
+  spec.redirects = parse_stream_map("--redirects", redirects_text);
+  spec.tee = parse_stream_map("--tee", tee_text);
+  if (!filter_text.empty()) {
+    spec.local_ranks_filter = parse_rank_list("--local_ranks_filter", filter_text, spec.nproc_per_node);
+  }
+  spec.rank_prefix = !no_prefix;
+  if (run_id.empty()) run_id = random_hex(12);
+  if (run_id.find('/') != std::string::npos || run_id == "." || run_id == "..") {
+    throw Error("--run_id=" + run_id + ": must not contain '/' or be '.' or '..'");
+  }
+  spec.run_id = run_id;
+  if (const char* python = std::getenv("DDP_PYTHON"); python != nullptr && *python != '\0') {
+    spec.python = python;
+  }
+  if (spec.module && spec.no_python) throw Error("-m/--module and --no_python cannot be combined");
+  if ((spec.redirects.any() || spec.tee.any()) && spec.log_dir.empty()) {
+    // Like torchrun: redirected streams need files, so they go to a temp dir (announced).
+    const char* tmp = std::getenv("TMPDIR");
+    spec.log_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-logs";
+    spec.log_dir_defaulted = true;
+  }
+  if (!spec.log_dir.empty()) ensure_writable_dir("--log_dir", spec.log_dir);
+  if (check_program_exists) check_program(spec);
+  return {spec, "", 0};
+}
+
+}  // namespace ddp::launcher

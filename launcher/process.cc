@@ -1,0 +1,83 @@
+#include "process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ddp/common/error.h"
+
+namespace ddp::launcher {
+namespace {
+
+// Child side of spawn_process: async-signal-safe calls only.
+[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != parent) _exit(127);  // ddprun already died between fork and prctl
+  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+  dup2(out_w, STDOUT_FILENO);
+  dup2(err_w, STDERR_FILENO);
+  execvpe(argv[0], argv, envp);
+  const char* reason = strerror(errno);
+  const char* parts[] = {"ddprun: cannot execute '", argv[0], "': ", reason, "\n"};
+  for (const char* part : parts) {
+    ssize_t ignored = write(STDERR_FILENO, part, strlen(part));
+    (void)ignored;
+  }
+  _exit(127);
+}
+
+}  // namespace
+
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  if (argv.empty()) throw Error("spawn_process: empty command");
+  // Everything the child needs is built before fork: no allocation after it.
+  std::vector<char*> c_argv, c_env;
+  for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const auto& e : env) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + strerror(errno));
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(out[0]);
+    close(out[1]);
+    throw Error(std::string("pipe: ") + strerror(errno));
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    throw Error(std::string("fork: ") + strerror(e));
+  }
+  if (pid == 0) exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1]);
+  // Also set the group from the parent so signal_group works before the child runs.
+  setpgid(pid, pid);
+  close(out[1]);
+  close(err[1]);
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  return {pid, out[0], err[0]};
+}
+
+void signal_group(pid_t pgid, int sig) {
+  if (pgid > 0) kill(-pgid, sig);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+}  // namespace ddp::launcher

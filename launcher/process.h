@@ -1,0 +1,33 @@
+#pragma once
+// Starting and signalling worker processes (Linux).
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace ddp::launcher {
+
+struct SpawnedProcess {
+  pid_t pid = -1;        // also its process group id
+  int stdout_fd = -1;    // read ends of the worker's stdout/stderr pipes (non-blocking, cloexec)
+  int stderr_fd = -1;
+};
+
+// Forks and execs `argv` with exactly `env` ("NAME=value" entries) as its
+// environment, stdin from /dev/null and stdout/stderr into fresh pipes. The
+// child leads its own process group, gets SIGKILL when ddprun dies
+// (PR_SET_PDEATHSIG), and starts with default signal dispositions and an
+// empty signal mask. Must be called from the thread that lives as long as
+// the worker (the parent-death signal follows the forking thread). Throws
+// ddp::Error when pipes or fork fail; an exec failure shows up as exit code
+// 127 with the reason on the worker's stderr.
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+
+// Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
+void signal_group(pid_t pgid, int sig);
+
+// "SIGTERM"-style name of a signal number ("signal 42" when unknown).
+std::string signal_name(int sig);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian package that ddprun's build, tests, demo and benchmarks need.
+# Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev libcli11-dev
+  libgtest-dev libgmock-dev googletest
+  libgloo-dev
+  libopenblas-dev
+  python3 python3-torch
+  openmpi-bin libopenmpi-dev hyperfine
+  procps iproute2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
