@@ -187,7 +187,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
       "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
       "ddprun"};
   app.prefix_command();
-  app.set_config("--config", "", "TOML job file; the command line and PET_* variables win over it");
+  app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
   app.allow_config_extras(false);
   app.set_version_flag("--version", "ddprun 0.1.0");
 
@@ -252,6 +252,12 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   } catch (const CLI::ConfigError& e) {
     throw Error(std::string("--config: ") + e.what());
   } catch (const CLI::ParseError& e) {
+    // CLI11 reports a bad value from the file under the option's name only.
+    CLI::Option* config = app.get_config_ptr();
+    if (config != nullptr && config->count() > 0) {
+      throw Error(std::string(e.what()) + " (on the command line or in --config " +
+                  config->as<std::string>() + ")");
+    }
     throw Error(e.what());
   }
 

@@ -1,0 +1,329 @@
+#pragma once
+// RendezvousState: the logic of the rendezvous server (rounds, members, the
+// key-value store, barriers) with no gRPC, no threads and no clock of its own.
+// It is NOT thread-safe: RendezvousService wraps one instance in a mutex and a
+// condition variable.
+//
+// Time. Every operation that can depend on time takes `now`, first applies the
+// time-based transitions up to `now` (what tick() does), then acts; so tests
+// drive time by hand. The store operations do not depend on time and take no
+// `now`.
+//
+// Blocking RPCs are tickets. join() and barrier_arrive() return a ticket; the
+// service polls it (join_status(), barrier_status()) whenever version() has
+// changed or next_deadline() has passed. The poll that returns the final
+// answer consumes the ticket (polling it again is kNotFound). When the client
+// goes away first, the service cancel()s the ticket.
+//
+// Authentication. Every public operation that is an RPC takes the caller's
+// Auth first. A wrong token is kUnauthenticated (checked first, so a caller
+// without the token learns nothing about the run), a wrong run id
+// kInvalidArgument; either way the call changes nothing, not even time-based
+// transitions.
+//
+// Rounds. Nodes join a *forming* round. It closes when max_nodes have joined,
+// or when at least min_nodes have and last_call_timeout has passed since the
+// min_nodes-th join. Closing assigns group ranks: explicit node ranks are
+// kept; automatic ones fill the free ranks in (hostname, address, arrival)
+// order, so the same machines get the same ranks in every round. The forming
+// round is discarded, and each of its joiners gets an error, when
+//   - fewer than min_nodes joined within join_timeout of its first join
+//     (kDeadlineExceeded naming the missing node ranks), or
+//   - it closes with fewer than max_nodes and some explicit node rank is not
+//     below the number of nodes that joined (kAborted naming that node).
+// A discarded round uses no restart and its number is reused: round numbers
+// (1, 2, ...) count the rounds that formed; the next join starts afresh.
+//
+// A formed round runs until a node reports a failure, leaves with a non-zero
+// exit code, or stops heartbeating (the first of these is the round's reason),
+// or until every node has left with exit code 0 (the job succeeded). A failed
+// round uses one restart, job-wide, however many nodes report it, while
+// max_restarts allows; the agents then join again to form the next round,
+// whose restart_count is the number of restarts used. Otherwise the job has
+// failed and every later join is refused with the round's reason.
+//
+// Joining while a round runs is refused: kResourceExhausted when it already
+// has max_nodes ("more nodes than --nnodes=2"), kFailedPrecondition when an
+// elastic round formed with fewer. Formed rounds never change membership
+// (torchrun instead lets a late elastic node trigger a re-rendezvous); a node
+// that missed a round joins the next one, formed after a failure.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddp::launcher {
+
+using RendezvousClock = std::chrono::steady_clock;
+using TimePoint = RendezvousClock::time_point;
+
+// The service maps these one to one onto grpc::StatusCode.
+enum class Code {
+  kOk,
+  kUnauthenticated,
+  kInvalidArgument,
+  kResourceExhausted,
+  kDeadlineExceeded,
+  kNotFound,
+  kFailedPrecondition,
+  kAborted,
+};
+const char* code_name(Code code);  // "UNAUTHENTICATED", as gRPC spells it
+
+// An error is a value: its message names the key, rank, node, run or limit.
+struct Status {
+  Code code = Code::kOk;
+  std::string message;
+  bool ok() const { return code == Code::kOk; }
+};
+
+// `value` is meaningful only when status.ok().
+template <class T>
+struct Result {
+  Status status;
+  T value{};
+  bool ok() const { return status.ok(); }
+};
+
+struct Auth {
+  std::string run_id;
+  std::string token;
+};
+
+struct RendezvousLimits {
+  std::size_t max_key_bytes = 4096;  // also bounds barrier names
+  std::size_t max_value_bytes = 4u << 20;
+  std::size_t max_keys = 100000;
+  int max_barrier_world = 1 << 20;
+  std::size_t max_open_barriers = 10000;
+};
+
+struct RendezvousConfig {
+  std::string run_id;
+  std::string token;
+  int min_nodes = 1;  // --nnodes=MIN:MAX; equal for a fixed size
+  int max_nodes = 1;
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  // torchrun's default: late elastic nodes get 30 s to join once MIN are in.
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+  int max_restarts = 0;  // job-wide
+  RendezvousLimits limits;
+};
+
+struct JoinArgs {
+  int node_rank = -1;  // -1: assigned when the round closes
+  int local_world_size = 1;
+  std::string hostname;
+  std::string address;  // where other nodes reach this one
+  int master_port = 0;  // used when this node gets group rank 0
+};
+
+struct JoinResult {
+  std::int64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 0;
+  int world_size = 0;          // sum of local_world_size over the group
+  int global_rank_offset = 0;  // sum of local_world_size of smaller group ranks
+  std::string master_addr;     // address (else hostname) of group rank 0
+  int master_port = 0;         // master_port of group rank 0
+  int restart_count = 0;       // restarts used before this round
+};
+
+struct HeartbeatReply {
+  bool round_ended = false;  // stop the workers
+  std::string reason;        // why (the first failure); empty on success
+  bool can_restart = false;  // a new round will be formed: join again
+};
+
+struct FailureReply {
+  bool can_restart = false;
+};
+
+struct CompareSetResult {
+  bool swapped = false;
+  std::string current;  // the value after the call; empty when the key is missing
+};
+
+struct JoinTicket {
+  std::uint64_t id = 0;
+};
+struct BarrierTicket {
+  std::uint64_t id = 0;
+};
+
+class RendezvousState {
+ public:
+  enum class Phase {
+    kForming,    // accepting joins (before the first round, or after a restartable failure)
+    kRunning,    // the last round formed and has not ended
+    kSucceeded,  // every node of the last round left with exit code 0
+    kFailed,     // the last round failed with no restarts left
+  };
+
+  // Throws ddp::Error naming the field when the config is inconsistent
+  // (min_nodes < 1, max_nodes < min_nodes, non-positive timeouts, ...).
+  explicit RendezvousState(RendezvousConfig config);
+
+  // --- Membership and rounds ---------------------------------------------
+
+  // Errors: kInvalidArgument (local_world_size < 1, node rank outside
+  // [0, max_nodes), node rank already taken in the forming round);
+  // kResourceExhausted / kFailedPrecondition while a round runs (see above);
+  // kFailedPrecondition once the job has succeeded or failed for good.
+  Result<JoinTicket> join(const Auth& auth, const JoinArgs& args, TimePoint now);
+  // nullopt while the round forms; else the node's place in the formed round,
+  // or kDeadlineExceeded / kAborted when the forming round was discarded.
+  // kNotFound for an unknown, consumed or cancelled ticket.
+  std::optional<Result<JoinResult>> join_status(JoinTicket ticket, TimePoint now);
+  // The joiner went away: a pending node leaves the forming round.
+  void cancel(JoinTicket ticket);
+
+  // Records that the node is alive. A node of the running round that is
+  // silent for heartbeat_timeout (since its last heartbeat, or since the round
+  // formed) ends the round. For an ended round, says why it ended.
+  // Errors: kNotFound (no such formed round), kInvalidArgument (group rank).
+  Result<HeartbeatReply> heartbeat(const Auth& auth, std::int64_t round, int group_rank,
+                                   TimePoint now);
+  // Ends the round with `report` as its reason unless it has already ended
+  // (the first failure wins). An empty report gets a generic reason.
+  Result<FailureReply> report_failure(const Auth& auth, std::int64_t round, int group_rank,
+                                      const std::string& report, int exit_code, TimePoint now);
+  // The node is done. Exit code 0 from every node completes the job; a
+  // non-zero code ends the round like report_failure. Leaving twice is a no-op.
+  Status leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
+
+  // --- Key-value store (one map: the state belongs to one run) -----------
+  // Keys are any non-empty bytes ('/' included) up to max_key_bytes. An
+  // oversized key or value is kInvalidArgument (a bad request, not a full
+  // server); a new key beyond max_keys is kResourceExhausted.
+
+  Status set(const Auth& auth, const std::string& key, const std::string& value);
+  // nullopt when the key is missing; waiting is the service's job (re-poll).
+  Result<std::optional<std::string>> get(const Auth& auth, const std::string& key);
+  // Like torch's TCPStore: the value is the decimal text of an int64, a
+  // missing key counts as 0. Returns the new value. kInvalidArgument when the
+  // value is not an integer or the sum overflows.
+  Result<std::int64_t> add(const Auth& auth, const std::string& key, std::int64_t delta);
+  // torch semantics: sets `desired` when the key is missing and `expected` is
+  // empty, or when the value equals `expected`.
+  Result<CompareSetResult> compare_set(const Auth& auth, const std::string& key,
+                                       const std::string& expected, const std::string& desired);
+  // Whether every key exists (true for no keys).
+  Result<bool> check(const Auth& auth, const std::vector<std::string>& keys);
+  // Whether the key existed.
+  Result<bool> remove(const Auth& auth, const std::string& key);
+  Result<std::int64_t> num_keys(const Auth& auth);
+
+  // --- Barriers ----------------------------------------------------------
+  // A barrier completes (every ticket of it becomes ok) when world_size
+  // distinct ranks have arrived; the next arrival under the same name starts
+  // a new generation. A ticket whose `deadline` passes first fails with
+  // kDeadlineExceeded naming the ranks missing at that moment, and its rank is
+  // withdrawn: completion means every rank waited at the same time.
+  // Errors: kInvalidArgument (empty/oversized name, world size outside
+  // [1, max_barrier_world], rank outside [0, world_size), a world size that
+  // differs from earlier arrivals', a rank arriving twice in one generation);
+  // kResourceExhausted (max_open_barriers are open).
+  Result<BarrierTicket> barrier_arrive(const Auth& auth, const std::string& name, int rank,
+                                       int world_size, const std::string& host,
+                                       TimePoint deadline, TimePoint now);
+  // nullopt while waiting; ok; kDeadlineExceeded; kNotFound (unknown ticket).
+  std::optional<Status> barrier_status(BarrierTicket ticket, TimePoint now);
+  // The caller went away: a waiting rank is withdrawn.
+  void cancel(BarrierTicket ticket);
+
+  // --- Time and change tracking ------------------------------------------
+
+  // Applies what time changes: closes a round whose last call passed, discards
+  // one whose join timeout passed, ends a round with a silent node, fails
+  // barrier tickets past their deadline.
+  void tick(TimePoint now);
+  // The earliest time at which tick() could change something; nullopt when
+  // nothing time-based is pending (the service then sleeps until notified).
+  std::optional<TimePoint> next_deadline() const;
+  // Increments on every change a waiter may care about (store mutations,
+  // joins, rounds closing or ending, barrier progress). Heartbeats that only
+  // record liveness do not count: they only move deadlines later.
+  std::uint64_t version() const { return version_; }
+
+  Phase phase() const;
+  std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }
+  int restarts_used() const { return restarts_used_; }
+  const RendezvousConfig& config() const { return config_; }
+
+ private:
+  struct Member {
+    JoinArgs args;
+    std::uint64_t arrival = 0;  // join order; breaks ties between auto ranks
+    std::uint64_t ticket = 0;
+    TimePoint last_seen{};
+    bool left = false;
+  };
+  struct Round {
+    std::vector<Member> members;  // indexed by group rank
+    bool ended = false;
+    bool succeeded = false;
+    bool can_restart = false;
+    std::string reason;
+  };
+  struct Forming {
+    std::vector<Member> members;  // in arrival order
+    TimePoint first_join{};
+    TimePoint min_reached{};  // when the min_nodes-th node joined
+  };
+  struct Arrival {
+    std::uint64_t ticket = 0;
+    std::string host;
+    TimePoint arrived{};
+    TimePoint deadline{};
+  };
+  struct Barrier {
+    int world_size = 0;
+    std::map<int, Arrival> arrived;  // by rank
+  };
+  struct PendingBarrier {
+    std::string name;
+    int rank = 0;
+    std::optional<Status> answer;  // set once final
+  };
+
+  Status check_auth(const Auth& auth) const;
+  Status check_key(const std::string& key) const;
+  Status check_value(const std::string& key, const std::string& value) const;
+  Status check_room(const std::string& key) const;
+  Result<Round*> find_member(std::int64_t round, int group_rank);
+  void changed() { ++version_; }
+
+  void maybe_close_round(TimePoint now);
+  void close_round(TimePoint now);
+  void discard_round(const Status& why);
+  std::string join_timeout_message() const;
+  void end_round(Round& round, std::string reason);
+  void expire_heartbeats(TimePoint now);
+  void expire_barriers(TimePoint now);
+  void withdraw(const std::string& name, int rank);
+  std::string nnodes_flag() const;
+
+  RendezvousConfig config_;
+  std::uint64_t version_ = 0;
+  std::uint64_t next_id_ = 1;  // tickets and arrivals
+  int restarts_used_ = 0;
+
+  Forming forming_;
+  std::vector<Round> rounds_;  // round N is rounds_[N - 1]
+  std::map<std::uint64_t, std::optional<Result<JoinResult>>> join_tickets_;
+
+  std::map<std::string, std::string> store_;
+
+  std::map<std::string, Barrier> barriers_;  // open (incomplete) barriers by name
+  std::map<std::uint64_t, PendingBarrier> barrier_tickets_;
+  std::set<std::pair<TimePoint, std::uint64_t>> barrier_deadlines_;  // pending tickets only
+};
+
+}  // namespace ddp::launcher

@@ -1,0 +1,397 @@
+// ddprun as a user runs it: real processes, real signals, real files.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kWorker = TEST_WORKER_PATH;
+
+ProcessResult ddprun(std::vector<std::string> args, const std::map<std::string, std::string>& env = {},
+                     std::chrono::milliseconds timeout = 30s) {
+  args.insert(args.begin(), kDdprun);
+  return run_process(args, env, timeout);
+}
+
+// Parses "[rank R] ENV NAME=value" lines into rank -> name -> value.
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> result;
+  for (const auto& line : lines_with_prefix(out, "[rank ")) {
+    int rank = std::stoi(line);
+    auto body = line.substr(line.find("] ") + 2);
+    if (body.rfind("ENV ", 0) != 0) continue;
+    auto eq = body.find('=');
+    result[rank][body.substr(4, eq - 4)] = body.substr(eq + 1);
+  }
+  return result;
+}
+
+std::set<pid_t> read_pids(const std::string& dir, const std::string& prefix) {
+  std::set<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos) {
+      pids.insert(std::stoi(read_file(entry.path())));
+    }
+  }
+  return pids;
+}
+
+class EnvContract : public ::testing::TestWithParam<int> {};
+
+TEST_P(EnvContract, EveryWorkerGetsTorchrunsVariables) {
+  const int n = GetParam();
+  auto r = ddprun({"--nproc_per_node=" + std::to_string(n), "--run_id=job42", kWorker, "env"},
+                  {{"OMP_NUM_THREADS", "\x01"}, {"RANK", "77"}});
+  ASSERT_TRUE(r.exited);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto envs = env_by_rank(r.out);
+  ASSERT_EQ(static_cast<int>(envs.size()), n) << r.out;
+  std::set<std::string> ports;
+  for (int rank = 0; rank < n; ++rank) {
+    auto& e = envs[rank];
+    EXPECT_EQ(e["RANK"], std::to_string(rank));
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(e["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(e["GROUP_RANK"], "0");
+    EXPECT_EQ(e["WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(e["ROLE_WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(e["ROLE_NAME"], "default");
+    EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "0");
+    EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], "job42");
+    EXPECT_EQ(e["DDP_RUN_ID"], "job42");
+    EXPECT_EQ(e["OMP_NUM_THREADS"], n > 1 ? "1" : "<unset>");
+    int port = std::stoi(e["MASTER_PORT"]);
+    EXPECT_GT(port, 0);
+    EXPECT_LT(port, 65536);
+    ports.insert(e["MASTER_PORT"]);
+  }
+  EXPECT_EQ(ports.size(), 1u) << "every rank must see the same MASTER_PORT";
+  if (n > 1) {
+    EXPECT_NE(r.err.find("OMP_NUM_THREADS=1"), std::string::npos) << r.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, EnvContract, ::testing::Values(1, 4, 8));
+
+TEST(Launcher, UserOmpNumThreadsIsKept) {
+  auto r = ddprun({"--nproc_per_node=2", kWorker, "env"}, {{"OMP_NUM_THREADS", "3"}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto envs = env_by_rank(r.out);
+  EXPECT_EQ(envs[0]["OMP_NUM_THREADS"], "3");
+  EXPECT_EQ(envs[1]["OMP_NUM_THREADS"], "3");
+  EXPECT_EQ(r.err.find("OMP_NUM_THREADS=1"), std::string::npos);
+}
+
+TEST(Launcher, ArgumentsAfterTheProgramPassUntouched) {
+  auto r = ddprun({"--nproc_per_node=1", kWorker, "args", "--nproc_per_node=7", "--", "-m", "x y", ""});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto args = lines_with_prefix(r.out, "[rank 0] ARG ");
+  std::vector<std::string> expected = {"--nproc_per_node=7", "--", "-m", "x y"};
+  ASSERT_GE(args.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(args[i], expected[i]);
+}
+
+TEST(Launcher, LeadingDoubleDashIsDropped) {
+  auto r = ddprun({"--nproc_per_node=1", "--", kWorker, "args", "a"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] ARG "), std::vector<std::string>{"a"});
+}
+
+TEST(Launcher, UnknownLauncherOptionIsAnErrorAndStartsNothing) {
+  auto dir = make_temp_dir();
+  auto r = ddprun({"--nproc_per_node=1", "--bogus", kWorker, "hold", dir});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--bogus"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_pids(dir, "pid_").empty());
+}
+
+TEST(Launcher, PythonProgramRunsUnderTheInterpreter) {
+  auto dir = make_temp_dir();
+  write_file(dir + "/hello.py", "import os, sys\nprint('py', os.environ['RANK'], sys.argv[1:])\n");
+  auto r = ddprun({"--nproc_per_node=2", dir + "/hello.py", "--x"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] py 0 ['--x']"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] py 1 ['--x']"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, ModuleFlagRunsPythonDashM) {
+  auto dir = make_temp_dir();
+  write_file(dir + "/mymod.py", "import os\nprint('module rank', os.environ['RANK'])\n");
+  auto r = ddprun({"-m", "--nproc_per_node=1", "mymod"}, {{"PYTHONPATH", dir}});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] module rank 0"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, NoPythonRunsAPyFileDirectly) {
+  auto dir = make_temp_dir();
+  write_file(dir + "/script.py", "#!/bin/sh\necho direct $RANK\n");
+  chmod((dir + "/script.py").c_str(), 0755);
+  auto r = ddprun({"--no_python", "--nproc_per_node=1", dir + "/script.py"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] direct 0"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, PrefixesEveryLineAndCanTurnItOff) {
+  auto r = ddprun({"--nproc_per_node=2", "sh", "-c", "echo out; echo err >&2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] out\n"), std::string::npos);
+  EXPECT_NE(r.out.find("[rank 1] out\n"), std::string::npos);
+  EXPECT_NE(r.err.find("[rank 1] err\n"), std::string::npos);
+  auto plain = ddprun({"--no-prefix", "--nproc_per_node=1", "sh", "-c", "echo out"});
+  EXPECT_EQ(plain.out, "out\n");
+}
+
+TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {
+  auto r = ddprun({"--nproc_per_node=4", "--local_ranks_filter=1,3", kWorker, "env"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto envs = env_by_rank(r.out);
+  EXPECT_EQ(envs.size(), 2u);
+  EXPECT_TRUE(envs.count(1) && envs.count(3));
+  auto bad = ddprun({"--nproc_per_node=2", "--local_ranks_filter=5", kWorker, "env"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--local_ranks_filter"), std::string::npos);
+}
+
+TEST(Launcher, LogDirGetsRawPerRankFiles) {
+  auto dir = make_temp_dir();
+  auto r = ddprun({"--nproc_per_node=2", "--run_id=logs", "--log_dir=" + dir, kWorker, "binary"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string expected;
+  for (int b = 0; b < 256; ++b) expected += static_cast<char>(b);
+  expected += "\ntail-without-newline";
+  for (int rank = 0; rank < 2; ++rank) {
+    auto base = dir + "/logs/attempt_0/" + std::to_string(rank);
+    EXPECT_EQ(read_file(base + "/stdout.log"), expected) << "rank " << rank;
+    EXPECT_TRUE(std::filesystem::exists(base + "/stderr.log"));
+  }
+  // The console gets whole lines: the binary bytes intact, the tail finished with a newline.
+  std::string line_with_bytes;
+  for (int b = 0; b < 10; ++b) line_with_bytes += static_cast<char>(b);
+  EXPECT_NE(r.out.find("[rank 0] " + line_with_bytes), std::string::npos);
+  EXPECT_NE(r.out.find("[rank 1] tail-without-newline\n"), std::string::npos);
+}
+
+TEST(Launcher, RedirectsKeepStreamsOffTheConsoleAndTeeKeepsThemOn) {
+  auto dir = make_temp_dir();
+  auto r = ddprun({"--nproc_per_node=2", "--run_id=r", "--log_dir=" + dir, "--redirects=3", "--tee=0:1",
+                   "sh", "-c", "echo out$RANK; echo err$RANK >&2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] out0"), std::string::npos);   // tee'd
+  EXPECT_EQ(r.out.find("out1"), std::string::npos);             // redirected
+  EXPECT_EQ(r.err.find("err0"), std::string::npos);
+  EXPECT_EQ(read_file(dir + "/r/attempt_0/1/stdout.log"), "out1\n");
+  EXPECT_EQ(read_file(dir + "/r/attempt_0/0/stderr.log"), "err0\n");
+}
+
+TEST(Launcher, CrashTearsDownTheRestAndReportsTheFailedRank) {
+  auto r = ddprun({"--nproc_per_node=4", "--shutdown_timeout=1", kWorker, "fail", "2", "7"});
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 7);
+  EXPECT_LT(r.seconds, 2.0 + 0.1);  // 100 ms head start in the worker, then teardown
+  EXPECT_NE(r.err.find("rank 2 (local rank 2, pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exit code 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("| rank 2: first line of trouble"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("| rank 2: about to fail"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, WorkerKilledBySignalGivesSignalNameAndCode) {
+  auto r = ddprun({"--nproc_per_node=2", kWorker, "signal", "1", std::to_string(SIGKILL)});
+  EXPECT_EQ(r.code, 128 + SIGKILL);
+  EXPECT_NE(r.err.find("signal SIGKILL (9)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("out-of-memory"), std::string::npos) << r.err;
+  auto segv = ddprun({"--nproc_per_node=2", kWorker, "signal", "0", std::to_string(SIGSEGV)});
+  EXPECT_EQ(segv.code, 128 + SIGSEGV);
+  EXPECT_NE(segv.err.find("SIGSEGV"), std::string::npos) << segv.err;
+}
+
+TEST(Launcher, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
+  auto dir = make_temp_dir();
+  auto start = std::chrono::steady_clock::now();
+  Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=0.5", kWorker, "hold", dir, "ignore-term"});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 10s));
+  kill(p.pid(), SIGTERM);
+  auto r = p.wait(10s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 128 + SIGTERM);
+  auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(elapsed, 5.0);
+  for (pid_t pid : read_pids(dir, "")) EXPECT_FALSE(process_alive(pid)) << pid;
+}
+
+TEST(Launcher, ForwardedSignalsReachEveryWorkerGroup) {
+  for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
+    auto dir = make_temp_dir();
+    Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=5", kWorker, "hold", dir});
+    ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 2 &&
+                                        read_pids(dir, "pid_").size() == 2; }, 10s));
+    kill(p.pid(), sig);
+    auto r = p.wait(10s);
+    ASSERT_TRUE(r.exited) << strsignal(sig);
+    EXPECT_EQ(r.code, 128 + sig) << r.err;
+    // Workers die of the forwarded signal itself (well before the 5 s grace period).
+    EXPECT_LT(r.seconds, 4.0);
+    for (pid_t pid : read_pids(dir, "")) EXPECT_FALSE(process_alive(pid)) << pid;
+  }
+}
+
+TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {
+  auto dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=3", kWorker, "hold", dir, "ignore-term"});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 3 &&
+                                      read_pids(dir, "pid_").size() == 3; }, 10s));
+  auto pids = read_pids(dir, "");
+  ASSERT_EQ(pids.size(), 6u);
+  kill(p.pid(), SIGKILL);
+  p.wait(5s);
+  EXPECT_TRUE(wait_until([&] {
+    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
+  }, 5s));
+  for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << pid;
+}
+
+TEST(Launcher, NormalExitKillsLeftoverGrandchildren) {
+  auto dir = make_temp_dir();
+  // Each worker leaves a background child behind and exits 0.
+  auto r = ddprun({"--nproc_per_node=2", "sh", "-c",
+                   "sleep 300 & echo $! > " + dir + "/child_$RANK; exit 0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(r.seconds, 5.0);
+  for (pid_t pid : read_pids(dir, "child_")) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 2s)) << pid;
+  }
+}
+
+TEST(Launcher, RestartsTheWholeGroupWithIncreasingRestartCount) {
+  auto dir = make_temp_dir();
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--run_id=rs", "--log_dir=" + dir, kWorker,
+                   "fail-until", "2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] attempt 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("restart 1 of 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restart 2 of 3"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("restart 3 of 3"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(dir + "/rs/attempt_1/1/stdout.log"), "attempt 1\n");
+  auto out_of_budget = ddprun({"--nproc_per_node=1", "--max_restarts=1", kWorker, "fail-until", "5"});
+  EXPECT_EQ(out_of_budget.code, 1);
+  EXPECT_NE(out_of_budget.err.find("attempt 2 of 2"), std::string::npos) << out_of_budget.err;
+}
+
+TEST(Launcher, MasterPortIsReservedUntilTheProgramBindsIt) {
+  // Workers pass a barrier whose rank 0 listens on MASTER_PORT (as a TCPStore would).
+  auto r = ddprun({"--nproc_per_node=4", kWorker, "barrier"});
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank ").size(), 4u);
+  // While the job runs, a plain bind (no SO_REUSEADDR) to MASTER_PORT fails.
+  auto dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=1", "sh", "-c", "echo $MASTER_PORT > " + dir + "/port; sleep 30"});
+  ASSERT_TRUE(wait_until([&] { return !read_file(dir + "/port").empty(); }, 10s));
+  int port = std::stoi(read_file(dir + "/port"));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << "port " << port << " not held";
+  close(fd);
+}
+
+TEST(Launcher, MasterPortInUseIsAnError) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  auto dir = make_temp_dir();
+  auto r = ddprun({"--nproc_per_node=1", "--master_port=" + std::to_string(port), kWorker, "hold", dir});
+  close(fd);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--master_port=" + std::to_string(port) + ": port in use"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_pids(dir, "pid_").empty());
+}
+
+TEST(Launcher, ConfigFileWithCommandLinePrecedence) {
+  auto dir = make_temp_dir();
+  write_file(dir + "/job.toml", "nproc_per_node = 3\nrun_id = \"from-file\"\nmax_restarts = 2\n");
+  auto r = ddprun({"--config", dir + "/job.toml", "--run_id=from-cli", kWorker, "env"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto envs = env_by_rank(r.out);
+  ASSERT_EQ(envs.size(), 3u);
+  EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], "from-cli");
+  EXPECT_EQ(envs[0]["TORCHELASTIC_MAX_RESTARTS"], "2");
+  // PET_* variables fill in what neither the command line nor the file sets.
+  auto pet = ddprun({"--config", dir + "/job.toml", kWorker, "env"},
+                    {{"PET_NPROC_PER_NODE", "2"}, {"PET_ROLE", "from-env"}});
+  auto pet_envs = env_by_rank(pet.out);
+  EXPECT_EQ(pet_envs.size(), 3u) << pet.err;
+  EXPECT_EQ(pet_envs[0]["ROLE_NAME"], "from-env");
+}
+
+TEST(BadInput, EachGetsOneClearErrorAndStartsNothing) {
+  auto dir = make_temp_dir();
+  write_file(dir + "/unknown.toml", "nproc_per_node = 2\nno_such_key = 1\n");
+  write_file(dir + "/broken.toml", "nproc_per_node = = =\n[[[\n");
+  write_file(dir + "/blocker", "a file where a directory should be");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  std::vector<Case> cases = {
+      {{"--nproc_per_node=2"}, "no program given"},
+      {{"--nproc_per_node=2", "no-such-program-xyz"}, "'no-such-program-xyz' was not found on PATH"},
+      {{"--nproc_per_node=2", dir + "/missing.py"}, "no such file"},
+      {{"--nproc_per_node=0", kWorker, "hold", dir}, "--nproc_per_node=0"},
+      {{"--nproc_per_node=lots", kWorker, "hold", dir}, "--nproc_per_node=lots"},
+      {{"--config", dir + "/unknown.toml", kWorker, "hold", dir}, "no_such_key"},
+      {{"--config", dir + "/broken.toml", kWorker, "hold", dir}, "--config"},
+      {{"--config", dir + "/absent.toml", kWorker, "hold", dir}, "absent.toml"},
+      {{"--log_dir", dir + "/blocker/sub", kWorker, "hold", dir}, "--log_dir"},
+      {{"--nnodes=2", kWorker, "hold", dir}, "--nnodes=2"},
+      {{"--max_restarts=-1", kWorker, "hold", dir}, "--max_restarts"},
+      {{"--redirects=7", kWorker, "hold", dir}, "--redirects=7"},
+      {{"--master_port=70000", kWorker, "hold", dir}, "--master_port=70000"},
+      {{"--monitor_interval=0", kWorker, "hold", dir}, "--monitor_interval"},
+  };
+  for (const auto& c : cases) {
+    auto r = ddprun(c.args);
+    EXPECT_EQ(r.code, 2) << c.expected << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << "expected '" << c.expected << "' in: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  EXPECT_TRUE(read_pids(dir, "pid_").empty());
+}
+
+TEST(BadInput, UnwritableLogDirIsRejected) {
+  // Permission bits do not stop root, so as root use a place nobody can write: /proc.
+  std::string dir = geteuid() == 0 ? "/proc/ddprun-no-such-dir" : make_temp_dir();
+  if (geteuid() != 0) chmod(dir.c_str(), 0500);
+  auto r = ddprun({"--log_dir", dir, kWorker, "env"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--log_dir=" + dir), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,152 @@
+#include "subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace ddp::testing {
+
+std::string make_temp_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddptest-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) std::abort();
+  return buf.data();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.rfind(prefix, 0) == 0) lines.push_back(line.substr(prefix.size()));
+  }
+  return lines;
+}
+
+bool process_alive(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  auto close_paren = stat.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] != 'Z';
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+Subprocess::Subprocess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  dir_ = make_temp_dir();
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    auto eq = entry.find('=');
+    merged[entry.substr(0, eq)] = eq == std::string::npos ? "" : entry.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) {
+    if (v == "\x01") {
+      merged.erase(k);
+    } else {
+      merged[k] = v;
+    }
+  }
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> c_argv, c_env;
+  for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const auto& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+  std::string out_path = dir_ + "/out", err_path = dir_ + "/err";
+  start_ = std::chrono::steady_clock::now();
+  pid_ = fork();
+  if (pid_ == 0) {
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int in = open("/dev/null", O_RDONLY);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execvpe(c_argv[0], c_argv.data(), c_env.data());
+    _exit(127);
+  }
+  setpgid(pid_, pid_);
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::string cmd = "rm -rf '" + dir_ + "'";
+  int ignored = std::system(cmd.c_str());
+  (void)ignored;
+}
+
+std::string Subprocess::read_out() const { return read_file(dir_ + "/out"); }
+std::string Subprocess::read_err() const { return read_file(dir_ + "/err"); }
+
+ProcessResult Subprocess::wait(std::chrono::milliseconds timeout) {
+  ProcessResult r;
+  int status = 0;
+  bool done = wait_until(
+      [&] {
+        if (reaped_) return true;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) reaped_ = true;
+        return reaped_;
+      },
+      timeout);
+  if (!done) {
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    r.exited = false;
+  } else {
+    r.exited = true;
+    r.signaled = WIFSIGNALED(status);
+    r.code = r.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  r.out = read_out();
+  r.err = read_err();
+  return r;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                          std::chrono::milliseconds timeout) {
+  Subprocess p(argv, env);
+  return p.wait(timeout);
+}
+
+}  // namespace ddp::testing

@@ -1,0 +1,117 @@
+// A worker for the launcher's integration tests. The first argument picks
+// what it does; see usage() below. It reads the contract through the one
+// parser in common/ where it needs ranks.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "ddp/common/env_contract.h"
+#include "tcp_barrier.h"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: test_worker MODE ...\n"
+               "  env                       print the contract variables and OMP_NUM_THREADS\n"
+               "  args A...                 print each argument as 'ARG <a>'\n"
+               "  exit CODE                 exit with CODE\n"
+               "  fail RANK CODE            RANK writes to stderr and exits CODE; others wait\n"
+               "  signal RANK SIG           RANK kills itself with SIG; others wait\n"
+               "  hold DIR [ignore-term]    write DIR/pid_<rank>, fork a child writing DIR/child_<rank>, wait\n"
+               "  binary                    write bytes 0..255 and a line without newline\n"
+               "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
+               "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n");
+  return 64;
+}
+
+void write_pid_file(const std::string& path, pid_t pid) {
+  std::ofstream tmp(path + ".tmp");
+  tmp << pid << "\n";
+  tmp.close();
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+[[noreturn]] void wait_forever() {
+  for (;;) pause();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  std::string mode = argv[1];
+  auto env = ddp::WorkerEnv::from_process_env();
+  int rank = env ? env->rank : 0;
+
+  if (mode == "env") {
+    for (const auto& name : ddp::contract_variable_names()) {
+      const char* v = std::getenv(name.c_str());
+      if (v) std::printf("ENV %s=%s\n", name.c_str(), v);
+    }
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    std::printf("ENV OMP_NUM_THREADS=%s\n", omp ? omp : "<unset>");
+    return 0;
+  }
+  if (mode == "args") {
+    for (int i = 2; i < argc; ++i) std::printf("ARG %s\n", argv[i]);
+    return 0;
+  }
+  if (mode == "exit" && argc == 3) return std::atoi(argv[2]);
+  if ((mode == "fail" || mode == "signal") && argc == 4) {
+    if (rank == std::atoi(argv[2])) {
+      std::fprintf(stderr, "rank %d: first line of trouble\n", rank);
+      std::fprintf(stderr, "rank %d: about to fail\n", rank);
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the others start
+      if (mode == "fail") return std::atoi(argv[3]);
+      signal(std::atoi(argv[3]), SIG_DFL);
+      raise(std::atoi(argv[3]));
+      return 99;
+    }
+    wait_forever();
+  }
+  if (mode == "hold" && argc >= 3) {
+    std::string dir = argv[2];
+    bool ignore_term = argc >= 4 && std::string(argv[3]) == "ignore-term";
+    if (ignore_term) signal(SIGTERM, SIG_IGN);
+    pid_t child = fork();
+    if (child == 0) {
+      // A grandchild of ddprun: no PDEATHSIG of its own, ignores SIGTERM.
+      signal(SIGTERM, SIG_IGN);
+      write_pid_file(dir + "/child_" + std::to_string(rank), getpid());
+      wait_forever();
+    }
+    write_pid_file(dir + "/pid_" + std::to_string(rank), getpid());
+    std::printf("holding\n");
+    std::fflush(stdout);
+    wait_forever();
+  }
+  if (mode == "binary") {
+    std::string bytes;
+    for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+    bytes += "\ntail-without-newline";
+    fwrite(bytes.data(), 1, bytes.size(), stdout);
+    return 0;
+  }
+  if (mode == "fail-until" && argc == 3) {
+    int attempt = env ? env->restart_count : 0;
+    std::printf("attempt %d\n", attempt);
+    return attempt < std::atoi(argv[2]) ? 1 : 0;
+  }
+  if (mode == "barrier") {
+    if (!env) return 3;
+    ddp::examples::tcp_barrier(*env, 20000);
+    std::printf("barrier passed\n");
+    return 0;
+  }
+  return usage();
+}

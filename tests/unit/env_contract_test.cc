@@ -1,0 +1,88 @@
+#include "ddp/common/env_contract.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+std::optional<WorkerEnv> parse(const std::map<std::string, std::string>& vars) {
+  return WorkerEnv::from_env([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(EnvContract, WriterAndParserRoundTrip) {
+  WorkerEnv env;
+  env.rank = 5;
+  env.local_rank = 1;
+  env.group_rank = 2;
+  env.role_rank = 5;
+  env.world_size = 8;
+  env.local_world_size = 2;
+  env.group_world_size = 4;
+  env.role_world_size = 8;
+  env.role_name = "trainer";
+  env.master_addr = "10.0.0.1";
+  env.master_port = 29500;
+  env.restart_count = 2;
+  env.max_restarts = 3;
+  env.run_id = "abc";
+  env.rdzv_endpoint = "host:29400";
+  env.rdzv_token = "tok";
+  env.round = 4;
+  auto pairs = env.to_env();
+  std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
+  for (const auto& name : contract_variable_names()) EXPECT_TRUE(vars.count(name)) << name;
+  auto back = parse(vars);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->rank, 5);
+  EXPECT_EQ(back->local_rank, 1);
+  EXPECT_EQ(back->group_rank, 2);
+  EXPECT_EQ(back->world_size, 8);
+  EXPECT_EQ(back->local_world_size, 2);
+  EXPECT_EQ(back->group_world_size, 4);
+  EXPECT_EQ(back->role_name, "trainer");
+  EXPECT_EQ(back->master_addr, "10.0.0.1");
+  EXPECT_EQ(back->master_port, 29500);
+  EXPECT_EQ(back->restart_count, 2);
+  EXPECT_EQ(back->max_restarts, 3);
+  EXPECT_EQ(back->run_id, "abc");
+  EXPECT_EQ(back->rdzv_endpoint, "host:29400");
+  EXPECT_EQ(back->rdzv_token, "tok");
+  EXPECT_EQ(back->round, 4);
+}
+
+TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({})); }
+
+TEST(EnvContract, RdzvVariablesOnlyWrittenWithAnEndpoint) {
+  WorkerEnv env;
+  for (const auto& [name, value] : env.to_env()) EXPECT_EQ(name.rfind("DDP_RDZV", 0), std::string::npos);
+}
+
+TEST(EnvContract, MalformedValuesNameTheVariable) {
+  auto expect_error = [](const std::map<std::string, std::string>& vars, const std::string& needle) {
+    try {
+      parse(vars);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{"RANK", "0"}}, "WORLD_SIZE is missing");
+  expect_error({{"WORLD_SIZE", "2"}}, "RANK is missing");
+  expect_error({{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "RANK='x'");
+  expect_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is out of range");
+  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0");
+  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}}, "MASTER_PORT=99999");
+  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", ""}}, "LOCAL_RANK is empty");
+  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "1"}, {"LOCAL_RANK", "1"}},
+               "LOCAL_RANK=1");
+}
+
+}  // namespace
+}  // namespace ddp
