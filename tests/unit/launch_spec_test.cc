@@ -89,6 +89,16 @@ TEST(LaunchSpec, ErrorsNameTheFlag) {
   EXPECT_NE(error_of({"-m", "--no_python", "p"}).find("--no_python"), std::string::npos);
 }
 
+TEST(LaunchSpec, ExampleConfigsParse) {
+  auto single = parse({"--config", std::string(CONFIGS_DIR) + "/single_node.toml", "prog"});
+  EXPECT_EQ(single.nproc_per_node, 4);
+  EXPECT_EQ(single.max_restarts, 1);
+  EXPECT_EQ(single.tee.for_rank(0), kBoth);
+  auto quiet = parse({"--config", std::string(CONFIGS_DIR) + "/quiet_workers.toml", "prog"});
+  ASSERT_TRUE(quiet.local_ranks_filter);
+  EXPECT_EQ(*quiet.local_ranks_filter, std::vector<int>{0});
+}
+
 TEST(Nproc, ResolvesAutoCpuGpu) {
   EXPECT_EQ(resolve_nproc("auto", 0, 6), 6);
   EXPECT_EQ(resolve_nproc("auto", 2, 6), 2);
