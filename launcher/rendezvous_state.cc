@@ -3,13 +3,31 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <tuple>
+#include <type_traits>
 
 #include "ddp/common/error.h"
 
 namespace ddp::launcher {
 namespace {
 
-Status error(Code code, std::string message) { return {code, std::move(message)}; }
+// cat("rank ", 3, " of ", name): message text from strings and numbers.
+template <class T>
+std::string text_of(const T& part) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return std::to_string(part);
+  } else {
+    return std::string(part);
+  }
+}
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  return (std::string() + ... + text_of(parts));
+}
+template <class... Parts>
+Status error(Code code, const Parts&... parts) {
+  return {code, cat(parts...)};
+}
 
 std::string seconds(std::chrono::nanoseconds d) {
   char text[32];
@@ -43,10 +61,9 @@ std::string host_of(const JoinArgs& args) {
 std::string format_ranks(const std::vector<std::pair<int, int>>& ranges, long count) {
   std::string out = count == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    if (i == 16) return out + ", ... (" + std::to_string(count) + " in all)";
-    if (i > 0) out += ", ";
-    out += std::to_string(ranges[i].first);
-    if (ranges[i].second > ranges[i].first) out += "-" + std::to_string(ranges[i].second);
+    if (i == 16) return cat(out, ", ... (", count, " in all)");
+    out += cat(i > 0 ? ", " : "", ranges[i].first);
+    if (ranges[i].second > ranges[i].first) out += cat("-", ranges[i].second);
   }
   return out;
 }
@@ -75,29 +92,47 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 const char* code_name(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kUnauthenticated: return "UNAUTHENTICATED";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kAborted: return "ABORTED";
+    case Code::kOk:
+      return "OK";
+    case Code::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kAborted:
+      return "ABORTED";
   }
   return "UNKNOWN";
 }
 
 RendezvousState::RendezvousState(RendezvousConfig config) : config_(std::move(config)) {
-  const auto& c = config_;
-  if (c.min_nodes < 1) throw Error("rendezvous: min nodes must be at least 1, got " + std::to_string(c.min_nodes));
-  if (c.max_nodes < c.min_nodes) {
-    throw Error("rendezvous: max nodes " + std::to_string(c.max_nodes) + " is below min nodes " +
-                std::to_string(c.min_nodes));
-  }
-  if (c.join_timeout.count() <= 0 || c.heartbeat_timeout.count() <= 0 || c.last_call_timeout.count() < 0) {
-    throw Error("rendezvous: join and heartbeat timeouts must be positive, the last call timeout not negative");
-  }
-  if (c.max_restarts < 0) throw Error("rendezvous: max restarts must not be negative, got " + std::to_string(c.max_restarts));
+  const RendezvousConfig& c = config_;
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("rendezvous config: " + what);
+  };
+  require(!c.run_id.empty() && !c.token.empty(), "the run id and the token must not be empty");
+  require(c.min_nodes >= 1, cat("min nodes ", c.min_nodes, " must be at least 1"));
+  require(c.max_nodes >= c.min_nodes,
+          cat("max nodes ", c.max_nodes, " is below min nodes ", c.min_nodes));
+  require(c.max_restarts >= 0, cat("max restarts ", c.max_restarts, " must not be negative"));
+  // A year bounds the timeouts so that deadline arithmetic cannot overflow.
+  auto timeout = [&](const char* name, std::chrono::milliseconds value, bool zero_ok) {
+    const bool ok =
+        (zero_ok ? value.count() >= 0 : value.count() > 0) && value <= std::chrono::hours(24 * 365);
+    require(ok, cat("the ", name, " timeout of ", value.count(), " ms is outside ",
+                    zero_ok ? "[" : "(", "0, 1 year]"));
+  };
+  timeout("join", c.join_timeout, false);
+  timeout("heartbeat", c.heartbeat_timeout, false);
+  timeout("last call", c.last_call_timeout, true);
+  require(c.limits.max_world_size >= 1, "max world size must be at least 1");
 }
 
 RendezvousState::Phase RendezvousState::phase() const {
@@ -109,9 +144,8 @@ RendezvousState::Phase RendezvousState::phase() const {
 }
 
 std::string RendezvousState::nnodes_flag() const {
-  std::string flag = "--nnodes=" + std::to_string(config_.min_nodes);
-  if (config_.max_nodes != config_.min_nodes) flag += ":" + std::to_string(config_.max_nodes);
-  return flag;
+  const int lo = config_.min_nodes, hi = config_.max_nodes;
+  return lo == hi ? cat("--nnodes=", lo) : cat("--nnodes=", lo, ":", hi);
 }
 
 Status RendezvousState::check_auth(const Auth& auth) const {
@@ -119,8 +153,8 @@ Status RendezvousState::check_auth(const Auth& auth) const {
     return error(Code::kUnauthenticated, "wrong or missing rendezvous token");
   }
   if (auth.run_id != config_.run_id) {
-    return error(Code::kInvalidArgument, "run id " + quote(auth.run_id) + " does not match this server's run " +
-                                             quote(config_.run_id));
+    return error(Code::kInvalidArgument, "run id ", quote(auth.run_id),
+                 " does not match this server's run ", quote(config_.run_id));
   }
   return {};
 }
@@ -130,135 +164,146 @@ Status RendezvousState::check_auth(const Auth& auth) const {
 Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args, TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
-  const std::string host = quote(host_of(args));
+  const std::string host = cat("host ", quote(host_of(args)));
   if (args.local_world_size < 1) {
-    return {error(Code::kInvalidArgument, "local world size " + std::to_string(args.local_world_size) +
-                                              " of host " + host + " must be at least 1")};
+    return {error(Code::kInvalidArgument, "local world size ", args.local_world_size, " of ", host,
+                  " must be at least 1")};
   }
   if (args.node_rank < -1 || args.node_rank >= config_.max_nodes) {
-    return {error(Code::kInvalidArgument, "node rank " + std::to_string(args.node_rank) + " of host " + host +
-                                              " is outside [0, " + std::to_string(config_.max_nodes) +
-                                              ") for " + nnodes_flag())};
+    return {error(Code::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
+                  " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag())};
   }
   switch (phase()) {
     case Phase::kSucceeded:
-      return {error(Code::kFailedPrecondition, "run " + quote(config_.run_id) + " has already completed")};
+      return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
+                    " has already completed")};
     case Phase::kFailed:
-      return {error(Code::kFailedPrecondition, "run " + quote(config_.run_id) + " failed with no restarts left (max " +
-                                                   std::to_string(config_.max_restarts) +
-                                                   "): " + rounds_.back().reason)};
+      return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
+                    " failed with no restarts left (max ", config_.max_restarts,
+                    "): ", rounds_.back().reason)};
     case Phase::kRunning: {
-      const std::string round = "round " + std::to_string(rounds_.size());
       const auto size = rounds_.back().members.size();
       if (size >= static_cast<std::size_t>(config_.max_nodes)) {
-        return {error(Code::kResourceExhausted, "host " + host + " cannot join: more nodes than " + nnodes_flag() +
-                                                    " (" + round + " already has " + std::to_string(size) + ")")};
+        return {error(Code::kResourceExhausted, host, " cannot join: more nodes than ",
+                      nnodes_flag(), " (round ", current_round(), " already has ", size, ")")};
       }
-      return {error(Code::kFailedPrecondition, "host " + host + " cannot join: " + round + " is already running with " +
-                                                   std::to_string(size) +
-                                                   " nodes; nodes join the next round after a restart")};
+      return {error(Code::kFailedPrecondition, host, " cannot join: round ", current_round(),
+                    " is already running with ", size,
+                    " nodes; nodes join the next round after a restart")};
     }
-    case Phase::kForming: break;
+    case Phase::kForming:
+      break;
   }
+  std::int64_t world_size = args.local_world_size;
   for (const Member& m : forming_.members) {
     if (args.node_rank >= 0 && m.args.node_rank == args.node_rank) {
-      return {error(Code::kInvalidArgument, "node rank " + std::to_string(args.node_rank) + " already joined (host " +
-                                                quote(host_of(m.args)) + "); host " + host + " cannot take it")};
+      return {error(Code::kInvalidArgument, "node rank ", args.node_rank, " already joined (host ",
+                    quote(host_of(m.args)), "); ", host, " cannot take it")};
     }
+    world_size += m.args.local_world_size;
   }
-  // Unreachable while max_nodes closes the round at once; kept as a guard.
-  if (forming_.members.size() >= static_cast<std::size_t>(config_.max_nodes)) {
-    return {error(Code::kResourceExhausted, "host " + host + " cannot join: more nodes than " + nnodes_flag())};
+  if (world_size > config_.limits.max_world_size) {
+    return {error(Code::kResourceExhausted, host, " cannot join: the world size would be ",
+                  world_size, ", limit ", config_.limits.max_world_size)};
   }
   const std::uint64_t id = next_id_++;
   if (forming_.members.empty()) forming_.first_join = now;
   forming_.members.push_back(Member{args, id, id, now, false});
-  if (forming_.members.size() == static_cast<std::size_t>(config_.min_nodes)) forming_.min_reached = now;
+  if (forming_.members.size() == static_cast<std::size_t>(config_.min_nodes))
+    forming_.min_reached = now;
   join_tickets_[id] = std::nullopt;
   changed();
-  maybe_close_round(now);
+  maybe_close_round(now);  // closes at once when this was the max_nodes-th join
   return {{}, JoinTicket{id}};
 }
 
 void RendezvousState::maybe_close_round(TimePoint now) {
   const auto n = static_cast<int>(forming_.members.size());
   if (n == 0) return;
-  if (n >= config_.max_nodes || (n >= config_.min_nodes && now >= forming_.min_reached + config_.last_call_timeout)) {
+  if (n >= config_.max_nodes ||
+      (n >= config_.min_nodes && now >= forming_.min_reached + config_.last_call_timeout)) {
     close_round(now);
   } else if (n < config_.min_nodes && now >= forming_.first_join + config_.join_timeout) {
     discard_round(error(Code::kDeadlineExceeded, join_timeout_message()));
   }
 }
 
-// "1 of 2 nodes joined (missing node ranks 1; joined: 'a')": the missing ranks
-// are those of [0, min_nodes) left once automatic nodes take the lowest free.
+// "1 of 2 nodes joined (--nnodes=2; missing node rank 1; joined: 'a')": the
+// missing ranks are those of [0, min_nodes) still free once the automatic
+// nodes take the lowest free ones.
 std::string RendezvousState::join_timeout_message() const {
   std::vector<bool> taken(config_.max_nodes, false);
   int automatic = 0;
   std::string hosts;
   for (const Member& m : forming_.members) {
-    if (m.args.node_rank >= 0) taken[m.args.node_rank] = true; else ++automatic;
-    hosts += (hosts.empty() ? "" : ", ") + quote(host_of(m.args));
+    if (m.args.node_rank >= 0) {
+      taken[m.args.node_rank] = true;
+    } else {
+      ++automatic;
+    }
+    hosts += cat(hosts.empty() ? "" : ", ", quote(host_of(m.args)));
   }
   std::vector<int> missing;
   for (int r = 0; r < config_.min_nodes; ++r) {
     if (taken[r]) continue;
-    if (automatic > 0) --automatic; else missing.push_back(r);
+    if (automatic > 0) {
+      --automatic;
+    } else {
+      missing.push_back(r);
+    }
   }
-  return "rendezvous join timed out after " + seconds(config_.join_timeout) + ": " +
-         std::to_string(forming_.members.size()) + " of " + std::to_string(config_.min_nodes) + " nodes joined (" +
-         nnodes_flag() + "; missing node " + format_ranks(missing) + "; joined: " + hosts + ")";
+  return cat("rendezvous join timed out after ", seconds(config_.join_timeout), ": ",
+             forming_.members.size(), " of ", config_.min_nodes, " nodes joined (", nnodes_flag(),
+             "; missing node ", format_ranks(missing), "; joined: ", hosts, ")");
 }
 
 void RendezvousState::close_round(TimePoint now) {
-  std::vector<Member>& joined = forming_.members;
+  const std::vector<Member>& joined = forming_.members;
   const auto n = static_cast<int>(joined.size());
   std::vector<int> slot(n, -1);  // group rank -> index in `joined`
   std::vector<int> automatic;
   for (int i = 0; i < n; ++i) {
     const int rank = joined[i].args.node_rank;
+    if (rank >= n) {
+      return discard_round(error(Code::kAborted, "node rank ", rank, " (host ",
+                                 quote(host_of(joined[i].args)),
+                                 ") does not fit: the round closed with ", n, " nodes (",
+                                 nnodes_flag(), "), so node ranks must be below ", n));
+    }
     if (rank < 0) {
       automatic.push_back(i);
-    } else if (rank >= n) {
-      return discard_round(error(
-          Code::kAborted, "node rank " + std::to_string(rank) + " (host " + quote(host_of(joined[i].args)) +
-                              ") does not fit: round closed with " + std::to_string(n) + " nodes (" + nnodes_flag() +
-                              "), so node ranks must be below " + std::to_string(n)));
     } else {
       slot[rank] = i;
     }
   }
   std::sort(automatic.begin(), automatic.end(), [&](int a, int b) {
-    const JoinArgs &x = joined[a].args, &y = joined[b].args;
-    return std::tie(x.hostname, x.address, joined[a].arrival) < std::tie(y.hostname, y.address, joined[b].arrival);
+    const Member &x = joined[a], &y = joined[b];
+    return std::tie(x.args.hostname, x.args.address, x.arrival) <
+           std::tie(y.args.hostname, y.args.address, y.arrival);
   });
-  auto next = automatic.begin();
-  for (int& s : slot) {
-    if (s < 0) s = *next++;
-  }
-
+  auto next_auto = automatic.begin();
   Round round;
-  for (int i : slot) {
-    round.members.push_back(joined[i]);
+  for (int& s : slot) {
+    if (s < 0) s = *next_auto++;
+    round.members.push_back(joined[s]);
     round.members.back().last_seen = now;  // the round's start counts as a heartbeat
   }
-  rounds_.push_back(std::move(round));
-  forming_ = {};
 
-  const Round& r = rounds_.back();
   JoinResult result;
-  result.round = static_cast<std::int64_t>(rounds_.size());
+  result.round = current_round() + 1;
   result.group_world_size = n;
-  for (const Member& m : r.members) result.world_size += m.args.local_world_size;
-  const JoinArgs& master = r.members.front().args;
+  for (const Member& m : round.members) result.world_size += m.args.local_world_size;
+  const JoinArgs& master = round.members.front().args;
   result.master_addr = master.address.empty() ? master.hostname : master.address;
   result.master_port = master.master_port;
   result.restart_count = restarts_used_;
-  for (int rank = 0; rank < n; ++rank) {
-    result.group_rank = rank;
-    join_tickets_[r.members[rank].ticket] = Result<JoinResult>{{}, result};
-    result.global_rank_offset += r.members[rank].args.local_world_size;
+  for (const Member& m : round.members) {
+    join_tickets_[m.ticket] = Result<JoinResult>{{}, result};
+    ++result.group_rank;
+    result.global_rank_offset += m.args.local_world_size;
   }
+  rounds_.push_back(std::move(round));
+  forming_ = {};
   changed();
 }
 
@@ -272,7 +317,7 @@ std::optional<Result<JoinResult>> RendezvousState::join_status(JoinTicket ticket
   tick(now);
   auto it = join_tickets_.find(ticket.id);
   if (it == join_tickets_.end()) {
-    return Result<JoinResult>{error(Code::kNotFound, "unknown join ticket " + std::to_string(ticket.id))};
+    return Result<JoinResult>{error(Code::kNotFound, "unknown join ticket ", ticket.id)};
   }
   if (!it->second) return std::nullopt;
   auto answer = std::move(it->second);
@@ -286,23 +331,26 @@ void RendezvousState::cancel(JoinTicket ticket) {
   const bool pending = !it->second;
   join_tickets_.erase(it);
   if (!pending) return;
-  std::erase_if(forming_.members, [&](const Member& m) { return m.ticket == ticket.id; });
   // Dropping below min_nodes stops the last call; the next min-th join restarts it.
+  std::erase_if(forming_.members, [&](const Member& m) { return m.ticket == ticket.id; });
   changed();
 }
 
 Result<RendezvousState::Round*> RendezvousState::find_member(std::int64_t round, int group_rank) {
   if (round < 1 || round > current_round()) {
-    return {error(Code::kNotFound, "round " + std::to_string(round) + " does not exist (rounds formed so far: " +
-                                       std::to_string(current_round()) + ")")};
+    return {error(Code::kNotFound, "round ", round,
+                  " does not exist (rounds formed so far: ", current_round(), ")")};
   }
   Round& r = rounds_[round - 1];
   if (group_rank < 0 || group_rank >= static_cast<int>(r.members.size())) {
-    return {error(Code::kInvalidArgument, "group rank " + std::to_string(group_rank) + " is not in round " +
-                                              std::to_string(round) + ", which has " +
-                                              std::to_string(r.members.size()) + " nodes")};
+    return {error(Code::kInvalidArgument, "group rank ", group_rank, " is not in round ", round,
+                  ", which has ", r.members.size(), " nodes")};
   }
   return {{}, &r};
+}
+
+std::string RendezvousState::describe_node(const Round& round, int group_rank) const {
+  return cat("node ", group_rank, " (host ", quote(host_of(round.members[group_rank].args)), ")");
 }
 
 void RendezvousState::end_round(Round& round, std::string reason) {
@@ -314,8 +362,8 @@ void RendezvousState::end_round(Round& round, std::string reason) {
   changed();
 }
 
-Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int group_rank,
-                                                  TimePoint now) {
+Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t round,
+                                                  int group_rank, TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
   auto found = find_member(round, group_rank);
@@ -326,35 +374,34 @@ Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t
   return {};
 }
 
-Result<FailureReply> RendezvousState::report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                                                     const std::string& report, int exit_code, TimePoint now) {
+Result<FailureReply> RendezvousState::report_failure(const Auth& auth, std::int64_t round,
+                                                     int group_rank, const std::string& report,
+                                                     int exit_code, TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
   auto found = find_member(round, group_rank);
   if (!found.ok()) return {found.status};
   Round& r = *found.value;
   end_round(r, !report.empty() ? report
-                               : "node " + std::to_string(group_rank) + " (host " +
-                                     quote(host_of(r.members[group_rank].args)) + ") reported a failure, exit code " +
-                                     std::to_string(exit_code));
+                               : cat(describe_node(r, group_rank),
+                                     " reported a failure, exit code ", exit_code));
   return {{}, FailureReply{r.can_restart}};
 }
 
-Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now) {
+Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code,
+                              TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return s;
   tick(now);
   auto found = find_member(round, group_rank);
   if (!found.ok()) return found.status;
   Round& r = *found.value;
-  Member& m = r.members[group_rank];
-  if (m.left) return {};
-  m.left = true;
+  if (r.members[group_rank].left) return {};
+  r.members[group_rank].left = true;
   if (exit_code != 0) {
-    end_round(r, "node " + std::to_string(group_rank) + " (host " + quote(host_of(m.args)) + ") left with exit code " +
-                     std::to_string(exit_code));
-  } else if (!r.ended && std::all_of(r.members.begin(), r.members.end(), [](const Member& x) { return x.left; })) {
-    r.ended = true;
-    r.succeeded = true;
+    end_round(r, cat(describe_node(r, group_rank), " left with exit code ", exit_code));
+  } else if (!r.ended && std::all_of(r.members.begin(), r.members.end(),
+                                     [](const Member& m) { return m.left; })) {
+    r.ended = r.succeeded = true;
   }
   changed();
   return {};
@@ -363,16 +410,15 @@ Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_ra
 void RendezvousState::expire_heartbeats(TimePoint now) {
   if (rounds_.empty() || rounds_.back().ended) return;
   Round& r = rounds_.back();
-  const Member* silent = nullptr;  // the longest silent, lowest rank on ties
-  int rank = -1;
+  int silent = -1;  // the longest silent node, the lowest group rank on ties
   for (int i = 0; i < static_cast<int>(r.members.size()); ++i) {
     const Member& m = r.members[i];
     if (m.left || now < m.last_seen + config_.heartbeat_timeout) continue;
-    if (!silent || m.last_seen < silent->last_seen) silent = &m, rank = i;
+    if (silent < 0 || m.last_seen < r.members[silent].last_seen) silent = i;
   }
-  if (!silent) return;
-  end_round(r, "node " + std::to_string(rank) + " (host " + quote(host_of(silent->args)) +
-                   ") stopped sending heartbeats for " + seconds(now - silent->last_seen));
+  if (silent < 0) return;
+  end_round(r, cat(describe_node(r, silent), " stopped sending heartbeats for ",
+                   seconds(now - r.members[silent].last_seen)));
 }
 
 // --- Key-value store ---------------------------------------------------------
@@ -380,31 +426,31 @@ void RendezvousState::expire_heartbeats(TimePoint now) {
 Status RendezvousState::check_key(const std::string& key) const {
   if (key.empty()) return error(Code::kInvalidArgument, "key is empty");
   if (key.size() > config_.limits.max_key_bytes) {
-    return error(Code::kInvalidArgument, "key " + quote(key) + " is " + std::to_string(key.size()) + " bytes, limit " +
-                                             std::to_string(config_.limits.max_key_bytes));
+    return error(Code::kInvalidArgument, "key ", quote(key), " is ", key.size(), " bytes, limit ",
+                 config_.limits.max_key_bytes);
   }
   return {};
 }
 
 Status RendezvousState::check_value(const std::string& key, const std::string& value) const {
   if (value.size() > config_.limits.max_value_bytes) {
-    return error(Code::kInvalidArgument, "value of key " + quote(key) + " is " + std::to_string(value.size()) +
-                                             " bytes, limit " + std::to_string(config_.limits.max_value_bytes));
+    return error(Code::kInvalidArgument, "value of key ", quote(key), " is ", value.size(),
+                 " bytes, limit ", config_.limits.max_value_bytes);
   }
   return {};
 }
 
 Status RendezvousState::check_room(const std::string& key) const {
   if (store_.size() >= config_.limits.max_keys && !store_.contains(key)) {
-    return error(Code::kResourceExhausted, "cannot add key " + quote(key) + ": the store holds " +
-                                               std::to_string(store_.size()) + " keys, limit " +
-                                               std::to_string(config_.limits.max_keys));
+    return error(Code::kResourceExhausted, "cannot add key ", quote(key), ": the store holds ",
+                 store_.size(), " keys, limit ", config_.limits.max_keys);
   }
   return {};
 }
 
 Status RendezvousState::set(const Auth& auth, const std::string& key, const std::string& value) {
-  for (const Status& s : {check_auth(auth), check_key(key), check_value(key, value), check_room(key)}) {
+  for (const Status& s :
+       {check_auth(auth), check_key(key), check_value(key, value), check_room(key)}) {
     if (!s.ok()) return s;
   }
   store_[key] = value;
@@ -421,36 +467,41 @@ Result<std::optional<std::string>> RendezvousState::get(const Auth& auth, const 
   return {{}, it->second};
 }
 
-Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key, std::int64_t delta) {
+Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key,
+                                          std::int64_t delta) {
   for (const Status& s : {check_auth(auth), check_key(key), check_room(key)}) {
     if (!s.ok()) return {s};
   }
   std::int64_t value = 0;
   if (auto it = store_.find(key); it != store_.end()) {
-    const std::string& text = it->second;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-      return {error(Code::kInvalidArgument, "cannot add to key " + quote(key) + ": its value " + quote(text) +
-                                                " is not a decimal int64")};
+    const char *begin = it->second.data(), *end = begin + it->second.size();
+    auto [stop, ec] = std::from_chars(begin, end, value);
+    if (ec != std::errc() || stop != end || begin == end) {
+      return {error(Code::kInvalidArgument, "cannot add to key ", quote(key), ": its value ",
+                    quote(it->second), " is not a decimal int64")};
     }
   }
-  if (__builtin_add_overflow(value, delta, &value)) {
-    return {error(Code::kInvalidArgument, "adding " + std::to_string(delta) + " to key " + quote(key) +
-                                              " overflows int64 (value " + store_[key] + ")")};
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    return {error(Code::kInvalidArgument, "adding ", delta, " to key ", quote(key), " (value ",
+                  value, ") overflows int64")};
   }
-  store_[key] = std::to_string(value);
+  store_[key] = std::to_string(sum);
   changed();
-  return {{}, value};
+  return {{}, sum};
 }
 
 Result<CompareSetResult> RendezvousState::compare_set(const Auth& auth, const std::string& key,
-                                                      const std::string& expected, const std::string& desired) {
+                                                      const std::string& expected,
+                                                      const std::string& desired) {
   for (const Status& s : {check_auth(auth), check_key(key), check_value(key, desired)}) {
     if (!s.ok()) return {s};
   }
   auto it = store_.find(key);
-  const bool swap = it == store_.end() ? expected.empty() : it->second == expected;
-  if (!swap) return {{}, CompareSetResult{false, it == store_.end() ? "" : it->second}};
+  const bool missing = it == store_.end();
+  if (missing ? !expected.empty() : it->second != expected) {
+    return {{}, CompareSetResult{false, missing ? "" : it->second}};
+  }
   if (Status s = check_room(key); !s.ok()) return {s};
   store_[key] = desired;
   changed();
@@ -483,40 +534,39 @@ Result<std::int64_t> RendezvousState::num_keys(const Auth& auth) {
 
 // --- Barriers ----------------------------------------------------------------
 
-Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const std::string& name, int rank,
-                                                      int world_size, const std::string& host, TimePoint deadline,
+Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const std::string& name,
+                                                      int rank, int world_size,
+                                                      const std::string& host, TimePoint deadline,
                                                       TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
   if (name.empty()) return {error(Code::kInvalidArgument, "barrier name is empty")};
   if (name.size() > config_.limits.max_key_bytes) {
-    return {error(Code::kInvalidArgument, "barrier name " + quote(name) + " is " + std::to_string(name.size()) +
-                                              " bytes, limit " + std::to_string(config_.limits.max_key_bytes))};
+    return {error(Code::kInvalidArgument, "barrier name ", quote(name), " is ", name.size(),
+                  " bytes, limit ", config_.limits.max_key_bytes)};
   }
-  const std::string what = "barrier " + quote(name) + ": ";
-  if (world_size < 1 || world_size > config_.limits.max_barrier_world) {
-    return {error(Code::kInvalidArgument, what + "world size " + std::to_string(world_size) + " is outside [1, " +
-                                              std::to_string(config_.limits.max_barrier_world) + "]")};
+  const std::string what = cat("barrier ", quote(name), ": ");
+  if (world_size < 1 || world_size > config_.limits.max_world_size) {
+    return {error(Code::kInvalidArgument, what, "world size ", world_size, " is outside [1, ",
+                  config_.limits.max_world_size, "]")};
   }
   if (rank < 0 || rank >= world_size) {
-    return {error(Code::kInvalidArgument, what + "rank " + std::to_string(rank) + " is outside [0, " +
-                                              std::to_string(world_size) + ")")};
+    return {
+        error(Code::kInvalidArgument, what, "rank ", rank, " is outside [0, ", world_size, ")")};
   }
   auto it = barriers_.find(name);
   if (it == barriers_.end()) {
     if (barriers_.size() >= config_.limits.max_open_barriers) {
-      return {error(Code::kResourceExhausted, "cannot open " + what + std::to_string(barriers_.size()) +
-                                                  " barriers are open, limit " +
-                                                  std::to_string(config_.limits.max_open_barriers))};
+      return {error(Code::kResourceExhausted, "cannot open ", what, barriers_.size(),
+                    " barriers are open, limit ", config_.limits.max_open_barriers)};
     }
     it = barriers_.emplace(name, Barrier{world_size, {}}).first;
   } else if (it->second.world_size != world_size) {
-    return {error(Code::kInvalidArgument, what + "rank " + std::to_string(rank) + " gives world size " +
-                                              std::to_string(world_size) + ", earlier ranks gave " +
-                                              std::to_string(it->second.world_size))};
+    return {error(Code::kInvalidArgument, what, "rank ", rank, " gives world size ", world_size,
+                  ", earlier ranks gave ", it->second.world_size)};
   } else if (auto first = it->second.arrived.find(rank); first != it->second.arrived.end()) {
-    return {error(Code::kInvalidArgument, what + "rank " + std::to_string(rank) + " arrived twice (first from host " +
-                                              quote(first->second.host) + ")")};
+    return {error(Code::kInvalidArgument, what, "rank ", rank, " arrived twice (first from host ",
+                  quote(first->second.host), ")")};
   }
   Barrier& barrier = it->second;
   const std::uint64_t id = next_id_++;
@@ -545,52 +595,55 @@ void RendezvousState::withdraw(const std::string& name, int rank) {
   changed();
 }
 
+// "ranks 1, 3 never arrived (arrived: rank 0 on 'a', ranks 2, 4-7 on 'b')".
+std::string RendezvousState::describe_missing(const Barrier& barrier) {
+  std::vector<std::pair<int, int>> missing;  // inclusive ranges between arrivals
+  std::map<std::string, std::vector<int>> ranks_by_host;
+  int prev = -1;
+  for (const auto& [rank, arrival] : barrier.arrived) {
+    if (rank > prev + 1) missing.emplace_back(prev + 1, rank - 1);
+    prev = rank;
+    ranks_by_host[arrival.host].push_back(rank);
+  }
+  if (prev + 1 < barrier.world_size) missing.emplace_back(prev + 1, barrier.world_size - 1);
+  std::string text =
+      cat(format_ranks(missing, barrier.world_size - static_cast<long>(barrier.arrived.size())),
+          " never arrived (arrived: ");
+  int shown = 0;
+  for (const auto& [host, ranks] : ranks_by_host) {
+    if (shown++ == 8) return cat(text, ", ... (", ranks_by_host.size(), " hosts in all))");
+    text += cat(shown > 1 ? ", " : "", format_ranks(ranks), " on ", quote(host));
+  }
+  return text + ")";
+}
+
 void RendezvousState::expire_barriers(TimePoint now) {
-  // Tickets expiring at the same moment share one description of who is
-  // missing, so a mass timeout costs one pass over each barrier.
+  // Tickets of one barrier expiring together share one description of who is
+  // missing, so a mass timeout costs one pass over the barrier, not one each.
   std::map<std::string, std::vector<std::uint64_t>> expired;
-  for (auto it = barrier_deadlines_.begin(); it != barrier_deadlines_.end() && it->first <= now; ++it) {
+  for (auto it = barrier_deadlines_.begin(); it != barrier_deadlines_.end() && it->first <= now;
+       ++it) {
     expired[barrier_tickets_.at(it->second).name].push_back(it->second);
   }
   for (const auto& [name, tickets] : expired) {
     const Barrier& barrier = barriers_.at(name);
-    std::vector<std::pair<int, int>> missing;  // inclusive ranges between arrivals
-    std::map<std::string, std::vector<int>> ranks_by_host;
-    int prev = -1;
-    for (const auto& [rank, arrival] : barrier.arrived) {
-      if (rank > prev + 1) missing.emplace_back(prev + 1, rank - 1);
-      prev = rank;
-      ranks_by_host[arrival.host].push_back(rank);
-    }
-    if (prev + 1 < barrier.world_size) missing.emplace_back(prev + 1, barrier.world_size - 1);
-    const long count = barrier.world_size - static_cast<long>(barrier.arrived.size());
-    std::string tail = format_ranks(missing, count) + (count == 1 ? " never arrived" : " never arrived") +
-                       " (arrived: ";
-    int shown = 0;
-    for (const auto& [host, ranks] : ranks_by_host) {
-      if (shown++ == 8) {
-        tail += ", ... (" + std::to_string(ranks_by_host.size()) + " hosts in all)";
-        break;
-      }
-      tail += (shown > 1 ? ", " : "") + format_ranks(ranks) + " on " + quote(host);
-    }
-    tail += ")";
+    const std::string missing = describe_missing(barrier);
     for (std::uint64_t id : tickets) {
       PendingBarrier& pending = barrier_tickets_.at(id);
       const Arrival& arrival = barrier.arrived.at(pending.rank);
-      pending.answer = error(Code::kDeadlineExceeded, "barrier " + quote(name) + " timed out after " +
-                                                          seconds(arrival.deadline - arrival.arrived) + ": " + tail);
+      pending.answer = error(Code::kDeadlineExceeded, "barrier ", quote(name), " timed out after ",
+                             seconds(arrival.deadline - arrival.arrived), ": ", missing);
     }
-    for (std::uint64_t id : tickets) withdraw(name, barrier_tickets_.at(id).rank);  // may erase `barrier`
+    for (std::uint64_t id : tickets)
+      withdraw(name, barrier_tickets_.at(id).rank);  // may erase `barrier`
   }
 }
 
 std::optional<Status> RendezvousState::barrier_status(BarrierTicket ticket, TimePoint now) {
   tick(now);
   auto it = barrier_tickets_.find(ticket.id);
-  if (it == barrier_tickets_.end()) {
-    return error(Code::kNotFound, "unknown barrier ticket " + std::to_string(ticket.id));
-  }
+  if (it == barrier_tickets_.end())
+    return error(Code::kNotFound, "unknown barrier ticket ", ticket.id);
   if (!it->second.answer) return std::nullopt;
   Status answer = std::move(*it->second.answer);
   barrier_tickets_.erase(it);

@@ -49,6 +49,7 @@
 // that missed a round joins the next one, formed after a failure.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -99,7 +100,8 @@ struct RendezvousLimits {
   std::size_t max_key_bytes = 4096;  // also bounds barrier names
   std::size_t max_value_bytes = 4u << 20;
   std::size_t max_keys = 100000;
-  int max_barrier_world = 1 << 20;
+  // Bounds a round's world size (sum of local world sizes) and a barrier's.
+  int max_world_size = 1 << 20;
   std::size_t max_open_barriers = 10000;
 };
 
@@ -167,13 +169,15 @@ class RendezvousState {
   };
 
   // Throws ddp::Error naming the field when the config is inconsistent
-  // (min_nodes < 1, max_nodes < min_nodes, non-positive timeouts, ...).
+  // (empty run id or token, min_nodes < 1, max_nodes < min_nodes, a timeout
+  // that is not positive (the last call may be 0) or over a year, ...).
   explicit RendezvousState(RendezvousConfig config);
 
   // --- Membership and rounds ---------------------------------------------
 
   // Errors: kInvalidArgument (local_world_size < 1, node rank outside
   // [0, max_nodes), node rank already taken in the forming round);
+  // kResourceExhausted (the round's world size would pass max_world_size);
   // kResourceExhausted / kFailedPrecondition while a round runs (see above);
   // kFailedPrecondition once the job has succeeded or failed for good.
   Result<JoinTicket> join(const Auth& auth, const JoinArgs& args, TimePoint now);
@@ -227,12 +231,12 @@ class RendezvousState {
   // kDeadlineExceeded naming the ranks missing at that moment, and its rank is
   // withdrawn: completion means every rank waited at the same time.
   // Errors: kInvalidArgument (empty/oversized name, world size outside
-  // [1, max_barrier_world], rank outside [0, world_size), a world size that
+  // [1, max_world_size], rank outside [0, world_size), a world size that
   // differs from earlier arrivals', a rank arriving twice in one generation);
   // kResourceExhausted (max_open_barriers are open).
   Result<BarrierTicket> barrier_arrive(const Auth& auth, const std::string& name, int rank,
-                                       int world_size, const std::string& host,
-                                       TimePoint deadline, TimePoint now);
+                                       int world_size, const std::string& host, TimePoint deadline,
+                                       TimePoint now);
   // nullopt while waiting; ok; kDeadlineExceeded; kNotFound (unknown ticket).
   std::optional<Status> barrier_status(BarrierTicket ticket, TimePoint now);
   // The caller went away: a waiting rank is withdrawn.
@@ -298,6 +302,8 @@ class RendezvousState {
   Status check_value(const std::string& key, const std::string& value) const;
   Status check_room(const std::string& key) const;
   Result<Round*> find_member(std::int64_t round, int group_rank);
+  std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"
+  static std::string describe_missing(const Barrier& barrier);
   void changed() { ++version_; }
 
   void maybe_close_round(TimePoint now);

@@ -1,0 +1,27 @@
+#pragma once
+// HOST:PORT endpoints as users write them: "node0:29400", "10.0.0.1",
+// "[::1]:29400", "[fe80::1%eth0]:1234". Pure parsing, unit-tested.
+
+#include <string>
+
+namespace ddp {
+
+struct Endpoint {
+  std::string host;  // without brackets
+  int port = 0;
+
+  // "host:port", with brackets around IPv6 literals.
+  std::string to_string() const;
+  bool is_ipv6_literal() const { return host.find(':') != std::string::npos; }
+};
+
+// Parses `text`; a missing port becomes `default_port`. Throws ddp::Error
+// naming `what` (e.g. "--rdzv_endpoint") and the text when it is malformed.
+Endpoint parse_endpoint(const std::string& text, int default_port, const std::string& what);
+
+// The local address that routes to `remote` (UDP connect + getsockname; no
+// packet is sent). Throws ddp::Error naming the endpoint when it cannot be
+// resolved or routed.
+std::string local_address_towards(const Endpoint& remote);
+
+}  // namespace ddp

@@ -1,0 +1,124 @@
+#pragma once
+// RendezvousClient: the one client of the ddp.v1.Rendezvous service, used by
+// node agents (membership, heartbeats) and by workers (store, barriers).
+// Thread-safe: one instance may be shared by threads. Every call has a
+// deadline; a failed call throws RpcError whose message names the endpoint,
+// the operation and the key or barrier involved, plus the server's reason.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+
+// gRPC status codes we act on (same numbers as grpc::StatusCode).
+enum class RpcCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kResourceExhausted = 8,
+  kUnavailable = 14,
+  kUnauthenticated = 16,
+};
+
+class RpcError : public Error {
+ public:
+  RpcError(int code, const std::string& message) : Error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+struct TlsFiles {
+  std::string cert;  // PEM certificate chain (client cert for mutual TLS; optional)
+  std::string key;   // PEM private key for `cert`
+  std::string ca;    // PEM roots to verify the server with
+  bool enabled() const { return !ca.empty() || !cert.empty(); }
+};
+
+struct NodeInfo {
+  int node_rank = -1;  // -1: let the server assign
+  int local_world_size = 1;
+  std::string hostname;
+  std::string address;
+  int master_port = 0;
+};
+
+struct RoundAssignment {
+  std::int64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int world_size = 1;
+  int global_rank_offset = 0;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+};
+
+struct RoundStatus {
+  bool round_ended = false;
+  bool succeeded = false;  // ended because every node finished with exit code 0
+  bool can_restart = false;
+  std::string reason;
+};
+
+struct CompareSetOutcome {
+  bool swapped = false;
+  std::string current;
+};
+
+class RendezvousClient {
+ public:
+  // `endpoint` is HOST:PORT ("[::1]:29400" for IPv6). Connecting is lazy:
+  // an unreachable server shows up as an RpcError (kUnavailable) on the
+  // first call, except for join(), which waits for it until its timeout.
+  RendezvousClient(const std::string& endpoint, std::string run_id, std::string token,
+                   const TlsFiles& tls = {});
+  ~RendezvousClient();
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  // --- membership (node agents) -------------------------------------------
+  // Blocks until the round closes; retries an unreachable server with
+  // backoff until `timeout`.
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout);
+  RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout);
+  bool report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code);
+  void leave(std::int64_t round, int group_rank, int exit_code);
+
+  // --- store ------------------------------------------------------------------
+  void set(const std::string& key, const std::string& value);
+  std::optional<std::string> try_get(const std::string& key);
+  // Waits up to `timeout` for the key to exist (RpcError kDeadlineExceeded naming it otherwise).
+  std::string get(const std::string& key, std::chrono::milliseconds timeout);
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  CompareSetOutcome compare_set(const std::string& key, const std::string& expected,
+                                const std::string& desired);
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  bool remove(const std::string& key);
+  std::int64_t num_keys();
+
+  // --- barrier ------------------------------------------------------------------
+  // One round trip. On timeout the RpcError lists the ranks that never arrived.
+  void barrier(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
+               const std::string& host = "");
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string endpoint_;
+};
+
+}  // namespace ddp

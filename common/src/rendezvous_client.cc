@@ -1,0 +1,267 @@
+#include "ddp/common/rendezvous_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "ddp/v1/rendezvous.grpc.pb.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+// Slack between an operation's own timeout (enforced by the server, which
+// then names what was missing) and the RPC deadline (the network's bound).
+constexpr auto kRpcSlack = 5s;
+constexpr auto kUnaryDeadline = 30s;
+
+std::string read_pem(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw Error(flag + "=" + path + ": cannot read file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string code_text(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "gRPC code " + std::to_string(static_cast<int>(code));
+  }
+}
+
+}  // namespace
+
+struct RendezvousClient::Impl {
+  std::unique_ptr<v1::Rendezvous::Stub> stub;
+  v1::Auth auth;
+
+  void check(const grpc::Status& status, const std::string& what, const std::string& endpoint) const {
+    if (status.ok()) return;
+    throw RpcError(static_cast<int>(status.error_code()),
+                   "rendezvous " + endpoint + ": " + what + ": " + code_text(status.error_code()) + ": " +
+                       status.error_message());
+  }
+  static void deadline(grpc::ClientContext& ctx, std::chrono::milliseconds d) {
+    ctx.set_deadline(std::chrono::system_clock::now() + d);
+  }
+};
+
+RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_id, std::string token,
+                                   const TlsFiles& tls)
+    : impl_(std::make_unique<Impl>()), endpoint_(endpoint) {
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (tls.enabled()) {
+    grpc::SslCredentialsOptions opts;
+    if (!tls.ca.empty()) opts.pem_root_certs = read_pem(tls.ca, "--rdzv_tls_ca");
+    if (!tls.cert.empty()) {
+      opts.pem_cert_chain = read_pem(tls.cert, "--rdzv_tls_cert");
+      opts.pem_private_key = read_pem(tls.key, "--rdzv_tls_key");
+    }
+    creds = grpc::SslCredentials(opts);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Each worker and agent gets its own connection (no sharing of subchannels
+  // across clients in one process, which would serialise their waits).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  impl_->stub = v1::Rendezvous::NewStub(grpc::CreateCustomChannel(endpoint, creds, args));
+  impl_->auth.set_run_id(std::move(run_id));
+  impl_->auth.set_token(std::move(token));
+}
+
+RendezvousClient::~RendezvousClient() = default;
+
+RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::milliseconds timeout) {
+  v1::JoinRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_node_rank(node.node_rank);
+  req.set_local_world_size(node.local_world_size);
+  req.set_hostname(node.hostname);
+  req.set_address(node.address);
+  req.set_master_port(node.master_port);
+  v1::JoinResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, timeout + kRpcSlack);
+  ctx.set_wait_for_ready(true);  // retry an unreachable server with backoff until the deadline
+  grpc::Status status = impl_->stub->Join(&ctx, req, &resp);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && status.error_message() == "Deadline Exceeded") {
+    throw RpcError(static_cast<int>(status.error_code()),
+                   "rendezvous " + endpoint_ + ": Join: no answer within the join timeout (" +
+                       std::to_string(timeout.count() / 1000.0).substr(0, 6) +
+                       " s): is the server running and reachable?");
+  }
+  impl_->check(status, "Join", endpoint_);
+  RoundAssignment a;
+  a.round = resp.round();
+  a.group_rank = resp.group_rank();
+  a.group_world_size = resp.group_world_size();
+  a.world_size = resp.world_size();
+  a.global_rank_offset = resp.global_rank_offset();
+  a.master_addr = resp.master_addr();
+  a.master_port = resp.master_port();
+  a.restart_count = resp.restart_count();
+  return a;
+}
+
+RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout) {
+  v1::HeartbeatRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_round(round);
+  req.set_group_rank(group_rank);
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, timeout);
+  impl_->check(impl_->stub->Heartbeat(&ctx, req, &resp), "Heartbeat", endpoint_);
+  return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
+}
+
+bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code) {
+  v1::ReportFailureRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_round(round);
+  req.set_group_rank(group_rank);
+  req.set_report(report);
+  req.set_exit_code(exit_code);
+  v1::ReportFailureResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->ReportFailure(&ctx, req, &resp), "ReportFailure", endpoint_);
+  return resp.can_restart();
+}
+
+void RendezvousClient::leave(std::int64_t round, int group_rank, int exit_code) {
+  v1::LeaveRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_round(round);
+  req.set_group_rank(group_rank);
+  req.set_exit_code(exit_code);
+  v1::LeaveResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->Leave(&ctx, req, &resp), "Leave", endpoint_);
+}
+
+void RendezvousClient::set(const std::string& key, const std::string& value) {
+  v1::SetRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  req.set_value(value);
+  v1::SetResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->Set(&ctx, req, &resp), "Set '" + key + "'", endpoint_);
+}
+
+std::optional<std::string> RendezvousClient::try_get(const std::string& key) {
+  v1::GetRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  v1::GetResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->Get(&ctx, req, &resp), "Get '" + key + "'", endpoint_);
+  if (!resp.found()) return std::nullopt;
+  return resp.value();
+}
+
+std::string RendezvousClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  v1::GetRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  req.set_wait(true);
+  req.set_timeout_ms(timeout.count());
+  v1::GetResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, timeout + kRpcSlack);
+  impl_->check(impl_->stub->Get(&ctx, req, &resp), "Get '" + key + "'", endpoint_);
+  return resp.value();
+}
+
+std::int64_t RendezvousClient::add(const std::string& key, std::int64_t delta) {
+  v1::AddRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  req.set_delta(delta);
+  v1::AddResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->Add(&ctx, req, &resp), "Add '" + key + "'", endpoint_);
+  return resp.value();
+}
+
+CompareSetOutcome RendezvousClient::compare_set(const std::string& key, const std::string& expected,
+                                                const std::string& desired) {
+  v1::CompareSetRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  req.set_expected(expected);
+  req.set_desired(desired);
+  v1::CompareSetResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->CompareSet(&ctx, req, &resp), "CompareSet '" + key + "'", endpoint_);
+  return {resp.swapped(), resp.current()};
+}
+
+void RendezvousClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  v1::WaitRequest req;
+  *req.mutable_auth() = impl_->auth;
+  for (const auto& k : keys) req.add_keys(k);
+  req.set_timeout_ms(timeout.count());
+  v1::WaitResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, timeout + kRpcSlack);
+  impl_->check(impl_->stub->Wait(&ctx, req, &resp), "Wait", endpoint_);
+}
+
+bool RendezvousClient::remove(const std::string& key) {
+  v1::DeleteRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_key(key);
+  v1::DeleteResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->Delete(&ctx, req, &resp), "Delete '" + key + "'", endpoint_);
+  return resp.deleted();
+}
+
+std::int64_t RendezvousClient::num_keys() {
+  v1::NumKeysRequest req;
+  *req.mutable_auth() = impl_->auth;
+  v1::NumKeysResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, kUnaryDeadline);
+  impl_->check(impl_->stub->NumKeys(&ctx, req, &resp), "NumKeys", endpoint_);
+  return resp.count();
+}
+
+void RendezvousClient::barrier(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
+                               const std::string& host) {
+  v1::BarrierRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_name(name);
+  req.set_rank(rank);
+  req.set_world_size(world_size);
+  req.set_timeout_ms(timeout.count());
+  req.set_host(host);
+  v1::BarrierResponse resp;
+  grpc::ClientContext ctx;
+  Impl::deadline(ctx, timeout + kRpcSlack);
+  impl_->check(impl_->stub->Barrier(&ctx, req, &resp), "Barrier '" + name + "'", endpoint_);
+}
+
+}  // namespace ddp

@@ -1,0 +1,424 @@
+#include "rendezvous_service.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/error.h"
+
+namespace ddp::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+// How often the timer looks even when nothing is due (bounds the cost of a
+// missed notification; cancellations arrive through OnCancel).
+constexpr auto kIdleTick = 200ms;
+// Cap for waits whose request names no timeout.
+constexpr auto kMaxWait = std::chrono::hours(24);
+
+grpc::Status to_grpc(const Status& s) {
+  static const grpc::StatusCode kMap[] = {
+      grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
+      grpc::StatusCode::INVALID_ARGUMENT,   grpc::StatusCode::RESOURCE_EXHAUSTED,
+      grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
+      grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED};
+  return s.ok() ? grpc::Status::OK : grpc::Status(kMap[static_cast<int>(s.code)], s.message);
+}
+
+Auth auth_of(const v1::Auth& a) { return {a.run_id(), a.token()}; }
+
+TimePoint now() { return RendezvousClock::now(); }
+
+TimePoint deadline_after(std::int64_t timeout_ms) {
+  if (timeout_ms <= 0) return now() + kMaxWait;
+  return now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), kMaxWait);
+}
+
+std::string seconds_text(std::int64_t ms) {
+  std::ostringstream out;
+  out.precision(3);
+  out << ms / 1000.0 << " s";
+  return out.str();
+}
+
+}  // namespace
+
+class RendezvousService::WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit WaitReactor(RendezvousService* service) : service_(service) {}
+  void OnCancel() override { service_->on_cancel(this); }
+  void OnDone() override { delete this; }
+
+ private:
+  RendezvousService* service_;
+};
+
+RendezvousService::RendezvousService(RendezvousConfig config) : state_(std::move(config)) {
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+RendezvousService::~RendezvousService() { stop(); }
+
+void RendezvousService::stop() {
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& w : waiters_) {
+      w.cancel();
+      finished.emplace_back(w.reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    }
+    waiters_.clear();
+  }
+  timer_cv_.notify_all();
+  for (auto& [reactor, status] : finished) reactor->Finish(status);
+  if (timer_.joinable()) timer_.join();
+}
+
+RendezvousState::Phase RendezvousService::phase() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.phase();
+}
+
+grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContext* /*ctx*/,
+                                                      std::unique_lock<std::mutex>& lock, Poll poll,
+                                                      std::function<void()> cancel,
+                                                      std::optional<TimePoint> deadline) {
+  auto* reactor = new WaitReactor(this);
+  if (stopping_) {
+    cancel();
+    lock.unlock();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    return reactor;
+  }
+  if (auto status = poll(now())) {
+    after_change(lock);
+    reactor->Finish(*status);
+    return reactor;
+  }
+  waiters_.push_back({reactor, std::move(poll), std::move(cancel), deadline});
+  after_change(lock);
+  timer_cv_.notify_all();  // a new deadline may be earlier than the timer's
+  return reactor;
+}
+
+void RendezvousService::poll_waiters_locked(TimePoint t, Finished& finished) {
+  state_.tick(t);
+  polled_version_ = state_.version();
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (auto status = it->poll(t)) {
+      finished.emplace_back(it->reactor, *status);
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RendezvousService::after_change(std::unique_lock<std::mutex>& lock) {
+  Finished finished;
+  if (state_.version() != polled_version_) poll_waiters_locked(now(), finished);
+  lock.unlock();
+  for (auto& [reactor, status] : finished) reactor->Finish(status);
+}
+
+void RendezvousService::on_cancel(WaitReactor* reactor) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+    if (it->reactor == reactor) {
+      it->cancel();
+      waiters_.erase(it);
+      after_change(lock);  // a withdrawn join or arrival may change others' answers
+      reactor->Finish(grpc::Status::CANCELLED);
+      return;
+    }
+  }
+}
+
+void RendezvousService::timer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    TimePoint wake = now() + kIdleTick;
+    if (auto d = state_.next_deadline()) wake = std::min(wake, *d);
+    for (const auto& w : waiters_) {
+      if (w.deadline) wake = std::min(wake, *w.deadline);
+    }
+    timer_cv_.wait_until(lock, wake);
+    if (stopping_) break;
+    Finished finished;
+    poll_waiters_locked(now(), finished);
+    if (!finished.empty()) {
+      lock.unlock();
+      for (auto& [reactor, status] : finished) reactor->Finish(status);
+      lock.lock();
+    }
+  }
+}
+
+// --- membership ------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                                  v1::JoinResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  JoinArgs args;
+  args.node_rank = req->node_rank();
+  args.local_world_size = req->local_world_size();
+  args.hostname = req->hostname();
+  args.address = req->address();
+  args.master_port = req->master_port();
+  auto ticket = state_.join(auth_of(req->auth()), args, now());
+  if (!ticket.ok()) {
+    lock.unlock();
+    return answer(ctx, to_grpc(ticket.status));
+  }
+  JoinTicket t = ticket.value;
+  Poll poll = [this, t, resp](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.join_status(t, at);
+    if (!r) return std::nullopt;
+    if (!r->ok()) return to_grpc(r->status);
+    const JoinResult& j = r->value;
+    resp->set_round(j.round);
+    resp->set_group_rank(j.group_rank);
+    resp->set_group_world_size(j.group_world_size);
+    resp->set_world_size(j.world_size);
+    resp->set_global_rank_offset(j.global_rank_offset);
+    resp->set_master_addr(j.master_addr);
+    resp->set_master_port(j.master_port);
+    resp->set_restart_count(j.restart_count);
+    return grpc::Status::OK;
+  };
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const v1::HeartbeatRequest* req,
+                                                       v1::HeartbeatResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now());
+  if (r.ok()) {
+    resp->set_round_ended(r.value.round_ended);
+    resp->set_reason(r.value.reason);
+    resp->set_can_restart(r.value.can_restart);
+    resp->set_succeeded(r.value.round_ended && r.value.reason.empty());
+  }
+  after_change(lock);
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
+                                                           const v1::ReportFailureRequest* req,
+                                                           v1::ReportFailureResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.report_failure(auth_of(req->auth()), req->round(), req->group_rank(), req->report(),
+                                 req->exit_code(), now());
+  if (r.ok()) resp->set_can_restart(r.value.can_restart);
+  after_change(lock);
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+                                                   v1::LeaveResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto s = state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
+  after_change(lock);
+  return answer(ctx, to_grpc(s));
+}
+
+// --- store -------------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* req,
+                                                 v1::SetResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto s = state_.set(auth_of(req->auth()), req->key(), req->value());
+  after_change(lock);
+  return answer(ctx, to_grpc(s));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req,
+                                                 v1::GetResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Auth auth = auth_of(req->auth());
+  auto first = state_.get(auth, req->key());
+  if (!first.ok() || first.value || !req->wait()) {
+    if (first.ok() && first.value) {
+      resp->set_found(true);
+      resp->set_value(*first.value);
+    }
+    lock.unlock();
+    return answer(ctx, to_grpc(first.status));
+  }
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  std::string key = req->key();
+  std::int64_t timeout_ms = req->timeout_ms();
+  Poll poll = [this, auth, key, deadline, timeout_ms, resp](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.get(auth, key);
+    if (!r.ok()) return to_grpc(r.status);
+    if (r.value) {
+      resp->set_found(true);
+      resp->set_value(*r.value);
+      return grpc::Status::OK;
+    }
+    if (at >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "key '" + key + "' was not set within " + seconds_text(timeout_ms));
+    }
+    return std::nullopt;
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* req,
+                                                 v1::AddResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.add(auth_of(req->auth()), req->key(), req->delta());
+  if (r.ok()) resp->set_value(r.value);
+  after_change(lock);
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerContext* ctx,
+                                                        const v1::CompareSetRequest* req,
+                                                        v1::CompareSetResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
+  if (r.ok()) {
+    resp->set_swapped(r.value.swapped);
+    resp->set_current(r.value.current);
+  }
+  after_change(lock);
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* req,
+                                                  v1::WaitResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Auth auth = auth_of(req->auth());
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  std::int64_t timeout_ms = req->timeout_ms();
+  Poll poll = [this, auth, keys, deadline, timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.check(auth, keys);
+    if (!r.ok()) return to_grpc(r.status);
+    if (r.value) return grpc::Status::OK;
+    if (at < deadline) return std::nullopt;
+    std::string missing;
+    for (const auto& k : keys) {
+      auto g = state_.get(auth, k);
+      if (g.ok() && !g.value) missing += (missing.empty() ? "'" : ", '") + k + "'";
+    }
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+                                                    v1::DeleteResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.remove(auth_of(req->auth()), req->key());
+  if (r.ok()) resp->set_deleted(r.value);
+  after_change(lock);
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext* ctx,
+                                                     const v1::NumKeysRequest* req, v1::NumKeysResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.num_keys(auth_of(req->auth()));
+  if (r.ok()) resp->set_count(r.value);
+  lock.unlock();
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext* ctx,
+                                                     const v1::BarrierRequest* req, v1::BarrierResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  auto ticket = state_.barrier_arrive(auth_of(req->auth()), req->name(), req->rank(), req->world_size(),
+                                      req->host(), deadline, now());
+  if (!ticket.ok()) {
+    lock.unlock();
+    return answer(ctx, to_grpc(ticket.status));
+  }
+  BarrierTicket t = ticket.value;
+  Poll poll = [this, t](TimePoint at) -> std::optional<grpc::Status> {
+    auto s = state_.barrier_status(t, at);
+    if (!s) return std::nullopt;
+    return to_grpc(*s);
+  };
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, deadline);
+}
+
+// --- server ------------------------------------------------------------------------
+
+namespace {
+
+std::string read_pem(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw Error(flag + "=" + path + ": cannot read file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerOptions& options)
+    : service_(std::make_unique<RendezvousService>(config)) {
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
+    }
+    grpc::SslServerCredentialsOptions ssl(options.tls_ca.empty()
+                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_key_cert_pairs.push_back(
+        {read_pem(options.tls_key, "--rdzv_tls_key"), read_pem(options.tls_cert, "--rdzv_tls_cert")});
+    if (!options.tls_ca.empty()) ssl.pem_root_certs = read_pem(options.tls_ca, "--rdzv_tls_ca");
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // Without this gRPC sets SO_REUSEPORT and a second server could silently share the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+  std::string address = host + ":" + std::to_string(options.port);
+  builder.AddListeningPort(address, creds, &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    service_->stop();
+    throw Error("rendezvous: cannot listen on " + address +
+                (options.port != 0 ? " (port " + std::to_string(options.port) + " in use, or not a local address)"
+                                   : " (not a local address)"));
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+}
+
+RendezvousServer::~RendezvousServer() { shutdown(); }
+
+void RendezvousServer::shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!server_) return;
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    service_->stop();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  });
+}
+
+void RendezvousServer::wait() { server_->Wait(); }
+
+}  // namespace ddp::launcher

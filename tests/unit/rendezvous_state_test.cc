@@ -1,0 +1,795 @@
+// RendezvousState driven by hand: a fake clock advanced in each test, tickets
+// polled like the gRPC service would.
+
+#include "rendezvous_state.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "ddp/common/error.h"
+
+namespace ddp::launcher {
+
+// Readable gtest failures for the enums.
+void PrintTo(Code code, std::ostream* os) { *os << code_name(code); }
+void PrintTo(RendezvousState::Phase phase, std::ostream* os) {
+  static const char* const names[] = {"kForming", "kRunning", "kSucceeded", "kFailed"};
+  *os << names[static_cast<int>(phase)];
+}
+
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+const Auth kAuth{"run1", "secret"};
+
+RendezvousConfig make_config(int min_nodes, int max_nodes, int max_restarts = 0) {
+  RendezvousConfig c;
+  c.run_id = "run1";
+  c.token = "secret";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.max_restarts = max_restarts;
+  return c;
+}
+
+JoinArgs node(const std::string& host, int local_world_size = 1, int node_rank = -1) {
+  return JoinArgs{node_rank, local_world_size, host, host + ".addr", 29500};
+}
+
+class RendezvousStateTest : public ::testing::Test {
+ protected:
+  void advance(std::chrono::milliseconds d) { now += d; }
+
+  JoinTicket join(RendezvousState& s, const JoinArgs& args) {
+    auto r = s.join(kAuth, args, now);
+    EXPECT_TRUE(r.ok()) << r.status.message;
+    return r.value;
+  }
+  // The final answer of a ticket that must no longer be pending.
+  Result<JoinResult> answer(RendezvousState& s, JoinTicket t) {
+    auto r = s.join_status(t, now);
+    EXPECT_TRUE(r.has_value()) << "join ticket still pending";
+    return r.value_or(Result<JoinResult>{});
+  }
+  JoinResult joined(RendezvousState& s, JoinTicket t) {
+    auto r = answer(s, t);
+    EXPECT_TRUE(r.ok()) << r.status.message;
+    return r.value;
+  }
+  // Forms a round of `n` single-worker nodes host0..host{n-1} (ranks in order).
+  void form(RendezvousState& s, int n) {
+    std::vector<JoinTicket> tickets;
+    for (int i = 0; i < n; ++i) tickets.push_back(join(s, node("host" + std::to_string(i))));
+    for (auto t : tickets) joined(s, t);
+    ASSERT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  }
+  BarrierTicket arrive(RendezvousState& s, const std::string& name, int rank, int world,
+                       std::chrono::milliseconds timeout = 10s) {
+    auto r =
+        s.barrier_arrive(kAuth, name, rank, world, "h" + std::to_string(rank), now + timeout, now);
+    EXPECT_TRUE(r.ok()) << r.status.message;
+    return r.value;
+  }
+
+  TimePoint now = TimePoint{} + 1000h;
+};
+
+// --- Joining and rank assignment ------------------------------------------
+
+TEST_F(RendezvousStateTest, JoinAssignsAutoRanksByHostnameThenAddressThenArrival) {
+  RendezvousState s(make_config(4, 4));
+  JoinArgs later_b = node("b", 2);
+  later_b.address = "10.0.0.1";
+  JoinArgs earlier_b = node("b", 3);
+  earlier_b.address = "10.0.0.2";
+  auto tc = join(s, node("c", 4));
+  auto tb2 = join(s, earlier_b);
+  auto tb1 = join(s, later_b);
+  EXPECT_FALSE(s.join_status(tc, now).has_value()) << "round must wait for the 4th node";
+  auto ta = join(s, node("a", 1));
+
+  JoinResult a = joined(s, ta), b1 = joined(s, tb1), b2 = joined(s, tb2), c = joined(s, tc);
+  EXPECT_EQ(a.group_rank, 0);
+  EXPECT_EQ(b1.group_rank, 1);  // same hostname: the smaller address first
+  EXPECT_EQ(b2.group_rank, 2);
+  EXPECT_EQ(c.group_rank, 3);
+  EXPECT_EQ(a.global_rank_offset, 0);
+  EXPECT_EQ(b1.global_rank_offset, 1);
+  EXPECT_EQ(b2.global_rank_offset, 3);
+  EXPECT_EQ(c.global_rank_offset, 6);
+  for (const auto& r : {a, b1, b2, c}) {
+    EXPECT_EQ(r.world_size, 10);
+    EXPECT_EQ(r.group_world_size, 4);
+    EXPECT_EQ(r.round, 1);
+    EXPECT_EQ(r.restart_count, 0);
+  }
+}
+
+TEST_F(RendezvousStateTest, JoinBreaksIdenticalHostTiesByArrival) {
+  RendezvousState s(make_config(2, 2));
+  auto first = join(s, node("same", 1));
+  auto second = join(s, node("same", 2));
+  EXPECT_EQ(joined(s, first).group_rank, 0);
+  EXPECT_EQ(joined(s, second).group_rank, 1);
+}
+
+TEST_F(RendezvousStateTest, JoinHonoursExplicitNodeRanksAndFillsTheRest) {
+  RendezvousState s(make_config(3, 3));
+  auto z = join(s, node("z", 1, 0));
+  auto b = join(s, node("b", 1, 2));
+  auto a = join(s, node("a", 1));
+  EXPECT_EQ(joined(s, z).group_rank, 0);
+  EXPECT_EQ(joined(s, b).group_rank, 2);
+  EXPECT_EQ(joined(s, a).group_rank, 1);
+}
+
+TEST_F(RendezvousStateTest, MasterAddressAndPortComeFromGroupRankZero) {
+  RendezvousState s(make_config(2, 2));
+  JoinArgs zero = node("later-but-rank0", 1, 0);
+  zero.address = "10.1.1.1";
+  zero.master_port = 31000;
+  auto other = join(s, node("aaa", 1));
+  join(s, zero);
+  JoinResult r = joined(s, other);
+  EXPECT_EQ(r.group_rank, 1);
+  EXPECT_EQ(r.master_addr, "10.1.1.1");
+  EXPECT_EQ(r.master_port, 31000);
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsDuplicateNodeRank) {
+  RendezvousState s(make_config(3, 3));
+  join(s, node("first", 1, 1));
+  auto r = s.join(kAuth, node("second", 1, 1), now);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(r.status.message, HasSubstr("node rank 1 already joined (host 'first')"));
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsBadNodeRankAndLocalWorldSize) {
+  RendezvousState s(make_config(2, 2));
+  auto rank = s.join(kAuth, node("h", 1, 2), now);
+  EXPECT_EQ(rank.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(rank.status.message, HasSubstr("node rank 2"));
+  EXPECT_THAT(rank.status.message, HasSubstr("--nnodes=2"));
+  auto lws = s.join(kAuth, node("h", 0), now);
+  EXPECT_EQ(lws.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(lws.status.message, HasSubstr("local world size 0"));
+  EXPECT_EQ(s.version(), 0u);
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsWrongToken) {
+  RendezvousState s(make_config(2, 2));
+  auto r = s.join(Auth{"run1", "guess"}, node("h"), now);
+  EXPECT_EQ(r.status.code, Code::kUnauthenticated);
+  EXPECT_EQ(r.status.message, "wrong or missing rendezvous token");
+  EXPECT_EQ(s.version(), 0u);
+  EXPECT_FALSE(s.next_deadline().has_value());
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsMismatchedRunId) {
+  RendezvousState s(make_config(2, 2));
+  auto r = s.join(Auth{"other", "secret"}, node("h"), now);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  EXPECT_EQ(r.status.message, "run id 'other' does not match this server's run 'run1'");
+  EXPECT_EQ(s.version(), 0u);
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsMoreNodesThanMax) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  auto r = s.join(kAuth, node("third"), now);
+  EXPECT_EQ(r.status.code, Code::kResourceExhausted);
+  EXPECT_THAT(r.status.message, HasSubstr("more nodes than --nnodes=2"));
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsLateNodeWhileElasticRoundRuns) {
+  RendezvousState s(make_config(1, 3));
+  auto t = join(s, node("a"));
+  advance(30s);
+  joined(s, t);
+  auto r = s.join(kAuth, node("late"), now);
+  EXPECT_EQ(r.status.code, Code::kFailedPrecondition);
+  EXPECT_THAT(r.status.message, HasSubstr("round 1 is already running"));
+}
+
+TEST_F(RendezvousStateTest, JoinRejectsWorldSizeOverTheLimit) {
+  RendezvousConfig c = make_config(2, 2);
+  c.limits.max_world_size = 8;
+  RendezvousState s(c);
+  join(s, node("a", 5));
+  auto r = s.join(kAuth, node("b", 4), now);
+  EXPECT_EQ(r.status.code, Code::kResourceExhausted);
+  EXPECT_THAT(r.status.message, HasSubstr("the world size would be 9, limit 8"));
+  auto fits = join(s, node("b", 3));
+  EXPECT_EQ(joined(s, fits).world_size, 8);
+}
+
+// --- Closing a round ---------------------------------------------------------
+
+TEST_F(RendezvousStateTest, ElasticRoundClosesAfterLastCallWindowNotBefore) {
+  RendezvousState s(make_config(2, 4));
+  auto a = join(s, node("a"));
+  advance(5s);
+  auto b = join(s, node("b"));  // the min-th join starts the 30 s last call
+  advance(29s);
+  s.tick(now);
+  EXPECT_FALSE(s.join_status(a, now).has_value());
+  auto c = join(s, node("c"));  // still welcome during the last call
+  advance(1s);
+  EXPECT_EQ(joined(s, a).group_world_size, 3);
+  EXPECT_EQ(joined(s, b).group_world_size, 3);
+  EXPECT_EQ(joined(s, c).world_size, 3);
+}
+
+TEST_F(RendezvousStateTest, ElasticRoundClosesImmediatelyAtMax) {
+  RendezvousState s(make_config(1, 2));
+  auto a = join(s, node("a"));
+  EXPECT_FALSE(s.join_status(a, now).has_value());
+  auto b = join(s, node("b"));
+  EXPECT_EQ(joined(s, a).group_world_size, 2);
+  EXPECT_EQ(joined(s, b).group_rank, 1);
+}
+
+TEST_F(RendezvousStateTest, ElasticRoundFailsWhenExplicitRankIsOutsideTheGroup) {
+  RendezvousState s(make_config(1, 4));
+  auto t = join(s, node("far", 1, 3));
+  advance(30s);
+  auto r = answer(s, t);
+  EXPECT_EQ(r.status.code, Code::kAborted);
+  EXPECT_THAT(r.status.message, HasSubstr("node rank 3 (host 'far')"));
+  EXPECT_THAT(r.status.message, HasSubstr("closed with 1 nodes"));
+  // The discarded round used no number: the next one to form is round 1.
+  auto again = join(s, node("near", 1, 0));
+  advance(30s);
+  EXPECT_EQ(joined(s, again).round, 1);
+}
+
+TEST_F(RendezvousStateTest, JoinTimesOutNamingMissingNodeRanks) {
+  RendezvousState s(make_config(3, 3));
+  RendezvousConfig c = s.config();
+  auto a = join(s, node("a", 1, 1));
+  advance(c.join_timeout - 1ms);
+  EXPECT_FALSE(s.join_status(a, now).has_value());
+  auto b = join(s, node("b"));  // takes the lowest free rank, 0
+  advance(1ms);
+  for (auto t : {a, b}) {
+    auto r = answer(s, t);
+    EXPECT_EQ(r.status.code, Code::kDeadlineExceeded);
+    EXPECT_THAT(r.status.message,
+                HasSubstr("rendezvous join timed out after 600.0s: 2 of 3 nodes joined"));
+    EXPECT_THAT(r.status.message, HasSubstr("missing node rank 2;"));
+    EXPECT_THAT(r.status.message, HasSubstr("joined: 'a', 'b'"));
+  }
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kForming);
+  EXPECT_EQ(s.current_round(), 0);
+}
+
+TEST_F(RendezvousStateTest, CancelledJoinLeavesTheFormingRound) {
+  RendezvousState s(make_config(2, 2));
+  auto gone = join(s, node("gone"));
+  s.cancel(gone);
+  EXPECT_EQ(s.join_status(gone, now)->status.code, Code::kNotFound);
+  auto a = join(s, node("a"));
+  EXPECT_FALSE(s.join_status(a, now).has_value()) << "the cancelled node must not count";
+  auto b = join(s, node("b"));
+  EXPECT_EQ(joined(s, a).group_world_size, 2);
+  joined(s, b);
+}
+
+TEST_F(RendezvousStateTest, AnsweredJoinTicketIsConsumed) {
+  RendezvousState s(make_config(1, 1));
+  auto t = join(s, node("a"));
+  joined(s, t);
+  auto again = s.join_status(t, now);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->status.code, Code::kNotFound);
+}
+
+// --- Running rounds, failures and restarts -------------------------------------
+
+TEST_F(RendezvousStateTest, HeartbeatsKeepNodesAlive) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  for (int i = 0; i < 5; ++i) {
+    advance(20s);
+    for (int rank : {0, 1}) {
+      auto r = s.heartbeat(kAuth, 1, rank, now);
+      ASSERT_TRUE(r.ok()) << r.status.message;
+      EXPECT_FALSE(r.value.round_ended);
+    }
+  }
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+}
+
+TEST_F(RendezvousStateTest, HeartbeatExpiryEndsTheRoundNamingTheNode) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  advance(20s);
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now).ok());
+  advance(10s);  // node 1: 30 s silent since the round formed
+  auto r = s.heartbeat(kAuth, 1, 0, now);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value.round_ended);
+  EXPECT_EQ(r.value.reason, "node 1 (host 'host1') stopped sending heartbeats for 30.0s");
+  EXPECT_FALSE(r.value.can_restart);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+}
+
+TEST_F(RendezvousStateTest, HeartbeatRejectsUnknownRoundAndGroupRank) {
+  RendezvousState s(make_config(1, 1));
+  form(s, 1);
+  EXPECT_EQ(s.heartbeat(kAuth, 2, 0, now).status.code, Code::kNotFound);
+  EXPECT_EQ(s.heartbeat(kAuth, 0, 0, now).status.code, Code::kNotFound);
+  auto r = s.heartbeat(kAuth, 1, 1, now);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(r.status.message, HasSubstr("group rank 1 is not in round 1"));
+}
+
+TEST_F(RendezvousStateTest, ReportFailureFirstWins) {
+  RendezvousState s(make_config(2, 2, 1));
+  form(s, 2);
+  auto first = s.report_failure(kAuth, 1, 1, "rank 3 crashed", 3, now);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first.value.can_restart);
+  auto second = s.report_failure(kAuth, 1, 0, "rank 0 was stopped", 143, now);
+  ASSERT_TRUE(second.ok());
+  auto hb = s.heartbeat(kAuth, 1, 0, now);
+  EXPECT_TRUE(hb.value.round_ended);
+  EXPECT_EQ(hb.value.reason, "rank 3 crashed");
+  EXPECT_TRUE(hb.value.can_restart);
+}
+
+TEST_F(RendezvousStateTest, RestartBudgetIsCountedOncePerRoundJobWide) {
+  RendezvousState s(make_config(2, 2, 2));
+  form(s, 2);
+  ASSERT_TRUE(s.report_failure(kAuth, 1, 0, "boom", 1, now).ok());
+  ASSERT_TRUE(s.report_failure(kAuth, 1, 1, "boom too", 1, now).ok());
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 1, now).ok());
+  EXPECT_EQ(s.restarts_used(), 1);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kForming);
+}
+
+TEST_F(RendezvousStateTest, NewRoundsGetNextNumberAndRestartCount) {
+  RendezvousState s(make_config(2, 2, 2));
+  form(s, 2);
+  ASSERT_TRUE(s.report_failure(kAuth, 1, 0, "boom", 1, now).ok());
+  auto a = join(s, node("a"));
+  auto b = join(s, node("b"));
+  JoinResult r = joined(s, a);
+  EXPECT_EQ(r.round, 2);
+  EXPECT_EQ(r.restart_count, 1);
+  joined(s, b);
+  // A straggler of round 1 learns it is over; round 2 runs on.
+  EXPECT_TRUE(s.heartbeat(kAuth, 1, 1, now).value.round_ended);
+  EXPECT_FALSE(s.heartbeat(kAuth, 2, 1, now).value.round_ended);
+}
+
+TEST_F(RendezvousStateTest, NoRestartOnceBudgetIsSpent) {
+  RendezvousState s(make_config(1, 1, 1));
+  form(s, 1);
+  EXPECT_TRUE(s.report_failure(kAuth, 1, 0, "first failure", 1, now).value.can_restart);
+  auto t = join(s, node("a"));
+  EXPECT_EQ(joined(s, t).restart_count, 1);
+  auto last = s.report_failure(kAuth, 2, 0, "second failure", 1, now);
+  EXPECT_FALSE(last.value.can_restart);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+  auto r = s.join(kAuth, node("a"), now);
+  EXPECT_EQ(r.status.code, Code::kFailedPrecondition);
+  EXPECT_THAT(r.status.message, HasSubstr("second failure"));
+}
+
+TEST_F(RendezvousStateTest, LeaveOfEveryNodeWithZeroCompletesTheJob) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  ASSERT_TRUE(s.leave(kAuth, 1, 0, 0, now).ok());
+  for (int i = 0; i < 2; ++i) {  // node 0 has left, so its silence is fine
+    advance(20s);
+    ASSERT_FALSE(s.heartbeat(kAuth, 1, 1, now).value.round_ended);
+  }
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 0, now).ok());
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 0, now).ok()) << "leaving twice is a no-op";
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kSucceeded);
+  EXPECT_FALSE(s.next_deadline().has_value());
+  EXPECT_EQ(s.join(kAuth, node("a"), now).status.code, Code::kFailedPrecondition);
+}
+
+TEST_F(RendezvousStateTest, LeaveWithNonZeroExitEndsTheRound) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 7, now).ok());
+  auto hb = s.heartbeat(kAuth, 1, 0, now);
+  EXPECT_TRUE(hb.value.round_ended);
+  EXPECT_EQ(hb.value.reason, "node 1 (host 'host1') left with exit code 7");
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+}
+
+// --- Store ---------------------------------------------------------------------
+
+TEST_F(RendezvousStateTest, StoreSetGetRemoveAndCount) {
+  RendezvousState s(make_config(1, 1));
+  EXPECT_FALSE(s.get(kAuth, "k").value.has_value());
+  ASSERT_TRUE(s.set(kAuth, "run1/round1/nccl_id", std::string("a\0b", 3)).ok());
+  ASSERT_TRUE(s.set(kAuth, "k", "v1").ok());
+  ASSERT_TRUE(s.set(kAuth, "k", "v2").ok());
+  EXPECT_EQ(s.get(kAuth, "run1/round1/nccl_id").value, std::string("a\0b", 3));
+  EXPECT_EQ(s.get(kAuth, "k").value, "v2");
+  EXPECT_EQ(s.num_keys(kAuth).value, 2);
+  EXPECT_TRUE(s.remove(kAuth, "k").value);
+  EXPECT_FALSE(s.remove(kAuth, "k").value);
+  EXPECT_EQ(s.num_keys(kAuth).value, 1);
+}
+
+TEST_F(RendezvousStateTest, StoreCheckTellsWhetherAllKeysExist) {
+  RendezvousState s(make_config(1, 1));
+  ASSERT_TRUE(s.set(kAuth, "a/1", "x").ok());
+  EXPECT_TRUE(s.check(kAuth, {}).value);
+  EXPECT_TRUE(s.check(kAuth, {"a/1"}).value);
+  EXPECT_FALSE(s.check(kAuth, {"a/1", "a/2"}).value);
+  EXPECT_EQ(s.check(kAuth, {"a/1", ""}).status.code, Code::kInvalidArgument);
+}
+
+TEST_F(RendezvousStateTest, StoreAddCountsInDecimalInt64) {
+  RendezvousState s(make_config(1, 1));
+  EXPECT_EQ(s.add(kAuth, "n", 5).value, 5);
+  EXPECT_EQ(s.add(kAuth, "n", -7).value, -2);
+  EXPECT_EQ(s.get(kAuth, "n").value, "-2");
+  ASSERT_TRUE(s.set(kAuth, "n", "40").ok());
+  EXPECT_EQ(s.add(kAuth, "n", 2).value, 42);
+}
+
+TEST_F(RendezvousStateTest, StoreAddRejectsNonIntegerAndOverflow) {
+  RendezvousState s(make_config(1, 1));
+  ASSERT_TRUE(s.set(kAuth, "text", "12abc").ok());
+  auto r = s.add(kAuth, "text", 1);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(r.status.message, HasSubstr("key 'text'"));
+  ASSERT_TRUE(s.set(kAuth, "big", "9223372036854775807").ok());
+  auto o = s.add(kAuth, "big", 1);
+  EXPECT_EQ(o.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(o.status.message, HasSubstr("overflows"));
+  EXPECT_EQ(s.get(kAuth, "big").value, "9223372036854775807");
+}
+
+TEST_F(RendezvousStateTest, StoreCompareSetFollowsTorchSemantics) {
+  RendezvousState s(make_config(1, 1));
+  auto missing = s.compare_set(kAuth, "k", "x", "y");
+  EXPECT_FALSE(missing.value.swapped);
+  EXPECT_EQ(missing.value.current, "");
+  EXPECT_FALSE(s.get(kAuth, "k").value.has_value());
+  auto create = s.compare_set(kAuth, "k", "", "first");
+  EXPECT_TRUE(create.value.swapped);
+  EXPECT_EQ(create.value.current, "first");
+  auto wrong = s.compare_set(kAuth, "k", "nope", "second");
+  EXPECT_FALSE(wrong.value.swapped);
+  EXPECT_EQ(wrong.value.current, "first");
+  auto right = s.compare_set(kAuth, "k", "first", "second");
+  EXPECT_TRUE(right.value.swapped);
+  EXPECT_EQ(s.get(kAuth, "k").value, "second");
+}
+
+TEST_F(RendezvousStateTest, StoreRejectsEmptyAndOversizedKeys) {
+  RendezvousConfig c = make_config(1, 1);
+  c.limits.max_key_bytes = 8;
+  RendezvousState s(c);
+  EXPECT_EQ(s.set(kAuth, "", "v").code, Code::kInvalidArgument);
+  EXPECT_TRUE(s.set(kAuth, "12345678", "v").ok());
+  Status big = s.set(kAuth, "123456789", "v");
+  EXPECT_EQ(big.code, Code::kInvalidArgument);
+  EXPECT_EQ(big.message, "key '123456789' is 9 bytes, limit 8");
+  EXPECT_EQ(s.get(kAuth, "123456789").status.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.add(kAuth, "123456789", 1).status.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.remove(kAuth, "123456789").status.code, Code::kInvalidArgument);
+}
+
+TEST_F(RendezvousStateTest, StoreKeyInMessagesIsShortenedAndEscaped) {
+  RendezvousState s(make_config(1, 1));
+  Status big = s.set(kAuth, std::string(5000, 'k'), "v");
+  EXPECT_EQ(big.message, "key '" + std::string(40, 'k') + "...' is 5000 bytes, limit 4096");
+  ASSERT_TRUE(s.set(kAuth, std::string("\x01z", 2), "abc").ok());
+  EXPECT_THAT(s.add(kAuth, std::string("\x01z", 2), 1).status.message, HasSubstr("'\\x01z'"));
+}
+
+TEST_F(RendezvousStateTest, StoreRejectsOversizedValues) {
+  RendezvousConfig c = make_config(1, 1);
+  c.limits.max_value_bytes = 4;
+  RendezvousState s(c);
+  EXPECT_TRUE(s.set(kAuth, "k", "1234").ok());
+  Status big = s.set(kAuth, "k", "12345");
+  EXPECT_EQ(big.code, Code::kInvalidArgument);
+  EXPECT_EQ(big.message, "value of key 'k' is 5 bytes, limit 4");
+  EXPECT_EQ(s.compare_set(kAuth, "k", "1234", "12345").status.code, Code::kInvalidArgument);
+  EXPECT_EQ(s.get(kAuth, "k").value, "1234");
+}
+
+TEST_F(RendezvousStateTest, StoreRejectsNewKeysBeyondTheLimitButUpdatesExisting) {
+  RendezvousConfig c = make_config(1, 1);
+  c.limits.max_keys = 2;
+  RendezvousState s(c);
+  ASSERT_TRUE(s.set(kAuth, "a", "1").ok());
+  ASSERT_TRUE(s.set(kAuth, "b", "1").ok());
+  Status full = s.set(kAuth, "c", "1");
+  EXPECT_EQ(full.code, Code::kResourceExhausted);
+  EXPECT_EQ(full.message, "cannot add key 'c': the store holds 2 keys, limit 2");
+  EXPECT_EQ(s.add(kAuth, "c", 1).status.code, Code::kResourceExhausted);
+  EXPECT_EQ(s.compare_set(kAuth, "c", "", "1").status.code, Code::kResourceExhausted);
+  EXPECT_TRUE(s.set(kAuth, "a", "2").ok());
+  EXPECT_EQ(s.add(kAuth, "b", 1).value, 2);
+  EXPECT_EQ(s.num_keys(kAuth).value, 2);
+}
+
+TEST_F(RendezvousStateTest, VersionCountsStoreMutationsOnly) {
+  RendezvousState s(make_config(1, 1));
+  auto v = s.version();
+  ASSERT_TRUE(s.set(kAuth, "k", "1").ok());
+  EXPECT_GT(s.version(), v);
+  v = s.version();
+  s.get(kAuth, "k");
+  s.check(kAuth, {"k"});
+  s.num_keys(kAuth);
+  s.remove(kAuth, "missing");
+  s.compare_set(kAuth, "k", "wrong", "x");
+  EXPECT_EQ(s.version(), v) << "reads and failed swaps change nothing";
+  s.add(kAuth, "k", 1);
+  EXPECT_GT(s.version(), v);
+  v = s.version();
+  s.remove(kAuth, "k");
+  EXPECT_GT(s.version(), v);
+}
+
+// --- Authentication of every operation ------------------------------------------
+
+// Every operation kind, called with `auth`, returning its status.
+std::vector<std::pair<std::string, std::function<Status(RendezvousState&, const Auth&, TimePoint)>>>
+every_operation() {
+  return {
+      {"join", [](auto& s, auto& a, auto t) { return s.join(a, node("x"), t).status; }},
+      {"heartbeat", [](auto& s, auto& a, auto t) { return s.heartbeat(a, 1, 0, t).status; }},
+      {"report_failure",
+       [](auto& s, auto& a, auto t) { return s.report_failure(a, 1, 0, "bad", 1, t).status; }},
+      {"leave", [](auto& s, auto& a, auto t) { return s.leave(a, 1, 0, 1, t); }},
+      {"set", [](auto& s, auto& a, auto) { return s.set(a, "k", "new"); }},
+      {"get", [](auto& s, auto& a, auto) { return s.get(a, "k").status; }},
+      {"add", [](auto& s, auto& a, auto) { return s.add(a, "n", 1).status; }},
+      {"compare_set",
+       [](auto& s, auto& a, auto) { return s.compare_set(a, "k", "old", "x").status; }},
+      {"check", [](auto& s, auto& a, auto) { return s.check(a, {"k"}).status; }},
+      {"remove", [](auto& s, auto& a, auto) { return s.remove(a, "k").status; }},
+      {"num_keys", [](auto& s, auto& a, auto) { return s.num_keys(a).status; }},
+      {"barrier", [](auto& s, auto& a,
+                     auto t) { return s.barrier_arrive(a, "b", 0, 1, "h", t + 1s, t).status; }},
+  };
+}
+
+TEST_F(RendezvousStateTest, EveryOperationRejectsWrongTokenAndChangesNothing) {
+  for (const auto& [name, op] : every_operation()) {
+    for (const Auth& bad : {Auth{"run1", "wrong"}, Auth{"run1", ""}, Auth{"other", "wrong"}}) {
+      RendezvousState s(make_config(2, 2));
+      form(s, 2);
+      ASSERT_TRUE(s.set(kAuth, "k", "old").ok());
+      const auto version = s.version();
+      const auto deadline = s.next_deadline();
+      // Late enough that a tick would expire both nodes' heartbeats.
+      Status status = op(s, bad, now + 1h);
+      EXPECT_EQ(status.code, Code::kUnauthenticated) << name;
+      EXPECT_EQ(status.message, "wrong or missing rendezvous token") << name;
+      EXPECT_EQ(s.version(), version) << name;
+      EXPECT_EQ(s.next_deadline(), deadline) << name;
+      EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning) << name;
+      EXPECT_EQ(s.get(kAuth, "k").value, "old") << name;
+      EXPECT_EQ(s.num_keys(kAuth).value, 1) << name;
+    }
+  }
+}
+
+TEST_F(RendezvousStateTest, EveryOperationRejectsMismatchedRunIdAndChangesNothing) {
+  for (const auto& [name, op] : every_operation()) {
+    RendezvousState s(make_config(2, 2));
+    form(s, 2);
+    const auto version = s.version();
+    Status status = op(s, Auth{"run2", "secret"}, now + 1h);
+    EXPECT_EQ(status.code, Code::kInvalidArgument) << name;
+    EXPECT_EQ(status.message, "run id 'run2' does not match this server's run 'run1'") << name;
+    EXPECT_EQ(s.version(), version) << name;
+    EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning) << name;
+    EXPECT_EQ(s.num_keys(kAuth).value, 0) << name;
+  }
+}
+
+// --- Barriers --------------------------------------------------------------------
+
+TEST_F(RendezvousStateTest, BarrierCompletesWhenAllRanksArrive) {
+  RendezvousState s(make_config(1, 1));
+  auto t0 = arrive(s, "init", 0, 3);
+  auto t2 = arrive(s, "init", 2, 3);
+  EXPECT_FALSE(s.barrier_status(t0, now).has_value());
+  advance(1s);
+  auto t1 = arrive(s, "init", 1, 3);
+  for (auto t : {t0, t1, t2}) {
+    auto r = s.barrier_status(t, now);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->ok()) << r->message;
+  }
+  EXPECT_EQ(s.barrier_status(t0, now)->code, Code::kNotFound) << "answered tickets are consumed";
+  EXPECT_FALSE(s.next_deadline().has_value());
+}
+
+TEST_F(RendezvousStateTest, BarrierOfOneCompletesAtOnce) {
+  RendezvousState s(make_config(1, 1));
+  auto t = arrive(s, "solo", 0, 1);
+  EXPECT_TRUE(s.barrier_status(t, now)->ok());
+}
+
+TEST_F(RendezvousStateTest, BarrierTimeoutNamesMissingRanksAndArrivedHosts) {
+  RendezvousState s(make_config(1, 1));
+  auto t0 = arrive(s, "init", 0, 4, 2s);
+  arrive(s, "init", 2, 4, 5s);
+  advance(2s);
+  auto r = s.barrier_status(t0, now);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, Code::kDeadlineExceeded);
+  EXPECT_EQ(r->message,
+            "barrier 'init' timed out after 2.0s: ranks 1, 3 never arrived "
+            "(arrived: rank 0 on 'h0', rank 2 on 'h2')");
+}
+
+TEST_F(RendezvousStateTest, BarrierTimeoutReportsRanksMissingAtThatMoment) {
+  RendezvousState s(make_config(1, 1));
+  arrive(s, "b", 0, 3, 2s);
+  auto t1 = arrive(s, "b", 1, 3, 5s);
+  advance(2s);
+  s.tick(now);  // rank 0 gives up and is withdrawn
+  advance(1s);
+  auto t2 = arrive(s, "b", 2, 3, 5s);
+  EXPECT_FALSE(s.barrier_status(t2, now).has_value()) << "rank 0 no longer waits";
+  advance(2s);
+  auto r = s.barrier_status(t1, now);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, Code::kDeadlineExceeded);
+  EXPECT_EQ(r->message,
+            "barrier 'b' timed out after 5.0s: rank 0 never arrived "
+            "(arrived: rank 1 on 'h1', rank 2 on 'h2')");
+}
+
+TEST_F(RendezvousStateTest, BarrierTimeoutSummarisesLargeWorlds) {
+  RendezvousState s(make_config(1, 1));
+  for (int rank = 0; rank < 1000; rank += 2) {
+    ASSERT_TRUE(s.barrier_arrive(kAuth, "big", rank, 1 << 20, "node" + std::to_string(rank / 500),
+                                 now + 1s, now)
+                    .ok());
+  }
+  auto t = arrive(s, "big", 1001, 1 << 20, 1s);
+  advance(1s);
+  auto r = s.barrier_status(t, now);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_THAT(r->message, HasSubstr("ranks 1, 3, 5,"));
+  EXPECT_THAT(r->message, HasSubstr("... (1048075 in all) never arrived"));
+  EXPECT_THAT(r->message, HasSubstr("ranks 0, 2, 4,"));
+  EXPECT_LT(r->message.size(), 1000u);
+}
+
+TEST_F(RendezvousStateTest, BarrierRejectsWorldSizeMismatch) {
+  RendezvousState s(make_config(1, 1));
+  arrive(s, "b", 0, 3);
+  auto r = s.barrier_arrive(kAuth, "b", 1, 4, "h", now + 1s, now);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  EXPECT_EQ(r.status.message, "barrier 'b': rank 1 gives world size 4, earlier ranks gave 3");
+}
+
+TEST_F(RendezvousStateTest, BarrierRejectsRankTwiceAndRankOutOfRange) {
+  RendezvousState s(make_config(1, 1));
+  arrive(s, "b", 1, 3);
+  auto twice = s.barrier_arrive(kAuth, "b", 1, 3, "again", now + 1s, now);
+  EXPECT_EQ(twice.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(twice.status.message, HasSubstr("rank 1 arrived twice (first from host 'h1')"));
+  EXPECT_EQ(s.barrier_arrive(kAuth, "b", 3, 3, "h", now + 1s, now).status.code,
+            Code::kInvalidArgument);
+  EXPECT_EQ(s.barrier_arrive(kAuth, "b", -1, 3, "h", now + 1s, now).status.code,
+            Code::kInvalidArgument);
+  EXPECT_EQ(s.barrier_arrive(kAuth, "", 0, 3, "h", now + 1s, now).status.code,
+            Code::kInvalidArgument);
+}
+
+TEST_F(RendezvousStateTest, BarrierNameCanBeReused) {
+  RendezvousState s(make_config(1, 1));
+  for (int generation = 0; generation < 3; ++generation) {
+    auto a = arrive(s, "step", 0, 2);
+    auto b = arrive(s, "step", 1, 2);
+    EXPECT_TRUE(s.barrier_status(a, now)->ok());
+    EXPECT_TRUE(s.barrier_status(b, now)->ok());
+  }
+  auto next = arrive(s, "step", 0, 5);  // a new generation may even change size
+  EXPECT_FALSE(s.barrier_status(next, now).has_value());
+}
+
+TEST_F(RendezvousStateTest, BarrierLimitsOpenBarriersAndWorldSize) {
+  RendezvousConfig c = make_config(1, 1);
+  c.limits.max_open_barriers = 2;
+  c.limits.max_world_size = 8;
+  RendezvousState s(c);
+  arrive(s, "one", 0, 2);
+  auto two = arrive(s, "two", 0, 2);
+  auto r = s.barrier_arrive(kAuth, "three", 0, 2, "h", now + 1s, now);
+  EXPECT_EQ(r.status.code, Code::kResourceExhausted);
+  EXPECT_THAT(r.status.message, HasSubstr("2 barriers are open, limit 2"));
+  EXPECT_TRUE(s.barrier_arrive(kAuth, "two", 1, 2, "h", now + 1s, now).ok())
+      << "joining an open one is fine";
+  EXPECT_TRUE(s.barrier_status(two, now)->ok());
+  EXPECT_TRUE(s.barrier_arrive(kAuth, "three", 0, 2, "h", now + 1s, now).ok()) << "room again";
+  auto huge = s.barrier_arrive(kAuth, "huge", 0, 9, "h", now + 1s, now);
+  EXPECT_EQ(huge.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(huge.status.message, HasSubstr("world size 9 is outside [1, 8]"));
+}
+
+TEST_F(RendezvousStateTest, CancelledBarrierTicketWithdrawsItsRank) {
+  RendezvousState s(make_config(1, 1));
+  auto gone = arrive(s, "b", 0, 2);
+  s.cancel(gone);
+  EXPECT_FALSE(s.next_deadline().has_value());
+  auto t1 = arrive(s, "b", 1, 2);
+  EXPECT_FALSE(s.barrier_status(t1, now).has_value());
+  auto t0 = arrive(s, "b", 0, 2);  // may arrive again: it was withdrawn
+  EXPECT_TRUE(s.barrier_status(t0, now)->ok());
+}
+
+// --- Deadlines ---------------------------------------------------------------------
+
+TEST_F(RendezvousStateTest, NextDeadlineFollowsWhatWaits) {
+  RendezvousConfig c = make_config(2, 3);
+  c.join_timeout = 100s;
+  c.last_call_timeout = 10s;
+  c.heartbeat_timeout = 20s;
+  RendezvousState s(c);
+  EXPECT_FALSE(s.next_deadline().has_value());
+
+  const TimePoint start = now;
+  join(s, node("a"));
+  EXPECT_EQ(s.next_deadline(), start + 100s);  // join timeout
+  advance(5s);
+  join(s, node("b"));
+  EXPECT_EQ(s.next_deadline(), start + 15s);  // last call
+  arrive(s, "b", 0, 2, 3s);
+  EXPECT_EQ(s.next_deadline(), start + 8s);  // the barrier ticket is sooner
+
+  advance(3s);
+  s.tick(now);  // the barrier ticket expires
+  EXPECT_EQ(s.next_deadline(), start + 15s);
+  advance(7s);
+  s.tick(now);  // the round closes at start + 15s
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.next_deadline(), start + 35s);  // heartbeats
+  advance(5s);
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now).ok());
+  EXPECT_EQ(s.next_deadline(), start + 35s) << "node 1 is still due first";
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 1, now).ok());
+  EXPECT_EQ(s.next_deadline(), start + 40s);
+  ASSERT_TRUE(s.report_failure(kAuth, 1, 0, "boom", 1, now).ok());
+  EXPECT_FALSE(s.next_deadline().has_value());
+}
+
+TEST(RendezvousConfigTest, ConstructorRejectsInconsistentConfig) {
+  RendezvousConfig c = make_config(3, 2);
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(0, 2);
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1);
+  c.heartbeat_timeout = 0s;
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1, -1);
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1);
+  c.token = "";
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1);
+  c.join_timeout = std::chrono::hours(24 * 366);
+  EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1);
+  c.last_call_timeout = 0s;
+  EXPECT_NO_THROW(RendezvousState{c});
+}
+
+}  // namespace
+}  // namespace ddp::launcher
