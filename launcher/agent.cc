@@ -12,14 +12,18 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/log.h"
+#include "ddp/common/endpoint.h"
 #include "failure_report.h"
+#include "heartbeat_monitor.h"
 #include "log_tee.h"
 #include "port_reservation.h"
 #include "process.h"
+#include "rendezvous_service.h"
 
 extern char** environ;
 
@@ -82,10 +86,32 @@ sigset_t forwarded_signals() {
 }
 
 struct Agent::AttemptResult {
-  std::optional<WorkerOutcome> first_failure;
-  std::deque<std::string> failure_stderr;
-  int signal = 0;  // a signal to ddprun ended the attempt
+  std::optional<WorkerOutcome> first_failure;  // a local worker failed first
+  std::string failure_report;
+  int signal = 0;               // a signal to ddprun ended the attempt
+  std::optional<RoundStatus> remote_end;  // the round ended elsewhere (or the job succeeded)
+  std::string lost;             // the rendezvous server stopped answering
+  bool can_restart = false;     // the server will form another round
 };
+
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+Agent::Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd)
+    : spec_(spec), guard_(guard), signal_fd_(signal_fd), hostname_(local_hostname()) {}
+
+Agent::~Agent() = default;
 
 int Agent::run() {
   auto& log = launcher_log();
@@ -96,21 +122,168 @@ int Agent::run() {
   if (spec_.log_dir_defaulted) {
     log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
   }
-  for (int attempt = 0;; ++attempt) {
-    AttemptResult result = run_attempt(attempt, reservation.port());
+
+  // The rendezvous: in-process on a single node or on node 0.
+  Endpoint endpoint{spec_.rdzv_host, spec_.rdzv_port};
+  if (spec_.hosts_rendezvous()) {
+    RendezvousConfig config;
+    config.run_id = spec_.run_id;
+    config.token = spec_.rdzv_token;
+    config.min_nodes = spec_.min_nodes;
+    config.max_nodes = spec_.nnodes;
+    config.join_timeout = to_ms(spec_.rdzv_conf.join_timeout_s);
+    config.last_call_timeout = to_ms(spec_.rdzv_conf.last_call_timeout_s);
+    config.heartbeat_timeout = to_ms(spec_.rdzv_conf.heartbeat_timeout_s);
+    config.max_restarts = spec_.max_restarts;
+    ServerOptions options;
+    // A multi-node server listens on every interface; a single-node one on its endpoint host.
+    options.host = spec_.multi_node() ? "::" : spec_.rdzv_host;
+    options.port = spec_.rdzv_port;
+    options.tls_cert = spec_.tls_cert;
+    options.tls_key = spec_.tls_key;
+    try {
+      server_ = std::make_unique<RendezvousServer>(config, options);
+    } catch (const Error& e) {
+      if (!spec_.multi_node()) throw;
+      options.host = "0.0.0.0";  // no IPv6 on this host
+      try {
+        server_ = std::make_unique<RendezvousServer>(config, options);
+      } catch (const Error&) {
+        throw Error(std::string("--rdzv_endpoint=") + spec_.rdzv_endpoint + ": " + e.what());
+      }
+    }
+    endpoint.port = server_->port();
+  }
+  // TLS certificates name a host, so the client keeps the endpoint's name.
+  const std::string rdzv_target = endpoint.to_string();
+  client_ = std::make_unique<RendezvousClient>(rdzv_target, spec_.run_id, spec_.rdzv_token,
+                                               TlsFiles{spec_.tls_cert, spec_.tls_key, spec_.tls_ca});
+
+  NodeInfo node;
+  node.node_rank = spec_.node_rank;
+  node.local_world_size = spec_.nproc_per_node;
+  node.hostname = hostname_;
+  node.address = !spec_.local_addr.empty() ? spec_.local_addr
+                 : spec_.multi_node()      ? local_address_towards(endpoint)
+                                           : spec_.master_addr;
+  node.master_port = reservation.port();
+
+  int attempt_number = 0;
+  for (;;) {
+    RoundAssignment round;
+    try {
+      round = client_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s));
+    } catch (const RpcError& e) {
+      log.error("error: {}", e.what());
+      return 1;
+    }
+    if (spec_.multi_node()) {
+      log.info("round {}: node rank {} of {}, ranks {}-{} of {}", round.round, round.group_rank,
+               round.group_world_size, round.global_rank_offset,
+               round.global_rank_offset + spec_.nproc_per_node - 1, round.world_size);
+    }
+    ++attempt_number;
+    AttemptResult result = run_attempt(round, rdzv_target);
     if (result.signal != 0) {
       log.warn("stopped workers after {}", signal_name(result.signal));
+      if (spec_.multi_node()) {
+        try {
+          client_->report_failure(round.round, round.group_rank,
+                                  "node " + std::to_string(round.group_rank) + " (host " + hostname_ +
+                                      ") was stopped by " + signal_name(result.signal),
+                                  128 + result.signal);
+        } catch (const RpcError&) {
+        }
+      }
       return 128 + result.signal;
     }
-    if (!result.first_failure) return 0;
-    log.error("{}", format_failure_report(*result.first_failure, result.failure_stderr, attempt,
-                                         spec_.max_restarts));
-    if (attempt >= spec_.max_restarts) return result.first_failure->launcher_exit_code();
-    log.warn("restarting the worker group (restart {} of {})", attempt + 1, spec_.max_restarts);
+    if (!result.lost.empty()) {
+      log.error("error: {}; stopped this node's workers", result.lost);
+      return 1;
+    }
+    if (result.first_failure) {
+      log.error("{}", result.failure_report);
+      if (!result.can_restart) {
+        if (server_) server_linger(round);
+        return result.first_failure->launcher_exit_code();
+      }
+      log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      continue;
+    }
+    if (result.remote_end) {
+      if (result.remote_end->succeeded) return 0;
+      log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
+      if (!result.remote_end->can_restart) {
+        if (server_) server_linger(round);
+        return 1;
+      }
+      log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      continue;
+    }
+    // Every local worker succeeded: tell the server, then wait for the job's outcome.
+    bool restart = false;
+    int code = finish_after_success(round, &restart);
+    if (!restart) return code;
   }
 }
 
-Agent::AttemptResult Agent::run_attempt(int attempt, int master_port) {
+void Agent::server_linger(const RoundAssignment& round) {
+  // Other nodes learn the outcome from their next heartbeat: keep answering
+  // until they have had the chance.
+  if (round.group_world_size <= 1) return;
+  std::this_thread::sleep_for(to_ms(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
+}
+
+int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
+  auto& log = launcher_log();
+  *restart = false;
+  try {
+    client_->leave(round.round, round.group_rank, 0);
+  } catch (const RpcError& e) {
+    log.error("error: {}", e.what());
+    return 1;
+  }
+  if (round.group_world_size <= 1) return 0;
+  // Other nodes may still be running: wait until the job succeeds or the round fails.
+  HeartbeatMonitor monitor(*client_, round.round, round.group_rank, to_ms(spec_.rdzv_conf.heartbeat_interval_s),
+                           to_ms(spec_.rdzv_conf.heartbeat_timeout_s));
+  for (;;) {
+    pollfd pfds[2] = {{monitor.event_fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    if (poll(pfds, 2, -1) < 0 && errno != EINTR) return 1;
+    if (pfds[1].revents & POLLIN) {
+      signalfd_siginfo info{};
+      while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo != SIGCHLD) {
+          log.warn("received {} while waiting for the other nodes", signal_name(static_cast<int>(info.ssi_signo)));
+          return 128 + static_cast<int>(info.ssi_signo);
+        }
+      }
+    }
+    if (!(pfds[0].revents & POLLIN)) continue;
+    if (auto end = monitor.ended()) {
+      if (end->succeeded) {
+        if (server_) server_linger(round);
+        return 0;
+      }
+      log.error("round {} ended on another node: {}", round.round, end->reason);
+      if (end->can_restart) {
+        log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+        *restart = true;
+        return 0;
+      }
+      if (server_) server_linger(round);
+      return 1;
+    }
+    // This node's work is done; a vanished server can no longer change that, but
+    // the job's outcome is unknown.
+    log.error("error: {}", monitor.lost());
+    return 1;
+  }
+}
+
+Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
+  const int attempt = round.restart_count;
+  const int master_port = round.master_port;
   const int n = spec_.nproc_per_node;
   std::string attempt_dir;
   if (!spec_.log_dir.empty()) {
@@ -140,22 +313,25 @@ Agent::AttemptResult Agent::run_attempt(int attempt, int master_port) {
     for (int i = 0; i < n; ++i) {
       Worker& w = workers[i];
       w.local_rank = i;
-      w.rank = spec_.node_rank * n + i;
+      w.rank = round.global_rank_offset + i;
       WorkerEnv env;
       env.rank = w.rank;
       env.local_rank = i;
-      env.group_rank = spec_.node_rank;
+      env.group_rank = round.group_rank;
       env.role_rank = w.rank;
-      env.world_size = n * spec_.nnodes;
+      env.world_size = round.world_size;
       env.local_world_size = n;
-      env.group_world_size = spec_.nnodes;
+      env.group_world_size = round.group_world_size;
       env.role_world_size = env.world_size;
       env.role_name = spec_.role;
-      env.master_addr = spec_.master_addr;
+      env.master_addr = round.master_addr;
       env.master_port = master_port;
       env.restart_count = attempt;
       env.max_restarts = spec_.max_restarts;
       env.run_id = spec_.run_id;
+      env.rdzv_endpoint = rdzv_endpoint;
+      env.rdzv_token = spec_.rdzv_token;
+      env.round = round.round;
       std::vector<std::string> worker_env = base_env;
       for (const auto& [name, value] : env.to_env()) worker_env.push_back(name + "=" + value);
 
@@ -189,6 +365,7 @@ Agent::AttemptResult Agent::run_attempt(int attempt, int master_port) {
       w.outcome.rank = w.rank;
       w.outcome.local_rank = i;
       w.outcome.pid = p.pid;
+      w.outcome.host = spec_.multi_node() ? hostname_ : "";
     }
   } catch (...) {
     stop_all(SIGKILL);
@@ -231,23 +408,40 @@ Agent::AttemptResult Agent::run_attempt(int attempt, int master_port) {
       w.outcome.signaled = WIFSIGNALED(status);
       w.outcome.code = w.outcome.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
       // The first failure (not one caused by our own shutdown) ends the attempt.
-      if (w.outcome.failed() && !kill_deadline && result.signal == 0) {
+      if (w.outcome.failed() && !kill_deadline && result.signal == 0 && !result.remote_end) {
         // Read what the rank wrote before it died so the report has its last words.
         for (int s = 0; s < 2; ++s) if (w.fds[s] >= 0) pump(w, s);
         result.first_failure = w.outcome;
-        result.failure_stderr = w.tees[1]->last_lines();
+        result.failure_report = format_failure_report(w.outcome, w.tees[1]->last_lines(), attempt,
+                                                      spec_.max_restarts);
         begin_shutdown();
+        // Tell the other nodes at once; the server decides whether a round follows.
+        try {
+          result.can_restart = client_->report_failure(round.round, round.group_rank, result.failure_report,
+                                                       w.outcome.launcher_exit_code());
+        } catch (const RpcError& e) {
+          launcher_log().error("error: could not report the failure: {}", e.what());
+        }
       }
     }
   };
 
+  // Single-node rounds need no heartbeats: the server lives in this process.
+  std::unique_ptr<HeartbeatMonitor> monitor;
+  if (round.group_world_size > 1) {
+    monitor = std::make_unique<HeartbeatMonitor>(*client_, round.round, round.group_rank,
+                                                 to_ms(spec_.rdzv_conf.heartbeat_interval_s),
+                                                 to_ms(spec_.rdzv_conf.heartbeat_timeout_s));
+  }
   std::vector<pollfd> pfds;
-  std::vector<std::pair<int, int>> owners;  // (worker index, stream) per pollfd after the first
+  std::vector<std::pair<int, int>> owners;  // (worker index, stream) per pollfd after the first two
   const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));
+  constexpr size_t kFixed = 2;  // signalfd, heartbeat eventfd
   while (running_count() > 0) {
     pfds.clear();
     owners.clear();
     pfds.push_back({signal_fd_, POLLIN, 0});
+    pfds.push_back({monitor ? monitor->event_fd() : -1, POLLIN, 0});
     for (int i = 0; i < n; ++i) {
       for (int s = 0; s < 2; ++s) {
         if (workers[i].fds[s] >= 0) {
@@ -264,8 +458,21 @@ Agent::AttemptResult Agent::run_attempt(int attempt, int master_port) {
     int ready = poll(pfds.data(), pfds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
     if (ready > 0) {
-      for (size_t k = 1; k < pfds.size(); ++k) {
-        if (pfds[k].revents != 0) pump(workers[owners[k - 1].first], owners[k - 1].second);
+      for (size_t k = kFixed; k < pfds.size(); ++k) {
+        if (pfds[k].revents != 0) pump(workers[owners[k - kFixed].first], owners[k - kFixed].second);
+      }
+      if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end && result.lost.empty()) {
+        uint64_t count = 0;
+        ssize_t ignored = read(monitor->event_fd(), &count, sizeof(count));
+        (void)ignored;
+        if (auto end = monitor->ended()) {
+          result.remote_end = end;
+          if (!end->succeeded) begin_shutdown();
+        } else {
+          result.lost = monitor->lost();
+          begin_shutdown();
+        }
+        pfds[1].fd = -1;
       }
       if (pfds[0].revents & POLLIN) {
         signalfd_siginfo info{};

@@ -1,13 +1,19 @@
 #pragma once
-// The node agent: runs the worker group of one node through its attempts.
-// One attempt = spawn every worker, supervise (output, exits, signals), stop
-// the group when one fails or a signal arrives (SIGTERM, grace period,
-// SIGKILL of each worker's process group), and restart as a new attempt while
-// --max_restarts allows. Single-threaded: everything happens in one poll loop
-// on the workers' pipes and a signalfd.
+// The node agent: runs this node's worker group through the job's rounds.
+// Each round: Join the rendezvous (which assigns the node's group rank and
+// global rank offset), spawn every worker with the environment contract,
+// supervise them (output, exits, signals, heartbeats), stop the group when a
+// worker fails, the round ends elsewhere or a signal arrives (SIGTERM, grace
+// period, SIGKILL of each worker's process group), and join the next round
+// while the server's job-wide restart budget allows. The supervision loop is
+// single-threaded (poll on the workers' pipes, a signalfd and the heartbeat
+// monitor's eventfd); heartbeats run on their own thread.
 
 #include <signal.h>
 
+#include <memory>
+
+#include "ddp/common/rendezvous_client.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
 
@@ -16,24 +22,33 @@ namespace ddp::launcher {
 // Signals ddprun forwards to its workers (and so blocks for its signalfd).
 sigset_t forwarded_signals();
 
+class RendezvousServer;
+class HeartbeatMonitor;
+
 class Agent {
  public:
   // `signal_fd`: a signalfd for SIGCHLD + forwarded_signals(), which the
   // caller has blocked. Neither is owned.
-  Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd)
-      : spec_(spec), guard_(guard), signal_fd_(signal_fd) {}
+  Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd);
+  ~Agent();
 
   // Runs the job; returns ddprun's exit code (0, the failed worker's code,
-  // or 128 + signal). Throws ddp::Error when nothing could be started.
+  // 128 + signal, or 1 when the job failed on another node or the rendezvous
+  // was lost). Throws ddp::Error when nothing could be started.
   int run();
 
  private:
   struct AttemptResult;
-  AttemptResult run_attempt(int attempt, int master_port);
+  AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
+  int finish_after_success(const RoundAssignment& round, bool* restart);
+  void server_linger(const RoundAssignment& round);
 
   const LaunchSpec& spec_;
   OrphanGuard& guard_;
   int signal_fd_;
+  std::unique_ptr<RendezvousServer> server_;
+  std::unique_ptr<RendezvousClient> client_;
+  std::string hostname_;
 };
 
 }  // namespace ddp::launcher

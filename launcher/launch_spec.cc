@@ -11,6 +11,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
 
@@ -117,6 +118,44 @@ void ensure_writable_dir(const std::string& flag, const std::string& dir) {
 
 }  // namespace
 
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    double seconds = 0;
+    try {
+      size_t used = 0;
+      seconds = std::stod(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+    } catch (const std::exception&) {
+      throw Error("--rdzv_conf: " + key + "=" + value + " is not a number of seconds");
+    }
+    double* target = key == "join_timeout"          ? &conf.join_timeout_s
+                     : key == "last_call_timeout"  ? &conf.last_call_timeout_s
+                     : key == "heartbeat_interval" ? &conf.heartbeat_interval_s
+                     : key == "heartbeat_timeout"  ? &conf.heartbeat_timeout_s
+                                                   : nullptr;
+    if (target == nullptr) {
+      throw Error("--rdzv_conf: unknown key '" + key +
+                  "' (known: join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout)");
+    }
+    bool may_be_zero = key == "last_call_timeout";
+    if (!(seconds >= 0) || (!may_be_zero && seconds == 0) || seconds > 365 * 86400.0) {
+      throw Error("--rdzv_conf: " + key + "=" + value + " is out of range");
+    }
+    *target = seconds;
+  }
+  if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
+    throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");
+  }
+  return conf;
+}
+
 bool LaunchSpec::runs_under_python() const {
   return !no_python && (module || ends_with(program, ".py"));
 }
@@ -192,13 +231,30 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.set_version_flag("--version", "ddprun 0.1.0");
 
   LaunchSpec spec;
-  std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id;
+  std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id, rdzv_conf_text;
   bool no_prefix = false;
   app.add_option("--nproc_per_node,--nproc-per-node", spec.nproc_per_node_text,
                  "Workers on this node: N, auto (GPUs, else CPUs), cpu, gpu")
       ->envname("PET_NPROC_PER_NODE");
   app.add_option("--nnodes", nnodes_text, "Number of nodes (N or MIN:MAX)")->envname("PET_NNODES");
-  app.add_option("--node_rank,--node-rank", spec.node_rank, "Rank of this node")->envname("PET_NODE_RANK");
+  app.add_option("--node_rank,--node-rank", spec.node_rank,
+                 "Rank of this node (default: assigned by the rendezvous; 0 hosts the rendezvous)")
+      ->envname("PET_NODE_RANK");
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", spec.rdzv_endpoint,
+                 "Rendezvous HOST[:PORT] (default port 29400; single node: 127.0.0.1 on a free port)")
+      ->envname("PET_RDZV_ENDPOINT");
+  app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf_text,
+                 "join_timeout=S,last_call_timeout=S,heartbeat_interval=S,heartbeat_timeout=S")
+      ->envname("PET_RDZV_CONF");
+  app.add_option("--rdzv_token,--rdzv-token", spec.rdzv_token,
+                 "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN)")
+      ->envname("DDP_RDZV_TOKEN");
+  app.add_option("--local_addr,--local-addr", spec.local_addr,
+                 "Address advertised to other nodes (default: the one that routes to the endpoint)")
+      ->envname("PET_LOCAL_ADDR");
+  app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", spec.tls_cert, "PEM certificate (server: node 0)");
+  app.add_option("--rdzv_tls_key,--rdzv-tls-key", spec.tls_key, "PEM private key for --rdzv_tls_cert");
+  app.add_option("--rdzv_tls_ca,--rdzv-tls-ca", spec.tls_ca, "PEM CA that signed the server's certificate");
   app.add_option("--master_addr,--master-addr", spec.master_addr, "MASTER_ADDR given to workers")
       ->envname("PET_MASTER_ADDR");
   app.add_option("--master_port,--master-port", spec.master_port,
@@ -283,15 +339,46 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
                         ? min_nodes
                         : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
     if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
-    if (max_nodes > 1) {
-      throw Error("--nnodes=" + nnodes_text +
-                  ": multi-node jobs are not supported by this build yet (single node only)");
-    }
+    spec.min_nodes = min_nodes;
     spec.nnodes = max_nodes;
   }
-  if (spec.node_rank < 0 || spec.node_rank >= spec.nnodes) {
+  if (!spec.multi_node() && spec.node_rank == -1) spec.node_rank = 0;
+  if (spec.node_rank < -1 || spec.node_rank >= spec.nnodes) {
     throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +
                 std::to_string(spec.nnodes) + ")");
+  }
+  if (spec.standalone && spec.multi_node()) {
+    throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" + nnodes_text);
+  }
+  spec.rdzv_conf = parse_rdzv_conf(rdzv_conf_text);
+  if (spec.rdzv_endpoint.empty()) {
+    if (spec.multi_node()) {
+      throw Error("--nnodes=" + nnodes_text + " needs --rdzv_endpoint HOST[:PORT] (node 0's address)");
+    }
+    spec.rdzv_host = "127.0.0.1";
+    spec.rdzv_port = 0;
+  } else {
+    Endpoint ep = parse_endpoint(spec.rdzv_endpoint, 29400, "--rdzv_endpoint");
+    spec.rdzv_host = ep.host;
+    spec.rdzv_port = ep.port;
+    if (ep.port == 0 && !spec.hosts_rendezvous()) {
+      throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint + ": port 0 only works on the node that hosts it");
+    }
+  }
+  if (spec.rdzv_token.empty()) {
+    if (spec.multi_node()) {
+      throw Error("--nnodes=" + nnodes_text +
+                  " needs --rdzv_token (or DDP_RDZV_TOKEN), the same secret on every node");
+    }
+    spec.rdzv_token = random_hex(32);
+  }
+  if (spec.tls_cert.empty() != spec.tls_key.empty()) {
+    throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
+  }
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--rdzv_tls_cert", spec.tls_cert},
+                                   {"--rdzv_tls_key", spec.tls_key},
+                                   {"--rdzv_tls_ca", spec.tls_ca}}) {
+    if (!path.empty() && access(path.c_str(), R_OK) != 0) throw Error(flag + "=" + path + ": cannot read file");
   }
   if (spec.master_port < 0 || spec.master_port > 65535) {
     throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");

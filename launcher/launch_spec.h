@@ -11,11 +11,36 @@
 
 namespace ddp::launcher {
 
+// --rdzv_conf key=value,... (seconds).
+struct RdzvConf {
+  double join_timeout_s = 600;
+  double last_call_timeout_s = 30;  // torchrun's default
+  double heartbeat_interval_s = 1;
+  double heartbeat_timeout_s = 10;
+};
+
+// Throws ddp::Error naming --rdzv_conf and the key when malformed or unknown.
+RdzvConf parse_rdzv_conf(const std::string& text);
+
 struct LaunchSpec {
   int nproc_per_node = 1;
   std::string nproc_per_node_text = "1";  // as given (N, auto, cpu, gpu)
-  int nnodes = 1;
-  int node_rank = 0;
+  int min_nodes = 1;  // --nnodes=MIN:MAX (both equal for a fixed size)
+  int nnodes = 1;     // MAX
+  int node_rank = -1;  // -1: assigned by the rendezvous (0 on a single node)
+  bool multi_node() const { return nnodes > 1; }
+  // This agent runs the rendezvous server in-process: single node, or node rank 0.
+  bool hosts_rendezvous() const { return !multi_node() || node_rank == 0; }
+
+  // Rendezvous. Single-node jobs default to 127.0.0.1 on a free port.
+  std::string rdzv_endpoint;  // HOST:PORT as given ("" = default)
+  std::string rdzv_host;      // parsed
+  int rdzv_port = 0;
+  std::string rdzv_token;     // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs
+  RdzvConf rdzv_conf;
+  std::string local_addr;     // advertised to peers ("" = the address that routes to the endpoint)
+  std::string tls_cert, tls_key, tls_ca;
+
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: ddprun reserves a free port
   bool standalone = false;

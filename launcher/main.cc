@@ -15,18 +15,22 @@
 #include "ddp/common/log.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
+#include "subcommands.h"
 
 int main(int argc, char** argv) {
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
+  // Subcommands come first; any other first word is a program to launch.
+  if (args.size() >= 2 && args[1] == "health") return run_health_command(args);
   ParseOutcome parsed;
+  const bool daemon = args.size() >= 2 && args[1] == "rendezvous";
   try {
-    parsed = parse_launch_args(args);
+    if (!daemon) parsed = parse_launch_args(args);
   } catch (const ddp::Error& e) {
     ddp::launcher_log().error("error: {}", e.what());
     return 2;
   }
-  if (!parsed.spec) {
+  if (!daemon && !parsed.spec) {
     std::fputs(parsed.message.c_str(), stdout);
     return parsed.exit_code;
   }
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
     ddp::launcher_log().error("error: signalfd failed");
     return 1;
   }
+  if (daemon) return run_rendezvous_command(args, signal_fd);
   try {
     OrphanGuard guard;
     Agent agent(*parsed.spec, guard, signal_fd);

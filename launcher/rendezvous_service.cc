@@ -378,12 +378,11 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     if (options.tls_cert.empty() || options.tls_key.empty()) {
       throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
     }
-    grpc::SslServerCredentialsOptions ssl(options.tls_ca.empty()
-                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    // Clients are authenticated by the run token; TLS gives confidentiality and the
+    // server's identity, so client certificates are not requested.
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     ssl.pem_key_cert_pairs.push_back(
         {read_pem(options.tls_key, "--rdzv_tls_key"), read_pem(options.tls_cert, "--rdzv_tls_cert")});
-    if (!options.tls_ca.empty()) ssl.pem_root_certs = read_pem(options.tls_ca, "--rdzv_tls_ca");
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();

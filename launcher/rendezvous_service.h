@@ -87,7 +87,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 struct ServerOptions {
   std::string host = "127.0.0.1";  // "::" or "0.0.0.0" for every interface
   int port = 0;                    // 0: pick a free port
-  std::string tls_cert, tls_key, tls_ca;  // PEM files; ca set: clients must present a certificate
+  std::string tls_cert, tls_key;  // PEM files: serve TLS (clients are authenticated by the token)
   int max_message_bytes = 8 << 20;
 };
 

@@ -1,0 +1,48 @@
+#pragma once
+// HeartbeatMonitor: a thread that sends this node's heartbeats for one round
+// and tells the agent's poll loop (through an eventfd) when the round ended
+// elsewhere or the rendezvous server stopped answering for heartbeat_timeout.
+// Thread-safe accessors; destruction stops the thread promptly.
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "ddp/common/rendezvous_client.h"
+
+namespace ddp::launcher {
+
+class HeartbeatMonitor {
+ public:
+  HeartbeatMonitor(RendezvousClient& client, std::int64_t round, int group_rank,
+                   std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+  ~HeartbeatMonitor();
+  HeartbeatMonitor(const HeartbeatMonitor&) = delete;
+  HeartbeatMonitor& operator=(const HeartbeatMonitor&) = delete;
+
+  // Readable (poll POLLIN) once ended() or lost() has something to say.
+  int event_fd() const { return event_fd_; }
+  // The round's status once the server says it ended.
+  std::optional<RoundStatus> ended();
+  // Why the server is considered gone (empty while it answers).
+  std::string lost();
+
+ private:
+  void loop();
+  RendezvousClient& client_;
+  std::int64_t round_;
+  int group_rank_;
+  std::chrono::milliseconds interval_, timeout_;
+  int event_fd_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::optional<RoundStatus> ended_;
+  std::string lost_;
+  std::thread thread_;
+};
+
+}  // namespace ddp::launcher
