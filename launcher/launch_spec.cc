@@ -226,6 +226,8 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
       "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
       "ddprun"};
   app.prefix_command();
+  // A flag given twice takes its last value, like torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
   app.allow_config_extras(false);
   app.set_version_flag("--version", "ddprun 0.1.0");

@@ -12,6 +12,7 @@
 
 #include "agent.h"
 #include "ddp/common/error.h"
+#include "ddp/common/grpc_logging.h"
 #include "ddp/common/log.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
@@ -20,6 +21,7 @@
 int main(int argc, char** argv) {
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
+  ddp::route_grpc_logs();
   // Subcommands come first; any other first word is a program to launch.
   if (args.size() >= 2 && args[1] == "health") return run_health_command(args);
   ParseOutcome parsed;

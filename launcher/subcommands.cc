@@ -47,6 +47,7 @@ std::chrono::milliseconds to_ms(double seconds) {
 
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {
   CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job", "ddprun rendezvous"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string host = "::", run_id, token, nnodes = "1", conf_text, cert, key;
   int port = 29400, max_restarts = 0;
   app.add_option("--port", port, "TCP port to listen on (0: any free port, printed)");

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 
 #include "ddp/common/error.h"
@@ -42,6 +43,11 @@ Endpoint parse_endpoint(const std::string& text, int default_port, const std::st
     }
   }
   if (ep.host.empty()) throw bad("empty host");
+  for (char c : ep.host) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+              (c == ':' && text[0] == '[') || (c == '%' && text[0] == '[');
+    if (!ok) throw bad(std::string("'") + c + "' cannot appear in a host name");
+  }
   if (port_text.empty()) {
     ep.port = default_port;
   } else {

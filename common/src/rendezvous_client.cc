@@ -13,7 +13,7 @@ namespace {
 using namespace std::chrono_literals;
 // Slack between an operation's own timeout (enforced by the server, which
 // then names what was missing) and the RPC deadline (the network's bound).
-constexpr auto kRpcSlack = 5s;
+constexpr auto kRpcSlack = 2s;
 constexpr auto kUnaryDeadline = 30s;
 
 std::string read_pem(const std::string& path, const std::string& flag) {

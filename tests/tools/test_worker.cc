@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ddp/common/env_contract.h"
+#include "ddp/common/rendezvous_client.h"
 #include "tcp_barrier.h"
 
 namespace {
@@ -29,7 +30,8 @@ int usage() {
                "  hold DIR [ignore-term]    write DIR/pid_<rank>, fork a child writing DIR/child_<rank>, wait\n"
                "  binary                    write bytes 0..255 and a line without newline\n"
                "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
-               "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n");
+               "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
+               "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n");
   return 64;
 }
 
@@ -112,6 +114,39 @@ int main(int argc, char** argv) {
     ddp::examples::tcp_barrier(*env, 20000);
     std::printf("barrier passed\n");
     return 0;
+  }
+  if (mode == "rdzv") {
+    if (!env || env->rdzv_endpoint.empty()) {
+      std::fprintf(stderr, "rdzv: not launched with a rendezvous\n");
+      return 3;
+    }
+    try {
+      using namespace std::chrono_literals;
+      ddp::RendezvousClient client(env->rdzv_endpoint, env->run_id, env->rdzv_token);
+      std::string prefix = "test/round" + std::to_string(env->round) + "/";
+      client.set(prefix + "rank/" + std::to_string(env->rank), "value-of-" + std::to_string(env->rank));
+      client.add(prefix + "count", 1);
+      client.barrier(prefix + "after-set", env->rank, env->world_size, 20s);
+      for (int r = 0; r < env->world_size; ++r) {
+        std::string got = client.get(prefix + "rank/" + std::to_string(r), 5s);
+        if (got != "value-of-" + std::to_string(r)) {
+          std::fprintf(stderr, "rdzv: rank %d read '%s' for rank %d\n", env->rank, got.c_str(), r);
+          return 4;
+        }
+      }
+      std::int64_t count = client.add(prefix + "count", 0);
+      if (count != env->world_size) {
+        std::fprintf(stderr, "rdzv: counter is %lld, expected %d\n", static_cast<long long>(count), env->world_size);
+        return 5;
+      }
+      client.barrier(prefix + "end", env->rank, env->world_size, 20s);
+      std::printf("RDZV OK rank=%d world=%d group=%d round=%ld restart=%d\n", env->rank, env->world_size,
+                  env->group_rank, env->round, env->restart_count);
+      return 0;
+    } catch (const ddp::Error& e) {
+      std::fprintf(stderr, "rdzv: %s\n", e.what());
+      return 6;
+    }
   }
   return usage();
 }

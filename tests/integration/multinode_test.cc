@@ -1,0 +1,285 @@
+// Multi-node jobs on loopback: several ddprun agents as separate nodes, the
+// rendezvous in node 0's agent or in a standalone `ddprun rendezvous`.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kWorker = TEST_WORKER_PATH;
+const std::map<std::string, std::string> kToken = {{"DDP_RDZV_TOKEN", "test-secret"}};
+// Fast liveness settings so failures propagate in about 2 s.
+const std::string kFastConf = "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
+
+// A port that was free a moment ago (the test's own listeners make the window harmless).
+int free_port(int family = AF_INET) {
+  int fd = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage addr{};
+  socklen_t len;
+  if (family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(sockaddr_in);
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    close(fd);
+    return -1;
+  }
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  close(fd);
+  return port;
+}
+
+std::unique_ptr<Subprocess> agent(const std::string& endpoint, int nnodes, int node_rank, int nproc,
+                                  std::vector<std::string> program, std::vector<std::string> extra = {},
+                                  std::map<std::string, std::string> env = kToken) {
+  std::vector<std::string> args = {kDdprun, "--nnodes=" + std::to_string(nnodes), "--nproc_per_node=" + std::to_string(nproc),
+                                   "--rdzv_endpoint=" + endpoint, "--run_id=mn", kFastConf};
+  if (node_rank >= 0) args.push_back("--node_rank=" + std::to_string(node_rank));
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), program.begin(), program.end());
+  return std::make_unique<Subprocess>(args, env);
+}
+
+// A standalone `ddprun rendezvous` on an ephemeral port; returns its port.
+struct Daemon {
+  std::unique_ptr<Subprocess> process;
+  int port = 0;
+  Daemon(int nnodes, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=mn",
+                                     "--nnodes=" + std::to_string(nnodes),
+                                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process = std::make_unique<Subprocess>(args, kToken);
+    wait_until([&] { return process->read_out().find("listening on") != std::string::npos; }, 10s);
+    auto out = process->read_out();
+    auto colon = out.rfind(':');
+    if (colon != std::string::npos) port = std::stoi(out.substr(colon + 1));
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+std::set<int> ranks_ok(const std::string& out) {
+  std::set<int> ranks;
+  for (const auto& line : lines_with_prefix(out, "[rank ")) {
+    auto pos = line.find("RDZV OK rank=");
+    if (pos != std::string::npos) ranks.insert(std::stoi(line.substr(pos + 13)));
+  }
+  return ranks;
+}
+
+TEST(MultiNode, TwoNodesGetGlobalRanksAndShareStoreAndBarriers) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto n0 = agent(ep, 2, 0, 2, {kWorker, "rdzv"});
+  auto n1 = agent(ep, 2, 1, 3, {kWorker, "rdzv"});
+  auto r0 = n0->wait(60s), r1 = n1->wait(60s);
+  ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
+  ASSERT_EQ(r1.code, 0) << r1.err << r1.out;
+  EXPECT_EQ(ranks_ok(r0.out), (std::set<int>{0, 1}));
+  EXPECT_EQ(ranks_ok(r1.out), (std::set<int>{2, 3, 4}));
+  EXPECT_NE(r1.out.find("world=5 group=1"), std::string::npos) << r1.out;
+}
+
+TEST(MultiNode, ThreeNodesWithStandaloneDaemonAndAutomaticRanks) {
+  Daemon daemon(3);
+  ASSERT_GT(daemon.port, 0) << daemon.process->read_err();
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(agent(daemon.endpoint(), 3, -1, 2, {kWorker, "rdzv"}));
+  std::set<int> all;
+  for (auto& n : nodes) {
+    auto r = n->wait(60s);
+    ASSERT_EQ(r.code, 0) << r.err << r.out;
+    auto ranks = ranks_ok(r.out);
+    EXPECT_EQ(ranks.size(), 2u) << r.out;
+    all.insert(ranks.begin(), ranks.end());
+  }
+  EXPECT_EQ(all, (std::set<int>{0, 1, 2, 3, 4, 5}));
+  auto d = daemon.process->wait(15s);
+  EXPECT_TRUE(d.exited);
+  EXPECT_EQ(d.code, 0) << d.err;  // the daemon exits once the job succeeded
+}
+
+TEST(MultiNode, AWorkerFailureOnOneNodeStopsEveryNode) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto dir = make_temp_dir();
+  auto n0 = agent(ep, 2, 0, 2, {kWorker, "hold", dir});
+  auto n1 = agent(ep, 2, 1, 2, {kWorker, "fail", "3", "9"}, {"--shutdown_timeout=1"});
+  auto r1 = n1->wait(30s);
+  auto r0 = n0->wait(30s);
+  EXPECT_EQ(r1.code, 9) << r1.err;
+  EXPECT_NE(r1.err.find("rank 3 (local rank 1"), std::string::npos) << r1.err;
+  EXPECT_EQ(r0.code, 1) << r0.err;
+  EXPECT_NE(r0.err.find("ended on another node"), std::string::npos) << r0.err;
+  EXPECT_NE(r0.err.find("rank 3"), std::string::npos) << r0.err;  // the first failure's report
+}
+
+TEST(MultiNode, SigkillOfOneAgentStopsTheOthersWithinHeartbeatTimeout) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto dir0 = make_temp_dir(), dir1 = make_temp_dir();
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "hold", dir0});
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "hold", dir1});
+  auto has_pid = [](const std::string& dir) { return !read_file(dir + "/pid_0").empty() || !read_file(dir + "/pid_1").empty(); };
+  ASSERT_TRUE(wait_until([&] { return has_pid(dir0) && has_pid(dir1); }, 20s));
+  auto start = std::chrono::steady_clock::now();
+  kill(n1->pid(), SIGKILL);
+  auto r0 = n0->wait(20s);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(r0.exited);
+  EXPECT_EQ(r0.code, 1) << r0.err;
+  EXPECT_LT(seconds, 2.0 + 2.0) << r0.err;  // heartbeat_timeout + 2 s
+  EXPECT_NE(r0.err.find("node 1"), std::string::npos) << r0.err;
+  EXPECT_NE(r0.err.find("heartbeat"), std::string::npos) << r0.err;
+  pid_t orphan = std::stoi(read_file(dir1 + "/pid_1"));
+  EXPECT_TRUE(wait_until([&] { return !process_alive(orphan); }, 5s));
+}
+
+TEST(MultiNode, RestartRoundGivesFreshRoundAndRestartCount) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"}, {"--max_restarts=2"});
+  // Node 1's worker fails in the first round only: a script around the test worker.
+  auto n1 = agent(ep, 2, 1, 1,
+                  {"sh", "-c", "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exit 4; fi; exec " + kWorker + " rdzv"},
+                  {"--max_restarts=2"});
+  auto r1 = n1->wait(60s), r0 = n0->wait(60s);
+  ASSERT_EQ(r1.code, 0) << r1.err << r1.out;
+  ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
+  EXPECT_NE(r0.out.find("RDZV OK rank=0 world=2 group=0 round=2 restart=1"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("RDZV OK rank=1 world=2 group=1 round=2 restart=1"), std::string::npos) << r1.out;
+}
+
+TEST(MultiNode, RestartBudgetIsJobWide) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  // Both nodes fail every round: one restart is allowed for the whole job, not one per node.
+  auto n0 = agent(ep, 2, 0, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"}, {"--max_restarts=1"});
+  auto n1 = agent(ep, 2, 1, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"}, {"--max_restarts=1"});
+  auto r0 = n0->wait(60s), r1 = n1->wait(60s);
+  EXPECT_NE(r0.code, 0);
+  EXPECT_NE(r1.code, 0);
+  std::string all = r0.out + r1.out;
+  EXPECT_NE(all.find("attempt 1"), std::string::npos) << all;
+  EXPECT_EQ(all.find("attempt 2"), std::string::npos) << all;
+}
+
+TEST(MultiNode, Ipv6Loopback) {
+  int port = free_port(AF_INET6);
+  if (port < 0) GTEST_SKIP() << "::1 cannot be bound on this machine";
+  std::string ep = "[::1]:" + std::to_string(port);
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"});
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"});
+  auto r0 = n0->wait(60s), r1 = n1->wait(60s);
+  EXPECT_EQ(r0.code, 0) << r0.err;
+  EXPECT_EQ(r1.code, 0) << r1.err;
+  EXPECT_EQ(ranks_ok(r0.out + r1.out), (std::set<int>{0, 1}));
+}
+
+TEST(MultiNode, ElasticRoundClosesAfterLastCallWithMinNodes) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto n0 = agent(ep, 2, 0, 2, {kWorker, "rdzv"}, {"--nnodes=1:2", "--rdzv_conf=last_call_timeout=0.3,join_timeout=20"});
+  auto r = n0->wait(30s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ranks_ok(r.out), (std::set<int>{0, 1}));
+}
+
+TEST(MultiNode, HealthOfLiveAndStoppedServers) {
+  Daemon daemon(2);
+  ASSERT_GT(daemon.port, 0);
+  auto live = run_process({kDdprun, "health", daemon.endpoint()});
+  EXPECT_EQ(live.code, 0) << live.err;
+  EXPECT_EQ(live.out, "SERVING\n");
+  kill(daemon.process->pid(), SIGTERM);
+  auto stopped_daemon = daemon.process->wait(10s);
+  EXPECT_EQ(stopped_daemon.code, 0) << stopped_daemon.err;
+  auto dead = run_process({kDdprun, "health", "--timeout=1", daemon.endpoint()});
+  EXPECT_EQ(dead.code, 1);
+  EXPECT_EQ(dead.out, "UNAVAILABLE\n");
+  auto bad = run_process({kDdprun, "health", "not a [endpoint"});
+  EXPECT_EQ(bad.code, 2);
+}
+
+TEST(MultiNode, WrongTokenIsRefusedAndNothingRuns) {
+  Daemon daemon(1);
+  ASSERT_GT(daemon.port, 0);
+  auto dir = make_temp_dir();
+  auto intruder = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir}, {}, {{"DDP_RDZV_TOKEN", "wrong"}});
+  auto r = intruder->wait(20s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/pid_0"));
+}
+
+TEST(MultiNode, UnreachableEndpointFailsAfterJoinTimeout) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());  // nobody listens
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "env"}, {"--rdzv_conf=join_timeout=1"});
+  auto r = n1->wait(20s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.seconds, 6.0);
+  EXPECT_NE(r.err.find(ep), std::string::npos) << r.err;
+}
+
+TEST(MultiNode, ServerDyingMidJobStopsTheAgents) {
+  Daemon daemon(2);
+  ASSERT_GT(daemon.port, 0);
+  auto dir = make_temp_dir();
+  auto n0 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir});
+  auto n1 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir + "/pid_0") && std::filesystem::exists(dir + "/pid_1"); }, 20s));
+  kill(daemon.process->pid(), SIGKILL);
+  auto r0 = n0->wait(20s), r1 = n1->wait(20s);
+  EXPECT_EQ(r0.code, 1) << r0.err;
+  EXPECT_EQ(r1.code, 1) << r1.err;
+  EXPECT_NE(r0.err.find("lost the rendezvous server"), std::string::npos) << r0.err;
+  EXPECT_LT(r0.seconds, 15.0);
+}
+
+TEST(MultiNode, BusyRendezvousPortIsAnError) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string ep = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "env"});
+  auto r = n0->wait(20s);
+  close(fd);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--rdzv_endpoint=" + ep), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one error line, no gRPC log noise: " << r.err;
+}
+
+TEST(MultiNode, MultiNodeNeedsEndpointAndToken) {
+  auto no_ep = run_process({kDdprun, "--nnodes=2", kWorker, "env"}, kToken);
+  EXPECT_EQ(no_ep.code, 2);
+  EXPECT_NE(no_ep.err.find("--rdzv_endpoint"), std::string::npos) << no_ep.err;
+  auto no_token = run_process({kDdprun, "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", kWorker, "env"},
+                              {{"DDP_RDZV_TOKEN", "\x01"}});
+  EXPECT_EQ(no_token.code, 2);
+  EXPECT_NE(no_token.err.find("--rdzv_token"), std::string::npos) << no_token.err;
+}
+
+}  // namespace
+}  // namespace ddp::testing
