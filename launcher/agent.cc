@@ -19,11 +19,11 @@
 #include "ddp/common/log.h"
 #include "ddp/common/endpoint.h"
 #include "failure_report.h"
-#include "heartbeat_monitor.h"
+#include "local_control_plane.h"
 #include "log_tee.h"
 #include "port_reservation.h"
 #include "process.h"
-#include "rendezvous_service.h"
+#include "rpc_plugin.h"
 
 extern char** environ;
 
@@ -123,41 +123,15 @@ int Agent::run() {
     log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
   }
 
-  // The rendezvous: in-process on a single node or on node 0.
-  Endpoint endpoint{spec_.rdzv_host, spec_.rdzv_port};
-  if (spec_.hosts_rendezvous()) {
-    RendezvousConfig config;
-    config.run_id = spec_.run_id;
-    config.token = spec_.rdzv_token;
-    config.min_nodes = spec_.min_nodes;
-    config.max_nodes = spec_.nnodes;
-    config.join_timeout = to_ms(spec_.rdzv_conf.join_timeout_s);
-    config.last_call_timeout = to_ms(spec_.rdzv_conf.last_call_timeout_s);
-    config.heartbeat_timeout = to_ms(spec_.rdzv_conf.heartbeat_timeout_s);
-    config.max_restarts = spec_.max_restarts;
-    ServerOptions options;
-    // A multi-node server listens on every interface; a single-node one on its endpoint host.
-    options.host = spec_.multi_node() ? "::" : spec_.rdzv_host;
-    options.port = spec_.rdzv_port;
-    options.tls_cert = spec_.tls_cert;
-    options.tls_key = spec_.tls_key;
-    try {
-      server_ = std::make_unique<RendezvousServer>(config, options);
-    } catch (const Error& e) {
-      if (!spec_.multi_node()) throw;
-      options.host = "0.0.0.0";  // no IPv6 on this host
-      try {
-        server_ = std::make_unique<RendezvousServer>(config, options);
-      } catch (const Error&) {
-        throw Error(std::string("--rdzv_endpoint=") + spec_.rdzv_endpoint + ": " + e.what());
-      }
-    }
-    endpoint.port = server_->port();
+  // Single node: rounds decided here, workers' server loaded in the background.
+  // Several nodes: the gRPC control plane from the rpc plugin.
+  if (spec_.multi_node()) {
+    control_ = load_rpc_plugin().multi_node_control_plane(spec_);
+  } else {
+    control_ = std::make_unique<LocalControlPlane>(spec_);
   }
-  // TLS certificates name a host, so the client keeps the endpoint's name.
-  const std::string rdzv_target = endpoint.to_string();
-  client_ = std::make_unique<RendezvousClient>(rdzv_target, spec_.run_id, spec_.rdzv_token,
-                                               TlsFiles{spec_.tls_cert, spec_.tls_key, spec_.tls_ca});
+  const std::string rdzv_target = control_->worker_endpoint();
+  Endpoint endpoint = parse_endpoint(rdzv_target, 29400, "--rdzv_endpoint");
 
   NodeInfo node;
   node.node_rank = spec_.node_rank;
@@ -172,8 +146,8 @@ int Agent::run() {
   for (;;) {
     RoundAssignment round;
     try {
-      round = client_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s));
-    } catch (const RpcError& e) {
+      round = control_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s));
+    } catch (const Error& e) {
       log.error("error: {}", e.what());
       return 1;
     }
@@ -188,11 +162,11 @@ int Agent::run() {
       log.warn("stopped workers after {}", signal_name(result.signal));
       if (spec_.multi_node()) {
         try {
-          client_->report_failure(round.round, round.group_rank,
-                                  "node " + std::to_string(round.group_rank) + " (host " + hostname_ +
-                                      ") was stopped by " + signal_name(result.signal),
-                                  128 + result.signal);
-        } catch (const RpcError&) {
+          control_->report_failure(round,
+                                   "node " + std::to_string(round.group_rank) + " (host " + hostname_ +
+                                       ") was stopped by " + signal_name(result.signal),
+                                   128 + result.signal);
+        } catch (const Error&) {
         }
       }
       return 128 + result.signal;
@@ -204,7 +178,7 @@ int Agent::run() {
     if (result.first_failure) {
       log.error("{}", result.failure_report);
       if (!result.can_restart) {
-        if (server_) server_linger(round);
+        control_->linger(round);
         return result.first_failure->launcher_exit_code();
       }
       log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -214,7 +188,7 @@ int Agent::run() {
       if (result.remote_end->succeeded) return 0;
       log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
       if (!result.remote_end->can_restart) {
-        if (server_) server_linger(round);
+        control_->linger(round);
         return 1;
       }
       log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -227,28 +201,20 @@ int Agent::run() {
   }
 }
 
-void Agent::server_linger(const RoundAssignment& round) {
-  // Other nodes learn the outcome from their next heartbeat: keep answering
-  // until they have had the chance.
-  if (round.group_world_size <= 1) return;
-  std::this_thread::sleep_for(to_ms(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
-}
-
 int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
   auto& log = launcher_log();
   *restart = false;
   try {
-    client_->leave(round.round, round.group_rank, 0);
-  } catch (const RpcError& e) {
+    control_->leave(round, 0);
+  } catch (const Error& e) {
     log.error("error: {}", e.what());
     return 1;
   }
   if (round.group_world_size <= 1) return 0;
   // Other nodes may still be running: wait until the job succeeds or the round fails.
-  HeartbeatMonitor monitor(*client_, round.round, round.group_rank, to_ms(spec_.rdzv_conf.heartbeat_interval_s),
-                           to_ms(spec_.rdzv_conf.heartbeat_timeout_s));
+  std::unique_ptr<RoundWatch> monitor = control_->watch(round);
   for (;;) {
-    pollfd pfds[2] = {{monitor.event_fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    pollfd pfds[2] = {{monitor->event_fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
     if (poll(pfds, 2, -1) < 0 && errno != EINTR) return 1;
     if (pfds[1].revents & POLLIN) {
       signalfd_siginfo info{};
@@ -260,9 +226,9 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
       }
     }
     if (!(pfds[0].revents & POLLIN)) continue;
-    if (auto end = monitor.ended()) {
+    if (auto end = monitor->ended()) {
       if (end->succeeded) {
-        if (server_) server_linger(round);
+        control_->linger(round);
         return 0;
       }
       log.error("round {} ended on another node: {}", round.round, end->reason);
@@ -271,12 +237,12 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
         *restart = true;
         return 0;
       }
-      if (server_) server_linger(round);
+      control_->linger(round);
       return 1;
     }
     // This node's work is done; a vanished server can no longer change that, but
     // the job's outcome is unknown.
-    log.error("error: {}", monitor.lost());
+    log.error("error: {}", monitor->lost());
     return 1;
   }
 }
@@ -417,9 +383,9 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         begin_shutdown();
         // Tell the other nodes at once; the server decides whether a round follows.
         try {
-          result.can_restart = client_->report_failure(round.round, round.group_rank, result.failure_report,
-                                                       w.outcome.launcher_exit_code());
-        } catch (const RpcError& e) {
+          result.can_restart =
+              control_->report_failure(round, result.failure_report, w.outcome.launcher_exit_code());
+        } catch (const Error& e) {
           launcher_log().error("error: could not report the failure: {}", e.what());
         }
       }
@@ -427,12 +393,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   };
 
   // Single-node rounds need no heartbeats: the server lives in this process.
-  std::unique_ptr<HeartbeatMonitor> monitor;
-  if (round.group_world_size > 1) {
-    monitor = std::make_unique<HeartbeatMonitor>(*client_, round.round, round.group_rank,
-                                                 to_ms(spec_.rdzv_conf.heartbeat_interval_s),
-                                                 to_ms(spec_.rdzv_conf.heartbeat_timeout_s));
-  }
+  std::unique_ptr<RoundWatch> monitor;
+  if (round.group_world_size > 1) monitor = control_->watch(round);
   std::vector<pollfd> pfds;
   std::vector<std::pair<int, int>> owners;  // (worker index, stream) per pollfd after the first two
   const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));

@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "ddp/common/rendezvous_client.h"
+#include "control_plane.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
 
@@ -21,9 +21,6 @@ namespace ddp::launcher {
 
 // Signals ddprun forwards to its workers (and so blocks for its signalfd).
 sigset_t forwarded_signals();
-
-class RendezvousServer;
-class HeartbeatMonitor;
 
 class Agent {
  public:
@@ -41,13 +38,11 @@ class Agent {
   struct AttemptResult;
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
-  void server_linger(const RoundAssignment& round);
 
   const LaunchSpec& spec_;
   OrphanGuard& guard_;
   int signal_fd_;
-  std::unique_ptr<RendezvousServer> server_;
-  std::unique_ptr<RendezvousClient> client_;
+  std::unique_ptr<ControlPlane> control_;
   std::string hostname_;
 };
 

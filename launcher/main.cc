@@ -12,18 +12,23 @@
 
 #include "agent.h"
 #include "ddp/common/error.h"
-#include "ddp/common/grpc_logging.h"
 #include "ddp/common/log.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
-#include "subcommands.h"
+#include "rpc_plugin.h"
 
 int main(int argc, char** argv) {
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
-  ddp::route_grpc_logs();
   // Subcommands come first; any other first word is a program to launch.
-  if (args.size() >= 2 && args[1] == "health") return run_health_command(args);
+  if (args.size() >= 2 && args[1] == "health") {
+    try {
+      return load_rpc_plugin().health_command(args);
+    } catch (const ddp::Error& e) {
+      ddp::launcher_log().error("error: {}", e.what());
+      return 1;
+    }
+  }
   ParseOutcome parsed;
   const bool daemon = args.size() >= 2 && args[1] == "rendezvous";
   try {
@@ -49,13 +54,21 @@ int main(int argc, char** argv) {
     ddp::launcher_log().error("error: signalfd failed");
     return 1;
   }
-  if (daemon) return run_rendezvous_command(args, signal_fd);
+  int code = 1;
   try {
+    if (daemon) return load_rpc_plugin().rendezvous_command(args, signal_fd);
     OrphanGuard guard;
     Agent agent(*parsed.spec, guard, signal_fd);
-    return agent.run();
+    code = agent.run();
+    // Leave without destructors: the workers' rendezvous server may still be
+    // loading on its thread (it has nothing to save), and waiting for it would
+    // cost a single-node job ~15 ms. Closing the guard's pipe happens at exit.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(code);
   } catch (const ddp::Error& e) {
     ddp::launcher_log().error("error: {}", e.what());
-    return 1;
+    std::fflush(stderr);
+    _exit(code);
   }
 }

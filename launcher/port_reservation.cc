@@ -48,14 +48,14 @@ int bind_wildcard(int port, int* error) {
 
 }  // namespace
 
-PortReservation PortReservation::reserve(int port) {
+PortReservation PortReservation::reserve(int port, const std::string& flag) {
   int error = 0;
   int fd = bind_wildcard(port, &error);
   if (fd < 0) {
     if (error == EADDRINUSE) {
-      throw Error("--master_port=" + std::to_string(port) + ": port in use (another process listens on it)");
+      throw Error(flag + "=" + std::to_string(port) + ": port in use (another process listens on it)");
     }
-    throw Error("--master_port=" + std::to_string(port) + ": cannot reserve: " + std::strerror(error));
+    throw Error(flag + "=" + std::to_string(port) + ": cannot reserve: " + std::strerror(error));
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);

@@ -13,9 +13,9 @@ namespace ddp::launcher {
 
 class PortReservation {
  public:
-  // port == 0: the kernel picks a free port. Throws ddp::Error naming the
-  // port when it is already in use (something listens on it).
-  static PortReservation reserve(int port);
+  // port == 0: the kernel picks a free port. Throws ddp::Error naming `flag`
+  // and the port when it is already in use (something listens on it).
+  static PortReservation reserve(int port, const std::string& flag = "--master_port");
 
   PortReservation(PortReservation&& other) noexcept;
   PortReservation& operator=(PortReservation&& other) noexcept;

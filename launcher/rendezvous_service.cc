@@ -2,6 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -34,6 +35,11 @@ TimePoint deadline_after(std::int64_t timeout_ms) {
   if (timeout_ms <= 0) return now() + kMaxWait;
   return now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), kMaxWait);
 }
+
+// Waiter topics (see RendezvousService::Waiter).
+const char kJoinTopic[] = "j";
+std::string key_topic(const std::string& key) { return "k:" + key; }
+std::string barrier_topic(const std::string& name) { return "b:" + name; }
 
 std::string seconds_text(std::int64_t ms) {
   std::ostringstream out;
@@ -71,6 +77,8 @@ void RendezvousService::stop() {
       finished.emplace_back(w.reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
     }
     waiters_.clear();
+    by_topic_.clear();
+    by_reactor_.clear();
   }
   timer_cv_.notify_all();
   for (auto& [reactor, status] : finished) reactor->Finish(status);
@@ -91,7 +99,7 @@ grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContext* /*ctx*/,
                                                       std::unique_lock<std::mutex>& lock, Poll poll,
                                                       std::function<void()> cancel,
-                                                      std::optional<TimePoint> deadline) {
+                                                      std::optional<TimePoint> deadline, Topics topics) {
   auto* reactor = new WaitReactor(this);
   if (stopping_) {
     cancel();
@@ -100,61 +108,100 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
     return reactor;
   }
   if (auto status = poll(now())) {
-    after_change(lock);
+    wake(lock, topics);
     reactor->Finish(*status);
     return reactor;
   }
-  waiters_.push_back({reactor, std::move(poll), std::move(cancel), deadline});
-  after_change(lock);
-  timer_cv_.notify_all();  // a new deadline may be earlier than the timer's
+  // Still pending, so this request decided no one else's answer either: an
+  // arrival that does not complete its barrier, a join that does not close
+  // the round. Only time can, and the timer sees to that.
+  std::sort(topics.begin(), topics.end());
+  topics.erase(std::unique(topics.begin(), topics.end()), topics.end());
+  auto it = waiters_.insert(waiters_.end(), {reactor, std::move(poll), std::move(cancel), deadline, std::move(topics)});
+  for (const auto& topic : it->topics) by_topic_.emplace(topic, it);
+  by_reactor_.emplace(reactor, it);
+  TimePoint due = deadline.value_or(TimePoint::max());
+  if (auto d = state_.next_deadline()) due = std::min(due, *d);
+  const bool earlier = due < timer_wake_;
+  lock.unlock();
+  if (earlier) timer_cv_.notify_all();
   return reactor;
+}
+
+void RendezvousService::erase_waiter(WaiterList::iterator it) {
+  for (const auto& topic : it->topics) {
+    auto [first, last] = by_topic_.equal_range(topic);
+    for (auto t = first; t != last; ++t) {
+      if (t->second == it) {
+        by_topic_.erase(t);
+        break;
+      }
+    }
+  }
+  by_reactor_.erase(it->reactor);
+  waiters_.erase(it);
 }
 
 void RendezvousService::poll_waiters_locked(TimePoint t, Finished& finished) {
   state_.tick(t);
-  polled_version_ = state_.version();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
+    auto next = std::next(it);
     if (auto status = it->poll(t)) {
       finished.emplace_back(it->reactor, *status);
-      it = waiters_.erase(it);
-    } else {
-      ++it;
+      erase_waiter(it);
     }
+    it = next;
   }
 }
 
-void RendezvousService::after_change(std::unique_lock<std::mutex>& lock) {
+void RendezvousService::wake(std::unique_lock<std::mutex>& lock, const Topics& topics) {
   Finished finished;
-  if (state_.version() != polled_version_) poll_waiters_locked(now(), finished);
+  const TimePoint t = now();
+  std::vector<WaiterList::iterator> candidates;
+  for (const auto& topic : topics) {
+    candidates.clear();
+    auto [first, last] = by_topic_.equal_range(topic);
+    for (auto w = first; w != last; ++w) candidates.push_back(w->second);
+    for (auto w : candidates) {  // a waiter is listed once per topic
+      if (auto status = w->poll(t)) {
+        finished.emplace_back(w->reactor, *status);
+        erase_waiter(w);
+      }
+    }
+  }
   lock.unlock();
   for (auto& [reactor, status] : finished) reactor->Finish(status);
 }
 
 void RendezvousService::on_cancel(WaitReactor* reactor) {
   std::unique_lock<std::mutex> lock(mu_);
-  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
-    if (it->reactor == reactor) {
-      it->cancel();
-      waiters_.erase(it);
-      after_change(lock);  // a withdrawn join or arrival may change others' answers
-      reactor->Finish(grpc::Status::CANCELLED);
-      return;
-    }
-  }
+  auto found = by_reactor_.find(reactor);
+  if (found == by_reactor_.end()) return;  // already answered
+  // Withdrawing a join or an arrival completes nothing for the others, so no
+  // one else needs a poll.
+  found->second->cancel();
+  erase_waiter(found->second);
+  lock.unlock();
+  reactor->Finish(grpc::Status::CANCELLED);
 }
 
 void RendezvousService::timer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  TimePoint sweep = now() + kIdleTick;  // polls everyone at least this often
   while (!stopping_) {
-    TimePoint wake = now() + kIdleTick;
+    TimePoint wake = sweep;
     if (auto d = state_.next_deadline()) wake = std::min(wake, *d);
     for (const auto& w : waiters_) {
       if (w.deadline) wake = std::min(wake, *w.deadline);
     }
+    timer_wake_ = wake;
     timer_cv_.wait_until(lock, wake);
     if (stopping_) break;
+    const TimePoint t = now();
+    if (t < wake) continue;  // notified: something may be due earlier
+    sweep = t + kIdleTick;
     Finished finished;
-    poll_waiters_locked(now(), finished);
+    poll_waiters_locked(t, finished);
     if (!finished.empty()) {
       lock.unlock();
       for (auto& [reactor, status] : finished) reactor->Finish(status);
@@ -195,7 +242,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     resp->set_restart_count(j.restart_count);
     return grpc::Status::OK;
   };
-  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt);
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt, {kJoinTopic});
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -209,7 +256,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     resp->set_can_restart(r.value.can_restart);
     resp->set_succeeded(r.value.round_ended && r.value.reason.empty());
   }
-  after_change(lock);
+  lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
   return answer(ctx, to_grpc(r.status));
 }
 
@@ -220,7 +267,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   auto r = state_.report_failure(auth_of(req->auth()), req->round(), req->group_rank(), req->report(),
                                  req->exit_code(), now());
   if (r.ok()) resp->set_can_restart(r.value.can_restart);
-  after_change(lock);
+  wake(lock, {kJoinTopic});
   return answer(ctx, to_grpc(r.status));
 }
 
@@ -228,7 +275,7 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
                                                    v1::LeaveResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   auto s = state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
-  after_change(lock);
+  wake(lock, {kJoinTopic});
   return answer(ctx, to_grpc(s));
 }
 
@@ -238,7 +285,7 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
                                                  v1::SetResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   auto s = state_.set(auth_of(req->auth()), req->key(), req->value());
-  after_change(lock);
+  wake(lock, {key_topic(req->key())});
   return answer(ctx, to_grpc(s));
 }
 
@@ -272,7 +319,7 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
     }
     return std::nullopt;
   };
-  return wait_for(ctx, lock, std::move(poll), [] {}, deadline);
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline, {key_topic(key)});
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* req,
@@ -280,7 +327,7 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
   std::unique_lock<std::mutex> lock(mu_);
   auto r = state_.add(auth_of(req->auth()), req->key(), req->delta());
   if (r.ok()) resp->set_value(r.value);
-  after_change(lock);
+  wake(lock, {key_topic(req->key())});
   return answer(ctx, to_grpc(r.status));
 }
 
@@ -293,7 +340,7 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
     resp->set_swapped(r.value.swapped);
     resp->set_current(r.value.current);
   }
-  after_change(lock);
+  wake(lock, {key_topic(req->key())});
   return answer(ctx, to_grpc(r.status));
 }
 
@@ -302,6 +349,8 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
   std::unique_lock<std::mutex> lock(mu_);
   Auth auth = auth_of(req->auth());
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  Topics topics;
+  for (const auto& k : keys) topics.push_back(key_topic(k));
   TimePoint deadline = deadline_after(req->timeout_ms());
   std::int64_t timeout_ms = req->timeout_ms();
   Poll poll = [this, auth, keys, deadline, timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
@@ -317,7 +366,7 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
   };
-  return wait_for(ctx, lock, std::move(poll), [] {}, deadline);
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
@@ -325,7 +374,7 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
   std::unique_lock<std::mutex> lock(mu_);
   auto r = state_.remove(auth_of(req->auth()), req->key());
   if (r.ok()) resp->set_deleted(r.value);
-  after_change(lock);
+  lock.unlock();  // a deletion completes no wait
   return answer(ctx, to_grpc(r.status));
 }
 
@@ -354,7 +403,8 @@ grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext
     if (!s) return std::nullopt;
     return to_grpc(*s);
   };
-  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, deadline);
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, deadline,
+                  {barrier_topic(req->name())});
 }
 
 // --- server ------------------------------------------------------------------------

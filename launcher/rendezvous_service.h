@@ -2,9 +2,10 @@
 // RendezvousService: the thin gRPC glue around RendezvousState (callback
 // API). Non-blocking RPCs answer at once under the state's mutex. Blocking
 // ones (Join, Get with wait, Wait, Barrier) become waiters: each is polled
-// whenever the state changes and by a timer thread at the state's next
-// deadline, and finished as soon as its answer is known, so a thousand
-// waiting ranks cost no threads. A client that goes away cancels its waiter
+// when a change it depends on happens (its key is written, its barrier or
+// round completes) and by a timer thread at the state's next deadline, and
+// finished as soon as its answer is known, so a thousand waiting ranks cost
+// no threads, and one arrival costs one poll, not one per waiting rank. A client that goes away cancels its waiter
 // (its join or barrier arrival is withdrawn).
 //
 // RendezvousServer owns a grpc::Server with this service plus the standard
@@ -16,10 +17,14 @@
 #include <condition_variable>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rendezvous_state.h"
@@ -58,28 +63,39 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   class WaitReactor;
   // Fills the response and returns the final status, or nullopt while pending.
   using Poll = std::function<std::optional<grpc::Status>(TimePoint now)>;
+  // What a waiter's answer depends on ("k:" key, "b:" barrier name, "j" the
+  // forming round): a change wakes the waiters of the topics it touches.
+  using Topics = std::vector<std::string>;
   struct Waiter {
     WaitReactor* reactor;
     Poll poll;
     std::function<void()> cancel;         // withdraws the request from the state
     std::optional<TimePoint> deadline;    // when poll() must be asked again
+    Topics topics;                        // sorted, distinct
   };
+  using WaiterList = std::list<Waiter>;
   using Finished = std::vector<std::pair<grpc::ServerUnaryReactor*, grpc::Status>>;
 
   grpc::ServerUnaryReactor* answer(grpc::CallbackServerContext* ctx, const grpc::Status& status);
-  // Polls once; if pending, registers a waiter. Called with mu_ held via `lock`.
+  // Polls once; if final, wakes the waiters of `topics` (this request may be
+  // what they waited for); else registers a waiter. Called with mu_ held via `lock`.
   grpc::ServerUnaryReactor* wait_for(grpc::CallbackServerContext* ctx, std::unique_lock<std::mutex>& lock,
-                                     Poll poll, std::function<void()> cancel, std::optional<TimePoint> deadline);
-  void poll_waiters_locked(TimePoint now, Finished& finished);
-  void after_change(std::unique_lock<std::mutex>& lock);  // wakes waiters, then unlocks and finishes
+                                     Poll poll, std::function<void()> cancel, std::optional<TimePoint> deadline,
+                                     Topics topics);
+  void poll_waiters_locked(TimePoint now, Finished& finished);  // all of them (the timer)
+  // Polls the waiters of `topics`, then unlocks and finishes those answered.
+  void wake(std::unique_lock<std::mutex>& lock, const Topics& topics);
+  void erase_waiter(WaiterList::iterator it);
   void on_cancel(WaitReactor* reactor);
   void timer_loop();
 
   std::mutex mu_;
   RendezvousState state_;
-  std::list<Waiter> waiters_;
-  std::uint64_t polled_version_ = ~0ull;
+  WaiterList waiters_;
+  std::multimap<std::string, WaiterList::iterator> by_topic_;
+  std::unordered_map<WaitReactor*, WaiterList::iterator> by_reactor_;
   bool stopping_ = false;
+  TimePoint timer_wake_ = TimePoint::max();  // when the timer will look next
   std::condition_variable timer_cv_;
   std::thread timer_;
 };

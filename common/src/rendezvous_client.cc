@@ -51,8 +51,11 @@ struct RendezvousClient::Impl {
                    "rendezvous " + endpoint + ": " + what + ": " + code_text(status.error_code()) + ": " +
                        status.error_message());
   }
+  // Waits for the server to be reachable (the in-process server of a
+  // single-node job may still be starting when workers call) up to `d`.
   static void deadline(grpc::ClientContext& ctx, std::chrono::milliseconds d) {
     ctx.set_deadline(std::chrono::system_clock::now() + d);
+    ctx.set_wait_for_ready(true);
   }
 };
 
@@ -73,7 +76,8 @@ RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   // Each worker and agent gets its own connection (no sharing of subchannels
   // across clients in one process, which would serialise their waits).
@@ -124,7 +128,7 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   req.set_group_rank(group_rank);
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout);
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);  // fail fast: silence is the signal
   impl_->check(impl_->stub->Heartbeat(&ctx, req, &resp), "Heartbeat", endpoint_);
   return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
 }

@@ -1,0 +1,44 @@
+#pragma once
+// ControlPlane: how the agent agrees on rounds with the other nodes. Two
+// implementations: LocalControlPlane (a single node; no RPC, restarts counted
+// here) and the gRPC one in the rpc plugin (multi-node; node 0 also hosts the
+// server, restarts counted by the server for the whole job). Errors are
+// ddp::Error (or RpcError) naming the endpoint and what failed.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/common/rendezvous_types.h"
+
+namespace ddp::launcher {
+
+// Liveness of one round: heartbeats on a thread of their own.
+class RoundWatch {
+ public:
+  virtual ~RoundWatch() = default;
+  virtual int event_fd() const = 0;                    // readable once ended() or lost() says something
+  virtual std::optional<RoundStatus> ended() = 0;      // the round ended (elsewhere, or the job succeeded)
+  virtual std::string lost() = 0;                      // why the server is considered gone
+};
+
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+  // The rendezvous endpoint workers get as DDP_RDZV_ENDPOINT.
+  virtual std::string worker_endpoint() const = 0;
+  // Blocks until this node has its place in the next round.
+  virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) = 0;
+  // A local worker failed; returns whether another round will be formed.
+  virtual bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) = 0;
+  // Every local worker succeeded.
+  virtual void leave(const RoundAssignment& round, int exit_code) = 0;
+  // Heartbeats for a round (nullptr when the node is alone and needs none).
+  virtual std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) = 0;
+  // The job's outcome is decided: a host keeps answering long enough for the
+  // other nodes' next heartbeat to learn it.
+  virtual void linger(const RoundAssignment& /*round*/) {}
+};
+
+}  // namespace ddp::launcher

@@ -1,0 +1,41 @@
+#pragma once
+// LocalControlPlane: the control plane of a single-node job. Rounds and the
+// restart budget are decided here, without RPC; the workers' rendezvous
+// server (store, barriers) is started on a background thread that loads the
+// rpc plugin while the workers start, on a port reserved up front.
+
+#include <future>
+#include <mutex>
+
+#include "control_plane.h"
+#include "launch_spec.h"
+#include "port_reservation.h"
+#include "rpc_plugin.h"
+
+namespace ddp::launcher {
+
+class LocalControlPlane final : public ControlPlane {
+ public:
+  explicit LocalControlPlane(const LaunchSpec& spec);  // throws ddp::Error (port)
+  ~LocalControlPlane() override;
+
+  std::string worker_endpoint() const override;
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) override;
+  bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override;
+  void leave(const RoundAssignment& round, int exit_code) override;
+  std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;
+
+  // True once the background server has finished starting (or failed: then
+  // the error is logged). The agent does not wait for it.
+  bool server_settled() const;
+
+ private:
+  const LaunchSpec& spec_;
+  PortReservation reservation_;
+  std::string host_;
+  std::int64_t rounds_ = 0;
+  int restarts_used_ = 0;
+  std::future<std::unique_ptr<WorkerRendezvous>> server_;
+};
+
+}  // namespace ddp::launcher
