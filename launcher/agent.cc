@@ -298,6 +298,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       env.rdzv_endpoint = rdzv_endpoint;
       env.rdzv_token = spec_.rdzv_token;
       env.round = round.round;
+      if (spec_.multi_node()) env.rdzv_tls_ca = spec_.tls_ca;
       std::vector<std::string> worker_env = base_env;
       for (const auto& [name, value] : env.to_env()) worker_env.push_back(name + "=" + value);
 

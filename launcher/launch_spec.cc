@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -120,6 +121,17 @@ void ensure_writable_dir(const std::string& flag, const std::string& dir) {
 
 RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
+  // Durations in seconds (> 0, the last call may be 0) and sizes in bytes/counts (>= 1).
+  const std::map<std::string, double*> seconds = {
+      {"join_timeout", &conf.join_timeout_s},
+      {"last_call_timeout", &conf.last_call_timeout_s},
+      {"heartbeat_interval", &conf.heartbeat_interval_s},
+      {"heartbeat_timeout", &conf.heartbeat_timeout_s}};
+  const std::map<std::string, long long*> sizes = {
+      {"max_key_bytes", &conf.max_key_bytes},
+      {"max_value_bytes", &conf.max_value_bytes},
+      {"max_keys", &conf.max_keys},
+      {"max_message_bytes", &conf.max_message_bytes}};
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
@@ -127,31 +139,36 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     auto eq = item.find('=');
     if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    double seconds = 0;
+    double number = 0;
     try {
       size_t used = 0;
-      seconds = std::stod(value, &used);
+      number = std::stod(value, &used);
       if (used != value.size()) throw std::invalid_argument(value);
     } catch (const std::exception&) {
-      throw Error("--rdzv_conf: " + key + "=" + value + " is not a number of seconds");
+      throw Error("--rdzv_conf: " + key + "=" + value + " is not a number");
     }
-    double* target = key == "join_timeout"          ? &conf.join_timeout_s
-                     : key == "last_call_timeout"  ? &conf.last_call_timeout_s
-                     : key == "heartbeat_interval" ? &conf.heartbeat_interval_s
-                     : key == "heartbeat_timeout"  ? &conf.heartbeat_timeout_s
-                                                   : nullptr;
-    if (target == nullptr) {
+    if (auto it = seconds.find(key); it != seconds.end()) {
+      bool may_be_zero = key == "last_call_timeout";
+      if (!(number >= 0) || (!may_be_zero && number == 0) || number > 365 * 86400.0) {
+        throw Error("--rdzv_conf: " + key + "=" + value + " is out of range (seconds)");
+      }
+      *it->second = number;
+    } else if (auto sz = sizes.find(key); sz != sizes.end()) {
+      if (!(number >= 1) || number > 1024.0 * 1024 * 1024 || number != static_cast<long long>(number)) {
+        throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
+      }
+      *sz->second = static_cast<long long>(number);
+    } else {
       throw Error("--rdzv_conf: unknown key '" + key +
-                  "' (known: join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout)");
+                  "' (known: join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout, "
+                  "max_key_bytes, max_value_bytes, max_keys, max_message_bytes)");
     }
-    bool may_be_zero = key == "last_call_timeout";
-    if (!(seconds >= 0) || (!may_be_zero && seconds == 0) || seconds > 365 * 86400.0) {
-      throw Error("--rdzv_conf: " + key + "=" + value + " is out of range");
-    }
-    *target = seconds;
   }
   if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
     throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");
+  }
+  if (conf.max_value_bytes + conf.max_key_bytes + 4096 > conf.max_message_bytes) {
+    throw Error("--rdzv_conf: max_message_bytes must exceed max_key_bytes + max_value_bytes + 4096");
   }
   return conf;
 }

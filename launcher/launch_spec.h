@@ -11,12 +11,16 @@
 
 namespace ddp::launcher {
 
-// --rdzv_conf key=value,... (seconds).
+// --rdzv_conf key=value,...: durations in seconds, limits in bytes or counts.
 struct RdzvConf {
   double join_timeout_s = 600;
   double last_call_timeout_s = 30;  // torchrun's default
   double heartbeat_interval_s = 1;
   double heartbeat_timeout_s = 10;
+  long long max_key_bytes = 4096;
+  long long max_value_bytes = 4 << 20;
+  long long max_keys = 100000;
+  long long max_message_bytes = 8 << 20;  // gRPC messages the server accepts
 };
 
 // Throws ddp::Error naming --rdzv_conf and the key when malformed or unknown.

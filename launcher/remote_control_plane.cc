@@ -28,6 +28,7 @@ RendezvousConfig server_config(const LaunchSpec& spec, int min_nodes, int max_no
   config.last_call_timeout = to_ms(spec.rdzv_conf.last_call_timeout_s);
   config.heartbeat_timeout = to_ms(spec.rdzv_conf.heartbeat_timeout_s);
   config.max_restarts = spec.max_restarts;
+  apply_limits(spec.rdzv_conf, config);
   return config;
 }
 
@@ -54,6 +55,7 @@ class RemoteControlPlane final : public ControlPlane {
       options.port = spec.rdzv_port;
       options.tls_cert = spec.tls_cert;
       options.tls_key = spec.tls_key;
+      options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
       auto config = server_config(spec, spec.min_nodes, spec.nnodes);
       try {
         server_ = std::make_unique<RendezvousServer>(config, options);
@@ -99,14 +101,15 @@ class RemoteControlPlane final : public ControlPlane {
   std::string endpoint_;
 };
 
+// A single node's server listens on loopback (or the given host) without TLS:
+// nothing leaves the machine by default, and workers need no certificate.
 class WorkerServer final : public WorkerRendezvous {
  public:
   WorkerServer(const LaunchSpec& spec, int port) {
     ServerOptions options;
     options.host = spec.rdzv_host;
     options.port = port;
-    options.tls_cert = spec.tls_cert;
-    options.tls_key = spec.tls_key;
+    options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
     server_ = std::make_unique<RendezvousServer>(server_config(spec, 1, 1), options);
   }
 

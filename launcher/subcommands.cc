@@ -45,6 +45,12 @@ std::chrono::milliseconds to_ms(double seconds) {
 
 }  // namespace
 
+void apply_limits(const RdzvConf& conf, RendezvousConfig& config) {
+  config.limits.max_key_bytes = static_cast<std::size_t>(conf.max_key_bytes);
+  config.limits.max_value_bytes = static_cast<std::size_t>(conf.max_value_bytes);
+  config.limits.max_keys = static_cast<std::size_t>(conf.max_keys);
+}
+
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {
   CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job", "ddprun rendezvous"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -56,7 +62,7 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
   app.add_option("--rdzv_token,--rdzv-token", token, "Shared secret (or DDP_RDZV_TOKEN)")->envname("DDP_RDZV_TOKEN");
   app.add_option("--nnodes", nnodes, "Nodes in the job: N or MIN:MAX");
   app.add_option("--max_restarts,--max-restarts", max_restarts, "Job-wide restart budget");
-  app.add_option("--rdzv_conf,--rdzv-conf", conf_text, "join_timeout=S,last_call_timeout=S,heartbeat_timeout=S");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf_text, "join_timeout=S,last_call_timeout=S,heartbeat_timeout=S,max_key_bytes=N,...");
   app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", cert, "PEM certificate to serve TLS with");
   app.add_option("--rdzv_tls_key,--rdzv-tls-key", key, "PEM private key for the certificate");
   if (int code = parse(app, argv); code >= 0) return code;
@@ -81,7 +87,9 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     config.last_call_timeout = to_ms(conf.last_call_timeout_s);
     config.heartbeat_timeout = to_ms(conf.heartbeat_timeout_s);
     config.max_restarts = max_restarts;
+    apply_limits(conf, config);
     ServerOptions options;
+    options.max_message_bytes = static_cast<int>(conf.max_message_bytes);
     options.host = host;
     options.port = port;
     options.tls_cert = cert;

@@ -8,6 +8,11 @@
 
 namespace ddp::launcher {
 
+struct RdzvConf;
+struct RendezvousConfig;
+// Copies --rdzv_conf's store limits into a server config.
+void apply_limits(const RdzvConf& conf, RendezvousConfig& config);
+
 // argv[0] is "ddprun", argv[1] the subcommand name.
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd);
 int run_health_command(const std::vector<std::string>& argv);

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "subprocess.h"
+#include "test_pki.h"
 
 namespace ddp::testing {
 namespace {
@@ -192,6 +193,29 @@ TEST(MultiNode, Ipv6Loopback) {
   EXPECT_EQ(r0.code, 0) << r0.err;
   EXPECT_EQ(r1.code, 0) << r1.err;
   EXPECT_EQ(ranks_ok(r0.out + r1.out), (std::set<int>{0, 1}));
+}
+
+TEST(MultiNode, TlsRendezvousWithCaOnEveryNode) {
+  const auto& pki = test_pki();
+  if (!pki.error.empty()) GTEST_SKIP() << pki.error;
+  // The certificate names localhost, so the endpoint does too.
+  std::string ep = "localhost:" + std::to_string(free_port());
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"},
+                  {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_tls_ca=" + pki.ca});
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"}, {"--rdzv_tls_ca=" + pki.ca});
+  auto r0 = n0->wait(60s), r1 = n1->wait(60s);
+  EXPECT_EQ(r0.code, 0) << r0.err;
+  EXPECT_EQ(r1.code, 0) << r1.err;
+  EXPECT_EQ(ranks_ok(r0.out + r1.out), (std::set<int>{0, 1}));
+  // A node that trusts another CA cannot join.
+  auto dir = make_temp_dir();
+  auto host = agent(ep, 2, 0, 1, {kWorker, "hold", dir},
+                    {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_conf=join_timeout=2"});
+  auto stranger = agent(ep, 2, 1, 1, {kWorker, "env"}, {"--rdzv_tls_ca=" + pki.other_ca, "--rdzv_conf=join_timeout=1"});
+  auto rs = stranger->wait(20s);
+  EXPECT_EQ(rs.code, 1) << rs.err;
+  auto rh = host->wait(20s);
+  EXPECT_NE(rh.code, 0) << rh.err;  // its round never formed: join timeout
 }
 
 TEST(MultiNode, ElasticRoundClosesAfterLastCallWithMinNodes) {

@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
     }
     try {
       using namespace std::chrono_literals;
-      ddp::RendezvousClient client(env->rdzv_endpoint, env->run_id, env->rdzv_token);
+      ddp::RendezvousClient client(env->rdzv_endpoint, env->run_id, env->rdzv_token,
+                                   ddp::TlsFiles{"", "", env->rdzv_tls_ca});
       std::string prefix = "test/round" + std::to_string(env->round) + "/";
       client.set(prefix + "rank/" + std::to_string(env->rank), "value-of-" + std::to_string(env->rank));
       client.add(prefix + "count", 1);
