@@ -35,6 +35,7 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.rdzv_endpoint = "host:29400";
   env.rdzv_token = "tok";
   env.round = 4;
+  env.rdzv_tls_ca = "/etc/ca.pem";
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) EXPECT_TRUE(vars.count(name)) << name;
@@ -55,6 +56,7 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_EQ(back->rdzv_endpoint, "host:29400");
   EXPECT_EQ(back->rdzv_token, "tok");
   EXPECT_EQ(back->round, 4);
+  EXPECT_EQ(back->rdzv_tls_ca, "/etc/ca.pem");
 }
 
 TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({})); }
