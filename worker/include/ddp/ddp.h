@@ -1,0 +1,45 @@
+#pragma once
+// libddp's entry point: ddp::init() turns the environment ddprun (or torchrun)
+// gave the process into a ProcessGroup, also reachable as the process-wide
+// default group. Without the launcher's variables the process is a world of
+// one (rank 0, size 1) and every collective is a local no-op.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/process_group.h"
+#include "ddp/store.h"
+#include "ddp/types.h"
+#include "ddp/work.h"
+
+namespace ddp {
+
+struct InitOptions {
+  // "" = DDP_BACKEND, else "nccl" when a GPU is visible, else "gloo".
+  std::string backend;
+  // Per-collective timeout; 0 = DDP_TIMEOUT_S, else 300 s.
+  std::chrono::milliseconds timeout{0};
+};
+
+// Reads the environment contract (common/'s parser), connects to the
+// rendezvous (DDP_RDZV_ENDPOINT; a world launched by plain torchrun without it
+// is refused with an error naming the variable), and creates the group with
+// keys scoped by run id, round and group. Calling init() twice returns the
+// existing group. Throws ddp::Error naming what is wrong.
+std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
+// Destroys the default group (waits for issued collectives). Idempotent.
+void shutdown();
+// The group made by init(); throws ddp::Error when init() was not called.
+ProcessGroup& default_group();
+bool is_initialized();
+
+// From the environment contract (valid before init(): a world of one without it).
+int rank();
+int world_size();
+int local_rank();
+int local_world_size();
+bool is_distributed();  // world_size() > 1
+
+}  // namespace ddp

@@ -1,0 +1,110 @@
+#pragma once
+// ProcessGroup: a set of ranks and the collectives among them, over one
+// backend ("gloo" on CPU, "nccl" on GPU, "local" for a world of one).
+//
+// Buffers are contiguous: (pointer, element count, dtype). For NCCL they are
+// device pointers (see allocate()). Every collective has a blocking form and
+// an async form returning a Work; collectives run one at a time, in the order
+// they were issued, on the group's own thread, so every rank must issue the
+// same collectives in the same order (DDP_DEBUG=1 checks that and reports the
+// ranks that differ instead of hanging). Each collective is bounded by the
+// group's timeout; on timeout the error names the collective, its size, and
+// the ranks that had not arrived (asked through the store).
+//
+// Thread-safety: issuing collectives from several threads is allowed; their
+// order is the order the calls reach the group. Errors are ddp::Error.
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/store.h"
+#include "ddp/types.h"
+#include "ddp/work.h"
+
+namespace ddp {
+
+struct ProcessGroupOptions {
+  std::string backend = "gloo";  // gloo | nccl | local
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
+  bool debug_checks = false;     // compare every collective's signature across ranks first
+  int device = 0;                // CUDA device for nccl
+};
+
+class Backend;
+class Executor;
+
+class ProcessGroup {
+ public:
+  // Connects `size` ranks through `store` (keys are scoped by the caller).
+  // Blocks until every rank has connected or the timeout passes.
+  static std::shared_ptr<ProcessGroup> create(int rank, int size, std::shared_ptr<Store> store,
+                                              const ProcessGroupOptions& options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backend_name() const { return options_.backend; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+  // data[i] = op over ranks of data[i]. kAvg divides the sum by size()
+  // (integer types: truncating division).
+  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum);
+  std::shared_ptr<Work> all_reduce_async(void* data, std::size_t count, DType dtype,
+                                         ReduceOp op = ReduceOp::kSum);
+  // root's data to every rank.
+  void broadcast(void* data, std::size_t count, DType dtype, int root);
+  std::shared_ptr<Work> broadcast_async(void* data, std::size_t count, DType dtype, int root);
+  // The reduction lands in root's data; other ranks' data is left unchanged.
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  std::shared_ptr<Work> reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  // out (size() * count elements) = every rank's `in`, in rank order.
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype);
+  std::shared_ptr<Work> all_gather_async(const void* in, void* out, std::size_t count, DType dtype);
+  // Like all_gather, but only root's `out` is written (others may pass nullptr).
+  void gather(const void* in, void* out, std::size_t count, DType dtype, int root);
+  std::shared_ptr<Work> gather_async(const void* in, void* out, std::size_t count, DType dtype, int root);
+  // root's `in` (size() * count elements): slice r goes to rank r's `out`.
+  void scatter(const void* in, void* out, std::size_t count, DType dtype, int root);
+  std::shared_ptr<Work> scatter_async(const void* in, void* out, std::size_t count, DType dtype, int root);
+  // in and out hold size() slices of `count`: slice j of rank i goes to slice i of rank j.
+  void all_to_all(const void* in, void* out, std::size_t count, DType dtype);
+  std::shared_ptr<Work> all_to_all_async(const void* in, void* out, std::size_t count, DType dtype);
+  // in holds size() slices of `count`; out = op over ranks of slice rank().
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, std::size_t count, DType dtype,
+                                             ReduceOp op);
+  void barrier();
+  std::shared_ptr<Work> barrier_async();
+
+  // Byte strings of any length.
+  void broadcast_object(std::string& bytes, int root);
+  std::vector<std::string> all_gather_object(const std::string& bytes);
+
+  // Memory for collective buffers: host memory for gloo and local, device
+  // memory for nccl. Freed when the last reference goes.
+  std::shared_ptr<void> allocate(std::size_t bytes);
+
+ private:
+  ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options);
+  struct Call;  // what one collective is, for errors and the debug check
+  std::shared_ptr<Work> submit(const Call& call, std::function<void()> run);
+  void check_signature(const Call& call);
+  std::string missing_ranks(std::uint64_t sequence);
+  void check_root(int root, const char* what) const;
+
+  int rank_;
+  int size_;
+  std::shared_ptr<Store> store_;
+  ProcessGroupOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Executor> executor_;
+  std::uint64_t issued_ = 0;  // collectives issued (guarded by the executor's queue lock)
+};
+
+}  // namespace ddp

@@ -1,0 +1,43 @@
+#pragma once
+// Backend: the blocking collectives of one transport (internal). Called from
+// the process group's executor thread only, one collective at a time, with
+// arguments already validated. Throws ddp::Error (timeouts included).
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "ddp/store.h"
+#include "ddp/types.h"
+
+namespace ddp {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void broadcast(void* data, std::size_t count, DType dtype, int root) = 0;
+  virtual void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
+  virtual void all_gather(const void* in, void* out, std::size_t count, DType dtype) = 0;
+  virtual void gather(const void* in, void* out, std::size_t count, DType dtype, int root) = 0;
+  virtual void scatter(const void* in, void* out, std::size_t count, DType dtype, int root) = 0;
+  virtual void all_to_all(const void* in, void* out, std::size_t count, DType dtype) = 0;
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+  virtual std::shared_ptr<void> allocate(std::size_t bytes);
+};
+
+struct BackendConfig {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<Store> store;
+  std::chrono::milliseconds timeout{300000};
+  int device = 0;
+};
+
+std::unique_ptr<Backend> make_local_backend();
+std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
+// Throws ddp::Error when this build has no NCCL.
+std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config);
+
+}  // namespace ddp

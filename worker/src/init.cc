@@ -1,0 +1,107 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "ddp/common/env_contract.h"
+#include "ddp/common/error.h"
+#include "ddp/common/grpc_logging.h"
+#include "ddp/common/rendezvous_client.h"
+#include "ddp/ddp.h"
+
+namespace ddp {
+namespace {
+
+std::mutex g_mu;
+std::shared_ptr<ProcessGroup> g_group;
+
+const std::optional<WorkerEnv>& contract() {
+  static const std::optional<WorkerEnv> env = WorkerEnv::from_process_env();
+  return env;
+}
+
+bool gpu_visible() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr) return *visible != '\0' && *visible != '-';
+  struct stat st {};
+  return stat("/dev/nvidia0", &st) == 0;
+}
+
+std::string choose_backend(const InitOptions& options) {
+  if (!options.backend.empty()) return options.backend;
+  if (const char* b = std::getenv("DDP_BACKEND"); b != nullptr && *b != '\0') return b;
+  return gpu_visible() ? "nccl" : "gloo";
+}
+
+std::chrono::milliseconds choose_timeout(const InitOptions& options) {
+  if (options.timeout.count() > 0) return options.timeout;
+  if (const char* t = std::getenv("DDP_TIMEOUT_S"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    double seconds = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(seconds > 0)) {
+      throw Error("environment variable DDP_TIMEOUT_S='" + std::string(t) + "' is not a positive number");
+    }
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  }
+  return std::chrono::minutes(5);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_group) return g_group;
+  const auto& env = contract();
+  ProcessGroupOptions pg;
+  pg.backend = choose_backend(options);
+  pg.timeout = choose_timeout(options);
+  const char* debug = std::getenv("DDP_DEBUG");
+  pg.debug_checks = debug != nullptr && std::string(debug) == "1";
+  if (!env || env->world_size == 1) {
+    pg.backend = "local";
+    g_group = ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
+    return g_group;
+  }
+  if (env->rdzv_endpoint.empty()) {
+    throw Error("DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
+  }
+  pg.device = env->local_rank;
+  route_grpc_logs();
+  auto client = std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
+                                                   TlsFiles{"", "", env->rdzv_tls_ca});
+  // Keys of this group: run id, round and group, so a restarted round never
+  // reads the previous round's addresses.
+  auto store = make_prefix_store(make_grpc_store(client),
+                                 "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/default");
+  g_group = ProcessGroup::create(env->rank, env->world_size, store, pg);
+  return g_group;
+}
+
+void shutdown() {
+  std::shared_ptr<ProcessGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    group = std::move(g_group);
+  }
+  group.reset();
+}
+
+ProcessGroup& default_group() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_group) throw Error("ddp::init() has not been called");
+  return *g_group;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_group != nullptr;
+}
+
+int rank() { return contract() ? contract()->rank : 0; }
+int world_size() { return contract() ? contract()->world_size : 1; }
+int local_rank() { return contract() ? contract()->local_rank : 0; }
+int local_world_size() { return contract() ? contract()->local_world_size : 1; }
+bool is_distributed() { return world_size() > 1; }
+
+}  // namespace ddp

@@ -1,0 +1,252 @@
+#include "ddp/process_group.h"
+
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "backend.h"
+#include "ddp/common/error.h"
+#include "executor.h"
+
+namespace ddp {
+
+struct ProcessGroup::Call {
+  const char* name;
+  std::size_t count;
+  DType dtype;
+  int op;    // ReduceOp or -1
+  int root;  // or -1
+
+  std::string describe() const {
+    std::string text = std::string(name);
+    if (count > 0 || op >= 0) text += " of " + std::to_string(count) + " " + dtype_name(dtype);
+    if (op >= 0) text += " (" + std::string(op_name(static_cast<ReduceOp>(op))) + ")";
+    if (root >= 0) text += " from root " + std::to_string(root);
+    return text;
+  }
+};
+
+namespace {
+
+// The debug check's signature of a call, gathered from every rank.
+struct Signature {
+  std::int64_t name_hash, count, dtype, op, root;
+  bool operator==(const Signature&) const = default;
+};
+
+std::int64_t hash_name(const char* name) {
+  std::int64_t h = 1469598103934665603ll;
+  for (const char* p = name; *p; ++p) h = (h ^ *p) * 1099511628211ll;
+  return h;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shared_ptr<Store> store,
+                                                   const ProcessGroupOptions& options) {
+  if (size < 1) throw Error("process group: size " + std::to_string(size) + " must be >= 1");
+  if (rank < 0 || rank >= size) {
+    throw Error("process group: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
+  }
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(rank, size, std::move(store), options));
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
+    : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
+  BackendConfig config{rank, size, store_, options.timeout, options.device};
+  if (options.backend == "local" || size == 1) {
+    backend_ = make_local_backend();
+  } else if (options.backend == "gloo") {
+    if (!store_) throw Error("process group: the gloo backend needs a store");
+    backend_ = make_gloo_backend(config);
+  } else if (options.backend == "nccl") {
+    if (!store_) throw Error("process group: the nccl backend needs a store");
+    backend_ = make_nccl_backend(config);
+  } else {
+    throw Error("unknown backend '" + options.backend + "' (expected gloo, nccl or local)");
+  }
+  executor_ = std::make_unique<Executor>();
+}
+
+ProcessGroup::~ProcessGroup() {
+  executor_.reset();  // runs what was issued, then stops
+  backend_.reset();
+}
+
+std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void()> run) {
+  auto work = std::make_shared<Work>(call.describe());
+  executor_->post([&]() {
+    std::uint64_t sequence = ++issued_;
+    return [this, work, call, sequence, run = std::move(run)]() {
+      try {
+        if (options_.debug_checks && size_ > 1) check_signature(call);
+        run();
+        work->finish();
+      } catch (const std::exception& e) {
+        std::string message = std::string(e.what());
+        std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() + " (collective #" +
+                           std::to_string(sequence) + ") failed: " + message;
+        if (store_ && size_ > 1 && message.find("mismatch") == std::string::npos) {
+          text += missing_ranks(sequence);
+        }
+        work->finish(std::make_exception_ptr(Error(text)));
+      }
+    };
+  });
+  return work;
+}
+
+void ProcessGroup::check_signature(const Call& call) {
+  Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count), static_cast<std::int64_t>(call.dtype),
+                 call.op, call.root};
+  std::vector<Signature> all(size_);
+  backend_->all_gather(&mine, all.data(), sizeof(Signature) / 8, DType::kInt64);
+  std::string differ;
+  for (int r = 0; r < size_; ++r) {
+    if (!(all[r] == all[0])) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (differ.empty()) return;
+  auto show = [&](int r) {
+    const Signature& s = all[r];
+    std::string text = "count " + std::to_string(s.count) + ", dtype " + dtype_name(static_cast<DType>(s.dtype));
+    if (s.op >= 0) text += ", op " + std::string(op_name(static_cast<ReduceOp>(s.op)));
+    if (s.root >= 0) text += ", root " + std::to_string(s.root);
+    if (s.name_hash != all[0].name_hash) text += ", a different collective";
+    return text;
+  };
+  int first = std::stoi(differ.substr(0, differ.find(',')));
+  throw Error("collective mismatch (DDP_DEBUG): rank 0 has " + show(0) + "; rank(s) " + differ +
+              " differ (rank " + std::to_string(first) + " has " + show(first) + ")");
+}
+
+std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
+  // Each rank whose collective failed says so; ranks that never say so within a
+  // short window had not arrived (stuck elsewhere or dead).
+  try {
+    std::string key = "diag/" + std::to_string(sequence) + "/";
+    store_->set(key + std::to_string(rank_), "1");
+    std::vector<std::string> missing;
+    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        store_->get(key + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
+      } catch (const Error&) {
+        missing.push_back(std::to_string(r));
+      }
+    }
+    if (missing.empty()) return "; every rank reached this collective";
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    return "; ranks that had not arrived: " + list;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+void ProcessGroup::check_root(int root, const char* what) const {
+  if (root < 0 || root >= size_) {
+    throw Error(std::string(what) + ": root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
+  }
+}
+
+#define DDP_BLOCKING(async_call) \
+  do {                           \
+    (async_call)->wait();        \
+  } while (0)
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->all_reduce(data, count, dtype, op); });
+}
+void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  DDP_BLOCKING(all_reduce_async(data, count, dtype, op));
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, int root) {
+  check_root(root, "broadcast");
+  return submit({"broadcast", count, dtype, -1, root}, [=, this] { backend_->broadcast(data, count, dtype, root); });
+}
+void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(broadcast_async(data, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  check_root(root, "reduce");
+  return submit({"reduce", count, dtype, static_cast<int>(op), root},
+                [=, this] { backend_->reduce(data, count, dtype, op, root); });
+}
+void ProcessGroup::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  DDP_BLOCKING(reduce_async(data, count, dtype, op, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_async(const void* in, void* out, std::size_t count, DType dtype) {
+  return submit({"all_gather", count, dtype, -1, -1}, [=, this] { backend_->all_gather(in, out, count, dtype); });
+}
+void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, DType dtype) {
+  DDP_BLOCKING(all_gather_async(in, out, count, dtype));
+}
+
+std::shared_ptr<Work> ProcessGroup::gather_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  check_root(root, "gather");
+  return submit({"gather", count, dtype, -1, root}, [=, this] { backend_->gather(in, out, count, dtype, root); });
+}
+void ProcessGroup::gather(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(gather_async(in, out, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::scatter_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  check_root(root, "scatter");
+  return submit({"scatter", count, dtype, -1, root}, [=, this] { backend_->scatter(in, out, count, dtype, root); });
+}
+void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(scatter_async(in, out, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::all_to_all_async(const void* in, void* out, std::size_t count, DType dtype) {
+  return submit({"all_to_all", count, dtype, -1, -1}, [=, this] { backend_->all_to_all(in, out, count, dtype); });
+}
+void ProcessGroup::all_to_all(const void* in, void* out, std::size_t count, DType dtype) {
+  DDP_BLOCKING(all_to_all_async(in, out, count, dtype));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const void* in, void* out, std::size_t count, DType dtype,
+                                                         ReduceOp op) {
+  return submit({"reduce_scatter", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->reduce_scatter(in, out, count, dtype, op); });
+}
+void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+  DDP_BLOCKING(reduce_scatter_async(in, out, count, dtype, op));
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier_async() {
+  return submit({"barrier", 0, DType::kUInt8, -1, -1}, [this] { backend_->barrier(); });
+}
+void ProcessGroup::barrier() { DDP_BLOCKING(barrier_async()); }
+
+void ProcessGroup::broadcast_object(std::string& bytes, int root) {
+  std::int64_t length = static_cast<std::int64_t>(bytes.size());
+  broadcast(&length, 1, DType::kInt64, root);
+  if (rank_ != root) bytes.resize(static_cast<std::size_t>(length));
+  broadcast(bytes.data(), bytes.size(), DType::kUInt8, root);
+}
+
+std::vector<std::string> ProcessGroup::all_gather_object(const std::string& bytes) {
+  std::int64_t length = static_cast<std::int64_t>(bytes.size());
+  std::vector<std::int64_t> lengths(size_);
+  all_gather(&length, lengths.data(), 1, DType::kInt64);
+  std::int64_t longest = 0;
+  for (auto l : lengths) longest = std::max(longest, l);
+  std::string padded = bytes;
+  padded.resize(static_cast<std::size_t>(longest));
+  std::string all(static_cast<std::size_t>(longest) * size_, '\0');
+  all_gather(padded.data(), all.data(), padded.size(), DType::kUInt8);
+  std::vector<std::string> out(size_);
+  for (int r = 0; r < size_; ++r) out[r] = all.substr(static_cast<std::size_t>(longest) * r, lengths[r]);
+  return out;
+}
+
+std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) { return backend_->allocate(bytes); }
+
+}  // namespace ddp

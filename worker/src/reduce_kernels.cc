@@ -1,0 +1,96 @@
+#include "reduce_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ddp/common/error.h"
+
+namespace ddp {
+namespace {
+
+struct Sum {
+  template <class T>
+  static T apply(T a, T b) { return a + b; }
+};
+struct Prod {
+  template <class T>
+  static T apply(T a, T b) { return a * b; }
+};
+struct Min {
+  template <class T>
+  static T apply(T a, T b) { return std::min(a, b); }
+};
+struct Max {
+  template <class T>
+  static T apply(T a, T b) { return std::max(a, b); }
+};
+
+template <class T, class Op>
+void native(void* out, const void* a, const void* b, std::size_t n) {
+  auto* o = static_cast<T*>(out);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(Op::apply(x[i], y[i]));
+}
+
+template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float), class Op>
+void sixteen(void* out, const void* a, const void* b, std::size_t n) {
+  auto* o = static_cast<std::uint16_t*>(out);
+  auto* x = static_cast<const std::uint16_t*>(a);
+  auto* y = static_cast<const std::uint16_t*>(b);
+  for (std::size_t i = 0; i < n; ++i) o[i] = FromFloat(Op::apply(ToFloat(x[i]), ToFloat(y[i])));
+}
+
+template <class Op>
+ReduceFn for_op(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return native<float, Op>;
+    case DType::kFloat64: return native<double, Op>;
+    case DType::kInt32: return native<std::int32_t, Op>;
+    case DType::kInt64: return native<std::int64_t, Op>;
+    case DType::kUInt8: return native<std::uint8_t, Op>;
+    case DType::kFloat16: return sixteen<half_to_float, float_to_half, Op>;
+    case DType::kBFloat16: return sixteen<bfloat16_to_float, float_to_bfloat16, Op>;
+  }
+  throw Error("unknown dtype");
+}
+
+template <class T>
+void divide(T* p, std::size_t n, int d) {
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
+}
+
+}  // namespace
+
+ReduceFn reduce_function(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return for_op<Sum>(dtype);
+    case ReduceOp::kProduct: return for_op<Prod>(dtype);
+    case ReduceOp::kMin: return for_op<Min>(dtype);
+    case ReduceOp::kMax: return for_op<Max>(dtype);
+  }
+  throw Error("unknown reduce op");
+}
+
+void divide_in_place(void* data, std::size_t count, DType dtype, int divisor) {
+  switch (dtype) {
+    case DType::kFloat32: return divide(static_cast<float*>(data), count, divisor);
+    case DType::kFloat64: return divide(static_cast<double*>(data), count, divisor);
+    case DType::kInt32: return divide(static_cast<std::int32_t*>(data), count, divisor);
+    case DType::kInt64: return divide(static_cast<std::int64_t*>(data), count, divisor);
+    case DType::kUInt8: return divide(static_cast<std::uint8_t*>(data), count, divisor);
+    case DType::kFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) / divisor);
+      return;
+    }
+    case DType::kBFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / divisor);
+      return;
+    }
+  }
+}
+
+}  // namespace ddp
