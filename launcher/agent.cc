@@ -137,12 +137,12 @@ int Agent::run() {
   node.node_rank = spec_.node_rank;
   node.local_world_size = spec_.nproc_per_node;
   node.hostname = hostname_;
-  node.address = !spec_.local_addr.empty() ? spec_.local_addr
-                 : spec_.multi_node()      ? local_address_towards(endpoint)
-                                           : spec_.master_addr;
+  node_address_ = !spec_.local_addr.empty() ? spec_.local_addr
+                  : spec_.multi_node()      ? local_address_towards(endpoint)
+                                            : spec_.master_addr;
+  node.address = node_address_;
   node.master_port = reservation.port();
 
-  int attempt_number = 0;
   for (;;) {
     RoundAssignment round;
     try {
@@ -156,7 +156,6 @@ int Agent::run() {
                round.group_world_size, round.global_rank_offset,
                round.global_rank_offset + spec_.nproc_per_node - 1, round.world_size);
     }
-    ++attempt_number;
     AttemptResult result = run_attempt(round, rdzv_target);
     if (result.signal != 0) {
       log.warn("stopped workers after {}", signal_name(result.signal));
@@ -298,7 +297,10 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       env.rdzv_endpoint = rdzv_endpoint;
       env.rdzv_token = spec_.rdzv_token;
       env.round = round.round;
-      if (spec_.multi_node()) env.rdzv_tls_ca = spec_.tls_ca;
+      if (spec_.multi_node()) {
+        env.rdzv_tls_ca = spec_.tls_ca;
+        env.node_addr = node_address_;
+      }
       std::vector<std::string> worker_env = base_env;
       for (const auto& [name, value] : env.to_env()) worker_env.push_back(name + "=" + value);
 

@@ -44,6 +44,7 @@ class Agent {
   int signal_fd_;
   std::unique_ptr<ControlPlane> control_;
   std::string hostname_;
+  std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
 };
 
 }  // namespace ddp::launcher

@@ -49,6 +49,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
     env.emplace_back("DDP_RDZV_TOKEN", rdzv_token);
     env.emplace_back("DDP_ROUND", std::to_string(round));
     if (!rdzv_tls_ca.empty()) env.emplace_back("DDP_RDZV_TLS_CA", rdzv_tls_ca);
+    if (!node_addr.empty()) env.emplace_back("DDP_NODE_ADDR", node_addr);
   }
   return env;
 }
@@ -58,7 +59,7 @@ const std::vector<std::string>& contract_variable_names() {
       "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
       "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA"};
+      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR"};
   return names;
 }
 
@@ -100,6 +101,7 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.rdzv_endpoint = optional_str("DDP_RDZV_ENDPOINT", "");
   env.rdzv_token = optional_str("DDP_RDZV_TOKEN", "");
   env.rdzv_tls_ca = optional_str("DDP_RDZV_TLS_CA", "");
+  env.node_addr = optional_str("DDP_NODE_ADDR", "");
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

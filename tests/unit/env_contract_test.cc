@@ -36,6 +36,7 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.rdzv_token = "tok";
   env.round = 4;
   env.rdzv_tls_ca = "/etc/ca.pem";
+  env.node_addr = "10.0.0.2";
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) EXPECT_TRUE(vars.count(name)) << name;
@@ -57,6 +58,7 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_EQ(back->rdzv_token, "tok");
   EXPECT_EQ(back->round, 4);
   EXPECT_EQ(back->rdzv_tls_ca, "/etc/ca.pem");
+  EXPECT_EQ(back->node_addr, "10.0.0.2");
 }
 
 TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({})); }

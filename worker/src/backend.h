@@ -33,6 +33,7 @@ struct BackendConfig {
   std::shared_ptr<Store> store;
   std::chrono::milliseconds timeout{300000};
   int device = 0;
+  std::string host = "127.0.0.1";  // address peers reach this rank at (Gloo listens there)
 };
 
 std::unique_ptr<Backend> make_local_backend();

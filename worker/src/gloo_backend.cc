@@ -64,13 +64,12 @@ class GlooBackend final : public Backend {
  public:
   explicit GlooBackend(const BackendConfig& config) : rank_(config.rank), size_(config.size), timeout_(config.timeout) {
     gloo::transport::tcp::attr attr;
-    // Listen on every interface; peers learn the address through the store.
+    // Peers learn this address through the store. DDP_GLOO_IFACE picks an interface instead.
     const char* iface = std::getenv("DDP_GLOO_IFACE");
     if (iface != nullptr && *iface != '\0') {
       attr.iface = iface;
     } else {
-      const char* host = std::getenv("DDP_GLOO_HOSTNAME");
-      attr.hostname = host != nullptr && *host != '\0' ? host : default_hostname();
+      attr.hostname = config.host;
     }
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -213,12 +212,6 @@ class GlooBackend final : public Backend {
   }
 
  private:
-  static std::string default_hostname() {
-    // Loopback unless told otherwise: a single node's ranks (the common case)
-    // must not depend on DNS. Multi-node jobs set DDP_GLOO_HOSTNAME or DDP_GLOO_IFACE
-    // (ddp::init does, from the node's advertised address).
-    return "127.0.0.1";
-  }
   uint32_t next_tag() { return tag_++; }
 
   int rank_, size_;

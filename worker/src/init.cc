@@ -67,6 +67,8 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
     throw Error("DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
   }
   pg.device = env->local_rank;
+  // Single node: loopback, independent of DNS. Several nodes: the address the agent advertised.
+  if (!env->node_addr.empty()) pg.host = env->node_addr;
   route_grpc_logs();
   auto client = std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
                                                    TlsFiles{"", "", env->rdzv_tls_ca});

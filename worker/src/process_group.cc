@@ -53,7 +53,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
 
 ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
     : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
-  BackendConfig config{rank, size, store_, options.timeout, options.device};
+  BackendConfig config{rank, size, store_, options.timeout, options.device, options.host};
   if (options.backend == "local" || size == 1) {
     backend_ = make_local_backend();
   } else if (options.backend == "gloo") {

@@ -32,6 +32,7 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
   bool debug_checks = false;     // compare every collective's signature across ranks first
   int device = 0;                // CUDA device for nccl
+  std::string host = "127.0.0.1";  // this rank's address for peer traffic (gloo)
 };
 
 class Backend;

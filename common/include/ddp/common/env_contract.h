@@ -31,6 +31,7 @@ struct WorkerEnv {
   std::string rdzv_token;     // DDP_RDZV_TOKEN
   long round = 0;             // DDP_ROUND
   std::string rdzv_tls_ca;    // DDP_RDZV_TLS_CA: PEM CA of a TLS rendezvous (written only when set)
+  std::string node_addr;      // DDP_NODE_ADDR: this node's address for peer traffic (multi-node only)
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
