@@ -1,0 +1,81 @@
+// nccl-tests-style sweep of libddp's all_reduce (float32, sum): run under
+// ddprun, e.g. `ddprun --nproc_per_node=2 allreduce_bench`. For each size it
+// warms up, times `iters` calls per trial (the slowest rank's time counts),
+// and rank 0 prints size, time, algbw and busbw = algbw * 2(n-1)/n — median
+// over trials. Sizes: 8 B .. 256 MiB doubling (--min/--max to narrow).
+// Also prints the library's own per-call overhead at 8 B in a world of one
+// (local backend) and the 8 B time through the real backend.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ddp/ddp.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int iterations_for(std::size_t bytes) {
+  if (bytes <= (64u << 10)) return 200;
+  if (bytes <= (1u << 20)) return 50;
+  if (bytes <= (16u << 20)) return 8;
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t min_bytes = 8, max_bytes = 256u << 20;
+  int trials = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--min") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (flag == "--max") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (flag == "--trials") trials = std::atoi(argv[i + 1]);
+  }
+  auto pg = ddp::init();
+  const int n = pg->size();
+  if (pg->rank() == 0) {
+    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, median of %d trials\n",
+                pg->backend_name().c_str(), n, trials);
+    std::printf("%12s %12s %10s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  }
+  std::vector<float> buffer(max_bytes / sizeof(float) + 1, 1.0f);
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+    std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
+    int iters = iterations_for(bytes);
+    for (int w = 0; w < std::min(iters, 5); ++w) pg->all_reduce(buffer.data(), count, ddp::DType::kFloat32);
+    std::vector<double> times;
+    for (int t = 0; t < trials; ++t) {
+      pg->barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < iters; ++i) pg->all_reduce(buffer.data(), count, ddp::DType::kFloat32);
+      double per_call = seconds_since(start) / iters;
+      pg->all_reduce(&per_call, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
+      times.push_back(per_call);
+    }
+    std::sort(times.begin(), times.end());
+    double t = times[times.size() / 2];
+    double algbw = static_cast<double>(count * sizeof(float)) / t / 1e9;
+    double busbw = algbw * 2.0 * (n - 1) / n;
+    if (pg->rank() == 0) std::printf("%12zu %12.1f %10.3f %10.3f\n", count * sizeof(float), t * 1e6, algbw, busbw);
+    std::fflush(stdout);
+  }
+  // The library's own cost per call: the same path with a world of one.
+  auto local = ddp::ProcessGroup::create(0, 1, nullptr, {"local"});
+  float word = 1;
+  const int kCalls = 20000;
+  auto start = Clock::now();
+  for (int i = 0; i < kCalls; ++i) local->all_reduce(&word, 2, ddp::DType::kFloat32);
+  if (pg->rank() == 0) {
+    std::printf("# library overhead per blocking call (world of one, 8 B): %.2f us\n", seconds_since(start) / kCalls * 1e6);
+  }
+  ddp::shutdown();
+  return 0;
+}
