@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-release} BUILD_TYPE=Release ./scripts/build.sh >/dev/null
 echo "== launch overhead (bench/launch_overhead.sh) =="
 bash bench/launch_overhead.sh "${BUILD_DIR:-build-release}" "${RUNS:-20}"
+echo "== rendezvous (bench/rdzv_bench) =="
+"${BUILD_DIR:-build-release}/bench/rdzv_bench"
