@@ -560,7 +560,7 @@ Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const st
       return {error(Code::kResourceExhausted, "cannot open ", what, barriers_.size(),
                     " barriers are open, limit ", config_.limits.max_open_barriers)};
     }
-    it = barriers_.emplace(name, Barrier{world_size, {}}).first;
+    it = barriers_.emplace(name, Barrier{world_size, {}, {}}).first;
   } else if (it->second.world_size != world_size) {
     return {error(Code::kInvalidArgument, what, "rank ", rank, " gives world size ", world_size,
                   ", earlier ranks gave ", it->second.world_size)};
@@ -571,6 +571,7 @@ Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const st
   Barrier& barrier = it->second;
   const std::uint64_t id = next_id_++;
   barrier.arrived[rank] = Arrival{id, host, now, deadline};
+  barrier.gave_up.erase(rank);
   barrier_tickets_[id] = PendingBarrier{name, rank, std::nullopt};
   barrier_deadlines_.emplace(deadline, id);
   changed();
@@ -599,16 +600,28 @@ void RendezvousState::withdraw(const std::string& name, int rank) {
 std::string RendezvousState::describe_missing(const Barrier& barrier) {
   std::vector<std::pair<int, int>> missing;  // inclusive ranges between arrivals
   std::map<std::string, std::vector<int>> ranks_by_host;
-  int prev = -1;
+  // Ranks that are here or came and gave up split [0, world_size) into the gaps of absentees.
+  std::set<int> seen(barrier.gave_up);
   for (const auto& [rank, arrival] : barrier.arrived) {
-    if (rank > prev + 1) missing.emplace_back(prev + 1, rank - 1);
-    prev = rank;
+    seen.insert(rank);
     ranks_by_host[arrival.host].push_back(rank);
   }
+  int prev = -1;
+  for (int rank : seen) {
+    if (rank > prev + 1) missing.emplace_back(prev + 1, rank - 1);
+    prev = rank;
+  }
   if (prev + 1 < barrier.world_size) missing.emplace_back(prev + 1, barrier.world_size - 1);
-  std::string text =
-      cat(format_ranks(missing, barrier.world_size - static_cast<long>(barrier.arrived.size())),
-          " never arrived (arrived: ");
+  std::string text;
+  if (!missing.empty()) {
+    text = cat(format_ranks(missing, barrier.world_size - static_cast<long>(seen.size())), " never arrived");
+  }
+  if (!barrier.gave_up.empty()) {
+    text += cat(text.empty() ? "" : "; ",
+                format_ranks(std::vector<int>(barrier.gave_up.begin(), barrier.gave_up.end())),
+                " arrived but timed out first");
+  }
+  text += " (arrived: ";
   int shown = 0;
   for (const auto& [host, ranks] : ranks_by_host) {
     if (shown++ == 8) return cat(text, ", ... (", ranks_by_host.size(), " hosts in all))");
@@ -634,8 +647,11 @@ void RendezvousState::expire_barriers(TimePoint now) {
       pending.answer = error(Code::kDeadlineExceeded, "barrier ", quote(name), " timed out after ",
                              seconds(arrival.deadline - arrival.arrived), ": ", missing);
     }
-    for (std::uint64_t id : tickets)
-      withdraw(name, barrier_tickets_.at(id).rank);  // may erase `barrier`
+    for (std::uint64_t id : tickets) {
+      const int rank = barrier_tickets_.at(id).rank;
+      withdraw(name, rank);  // may erase the barrier (then nobody waits on it)
+      if (auto open = barriers_.find(name); open != barriers_.end()) open->second.gave_up.insert(rank);
+    }
   }
 }
 

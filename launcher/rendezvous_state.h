@@ -290,6 +290,9 @@ class RendezvousState {
   struct Barrier {
     int world_size = 0;
     std::map<int, Arrival> arrived;  // by rank
+    // Ranks of this generation that arrived but timed out before the others
+    // came: not "never arrived" in later ranks' timeout messages.
+    std::set<int> gave_up;
   };
   struct PendingBarrier {
     std::string name;

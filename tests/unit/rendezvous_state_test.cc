@@ -650,7 +650,7 @@ TEST_F(RendezvousStateTest, BarrierTimeoutReportsRanksMissingAtThatMoment) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->code, Code::kDeadlineExceeded);
   EXPECT_EQ(r->message,
-            "barrier 'b' timed out after 5.0s: rank 0 never arrived "
+            "barrier 'b' timed out after 5.0s: rank 0 arrived but timed out first "
             "(arrived: rank 1 on 'h1', rank 2 on 'h2')");
 }
 
@@ -789,6 +789,33 @@ TEST(RendezvousConfigTest, ConstructorRejectsInconsistentConfig) {
   c = make_config(1, 1);
   c.last_call_timeout = 0s;
   EXPECT_NO_THROW(RendezvousState{c});
+}
+
+}  // namespace
+}  // namespace ddp::launcher
+
+namespace ddp::launcher {
+namespace {
+
+TEST(RendezvousStateBarrierGaveUp, LaterTimeoutsDoNotNameRanksThatArrivedAndGaveUpFirst) {
+  RendezvousConfig config;
+  config.run_id = "run";
+  config.token = "tok";
+  RendezvousState state(config);
+  const Auth auth{"run", "tok"};
+  TimePoint t0{};
+  auto first = state.barrier_arrive(auth, "b", 0, 3, "h0", t0 + std::chrono::seconds(1), t0);
+  auto second = state.barrier_arrive(auth, "b", 1, 3, "h1", t0 + std::chrono::milliseconds(1500),
+                                     t0 + std::chrono::milliseconds(500));
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(second.ok());
+  auto a = state.barrier_status(first.value, t0 + std::chrono::seconds(1));
+  ASSERT_TRUE(a && !a->ok());
+  EXPECT_NE(a->message.find("rank 2 never arrived"), std::string::npos) << a->message;
+  auto b = state.barrier_status(second.value, t0 + std::chrono::milliseconds(1500));
+  ASSERT_TRUE(b && !b->ok());
+  EXPECT_NE(b->message.find("rank 2 never arrived"), std::string::npos) << b->message;
+  EXPECT_NE(b->message.find("rank 0 arrived but timed out first"), std::string::npos) << b->message;
 }
 
 }  // namespace
