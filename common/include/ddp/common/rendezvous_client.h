@@ -54,9 +54,13 @@ struct CompareSetOutcome {
 
 class RendezvousClient {
  public:
-  // `endpoint` is HOST:PORT ("[::1]:29400" for IPv6). Connecting is lazy:
-  // an unreachable server shows up as an RpcError (kUnavailable) on the
-  // first call, except for join(), which waits for it until its timeout.
+  // `endpoint` is HOST:PORT ("[::1]:29400" for IPv6). Connecting is lazy,
+  // and every call except heartbeat() waits for the server to become
+  // reachable until its deadline (a single node's server may still be
+  // starting when its workers call): an unreachable server, or a TLS
+  // mismatch, ends as RpcError kDeadlineExceeded after the call's deadline
+  // (30 s for store calls, the operation's timeout + 2 s for waits, joins and
+  // barriers). heartbeat() fails at once, since silence is what it detects.
   RendezvousClient(const std::string& endpoint, std::string run_id, std::string token,
                    const TlsFiles& tls = {});
   ~RendezvousClient();
