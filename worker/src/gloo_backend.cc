@@ -78,11 +78,10 @@ class GlooBackend final : public Backend {
       GlooStoreAdapter store(config.store, timeout_);
       context->connectFullMesh(store, device);
       context_ = context;
-    } catch (const ddp::Error&) {
-      throw;
     } catch (const std::exception& e) {
-      throw Error("gloo: rank " + std::to_string(rank_) + " could not connect to its " +
-                  std::to_string(size_ - 1) + " peers: " + e.what());
+      // Peers publish their addresses under their rank: a missing key names a missing rank.
+      throw Error("gloo: creating the process group of " + std::to_string(size_) + " ranks: rank " +
+                  std::to_string(rank_) + " could not connect to its peers: " + e.what());
     }
   }
 

@@ -1,5 +1,6 @@
 #include "ddp/process_group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -54,6 +55,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
 ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
     : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
   BackendConfig config{rank, size, store_, options.timeout, options.device, options.host};
+  if (options.backend != "local" && options.backend != "gloo" && options.backend != "nccl") {
+    throw Error("unknown backend '" + options.backend + "' (expected gloo, nccl or local)");
+  }
   if (options.backend == "local" || size == 1) {
     backend_ = make_local_backend();
   } else if (options.backend == "gloo") {
@@ -101,9 +105,19 @@ void ProcessGroup::check_signature(const Call& call) {
                  call.op, call.root};
   std::vector<Signature> all(size_);
   backend_->all_gather(&mine, all.data(), sizeof(Signature) / 8, DType::kInt64);
+  // The reference is the signature most ranks have (ties: the lowest rank's),
+  // so a lone rank 0 that differs is named, rather than everyone else.
+  int reference = 0, most = 0;
+  for (int r = 0; r < size_; ++r) {
+    int same = static_cast<int>(std::count(all.begin(), all.end(), all[r]));
+    if (same > most) {
+      most = same;
+      reference = r;
+    }
+  }
   std::string differ;
   for (int r = 0; r < size_; ++r) {
-    if (!(all[r] == all[0])) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    if (!(all[r] == all[reference])) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
   }
   if (differ.empty()) return;
   auto show = [&](int r) {
@@ -111,11 +125,12 @@ void ProcessGroup::check_signature(const Call& call) {
     std::string text = "count " + std::to_string(s.count) + ", dtype " + dtype_name(static_cast<DType>(s.dtype));
     if (s.op >= 0) text += ", op " + std::string(op_name(static_cast<ReduceOp>(s.op)));
     if (s.root >= 0) text += ", root " + std::to_string(s.root);
-    if (s.name_hash != all[0].name_hash) text += ", a different collective";
+    if (s.name_hash != all[reference].name_hash) text += ", a different collective";
     return text;
   };
   int first = std::stoi(differ.substr(0, differ.find(',')));
-  throw Error("collective mismatch (DDP_DEBUG): rank 0 has " + show(0) + "; rank(s) " + differ +
+  throw Error("collective mismatch (DDP_DEBUG): rank " + std::to_string(reference) + " has " + show(reference) +
+              " (" + std::to_string(most) + " of " + std::to_string(size_) + " ranks agree); rank(s) " + differ +
               " differ (rank " + std::to_string(first) + " has " + show(first) + ")");
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/error.h"  // ddp::Error, what every call here throws
 #include "ddp/store.h"
 #include "ddp/types.h"
 #include "ddp/work.h"

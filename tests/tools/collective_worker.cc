@@ -1,0 +1,556 @@
+// A worker for libddp's collective integration tests, run under ddprun (or
+// alone, as a world of one). It calls ddp::init() and checks every collective
+// for every dtype and op against values computed here from the ranks' known
+// inputs. See usage() for the modes. A failed check prints
+// "COLLECTIVES FAILED rank=R: <check>: <detail>" to stderr and exits 1.
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/ddp.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ddp::DType;
+using ddp::ReduceOp;
+
+int usage() {
+  std::fprintf(
+      stderr,
+      "usage: collective_worker MODE ...\n"
+      "  all                every collective, dtype, op, root and count; prints COLLECTIVES OK "
+      "rank=R\n"
+      "  single             like all, and checks it is a world of one (run without ddprun)\n"
+      "  timeout sleep DIR  rank 1 never calls all_reduce: it waits until the others wrote\n"
+      "                     DIR/done_<rank>; the others print EXPECTED ERROR rank=R: <error>\n"
+      "  timeout exit       rank 1 leaves right after init; the others as above\n"
+      "  mismatch [RANK]    (DDP_DEBUG=1) RANK (default 1) all_reduces 5 elements, the others 4:\n"
+      "                     every rank prints EXPECTED ERROR rank=R: <error>, then MISMATCH OK "
+      "rank=R\n");
+  return 64;
+}
+
+// A failed check: names what was checked.
+struct CheckFailed {
+  std::string what;
+};
+
+[[noreturn]] void fail(const std::string& what) { throw CheckFailed{what}; }
+
+const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                         DType::kInt32,   DType::kInt64,   DType::kUInt8};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
+                         ReduceOp::kProduct};
+const std::size_t kCounts[] = {0, 1, 7, 1001};
+
+bool is_float(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
+         d == DType::kBFloat16;
+}
+bool is_signed(DType d) { return d != DType::kUInt8; }
+
+// Inputs of reductions: small integers, exact in every dtype, and so are their
+// sums, products, minima and maxima over up to 4 ranks (|x| <= 81).
+double reduce_input(int r, std::size_t i, DType dtype) {
+  static const double kSigned[] = {-2, -1, 1, 2, 3};
+  if (is_signed(dtype)) return kSigned[(static_cast<std::size_t>(r) * 2 + i) % 5];
+  return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3);
+}
+// Inputs of collectives that only move data: distinct for nearby ranks and positions.
+double moved_value(int r, std::size_t k, DType dtype) {
+  double v = static_cast<double>((static_cast<std::size_t>(r) * 37 + k * 3) % 251);
+  return is_signed(dtype) ? v - 100 : v;
+}
+
+// A buffer of any dtype, written and read as doubles.
+class Buffer {
+ public:
+  Buffer(DType dtype, std::size_t count)
+      : dtype_(dtype), bytes_(std::max<std::size_t>(count * ddp::dtype_size(dtype), 1)) {}
+  void* data() { return bytes_.data(); }
+  void set(std::size_t i, double v) {
+    unsigned char* p = bytes_.data() + i * ddp::dtype_size(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32:
+        put(p, static_cast<float>(v));
+        break;
+      case DType::kFloat64:
+        put(p, v);
+        break;
+      case DType::kFloat16:
+        put(p, ddp::float_to_half(static_cast<float>(v)));
+        break;
+      case DType::kBFloat16:
+        put(p, ddp::float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case DType::kInt32:
+        put(p, static_cast<std::int32_t>(v));
+        break;
+      case DType::kInt64:
+        put(p, static_cast<std::int64_t>(v));
+        break;
+      case DType::kUInt8:
+        put(p, static_cast<std::uint8_t>(v));
+        break;
+    }
+  }
+  double get(std::size_t i) const {
+    const unsigned char* p = bytes_.data() + i * ddp::dtype_size(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32:
+        return take<float>(p);
+      case DType::kFloat64:
+        return take<double>(p);
+      case DType::kFloat16:
+        return ddp::half_to_float(take<std::uint16_t>(p));
+      case DType::kBFloat16:
+        return ddp::bfloat16_to_float(take<std::uint16_t>(p));
+      case DType::kInt32:
+        return take<std::int32_t>(p);
+      case DType::kInt64:
+        return static_cast<double>(take<std::int64_t>(p));
+      case DType::kUInt8:
+        return take<std::uint8_t>(p);
+    }
+    return 0;
+  }
+  void fill(std::size_t n, const std::function<double(std::size_t)>& f) {
+    for (std::size_t k = 0; k < n; ++k) set(k, f(k));
+  }
+  // Elements [first, first + n) must equal expected(j), j counting from 0.
+  void expect(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& expected,
+              const std::string& what) const {
+    for (std::size_t j = 0; j < n; ++j) {
+      double want = expected(j), have = get(first + j);
+      if (std::abs(have - want) > tolerance(want)) {
+        fail(what + " (" + ddp::dtype_name(dtype_) + "): element " + std::to_string(j) + " is " +
+             std::to_string(have) + ", expected " + std::to_string(want));
+      }
+    }
+  }
+
+ private:
+  // Integer results are exact; a float average may be off by its rounding.
+  double tolerance(double want) const {
+    switch (dtype_) {
+      case DType::kFloat16:
+        return std::abs(want) / 1024;
+      case DType::kBFloat16:
+        return std::abs(want) / 128;
+      case DType::kFloat32:
+        return std::abs(want) * 1e-6;
+      case DType::kFloat64:
+        return std::abs(want) * 1e-14;
+      default:
+        return 0;
+    }
+  }
+  template <class T>
+  static void put(unsigned char* p, T v) {
+    std::memcpy(p, &v, sizeof v);
+  }
+  template <class T>
+  static T take(const unsigned char* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  DType dtype_;
+  std::vector<unsigned char> bytes_;
+};
+
+double reference(ReduceOp op, DType dtype, int world, const std::function<double(int)>& value) {
+  double sum = 0, product = 1, lo = value(0), hi = value(0);
+  for (int r = 0; r < world; ++r) {
+    double v = value(r);
+    sum += v;
+    product *= v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kAvg:
+      return is_float(dtype) ? sum / world : std::trunc(sum / world);
+    case ReduceOp::kMin:
+      return lo;
+    case ReduceOp::kMax:
+      return hi;
+    case ReduceOp::kProduct:
+      return product;
+  }
+  return 0;
+}
+
+std::string of(std::size_t count) { return " of " + std::to_string(count); }
+
+void check_all_reduce(ddp::ProcessGroup& pg) {
+  const int n = pg.size(), me = pg.rank();
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      for (std::size_t count : kCounts) {
+        Buffer buf(dtype, count);
+        buf.fill(count, [&](std::size_t i) { return reduce_input(me, i, dtype); });
+        pg.all_reduce(buf.data(), count, dtype, op);
+        buf.expect(
+            0, count,
+            [&](std::size_t i) {
+              return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+            },
+            std::string("all_reduce ") + ddp::op_name(op) + of(count));
+      }
+    }
+  }
+}
+
+void check_broadcast(ddp::ProcessGroup& pg) {
+  for (DType dtype : kDTypes) {
+    for (int root = 0; root < pg.size(); ++root) {
+      for (std::size_t count : kCounts) {
+        Buffer buf(dtype, count);
+        buf.fill(count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+        pg.broadcast(buf.data(), count, dtype, root);
+        buf.expect(
+            0, count, [&](std::size_t i) { return moved_value(root, i, dtype); },
+            "broadcast from root " + std::to_string(root) + of(count));
+      }
+    }
+  }
+}
+
+void check_reduce(ddp::ProcessGroup& pg) {
+  const int n = pg.size(), me = pg.rank();
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      for (int root = 0; root < n; ++root) {
+        const std::size_t count = 7;
+        Buffer buf(dtype, count);
+        buf.fill(count, [&](std::size_t i) { return reduce_input(me, i, dtype); });
+        pg.reduce(buf.data(), count, dtype, op, root);
+        auto what = std::string("reduce ") + ddp::op_name(op) + " to root " + std::to_string(root) +
+                    of(count);
+        if (me == root) {
+          buf.expect(
+              0, count,
+              [&](std::size_t i) {
+                return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+              },
+              what);
+        } else {
+          buf.expect(
+              0, count, [&](std::size_t i) { return reduce_input(me, i, dtype); },
+              what + " (non-root data must be unchanged)");
+        }
+      }
+    }
+  }
+}
+
+void check_all_gather(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (DType dtype : kDTypes) {
+    for (std::size_t count : kCounts) {
+      Buffer in(dtype, count), out(dtype, count * n);
+      in.fill(count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+      pg.all_gather(in.data(), out.data(), count, dtype);
+      for (int r = 0; r < n; ++r) {
+        out.expect(
+            r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
+            "all_gather slice " + std::to_string(r) + of(count));
+      }
+    }
+  }
+}
+
+void check_gather(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (DType dtype : kDTypes) {
+    for (int root = 0; root < n; ++root) {
+      for (std::size_t count : kCounts) {
+        Buffer in(dtype, count), out(dtype, count * n);
+        in.fill(count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+        pg.gather(in.data(), pg.rank() == root ? out.data() : nullptr, count, dtype, root);
+        if (pg.rank() != root) continue;
+        for (int r = 0; r < n; ++r) {
+          out.expect(
+              r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
+              "gather to root " + std::to_string(root) + ", slice " + std::to_string(r) +
+                  of(count));
+        }
+      }
+    }
+  }
+}
+
+void check_scatter(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (DType dtype : kDTypes) {
+    for (int root = 0; root < n; ++root) {
+      for (std::size_t count : kCounts) {
+        Buffer in(dtype, count * n), out(dtype, count);
+        in.fill(count * n, [&](std::size_t k) { return moved_value(root, k, dtype); });
+        pg.scatter(pg.rank() == root ? in.data() : nullptr, out.data(), count, dtype, root);
+        const std::size_t first = pg.rank() * count;
+        out.expect(
+            0, count, [&](std::size_t i) { return moved_value(root, first + i, dtype); },
+            "scatter from root " + std::to_string(root) + of(count));
+      }
+    }
+  }
+}
+
+void check_all_to_all(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (DType dtype : kDTypes) {
+    for (std::size_t count : kCounts) {
+      Buffer in(dtype, count * n), out(dtype, count * n);
+      in.fill(count * n, [&](std::size_t k) { return moved_value(pg.rank(), k, dtype); });
+      pg.all_to_all(in.data(), out.data(), count, dtype);
+      for (int i = 0; i < n; ++i) {
+        out.expect(
+            i * count, count,
+            [&](std::size_t j) { return moved_value(i, pg.rank() * count + j, dtype); },
+            "all_to_all slice from rank " + std::to_string(i) + of(count));
+      }
+    }
+  }
+}
+
+void check_reduce_scatter(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      for (std::size_t count : kCounts) {
+        Buffer in(dtype, count * n), out(dtype, count);
+        in.fill(count * n, [&](std::size_t k) { return reduce_input(pg.rank(), k, dtype); });
+        pg.reduce_scatter(in.data(), out.data(), count, dtype, op);
+        const std::size_t first = pg.rank() * count;
+        out.expect(
+            0, count,
+            [&](std::size_t i) {
+              return reference(op, dtype, n,
+                               [&](int r) { return reduce_input(r, first + i, dtype); });
+            },
+            std::string("reduce_scatter ") + ddp::op_name(op) + of(count));
+      }
+    }
+  }
+}
+
+void check_objects(ddp::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (int root = 0; root < n; ++root) {
+    for (std::size_t length :
+         {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{5000}}) {
+      std::string expected(length, '\0');
+      for (std::size_t i = 0; i < length; ++i)
+        expected[i] = static_cast<char>((i * 31 + root) % 256);
+      std::string bytes = pg.rank() == root ? expected : std::string(pg.rank() + 5, 'x');
+      pg.broadcast_object(bytes, root);
+      if (bytes != expected) {
+        fail("broadcast_object of " + std::to_string(length) + " bytes from root " +
+             std::to_string(root) + ": got " + std::to_string(bytes.size()) + " bytes that differ");
+      }
+    }
+  }
+  auto object_of = [](int r) {
+    std::string s(static_cast<std::size_t>(r) * 3, '\0');  // rank 0: empty
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(r * 40 + i);
+    return s;
+  };
+  auto all = pg.all_gather_object(object_of(pg.rank()));
+  if (static_cast<int>(all.size()) != n)
+    fail("all_gather_object returned " + std::to_string(all.size()) + " objects");
+  for (int r = 0; r < n; ++r) {
+    if (all[r] != object_of(r))
+      fail("all_gather_object: object of rank " + std::to_string(r) + " differs");
+  }
+  if (pg.all_gather_object("") != std::vector<std::string>(n))
+    fail("all_gather_object of empty objects");
+}
+
+void check_barrier_and_async(ddp::ProcessGroup& pg) {
+  pg.barrier();
+  const int n = pg.size();
+  const std::size_t count = 7;
+  Buffer a(DType::kFloat32, count), b(DType::kInt64, count), gathered(DType::kInt32, count * n),
+      mine(DType::kInt32, count);
+  a.fill(count, [&](std::size_t i) { return reduce_input(pg.rank(), i, DType::kFloat32); });
+  b.fill(count, [&](std::size_t i) { return reduce_input(pg.rank(), i, DType::kInt64); });
+  mine.fill(count, [&](std::size_t i) { return moved_value(pg.rank(), i, DType::kInt32); });
+  std::vector<std::shared_ptr<ddp::Work>> works;
+  works.push_back(pg.all_reduce_async(a.data(), count, DType::kFloat32, ReduceOp::kSum));
+  works.push_back(pg.all_reduce_async(b.data(), count, DType::kInt64, ReduceOp::kMin));
+  works.push_back(pg.all_gather_async(mine.data(), gathered.data(), count, DType::kInt32));
+  works.push_back(pg.barrier_async());
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    if (!(*it)->wait(60s)) fail("async " + (*it)->description() + " did not finish within 60 s");
+  }
+  for (auto& w : works) {
+    if (!w->is_completed())
+      fail("async " + w->description() + ": is_completed() is false after wait()");
+  }
+  auto ref = [&](ReduceOp op, DType dtype, std::size_t i) {
+    return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+  };
+  a.expect(
+      0, count, [&](std::size_t i) { return ref(ReduceOp::kSum, DType::kFloat32, i); },
+      "async all_reduce sum");
+  b.expect(
+      0, count, [&](std::size_t i) { return ref(ReduceOp::kMin, DType::kInt64, i); },
+      "async all_reduce min");
+  for (int r = 0; r < n; ++r) {
+    gathered.expect(
+        r * count, count, [&](std::size_t i) { return moved_value(r, i, DType::kInt32); },
+        "async all_gather slice " + std::to_string(r));
+  }
+}
+
+int run_all(bool single) {
+  auto group = ddp::init();
+  ddp::ProcessGroup& pg = *group;
+  const int rank = pg.rank();
+  try {
+    if (pg.rank() != ddp::rank() || pg.size() != ddp::world_size()) {
+      fail("group is rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.size()) +
+           ", the environment says " + std::to_string(ddp::rank()) + " of " +
+           std::to_string(ddp::world_size()));
+    }
+    if (ddp::init() != group || &ddp::default_group() != group.get() || !ddp::is_initialized()) {
+      fail("a second ddp::init() or default_group() did not return the group made by the first");
+    }
+    if (single && (pg.size() != 1 || ddp::is_distributed() || pg.backend_name() != "local")) {
+      fail("single: expected a local world of one, got " + std::to_string(pg.size()) +
+           " rank(s) on '" + pg.backend_name() + "'");
+    }
+    check_all_reduce(pg);
+    check_broadcast(pg);
+    check_reduce(pg);
+    check_all_gather(pg);
+    check_gather(pg);
+    check_scatter(pg);
+    check_all_to_all(pg);
+    check_reduce_scatter(pg);
+    check_objects(pg);
+    check_barrier_and_async(pg);
+  } catch (const CheckFailed& f) {
+    // stderr: ddprun's failure report quotes the failed rank's last stderr lines.
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: %s\n", rank, f.what.c_str());
+    return 1;
+  }
+  const std::string backend = pg.backend_name();
+  const int world = pg.size();
+  group.reset();
+  ddp::shutdown();
+  if (ddp::is_initialized()) {
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: is_initialized() after shutdown()\n", rank);
+    return 1;
+  }
+  std::printf("COLLECTIVES OK rank=%d world=%d backend=%s\n", rank, world, backend.c_str());
+  return 0;
+}
+
+void touch(const std::string& path) { std::ofstream(path) << "done\n"; }
+
+// The others' all_reduce must fail with an error; rank 1 never takes part.
+int run_timeout(const std::string& how, const std::string& dir) {
+  auto group = ddp::init();
+  const int rank = group->rank(), n = group->size();
+  if (n < 2) {
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: timeout mode needs at least 2 ranks\n", rank);
+    return 1;
+  }
+  if (rank == 1) {
+    if (how == "exit") {
+      std::printf("rank 1 leaving without all_reduce\n");
+      std::fflush(stdout);
+      std::_Exit(0);  // as a crashed-but-successful peer would: no goodbye
+    }
+    // Sleep until every other rank reported (bounded), never calling all_reduce.
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      while (!std::filesystem::exists(dir + "/done_" + std::to_string(r)) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    std::printf("rank 1 done sleeping\n");
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  std::vector<float> data(12, 1.0f);
+  int code = 0;
+  try {
+    group->all_reduce(data.data(), data.size(), DType::kFloat32);
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: all_reduce without rank 1 succeeded\n", rank);
+    code = 1;
+  } catch (const ddp::Error& e) {
+    std::printf("EXPECTED ERROR rank=%d: %s\n", rank, e.what());
+  }
+  std::fflush(stdout);
+  if (!dir.empty()) touch(dir + "/done_" + std::to_string(rank));
+  std::_Exit(code);  // the group is broken: do not wait on it at exit
+}
+
+int run_mismatch(int odd) {
+  auto group = ddp::init();
+  const int rank = group->rank();
+  std::vector<float> data(5, 1.0f);
+  try {
+    group->all_reduce(data.data(), rank == odd ? 5 : 4, DType::kFloat32);
+    std::fprintf(
+        stderr,
+        "COLLECTIVES FAILED rank=%d: a mismatched all_reduce succeeded (is DDP_DEBUG=1 set?)\n",
+        rank);
+    return 1;
+  } catch (const ddp::Error& e) {
+    std::printf("EXPECTED ERROR rank=%d: %s\n", rank, e.what());
+  }
+  std::fflush(stdout);
+  // Nobody ran the mismatched collective: the group goes on.
+  std::vector<float> ok(4, 1.0f);
+  group->all_reduce(ok.data(), ok.size(), DType::kFloat32);
+  if (ok[3] != static_cast<float>(group->size())) {
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: all_reduce after the mismatch gave %f\n",
+                 rank, ok[3]);
+    return 1;
+  }
+  group.reset();
+  ddp::shutdown();
+  std::printf("MISMATCH OK rank=%d\n", rank);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string mode = argv[1];
+  try {
+    if (mode == "all" && argc == 2) return run_all(false);
+    if (mode == "single" && argc == 2) return run_all(true);
+    if (mode == "timeout" && argc == 4 && std::string(argv[2]) == "sleep")
+      return run_timeout("sleep", argv[3]);
+    if (mode == "timeout" && argc == 3 && std::string(argv[2]) == "exit")
+      return run_timeout("exit", "");
+    if (mode == "mismatch" && argc <= 3) return run_mismatch(argc == 3 ? std::atoi(argv[2]) : 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: %s\n", ddp::rank(), e.what());
+    return 1;
+  }
+  return usage();
+}

@@ -1,0 +1,921 @@
+// libddp's collectives with every rank a thread of this process: Gloo groups
+// over one in-memory store (each test under its own prefix), results checked
+// element by element against values computed here. Fast enough to sweep every
+// collective, dtype, op, root and awkward count for worlds of 2, 3 and 4.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/ddp.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                         DType::kInt32,   DType::kInt64,   DType::kUInt8};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
+                         ReduceOp::kProduct};
+// 0 and 1, odd sizes that no world divides, and one that spans many Gloo segments.
+const std::size_t kCounts[] = {0, 1, 7, 1001};
+
+bool is_float(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
+         d == DType::kBFloat16;
+}
+bool is_signed(DType d) { return d != DType::kUInt8; }
+
+// Element `i` of rank `r`'s input: small integers, exact in every dtype, whose
+// sums, products, minima and maxima over 4 ranks stay exact too (|x| <= 81).
+// Signed types include negatives so min/max and truncating averages are tested.
+double input_value(int r, std::size_t i, DType dtype) {
+  static const double kSigned[] = {-2, -1, 1, 2, 3};
+  if (is_signed(dtype)) return kSigned[(static_cast<std::size_t>(r) * 2 + i) % 5];
+  return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3);
+}
+
+// Element `k` of rank `r`'s data for collectives that only move data: distinct
+// for nearby ranks and positions (so a misplaced slice shows), exact in every dtype.
+double moved_value(int r, std::size_t k, DType dtype) {
+  double v = static_cast<double>((static_cast<std::size_t>(r) * 37 + k * 3) % 251);
+  return is_signed(dtype) ? v - 100 : v;
+}
+
+// A buffer of any dtype, written and read as doubles.
+class Buffer {
+ public:
+  Buffer(DType dtype, std::size_t count)
+      : dtype_(dtype), count_(count), bytes_(std::max<std::size_t>(count * dtype_size(dtype), 1)) {}
+  void* data() { return bytes_.data(); }
+  std::size_t count() const { return count_; }
+  DType dtype() const { return dtype_; }
+  char* slice(std::size_t first) {
+    return reinterpret_cast<char*>(bytes_.data()) + first * dtype_size(dtype_);
+  }
+
+  void set(std::size_t i, double v) {
+    void* p = bytes_.data() + i * dtype_size(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32:
+        store(p, static_cast<float>(v));
+        break;
+      case DType::kFloat64:
+        store(p, v);
+        break;
+      case DType::kFloat16:
+        store(p, float_to_half(static_cast<float>(v)));
+        break;
+      case DType::kBFloat16:
+        store(p, float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case DType::kInt32:
+        store(p, static_cast<std::int32_t>(v));
+        break;
+      case DType::kInt64:
+        store(p, static_cast<std::int64_t>(v));
+        break;
+      case DType::kUInt8:
+        store(p, static_cast<std::uint8_t>(v));
+        break;
+    }
+  }
+  double get(std::size_t i) const {
+    const void* p = bytes_.data() + i * dtype_size(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32:
+        return load<float>(p);
+      case DType::kFloat64:
+        return load<double>(p);
+      case DType::kFloat16:
+        return half_to_float(load<std::uint16_t>(p));
+      case DType::kBFloat16:
+        return bfloat16_to_float(load<std::uint16_t>(p));
+      case DType::kInt32:
+        return load<std::int32_t>(p);
+      case DType::kInt64:
+        return static_cast<double>(load<std::int64_t>(p));
+      case DType::kUInt8:
+        return load<std::uint8_t>(p);
+    }
+    return 0;
+  }
+  // Fills elements [first, first + n) with f(j), j counting from 0.
+  void fill(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& f) {
+    for (std::size_t j = 0; j < n; ++j) set(first + j, f(j));
+  }
+
+ private:
+  template <class T>
+  static void store(void* p, T v) {
+    std::memcpy(p, &v, sizeof v);
+  }
+  template <class T>
+  static T load(const void* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  DType dtype_;
+  std::size_t count_;
+  std::vector<unsigned char> bytes_;
+};
+
+// op over the world's values; averages of integer types truncate toward zero.
+double reference(ReduceOp op, DType dtype, int world, const std::function<double(int)>& value) {
+  double sum = 0, product = 1, lo = value(0), hi = value(0);
+  for (int r = 0; r < world; ++r) {
+    double v = value(r);
+    sum += v;
+    product *= v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kAvg:
+      return is_float(dtype) ? sum / world : std::trunc(sum / world);
+    case ReduceOp::kMin:
+      return lo;
+    case ReduceOp::kMax:
+      return hi;
+    case ReduceOp::kProduct:
+      return product;
+  }
+  return 0;
+}
+
+// Integer-valued results are exact; a float average may be off by its rounding.
+double tolerance(DType dtype, double expected) {
+  double eps = 0;
+  switch (dtype) {
+    case DType::kFloat16:
+      eps = 1.0 / 1024;
+      break;
+    case DType::kBFloat16:
+      eps = 1.0 / 128;
+      break;
+    case DType::kFloat32:
+      eps = 1e-6;
+      break;
+    case DType::kFloat64:
+      eps = 1e-14;
+      break;
+    default:
+      return 0;
+  }
+  return std::abs(expected) * eps;
+}
+
+// One failure per buffer, naming the first element that differs.
+void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
+                     const std::function<double(std::size_t)>& expected, const std::string& what) {
+  for (std::size_t j = 0; j < n; ++j) {
+    double want = expected(j);
+    double have = got.get(first + j);
+    if (std::abs(have - want) > tolerance(got.dtype(), want)) {
+      ADD_FAILURE() << what << " (" << dtype_name(got.dtype()) << "): element " << j << " is "
+                    << have << ", expected " << want;
+      return;
+    }
+  }
+}
+
+std::string label(int rank, const std::string& what, std::size_t count) {
+  return "rank " + std::to_string(rank) + ": " + what + " of " + std::to_string(count);
+}
+
+// One in-memory store for the whole test program; every run of ranks takes a
+// prefix of its own, so groups never read each other's addresses.
+std::shared_ptr<Store> shared_store() {
+  static std::shared_ptr<Store> store = make_memory_store();
+  return store;
+}
+
+ProcessGroupOptions gloo_options(std::chrono::milliseconds timeout = 10s) {
+  ProcessGroupOptions options;
+  options.backend = "gloo";
+  options.timeout = timeout;
+  return options;
+}
+
+// Runs body(group) on `world` ranks, each a thread with its own Gloo group
+// (created concurrently: creation waits for every rank). Groups are destroyed
+// only after every rank's body returned. Exceptions fail the test, naming the rank.
+void on_ranks(int world, const std::function<void(ProcessGroup&)>& body,
+              const ProcessGroupOptions& options = gloo_options()) {
+  static std::atomic<int> runs{0};
+  auto store = make_prefix_store(shared_store(), "t" + std::to_string(runs++));
+  std::latch finished(world);
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      std::shared_ptr<ProcessGroup> group;
+      try {
+        group = ProcessGroup::create(r, world, store, options);
+        EXPECT_EQ(group->rank(), r);
+        EXPECT_EQ(group->size(), world);
+        body(*group);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back("rank " + std::to_string(r) + " threw: " + e.what());
+      }
+      finished.arrive_and_wait();
+      group.reset();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+class Collectives : public ::testing::TestWithParam<int> {
+ protected:
+  int world() const { return GetParam(); }
+};
+
+TEST_P(Collectives, AllReduceMatchesLocalReferenceForEveryDtypeOpAndCount) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (ReduceOp op : kOps) {
+        for (std::size_t count : kCounts) {
+          Buffer buf(dtype, count);
+          buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
+          pg.all_reduce(buf.data(), count, dtype, op);
+          expect_elements(
+              buf, 0, count,
+              [&](std::size_t i) {
+                return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
+              },
+              label(pg.rank(), std::string("all_reduce ") + op_name(op), count));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : kCounts) {
+          Buffer buf(dtype, count);
+          buf.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+          pg.broadcast(buf.data(), count, dtype, root);
+          expect_elements(
+              buf, 0, count, [&](std::size_t i) { return moved_value(root, i, dtype); },
+              label(pg.rank(), "broadcast from root " + std::to_string(root), count));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (ReduceOp op : kOps) {
+        for (int root = 0; root < n; ++root) {
+          for (std::size_t count : {std::size_t{1}, std::size_t{7}}) {
+            Buffer buf(dtype, count);
+            buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
+            pg.reduce(buf.data(), count, dtype, op, root);
+            auto what = label(
+                pg.rank(),
+                std::string("reduce ") + op_name(op) + " to root " + std::to_string(root), count);
+            if (pg.rank() == root) {
+              expect_elements(
+                  buf, 0, count,
+                  [&](std::size_t i) {
+                    return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
+                  },
+                  what);
+            } else {
+              expect_elements(
+                  buf, 0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); },
+                  what + " (non-root must be unchanged)");
+            }
+          }
+        }
+      }
+    }
+    // Zero elements and a long buffer, once.
+    for (std::size_t count : {std::size_t{0}, std::size_t{1001}}) {
+      Buffer buf(DType::kInt64, count);
+      buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kInt64); });
+      pg.reduce(buf.data(), count, DType::kInt64, ReduceOp::kSum, n - 1);
+      expect_elements(
+          buf, 0, count,
+          [&](std::size_t i) {
+            if (pg.rank() != n - 1) return input_value(pg.rank(), i, DType::kInt64);
+            return reference(ReduceOp::kSum, DType::kInt64, n,
+                             [&](int r) { return input_value(r, i, DType::kInt64); });
+          },
+          label(pg.rank(), "reduce sum to the last rank", count));
+    }
+  });
+}
+
+TEST_P(Collectives, AllGatherPutsEveryRanksInputInRankOrder) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (std::size_t count : kCounts) {
+        Buffer in(dtype, count), out(dtype, count * n);
+        in.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+        pg.all_gather(in.data(), out.data(), count, dtype);
+        for (int r = 0; r < n; ++r) {
+          expect_elements(
+              out, r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
+              label(pg.rank(), "all_gather slice " + std::to_string(r), count));
+        }
+        expect_elements(
+            in, 0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); },
+            label(pg.rank(), "all_gather input untouched", count));
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, GatherToEveryRootWithNullOutputElsewhere) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : kCounts) {
+          Buffer in(dtype, count), out(dtype, count * n);
+          in.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
+          pg.gather(in.data(), pg.rank() == root ? out.data() : nullptr, count, dtype, root);
+          if (pg.rank() != root) continue;
+          for (int r = 0; r < n; ++r) {
+            expect_elements(
+                out, r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
+                label(pg.rank(),
+                      "gather to root " + std::to_string(root) + ", slice " + std::to_string(r),
+                      count));
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, ScatterFromEveryRootWithNullInputElsewhere) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : kCounts) {
+          Buffer in(dtype, count * n), out(dtype, count);
+          in.fill(0, count * n, [&](std::size_t k) { return moved_value(root, k, dtype); });
+          out.fill(0, count, [](std::size_t) { return 0.0; });
+          pg.scatter(pg.rank() == root ? in.data() : nullptr, out.data(), count, dtype, root);
+          const std::size_t first = pg.rank() * count;
+          expect_elements(
+              out, 0, count, [&](std::size_t i) { return moved_value(root, first + i, dtype); },
+              label(pg.rank(), "scatter from root " + std::to_string(root), count));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, AllToAllSendsSliceJOfRankIToSliceIOfRankJ) {
+  const int n = world();
+  auto value = moved_value;
+  on_ranks(n, [n, value](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (std::size_t count : kCounts) {
+        Buffer in(dtype, count * n), out(dtype, count * n);
+        in.fill(0, count * n, [&](std::size_t k) { return value(pg.rank(), k, dtype); });
+        pg.all_to_all(in.data(), out.data(), count, dtype);
+        for (int i = 0; i < n; ++i) {
+          // Slice i of mine = slice rank() of rank i's input.
+          expect_elements(
+              out, i * count, count,
+              [&](std::size_t j) { return value(i, pg.rank() * count + j, dtype); },
+              label(pg.rank(), "all_to_all slice from rank " + std::to_string(i), count));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, ReduceScatterGivesEachRankItsReducedSliceForEveryOp) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (DType dtype : kDTypes) {
+      for (ReduceOp op : kOps) {
+        for (std::size_t count : kCounts) {
+          Buffer in(dtype, count * n), out(dtype, count);
+          in.fill(0, count * n, [&](std::size_t k) { return input_value(pg.rank(), k, dtype); });
+          pg.reduce_scatter(in.data(), out.data(), count, dtype, op);
+          const std::size_t first = pg.rank() * count;
+          expect_elements(
+              out, 0, count,
+              [&](std::size_t i) {
+                return reference(op, dtype, n,
+                                 [&](int r) { return input_value(r, first + i, dtype); });
+              },
+              label(pg.rank(), std::string("reduce_scatter ") + op_name(op), count));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, BarrierHoldsEveryRankUntilAllArrive) {
+  const int n = world();
+  std::atomic<int> arrived{0};
+  on_ranks(n, [n, &arrived](ProcessGroup& pg) {
+    for (int round = 1; round <= 5; ++round) {
+      // The last rank is late each round; nobody may pass before it arrives.
+      if (pg.rank() == n - 1) std::this_thread::sleep_for(20ms);
+      arrived.fetch_add(1);
+      pg.barrier();
+      EXPECT_GE(arrived.load(), round * n)
+          << "rank " << pg.rank() << " passed barrier " << round << " early";
+      pg.barrier();  // nobody starts the next round before everyone checked this one
+    }
+  });
+}
+
+TEST_P(Collectives, BroadcastObjectOfAnyLengthFromEveryRoot) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    for (int root = 0; root < n; ++root) {
+      for (std::size_t length :
+           {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{70000}}) {
+        std::string expected(length, '\0');
+        for (std::size_t i = 0; i < length; ++i)
+          expected[i] = static_cast<char>((i * 31 + root) % 256);
+        // Non-roots start with something of another length.
+        std::string bytes = pg.rank() == root ? expected : std::string(pg.rank() + 5, 'x');
+        pg.broadcast_object(bytes, root);
+        EXPECT_EQ(bytes, expected) << "rank " << pg.rank() << ": broadcast_object of " << length
+                                   << " bytes from root " << root;
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, AllGatherObjectKeepsEachRanksLengthIncludingEmpty) {
+  const int n = world();
+  auto object_of = [](int r) {
+    std::string s(static_cast<std::size_t>(r) * 3,
+                  '\0');  // rank 0: empty; binary bytes, NULs included
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(r * 40 + i);
+    return s;
+  };
+  on_ranks(n, [n, object_of](ProcessGroup& pg) {
+    auto all = pg.all_gather_object(object_of(pg.rank()));
+    ASSERT_EQ(static_cast<int>(all.size()), n);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(all[r], object_of(r)) << "rank " << pg.rank() << ", object of rank " << r;
+    // Every rank empty.
+    auto empty = pg.all_gather_object("");
+    EXPECT_EQ(empty, std::vector<std::string>(n));
+    // Only the last rank has something.
+    auto last = pg.all_gather_object(pg.rank() == n - 1 ? "last" : "");
+    for (int r = 0; r < n; ++r) EXPECT_EQ(last[r], r == n - 1 ? "last" : "");
+  });
+}
+
+TEST_P(Collectives, ZeroCountCollectivesAcceptNullBuffers) {
+  const int n = world();
+  on_ranks(n, [](ProcessGroup& pg) {
+    pg.all_reduce(nullptr, 0, DType::kFloat32);
+    pg.broadcast(nullptr, 0, DType::kFloat32, 0);
+    pg.reduce(nullptr, 0, DType::kInt32, ReduceOp::kMax, 0);
+    pg.all_gather(nullptr, nullptr, 0, DType::kUInt8);
+    pg.gather(nullptr, nullptr, 0, DType::kUInt8, 0);
+    pg.scatter(nullptr, nullptr, 0, DType::kUInt8, 0);
+    pg.all_to_all(nullptr, nullptr, 0, DType::kInt64);
+    pg.reduce_scatter(nullptr, nullptr, 0, DType::kFloat64, ReduceOp::kSum);
+    // The group is still in step afterwards.
+    std::int32_t one = 1;
+    pg.all_reduce(&one, 1, DType::kInt32);
+    EXPECT_EQ(one, pg.size());
+  });
+}
+
+TEST_P(Collectives, AsyncOpsIssuedTogetherAllCompleteWithCorrectResults) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    const std::size_t count = 7;
+    Buffer a(DType::kFloat32, count), b(DType::kInt64, count), c(DType::kBFloat16, count);
+    Buffer gathered(DType::kInt32, count * n), mine(DType::kInt32, count);
+    Buffer rs_in(DType::kFloat64, count * n), rs_out(DType::kFloat64, count);
+    a.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kFloat32); });
+    b.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kInt64); });
+    c.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, DType::kBFloat16); });
+    mine.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, DType::kInt32); });
+    rs_in.fill(0, count * n,
+               [&](std::size_t k) { return input_value(pg.rank(), k, DType::kFloat64); });
+
+    std::vector<std::shared_ptr<Work>> works;
+    works.push_back(pg.all_reduce_async(a.data(), count, DType::kFloat32, ReduceOp::kSum));
+    works.push_back(pg.all_reduce_async(b.data(), count, DType::kInt64, ReduceOp::kMax));
+    works.push_back(pg.broadcast_async(c.data(), count, DType::kBFloat16, n - 1));
+    works.push_back(pg.all_gather_async(mine.data(), gathered.data(), count, DType::kInt32));
+    works.push_back(pg.barrier_async());
+    works.push_back(pg.reduce_scatter_async(rs_in.data(), rs_out.data(), count, DType::kFloat64,
+                                            ReduceOp::kMin));
+    EXPECT_EQ(works[0]->description(), "all_reduce of 7 float32 (sum)");
+    // Wait in reverse: the last finishing implies the others finished (issue order).
+    for (auto it = works.rbegin(); it != works.rend(); ++it)
+      EXPECT_TRUE((*it)->wait(10s)) << (*it)->description();
+    for (auto& w : works) {
+      EXPECT_TRUE(w->is_completed()) << w->description();
+      EXPECT_TRUE(w->wait()) << w->description();  // waiting again returns at once
+    }
+    auto ref = [&](ReduceOp op, DType dtype, std::size_t i) {
+      return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
+    };
+    expect_elements(
+        a, 0, count, [&](std::size_t i) { return ref(ReduceOp::kSum, DType::kFloat32, i); },
+        "async all_reduce sum");
+    expect_elements(
+        b, 0, count, [&](std::size_t i) { return ref(ReduceOp::kMax, DType::kInt64, i); },
+        "async all_reduce max");
+    expect_elements(
+        c, 0, count, [&](std::size_t i) { return moved_value(n - 1, i, DType::kBFloat16); },
+        "async broadcast");
+    for (int r = 0; r < n; ++r) {
+      expect_elements(
+          gathered, r * count, count,
+          [&](std::size_t i) { return moved_value(r, i, DType::kInt32); }, "async all_gather");
+    }
+    expect_elements(
+        rs_out, 0, count,
+        [&](std::size_t i) { return ref(ReduceOp::kMin, DType::kFloat64, pg.rank() * count + i); },
+        "async reduce_scatter min");
+  });
+}
+
+TEST_P(Collectives, AsyncWorkIsNotCompletedUntilEveryRankJoins) {
+  const int n = world();
+  std::latch rank0_checked(1);
+  on_ranks(n, [n, &rank0_checked](ProcessGroup& pg) {
+    std::int32_t value = pg.rank() + 1;
+    if (pg.rank() == 0) {
+      auto work = pg.all_reduce_async(&value, 1, DType::kInt32);
+      // The others issue theirs only after this check: it cannot have finished.
+      EXPECT_FALSE(work->is_completed());
+      EXPECT_FALSE(work->wait(30ms));
+      rank0_checked.count_down();
+      EXPECT_TRUE(work->wait(10s));
+      EXPECT_TRUE(work->is_completed());
+    } else {
+      rank0_checked.wait();
+      pg.all_reduce_async(&value, 1, DType::kInt32)->wait();
+    }
+    EXPECT_EQ(value, n * (n + 1) / 2);
+  });
+}
+
+TEST_P(Collectives, LargeOddBuffersReduceExactly) {
+  const int n = world();
+  const std::size_t count =
+      100003;  // ~400 KB of float32: many Gloo segments, not divisible by any world
+  on_ranks(n, [n, count](ProcessGroup& pg) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        auto expected = [&](std::size_t i) {
+          return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
+        };
+        Buffer buf(dtype, count);
+        buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
+        pg.all_reduce(buf.data(), count, dtype, op);
+        expect_elements(buf, 0, count, expected,
+                        label(pg.rank(), std::string("all_reduce ") + op_name(op), count));
+
+        Buffer red(dtype, count);
+        red.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
+        pg.reduce(red.data(), count, dtype, op, n - 1);
+        expect_elements(
+            red, 0, count,
+            [&](std::size_t i) {
+              return pg.rank() == n - 1 ? expected(i) : input_value(pg.rank(), i, dtype);
+            },
+            label(pg.rank(), std::string("reduce ") + op_name(op), count));
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, ConcurrentIssuersOnEveryRankAllComplete) {
+  const int n = world();
+  on_ranks(n, [n](ProcessGroup& pg) {
+    // Four threads per rank issue identical all_reduces at once. Which thread's
+    // call pairs with which on other ranks is up to the order they reach the
+    // group, so every buffer of rank r holds r + 1 and every sum is the same.
+    constexpr int kThreads = 4, kRounds = 10;
+    std::vector<std::thread> issuers;
+    std::vector<std::vector<std::int32_t>> results(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      issuers.emplace_back([&, t] {
+        for (int round = 0; round < kRounds; ++round) {
+          std::vector<std::int32_t> data(5, pg.rank() + 1);
+          pg.all_reduce(data.data(), data.size(), DType::kInt32);
+          results[t].insert(results[t].end(), data.begin(), data.end());
+        }
+      });
+    }
+    for (auto& t : issuers) t.join();
+    for (const auto& r : results) {
+      EXPECT_EQ(r, std::vector<std::int32_t>(5 * kRounds, n * (n + 1) / 2)) << "rank " << pg.rank();
+    }
+  });
+}
+
+TEST_P(Collectives, DebugCheckNamesTheRankWithADifferentCountAndTheGroupGoesOn) {
+  const int n = world();
+  auto options = gloo_options();
+  options.debug_checks = true;
+  std::vector<std::string> errors(n);
+  auto start = std::chrono::steady_clock::now();
+  on_ranks(
+      n,
+      [&errors](ProcessGroup& pg) {
+        std::vector<float> data(8, 1.0f);
+        const std::size_t count = pg.rank() == 1 ? 5 : 4;
+        try {
+          pg.all_reduce(data.data(), count, DType::kFloat32);
+          ADD_FAILURE() << "rank " << pg.rank() << ": a mismatched all_reduce succeeded";
+        } catch (const Error& e) {
+          errors[pg.rank()] = e.what();
+        }
+        // The async form reports the same error from wait(), every time it is asked.
+        auto work = pg.all_reduce_async(data.data(), pg.rank() == 1 ? 3 : 2, DType::kFloat32);
+        EXPECT_THROW(work->wait(10s), Error);
+        EXPECT_TRUE(work->is_completed());
+        EXPECT_THROW(work->wait(), Error);
+        // Nobody ran the mismatched collectives: the group is still in step.
+        std::vector<float> ok(4, 1.0f);
+        pg.all_reduce(ok.data(), ok.size(), DType::kFloat32);
+        EXPECT_EQ(ok[3], static_cast<float>(pg.size()));
+      },
+      options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s)
+      << "a mismatch must fail fast, not wait for the timeout";
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
+    EXPECT_NE(errors[r].find("all_reduce"), std::string::npos);
+    EXPECT_NE(errors[r].find("mismatch"), std::string::npos);
+    EXPECT_NE(errors[r].find("rank(s) 1 differ"), std::string::npos);
+    EXPECT_NE(errors[r].find("rank 1 has count 5"), std::string::npos);
+  }
+}
+
+TEST_P(Collectives, DebugCheckNamesTheMinorityEvenWhenItIsRankZero) {
+  const int n = world();
+  auto options = gloo_options();
+  options.debug_checks = true;
+  std::vector<std::string> errors(n);
+  on_ranks(
+      n,
+      [&errors](ProcessGroup& pg) {
+        std::int64_t data[2] = {1, 1};
+        try {
+          if (pg.rank() == 0) {
+            pg.broadcast(data, 2, DType::kInt64, 0);
+          } else {
+            pg.all_reduce(data, 2, DType::kInt64);
+          }
+          ADD_FAILURE() << "rank " << pg.rank() << ": mismatched collectives succeeded";
+        } catch (const Error& e) {
+          errors[pg.rank()] = e.what();
+        }
+      },
+      options);
+  // With two ranks it is one against one: the lowest rank is the reference.
+  const std::string odd = n == 2 ? "1" : "0";
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
+    EXPECT_NE(errors[r].find("rank(s) " + odd + " differ"), std::string::npos);
+    EXPECT_NE(errors[r].find("a different collective"), std::string::npos);
+  }
+}
+
+TEST_P(Collectives, TimeoutNamesTheCollectiveItsSizeAndTheRanksThatNeverArrived) {
+  const int n = world();
+  // The last rank stays away; in a world of 4, rank 1 too.
+  const std::vector<int> absent = n == 4 ? std::vector<int>{1, 3} : std::vector<int>{n - 1};
+  const std::string absent_list = n == 4 ? "1, 3" : std::to_string(n - 1);
+  auto is_absent = [&](int r) {
+    return std::find(absent.begin(), absent.end(), r) != absent.end();
+  };
+  std::vector<std::string> errors(n);
+  std::latch others_done(n - static_cast<int>(absent.size()));
+  auto start = std::chrono::steady_clock::now();
+  on_ranks(
+      n,
+      [&](ProcessGroup& pg) {
+        if (is_absent(pg.rank())) {
+          // Never calls all_reduce; keeps its group alive until the others gave up.
+          others_done.wait();
+          return;
+        }
+        std::vector<double> data(6, 1.0);
+        try {
+          pg.all_reduce(data.data(), data.size(), DType::kFloat64);
+          ADD_FAILURE() << "rank " << pg.rank() << ": all_reduce without ranks " << absent_list
+                        << " succeeded";
+        } catch (const Error& e) {
+          errors[pg.rank()] = e.what();
+        }
+        others_done.count_down();
+      },
+      gloo_options(1s));
+  // 1 s collective timeout, then at most 1 s asking the store who arrived.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  for (int r = 0; r < n; ++r) {
+    if (is_absent(r)) continue;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
+    EXPECT_NE(errors[r].find("rank " + std::to_string(r) + ": all_reduce of 6 float64 (sum)"),
+              std::string::npos);
+    EXPECT_NE(errors[r].find("ranks that had not arrived: " + absent_list), std::string::npos);
+  }
+}
+
+TEST(GroupCreation, FailsWithinTheTimeoutWhenARankNeverJoins) {
+  auto store = make_prefix_store(shared_store(), "never-joins");
+  auto start = std::chrono::steady_clock::now();
+  std::string error = "(no error)";
+  try {
+    ProcessGroup::create(0, 2, store, gloo_options(1s));
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_NE(error, "(no error)");
+  // Gloo waited for rank 1's address: the error names its key and the time waited.
+  EXPECT_NE(error.find("never-joins/1"), std::string::npos) << error;
+  EXPECT_NE(error.find("1000 ms"), std::string::npos) << error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Collectives, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
+
+// ---- A world of one: the local backend, no store, every collective local.
+
+std::shared_ptr<ProcessGroup> world_of_one() {
+  ProcessGroupOptions options;
+  options.backend = "local";
+  return ProcessGroup::create(0, 1, nullptr, options);
+}
+
+TEST(WorldOfOne, ReductionsAndBroadcastsLeaveDataAsItIs) {
+  auto pg = world_of_one();
+  EXPECT_EQ(pg->rank(), 0);
+  EXPECT_EQ(pg->size(), 1);
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      Buffer buf(dtype, 7);
+      buf.fill(0, 7, [&](std::size_t i) { return input_value(0, i, dtype); });
+      pg->all_reduce(buf.data(), 7, dtype, op);
+      expect_elements(
+          buf, 0, 7, [&](std::size_t i) { return input_value(0, i, dtype); },
+          std::string("all_reduce ") + op_name(op));
+      pg->reduce(buf.data(), 7, dtype, op, 0);
+      expect_elements(
+          buf, 0, 7, [&](std::size_t i) { return input_value(0, i, dtype); },
+          std::string("reduce ") + op_name(op));
+      Buffer out(dtype, 7);
+      pg->reduce_scatter(buf.data(), out.data(), 7, dtype, op);
+      expect_elements(
+          out, 0, 7, [&](std::size_t i) { return input_value(0, i, dtype); },
+          std::string("reduce_scatter ") + op_name(op));
+    }
+    Buffer buf(dtype, 3);
+    buf.fill(0, 3, [&](std::size_t i) { return input_value(0, i, dtype); });
+    pg->broadcast(buf.data(), 3, dtype, 0);
+    expect_elements(
+        buf, 0, 3, [&](std::size_t i) { return input_value(0, i, dtype); }, "broadcast");
+  }
+}
+
+TEST(WorldOfOne, GathersScattersAndAllToAllCopyInputToOutput) {
+  auto pg = world_of_one();
+  for (DType dtype : kDTypes) {
+    Buffer in(dtype, 5);
+    in.fill(0, 5, [&](std::size_t i) { return input_value(0, i, dtype); });
+    auto same = [&](std::size_t i) { return input_value(0, i, dtype); };
+    Buffer a(dtype, 5), b(dtype, 5), c(dtype, 5), d(dtype, 5);
+    pg->all_gather(in.data(), a.data(), 5, dtype);
+    pg->gather(in.data(), b.data(), 5, dtype, 0);
+    pg->scatter(in.data(), c.data(), 5, dtype, 0);
+    pg->all_to_all(in.data(), d.data(), 5, dtype);
+    expect_elements(a, 0, 5, same, "all_gather");
+    expect_elements(b, 0, 5, same, "gather");
+    expect_elements(c, 0, 5, same, "scatter");
+    expect_elements(d, 0, 5, same, "all_to_all");
+  }
+}
+
+TEST(WorldOfOne, ObjectsBarrierAndAsyncWorkAreLocal) {
+  auto pg = world_of_one();
+  pg->barrier();
+  std::string bytes("a\0b", 3);
+  pg->broadcast_object(bytes, 0);
+  EXPECT_EQ(bytes, std::string("a\0b", 3));
+  EXPECT_EQ(pg->all_gather_object(bytes), std::vector<std::string>{bytes});
+  EXPECT_EQ(pg->all_gather_object(""), std::vector<std::string>{""});
+  float x = 2.5f;
+  auto work = pg->all_reduce_async(&x, 1, DType::kFloat32, ReduceOp::kAvg);
+  EXPECT_TRUE(work->wait(5s));
+  EXPECT_TRUE(work->is_completed());
+  EXPECT_EQ(x, 2.5f);
+  EXPECT_TRUE(pg->barrier_async()->wait(5s));
+}
+
+TEST(WorldOfOne, GlooWithoutAStoreIsAlsoLocal) {
+  auto pg = ProcessGroup::create(0, 1, nullptr, gloo_options());
+  std::int32_t in[2] = {4, 5}, out[2] = {0, 0};
+  pg->all_gather(in, out, 2, DType::kInt32);
+  EXPECT_EQ(out[0], 4);
+  EXPECT_EQ(out[1], 5);
+}
+
+TEST(WorldOfOne, AllocateGivesAlignedWritableMemory) {
+  auto pg = world_of_one();
+  auto p = pg->allocate(1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p.get()) % 64, 0u);
+  std::memset(p.get(), 7, 1000);
+  EXPECT_NE(pg->allocate(0), nullptr);
+}
+
+// ---- Bad arguments fail at once with an error naming what is wrong.
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ProcessGroupErrors, BadRankSizeBackendOrStoreAreRejected) {
+  EXPECT_NE(error_of([] {
+              ProcessGroup::create(1, 1, nullptr, gloo_options());
+            }).find("rank 1 is outside [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([] { ProcessGroup::create(-1, 2, shared_store(), gloo_options()); }).find("rank -1"),
+      std::string::npos);
+  EXPECT_NE(error_of([] { ProcessGroup::create(0, 0, nullptr, gloo_options()); }).find("size 0"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([] { ProcessGroup::create(0, 2, nullptr, gloo_options()); }).find("needs a store"),
+      std::string::npos);
+  ProcessGroupOptions mpi = gloo_options();
+  mpi.backend = "mpi";
+  EXPECT_NE(error_of([&] { ProcessGroup::create(0, 2, shared_store(), mpi); }).find("'mpi'"),
+            std::string::npos);
+}
+
+TEST(ProcessGroupErrors, RootOutsideTheWorldIsRejectedBeforeAnythingRuns) {
+  auto pg = world_of_one();
+  float x = 1;
+  EXPECT_NE(error_of([&] {
+              pg->broadcast(&x, 1, DType::kFloat32, 1);
+            }).find("broadcast: root 1 is outside [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              pg->reduce(&x, 1, DType::kFloat32, ReduceOp::kSum, -1);
+            }).find("reduce: root -1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pg->gather(&x, &x, 1, DType::kFloat32, 2); }).find("gather: root 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pg->scatter(&x, &x, 1, DType::kFloat32, 5); }).find("scatter: root 5"),
+            std::string::npos);
+  // The group still works.
+  pg->barrier();
+}
+
+}  // namespace
+}  // namespace ddp

@@ -1,0 +1,99 @@
+#pragma once
+// Rank-aware logging for worker processes (what `print(..., all=False)` does
+// in the usual PyTorch DDP helpers), on spdlog.
+//
+//   ddp::log::info("epoch {} loss {:.4f}", epoch, loss);   // rank 0 only
+//   ddp::log::info_all("loaded shard {}", shard);            // every rank, "[rank N] "
+//   ddp::log::warn("skipping batch {}", i);                  // every rank, stderr
+//
+// Rules:
+// - info/debug print on the logging rank only: rank 0 (Policy::kRank0, the
+//   default) or local rank 0 of every node (Policy::kLocalRank0), as plain
+//   lines on stdout.
+// - info_all/debug_all print on every rank, each line prefixed "[rank N] ".
+// - warn/error always print, from any rank, on stderr, prefixed
+//   "[rank N] WARNING: " / "[rank N] ERROR: ".
+// - In a world of one there is no "[rank N] " prefix (nothing to tell apart).
+// - Lines below the level (default info; DDP_LOG_LEVEL=debug|info|warn|error|off)
+//   are dropped before they are formatted.
+// A message of several lines gets the prefix on each line. Every line is
+// flushed at once, so the launcher's log tee sees it promptly. The rank comes
+// from the environment contract, so logging works before ddp::init().
+// Thread-safe. Never throws (a logging failure is dropped, not raised).
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace spdlog::sinks {
+class sink;
+}  // namespace spdlog::sinks
+
+namespace ddp::log {
+
+enum class Level : int { kDebug, kInfo, kWarn, kError, kOff };
+enum class Policy : int { kRank0, kLocalRank0 };
+
+// Which rank(s) print info/debug lines.
+void set_policy(Policy policy);
+Policy policy();
+// Lines below `level` are dropped (kOff drops everything).
+void set_level(Level level);
+Level level();
+// Whether this process prints info/debug lines under the current policy.
+bool is_logging_rank();
+// Whether a line of `level` (with `all` = every rank) would print here.
+bool enabled(Level level, bool all = false);
+
+// Writes a formatted message under the rules above (what info() & co call).
+void write(Level level, bool all, std::string_view message);
+
+template <typename... Args>
+void debug(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kDebug))
+    write(Level::kDebug, false, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void debug_all(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kDebug, true))
+    write(Level::kDebug, true, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void info(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kInfo))
+    write(Level::kInfo, false, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void info_all(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kInfo, true))
+    write(Level::kInfo, true, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void warn(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kWarn, true))
+    write(Level::kWarn, true, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> format, Args&&... args) {
+  if (enabled(Level::kError, true))
+    write(Level::kError, true, fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Sends info/debug lines to `out` and warnings/errors to `err` instead of
+// stdout/stderr (tests, or a file). reset_sinks() restores the console.
+void set_sinks(std::shared_ptr<spdlog::sinks::sink> out, std::shared_ptr<spdlog::sinks::sink> err);
+void reset_sinks();
+
+// The rules as pure functions (what write() applies, given this process's
+// rank, local rank and world size).
+bool should_print(Level level, bool all, Level threshold, Policy policy, int rank, int local_rank);
+// The text written: `message` with the prefix of `level` on every line, no
+// trailing newline. E.g. decorate(kWarn, true, 2, 4, "x") == "[rank 2] WARNING: x".
+std::string decorate(Level level, bool all, int rank, int world_size, std::string_view message);
+// "debug", "info", "warn"/"warning", "error", "off" (any case) -> Level; false if unknown.
+bool parse_level(std::string_view text, Level* level);
+
+}  // namespace ddp::log
