@@ -1,4 +1,6 @@
 // The NCCL backend: GPU collectives on device buffers, on a stream of its own.
+// Host buffers (the helpers' scalars and byte strings) are staged through
+// device memory, so every ProcessGroup call works with either kind.
 // Compiled whenever CUDA and NCCL are found (DDP_HAVE_NCCL). Every NCCL call
 // is checked and reported with NCCL's error string; a collective that does not
 // finish within the group's timeout, or an asynchronous NCCL error, aborts the
@@ -105,36 +107,52 @@ class NcclBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
+  void all_reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op) override {
     if (count == 0) return;
-    check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    Staging io(*this, host_or_device, count * dtype_size(dtype), true);
+    check_nccl(ncclAllReduce(io.get(), io.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclAllReduce");
     synchronize("all_reduce");
+    io.copy_back();
   }
-  void broadcast(void* data, std::size_t count, DType dtype, int root) override {
+  void broadcast(void* host_or_device, std::size_t count, DType dtype, int root) override {
     if (count == 0) return;
-    check_nccl(ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    Staging io(*this, host_or_device, count * dtype_size(dtype), rank_ == root);
+    check_nccl(ncclBroadcast(io.get(), io.get(), count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
     synchronize("broadcast");
+    io.copy_back();
   }
-  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
+  void reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op, int root) override {
     if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging in(*this, host_or_device, bytes, true);
     // Non-root ranks' data must stay unchanged: only root receives.
-    void* recv = data;
+    void* recv = in.get();
     std::shared_ptr<void> scratch;
     if (rank_ != root) {
-      scratch = allocate(count * dtype_size(dtype));
+      scratch = allocate(bytes);
       recv = scratch.get();
     }
-    check_nccl(ncclReduce(data, recv, count, nccl_type(dtype), nccl_op(op), root, comm_, stream_), "ncclReduce");
+    check_nccl(ncclReduce(in.get(), recv, count, nccl_type(dtype), nccl_op(op), root, comm_, stream_), "ncclReduce");
     synchronize("reduce");
+    if (rank_ == root) in.copy_back();
   }
   void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
     if (count == 0) return;
-    check_nccl(ncclAllGather(in, out, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(in), bytes, true);
+    Staging dst(*this, out, bytes * size_, false);
+    check_nccl(ncclAllGather(src.get(), dst.get(), count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
     synchronize("all_gather");
+    dst.copy_back();
   }
-  void gather(const void* in, void* out, std::size_t count, DType dtype, int root) override {
+  void gather(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes, true);
+    Staging dst(*this, rank_ == root ? host_out : nullptr, bytes * size_, false);
+    const void* in = src.get();
+    void* out = dst.get();
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
@@ -144,10 +162,15 @@ class NcclBackend final : public Backend {
     check_nccl(ncclSend(in, count, nccl_type(dtype), root, comm_, stream_), "ncclSend");
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     synchronize("gather");
+    dst.copy_back();
   }
-  void scatter(const void* in, void* out, std::size_t count, DType dtype, int root) override {
+  void scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, rank_ == root ? const_cast<void*>(host_in) : nullptr, bytes * size_, true);
+    Staging dst(*this, host_out, bytes, false);
+    const void* in = src.get();
+    void* out = dst.get();
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
@@ -157,10 +180,15 @@ class NcclBackend final : public Backend {
     check_nccl(ncclRecv(out, count, nccl_type(dtype), root, comm_, stream_), "ncclRecv");
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     synchronize("scatter");
+    dst.copy_back();
   }
-  void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override {
+  void all_to_all(const void* host_in, void* host_out, std::size_t count, DType dtype) override {
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
+    Staging dst(*this, host_out, bytes * size_, false);
+    const void* in = src.get();
+    void* out = dst.get();
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size_; ++r) {
       check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclSend");
@@ -168,11 +196,17 @@ class NcclBackend final : public Backend {
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     synchronize("all_to_all");
+    dst.copy_back();
   }
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
+  void reduce_scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, ReduceOp op) override {
     if (count == 0) return;
-    check_nccl(ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclReduceScatter");
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
+    Staging dst(*this, host_out, bytes, false);
+    check_nccl(ncclReduceScatter(src.get(), dst.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
     synchronize("reduce_scatter");
+    dst.copy_back();
   }
   void barrier() override {
     if (!barrier_word_) barrier_word_ = allocate(sizeof(int));
@@ -187,6 +221,34 @@ class NcclBackend final : public Backend {
   }
 
  private:
+  // A buffer as NCCL needs it: device memory as is; host memory copied into a
+  // device buffer (when `copy_in`) and, after the collective, back (copy_back).
+  class Staging {
+   public:
+    Staging(NcclBackend& backend, void* p, std::size_t bytes, bool copy_in) : p_(p), bytes_(bytes) {
+      if (p == nullptr || !is_host(p)) return;
+      device_ = backend.allocate(bytes);
+      if (copy_in) check_cuda(cudaMemcpy(device_.get(), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    }
+    void* get() const { return device_ ? device_.get() : p_; }
+    void copy_back() {
+      if (device_) check_cuda(cudaMemcpy(p_, device_.get(), bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    }
+
+   private:
+    static bool is_host(const void* p) {
+      cudaPointerAttributes attributes{};
+      if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky error of an unknown pointer: it is host memory
+        return true;
+      }
+      return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+    }
+    void* p_;
+    std::size_t bytes_;
+    std::shared_ptr<void> device_;
+  };
+
   // Polls the stream and NCCL's async error until done; aborts on error or timeout.
   void synchronize(const char* what) {
     auto deadline = std::chrono::steady_clock::now() + timeout_;
