@@ -13,3 +13,12 @@ for n in 2 4; do
   "${BUILD_DIR:-build-release}/launcher/ddprun" --nproc_per_node=$n --no_prefix \
     "${BUILD_DIR:-build-release}/bench/allreduce_bench" --trials "${TRIALS:-5}" 2>/dev/null
 done
+echo "== gradient sync (bench/gradsync_bench: GradSync on a 3.2M-parameter MLP step, 1 and 2 ranks) =="
+for n in 1 2; do
+  echo "-- ${n} rank(s) --"
+  DDP_BACKEND=gloo OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+    "${BUILD_DIR:-build-release}/launcher/ddprun" --nproc_per_node="$n" --no-prefix \
+    "${BUILD_DIR:-build-release}/bench/gradsync_bench"
+done
+echo "== reference trainer scaling (bench/train_scaling.sh: 2 ranks vs 1, 3.16M-parameter MLP, batch 64 per rank, 1 thread per rank) =="
+bash bench/train_scaling.sh "${BUILD_DIR:-build-release}" "${REPS:-5}"

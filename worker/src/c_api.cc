@@ -123,3 +123,192 @@ int ddp_shutdown(void) {
 const char* ddp_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"
+
+// ---- GradSync (appended) ----
+
+#include <memory>
+#include <vector>
+
+#include "ddp/grad_sync.h"
+
+struct ddp_grad_sync {
+  std::unique_ptr<ddp::GradSync> sync;
+};
+
+namespace {
+
+ddp::GradSync& checked(ddp_grad_sync* gs) {
+  if (gs == nullptr || !gs->sync) throw ddp::Error("the ddp_grad_sync handle is NULL");
+  return *gs->sync;
+}
+
+void fill_stats(const ddp::IterationStats& s, ddp_grad_sync_stats_t* out) {
+  if (out == nullptr) return;
+  out->iteration = s.iteration;
+  out->synced = s.synced ? 1 : 0;
+  out->backward_compute_ms = s.backward_compute_ms;
+  out->comm_ms = s.comm_ms;
+  out->overlap_ms = s.overlap_ms;
+  out->exposed_comm_ms = s.exposed_comm_ms;
+  out->buckets = s.buckets;
+  out->bytes_on_wire = s.bytes_on_wire;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ddp_grad_sync_default_options(ddp_grad_sync_options_t* out) {
+  return guarded("ddp_grad_sync_default_options", [&] {
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    ddp::GradSyncOptions d;
+    out->bucket_cap_bytes = d.bucket_cap_bytes;
+    out->first_bucket_bytes = d.first_bucket_bytes;
+    out->compression = static_cast<int>(d.compression);
+    out->find_unused_parameters = d.find_unused_parameters ? 1 : 0;
+    out->prescaled_grads = d.prescaled_grads ? 1 : 0;
+    out->log_every = d.log_every;
+    return 0;
+  });
+}
+
+int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
+                         const ddp_grad_sync_options_t* options, ddp_grad_sync** out) {
+  return guarded("ddp_grad_sync_create", [&] {
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = nullptr;
+    if (params == nullptr && n > 0)
+      throw ddp::Error("params is NULL for " + std::to_string(n) + " parameters");
+    std::vector<ddp::GradParam> list;
+    for (size_t i = 0; i < n; ++i) {
+      ddp::GradParam p;
+      p.name = params[i].name != nullptr ? params[i].name : "";
+      p.shape = {static_cast<std::int64_t>(params[i].count)};
+      p.dtype = to_dtype(params[i].dtype);
+      p.device = params[i].device;
+      p.requires_grad = params[i].requires_grad != 0;
+      list.push_back(std::move(p));
+    }
+    ddp::GradSyncOptions o;
+    if (options != nullptr) {
+      if (options->compression < DDP_COMPRESS_NONE || options->compression > DDP_COMPRESS_BF16) {
+        throw ddp::Error("compression " + std::to_string(options->compression) +
+                         " is not a DDP_COMPRESS_* value");
+      }
+      o.bucket_cap_bytes = options->bucket_cap_bytes;
+      o.first_bucket_bytes = options->first_bucket_bytes;
+      o.compression = static_cast<ddp::Compression>(options->compression);
+      o.find_unused_parameters = options->find_unused_parameters != 0;
+      o.prescaled_grads = options->prescaled_grads != 0;
+      o.log_every = options->log_every;
+    }
+    auto handle = std::make_unique<ddp_grad_sync>();
+    handle->sync = std::make_unique<ddp::GradSync>(ddp::default_group(), std::move(list), o);
+    *out = handle.release();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_prepare(ddp_grad_sync* gs, void* const* param_data, size_t n,
+                          void* const* buffers, const size_t* buffer_counts,
+                          const int* buffer_dtypes, size_t n_buffers) {
+  return guarded("ddp_grad_sync_prepare", [&] {
+    ddp::GradSync& sync = checked(gs);
+    if (param_data == nullptr && n > 0) throw ddp::Error("param_data is NULL");
+    if (n_buffers > 0 &&
+        (buffers == nullptr || buffer_counts == nullptr || buffer_dtypes == nullptr)) {
+      throw ddp::Error("buffers, buffer_counts or buffer_dtypes is NULL for " +
+                       std::to_string(n_buffers) + " buffers");
+    }
+    std::vector<void*> data(param_data, param_data + n);
+    std::vector<ddp::ParamBuffer> bufs;
+    for (size_t i = 0; i < n_buffers; ++i)
+      bufs.push_back({buffers[i], buffer_counts[i], to_dtype(buffer_dtypes[i])});
+    sync.prepare(data, bufs);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_grad(ddp_grad_sync* gs, size_t index, void** out) {
+  return guarded("ddp_grad_sync_grad", [&] {
+    ddp::GradSync& sync = checked(gs);
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = sync.grad(index);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_set_grad(ddp_grad_sync* gs, size_t index, const void* src) {
+  return guarded("ddp_grad_sync_set_grad", [&] {
+    checked(gs).set_grad(index, src);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_add_grad(ddp_grad_sync* gs, size_t index, const void* src) {
+  return guarded("ddp_grad_sync_add_grad", [&] {
+    checked(gs).add_grad(index, src);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_zero_grad(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_zero_grad", [&] {
+    checked(gs).zero_grad();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_begin_backward", [&] {
+    checked(gs).begin_backward();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_mark_ready(ddp_grad_sync* gs, size_t index) {
+  return guarded("ddp_grad_sync_mark_ready", [&] {
+    checked(gs).mark_ready(index);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_finish(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_finish", [&] {
+    checked(gs).finish();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_no_sync_begin(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_no_sync_begin", [&] {
+    checked(gs).begin_no_sync();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_no_sync_end(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_no_sync_end", [&] {
+    checked(gs).end_no_sync();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_stats(ddp_grad_sync* gs, ddp_grad_sync_stats_t* last,
+                        ddp_grad_sync_stats_t* mean) {
+  return guarded("ddp_grad_sync_stats", [&] {
+    ddp::GradSyncStats s = checked(gs).stats();
+    fill_stats(s.last, last);
+    fill_stats(s.mean, mean);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_destroy(ddp_grad_sync* gs) {
+  return guarded("ddp_grad_sync_destroy", [&] {
+    delete gs;
+    return 0;
+  });
+}
+
+}  // extern "C"

@@ -65,6 +65,82 @@ DDP_C_API int ddp_shutdown(void);
  * thread's next failing call. */
 DDP_C_API const char* ddp_last_error(void);
 
+/* ---- Gradient synchronisation (ddp::GradSync, see ddp/grad_sync.h) ----
+ * Bucketed, overlapped averaging of gradients over the default group:
+ *   ddp_grad_sync_create(params, n, NULL, &gs);      (collective)
+ *   each step: write grads into ddp_grad_sync_grad() pointers (or use
+ *   ddp_grad_sync_add_grad), ddp_grad_sync_mark_ready() each parameter,
+ *   ddp_grad_sync_finish() (collective), optimizer step.
+ * Parameters are named by their index in `params`. Gradient pointers move
+ * once, at the end of the first successful finish() (the layout is rebuilt
+ * from the observed gradient order): fetch them after finish() or every step.
+ * REQUIRES: ddp_init(). */
+typedef struct ddp_grad_sync ddp_grad_sync;
+
+typedef struct {
+  const char* name;  /* unique; copied */
+  size_t count;      /* elements */
+  int dtype;         /* DDP_FLOAT32, DDP_FLOAT64, DDP_FLOAT16 or DDP_BFLOAT16 */
+  int device;        /* -1: host memory; >= 0: CUDA device (nccl) */
+  int requires_grad; /* 0: frozen (checked and broadcast, no gradient) */
+} ddp_param_t;
+
+enum { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16 = 1, DDP_COMPRESS_BF16 = 2 };
+
+typedef struct {
+  size_t bucket_cap_bytes;    /* default 25 MiB */
+  size_t first_bucket_bytes;  /* default 1 MiB */
+  int compression;            /* DDP_COMPRESS_* */
+  int find_unused_parameters; /* 0 or 1 */
+  int prescaled_grads;        /* 1: gradient writes already carry 1/world_size */
+  int log_every;              /* rank 0 logs stats at iterations 1-10, then every log_every */
+} ddp_grad_sync_options_t;
+
+typedef struct {
+  unsigned long long iteration; /* 1-based count of finish() calls */
+  int synced;                   /* 0: a no_sync iteration */
+  double backward_compute_ms;
+  double comm_ms;
+  double overlap_ms;
+  double exposed_comm_ms;
+  size_t buckets;
+  size_t bytes_on_wire;
+} ddp_grad_sync_stats_t;
+
+/* The defaults above. */
+DDP_C_API int ddp_grad_sync_default_options(ddp_grad_sync_options_t* out);
+/* Collective: checks every rank's options and parameters (a difference is
+ * named), lays out the buckets. options may be NULL (defaults). */
+DDP_C_API int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
+                                   const ddp_grad_sync_options_t* options, ddp_grad_sync** out);
+/* Collective: parameter values (param_data[i], n of them) and `n_buffers`
+ * buffers (each `buffer_counts[i]` elements of `buffer_dtypes[i]`) become
+ * rank 0's. Buffers may be NULL when n_buffers is 0. */
+DDP_C_API int ddp_grad_sync_prepare(ddp_grad_sync* gs, void* const* param_data, size_t n,
+                                    void* const* buffers, const size_t* buffer_counts,
+                                    const int* buffer_dtypes, size_t n_buffers);
+/* *out = parameter `index`'s gradient inside its bucket. */
+DDP_C_API int ddp_grad_sync_grad(ddp_grad_sync* gs, size_t index, void** out);
+/* grad = src / world_size (set) or grad += src / world_size (add). */
+DDP_C_API int ddp_grad_sync_set_grad(ddp_grad_sync* gs, size_t index, const void* src);
+DDP_C_API int ddp_grad_sync_add_grad(ddp_grad_sync* gs, size_t index, const void* src);
+DDP_C_API int ddp_grad_sync_zero_grad(ddp_grad_sync* gs);
+DDP_C_API int ddp_grad_sync_begin_backward(ddp_grad_sync* gs);
+/* Fails (naming the parameter) when it was already marked in this iteration. */
+DDP_C_API int ddp_grad_sync_mark_ready(ddp_grad_sync* gs, size_t index);
+/* Collective (synced iterations): waits; gradients hold the mean over ranks.
+ * Fails listing parameters never marked ready (unless find_unused_parameters). */
+DDP_C_API int ddp_grad_sync_finish(ddp_grad_sync* gs);
+/* Iterations begun between begin and end accumulate without communication. */
+DDP_C_API int ddp_grad_sync_no_sync_begin(ddp_grad_sync* gs);
+DDP_C_API int ddp_grad_sync_no_sync_end(ddp_grad_sync* gs);
+/* The latest iteration's figures (last) and the means over synced ones (mean;
+ * either may be NULL). */
+DDP_C_API int ddp_grad_sync_stats(ddp_grad_sync* gs, ddp_grad_sync_stats_t* last,
+                                  ddp_grad_sync_stats_t* mean);
+/* Waits for collectives in flight and frees everything. NULL is fine. */
+DDP_C_API int ddp_grad_sync_destroy(ddp_grad_sync* gs);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,288 @@
+// The reference trainer as a user runs it: ddprun starting `train` with 1 to
+// 4 ranks (Gloo over loopback), small models, a few seconds per run.
+//
+// Tolerances: runs with the same global batch on 1, 2 and 4 ranks sum the
+// same gradients in a different order, so their losses agree to float
+// rounding (~1e-7 relative per step, a little more after 30 steps): we
+// require 1e-4 relative. A resumed run repeats exactly the arithmetic of an
+// uninterrupted one (same ranks, same order, single-threaded OpenBLAS), so its
+// losses must agree to 1e-6 relative (in practice they are bit-identical in
+// the 8 printed digits).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kTrain = TRAIN_PATH;
+
+// A small model and run: well under a second per rank.
+const std::vector<std::string> kSmall = {"--hidden", "64", "--layers",    "3",
+                                         "--steps",  "30", "--log_every", "1"};
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ProcessResult ddprun(const std::vector<std::string>& launcher_args,
+                     const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv = {kDdprun};
+  argv = argv + launcher_args;
+  argv.push_back(kTrain);
+  argv = argv + train_args;
+  return run_process(argv,
+                     {{"DDP_BACKEND", "\x01"},
+                      {"DDP_DEBUG", "\x01"},
+                      {"DDP_TIMEOUT_S", "30"},
+                      {"DDP_GLOO_IFACE", "\x01"},
+                      {"DDP_LOG_LEVEL", "\x01"},
+                      {"OPENBLAS_NUM_THREADS", "1"}},
+                     120s);
+}
+
+ProcessResult train_on(int nproc, const std::vector<std::string>& args) {
+  return ddprun({"--nproc_per_node=" + std::to_string(nproc)}, args);
+}
+
+// "[rank 0] step K/T | epoch E | loss X | ..." -> K -> X. A later line for the
+// same step (a restarted attempt) replaces an earlier one.
+std::map<int, double> losses(const std::string& out) {
+  std::map<int, double> result;
+  for (const auto& line : lines_with_prefix(out, "[rank 0] step ")) {
+    const int step = std::stoi(line);
+    const auto at = line.find("| loss ");
+    if (at == std::string::npos) continue;
+    result[step] = std::stod(line.substr(at + 7));
+  }
+  return result;
+}
+
+double final_loss(const ProcessResult& r) {
+  for (const auto& line : lines_with_prefix(r.out, "[rank 0] summary: ")) {
+    const auto at = line.find("final loss ");
+    if (at != std::string::npos) return std::stod(line.substr(at + 11));
+  }
+  ADD_FAILURE() << "no final loss in the output:\n" << r.out << r.err;
+  return NAN;
+}
+
+void expect_ok(const ProcessResult& r) {
+  ASSERT_TRUE(r.exited) << "did not finish in time\n" << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+}
+
+double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-12); }
+
+void expect_same_curve(const std::map<int, double>& expected, const std::map<int, double>& actual,
+                       double tolerance, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (const auto& [step, loss] : expected) {
+    ASSERT_TRUE(actual.count(step)) << what << ": no loss for step " << step;
+    EXPECT_LE(relative(actual.at(step), loss), tolerance)
+        << what << ": step " << step << " loss " << actual.at(step) << " vs " << loss;
+  }
+}
+
+TEST(Train, LossDecreases) {
+  auto r = train_on(2, {"--hidden", "64", "--layers", "3", "--steps", "150", "--log_every", "1",
+                        "--task", "regression", "--lr", "0.1"});
+  expect_ok(r);
+  auto curve = losses(r.out);
+  ASSERT_EQ(curve.size(), 150u) << r.out;
+  // Mean of the first and last 10 steps (single steps are noisy).
+  double first = 0, last = 0;
+  for (int s = 1; s <= 10; ++s) first += curve[s] / 10;
+  for (int s = 141; s <= 150; ++s) last += curve[s] / 10;
+  EXPECT_LT(last, 0.5 * first) << r.out;
+  EXPECT_NEAR(final_loss(r), curve[150], 1e-8);
+}
+
+class SameGlobalBatch : public ::testing::TestWithParam<std::string> {};
+
+// The global batch (64) is fixed; each rank reads 64/N samples of it.
+TEST_P(SameGlobalBatch, OneTwoAndFourRanksFollowTheSameLossCurve) {
+  const std::vector<std::string> task = {"--task", GetParam(), "--optimizer",
+                                         "adam",   "--lr",     "0.003"};
+  auto one = train_on(1, kSmall + task + std::vector<std::string>{"--batch_size", "64"});
+  expect_ok(one);
+  auto reference = losses(one.out);
+  ASSERT_EQ(reference.size(), 30u) << one.out;
+  for (int n : {2, 4}) {
+    auto r = train_on(
+        n, kSmall + task + std::vector<std::string>{"--batch_size", std::to_string(64 / n)});
+    expect_ok(r);
+    expect_same_curve(reference, losses(r.out), 1e-4, std::to_string(n) + " ranks vs 1");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, SameGlobalBatch, ::testing::Values("classification", "regression"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(Train, AccumulatingTwoHalfBatchesMatchesOneFullBatch) {
+  auto full = train_on(2, kSmall + std::vector<std::string>{"--batch_size", "32"});
+  expect_ok(full);
+  auto accumulated =
+      train_on(2, kSmall + std::vector<std::string>{"--batch_size", "16", "--accumulate", "2"});
+  expect_ok(accumulated);
+  expect_same_curve(losses(full.out), losses(accumulated.out), 1e-4, "accumulate 2 x 16 vs 32");
+  // The no_sync micro-batches really skipped communication.
+  EXPECT_NE(accumulated.out.find("(no_sync)"), std::string::npos) << accumulated.out;
+}
+
+TEST(Train, AKilledRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
+  const std::string dir = make_temp_dir();
+  const std::string ckpt = dir + "/model.ckpt";
+  const auto args = kSmall + std::vector<std::string>{"--optimizer", "adam",         "--lr",
+                                                      "0.003",       "--batch_size", "32"};
+  auto whole = train_on(2, args);
+  expect_ok(whole);
+
+  // Rank 1 is SIGKILLed after step 15; the checkpoint of step 10 survives.
+  auto killed =
+      train_on(2, args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
+                                                  "--crash_at_step", "15"});
+  ASSERT_TRUE(killed.exited) << killed.out << killed.err;
+  EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
+  EXPECT_TRUE(std::filesystem::exists(ckpt));
+  EXPECT_FALSE(std::filesystem::exists(ckpt + ".tmp"));
+  EXPECT_EQ(losses(killed.out).count(20), 0u) << "the job went on after the kill";
+
+  auto resumed = train_on(2, args + std::vector<std::string>{"--resume", ckpt});
+  expect_ok(resumed);
+  EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos)
+      << resumed.out;
+  auto expected = losses(whole.out);
+  auto curve = losses(resumed.out);
+  ASSERT_EQ(curve.begin()->first, 11) << resumed.out;
+  for (auto& [step, loss] : curve) {
+    EXPECT_LE(relative(loss, expected[step]), 1e-6) << "step " << step;
+  }
+  EXPECT_LE(relative(final_loss(resumed), final_loss(whole)), 1e-6);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Train, DdprunRestartsResumeFromTheLatestCheckpoint) {
+  const std::string dir = make_temp_dir();
+  const std::string ckpt = dir + "/model.ckpt";
+  const auto args = kSmall + std::vector<std::string>{"--batch_size", "32"};
+  auto whole = train_on(2, args);
+  expect_ok(whole);
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1"},
+                  args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
+                                                  "--resume", "auto", "--crash_at_step", "25"});
+  expect_ok(r);
+  EXPECT_NE(r.out.find("no checkpoint at " + ckpt), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resumed from " + ckpt + " at step 20"), std::string::npos) << r.out;
+  EXPECT_LE(relative(final_loss(r), final_loss(whole)), 1e-6) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Train, ACorruptCheckpointFailsEveryRankWithTheReason) {
+  const std::string dir = make_temp_dir();
+  write_file(dir + "/bad.ckpt", "DDPTRAIN not really a checkpoint");
+  auto r = train_on(2, kSmall + std::vector<std::string>{"--resume", dir + "/bad.ckpt"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+class UnevenData : public ::testing::TestWithParam<int> {};
+
+// 1001 samples do not split evenly over 3 or 4 ranks: the sampler pads, every
+// rank runs the same number of steps, and the job ends.
+TEST_P(UnevenData, ADatasetThatDoesNotDivideByTheWorldFinishes) {
+  const int n = GetParam();
+  auto r = train_on(n, {"--hidden", "32", "--layers", "2", "--dataset_size", "1001", "--batch_size",
+                        "16", "--epochs", "2", "--log_every", "5"});
+  expect_ok(r);
+  const int steps_per_epoch = static_cast<int>((1001 + n - 1) / n) / 16;
+  auto curve = losses(r.out);
+  ASSERT_FALSE(curve.empty()) << r.out;
+  EXPECT_EQ(curve.rbegin()->first, 2 * steps_per_epoch) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] summary: "), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, UnevenData, ::testing::Values(3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "nproc" + std::to_string(info.param);
+                         });
+
+TEST(Train, OnlyRankZeroPrintsProgress) {
+  auto r = train_on(4, {"--hidden", "32", "--layers", "2", "--steps", "20", "--log_every", "5",
+                        "--batch_size", "8"});
+  expect_ok(r);
+  // Steps 1, 5, 10, 15 and 20.
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] step ").size(), 5u) << r.out;
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] summary: ").size(), 3u) << r.out;
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_TRUE(lines_with_prefix(r.out, "[rank " + std::to_string(rank) + "] ").empty())
+        << "rank " << rank << " printed:\n"
+        << r.out;
+  }
+  // Plain lines under ddprun (a pipe): no carriage returns.
+  EXPECT_EQ(r.out.find('\r'), std::string::npos);
+  auto line = lines_with_prefix(r.out, "[rank 0] step 20/20 ");
+  ASSERT_EQ(line.size(), 1u);
+  EXPECT_NE(line[0].find("samples/s | ETA "), std::string::npos) << line[0];
+}
+
+TEST(Train, ABarIsDrawnInPlaceWhenAsked) {
+  auto r = run_process({kTrain, "--hidden", "16", "--layers", "1", "--steps", "20", "--log_every",
+                        "5", "--progress", "bar"},
+                       {}, 60s);
+  expect_ok(r);
+  EXPECT_NE(r.out.find("\r\033[K["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("20/20 loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: "), std::string::npos) << r.out;
+}
+
+TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {{"--optimizer", "rmsprop"}, "--optimizer"},
+      {{"--batch_size", "0"}, "--batch_size"},
+      {{"--bogus"}, "unknown option '--bogus'"},
+      {{"--steps", "10", "--epochs", "2"}, "--steps or --epochs"},
+      {{"--task", "ranking"}, "--task"},
+      {{"--resume", "auto"}, "--checkpoint"},
+      {{"--dataset_size", "10"}, "--dataset_size 10"},
+      {{"--checkpoint", "/nonexistent/dir/x.ckpt"}, "/nonexistent/dir"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {kTrain};
+    argv = argv + c.args;
+    auto r = run_process(argv, {}, 30s);
+    ASSERT_TRUE(r.exited);
+    EXPECT_EQ(r.code, 2) << c.names << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("train: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  // Under ddprun the job fails with the workers' code, before any collective.
+  auto r = train_on(2, {"--dataset_size", "40", "--batch_size", "32"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("fewer than one step needs"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ddp::testing

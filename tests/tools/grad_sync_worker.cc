@@ -1,0 +1,266 @@
+// A worker for GradSync's integration tests, run under ddprun (or alone, as a
+// world of one). Modes (see usage()):
+//   equiv   every rank computes the gradients of an MLP on its shard of a
+//           batch; GradSync's averages must equal the whole batch's gradient
+//           (computed here in double). Prints "GRADSYNC OK rank=R world=N".
+//   capi    the same kind of check through the C API (ddp_c.h), with
+//           accumulation; prints "GRADSYNC CAPI OK rank=R".
+//   unused  rank 1 never marks 'fc2.bias': every rank prints
+//           "EXPECTED ERROR rank=R: <error>" and exits 0.
+// A failed check prints "GRADSYNC FAILED rank=R: <what>" on stderr, exit 1.
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/ddp.h"
+#include "ddp/ddp_c.h"
+#include "ddp/grad_sync.h"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr, "usage: grad_sync_worker equiv|capi|unused\n");
+  return 64;
+}
+
+struct CheckFailed {
+  std::string what;
+};
+[[noreturn]] void fail(const std::string& what) { throw CheckFailed{what}; }
+
+// The MLP of the unit tests: y = W3 tanh(W2 tanh(W1 x + b1) + b2) + b3,
+// loss = 1/(2n) sum ||y - t||^2 over a shard of n samples.
+const int kSizes[] = {6, 10, 9, 4};
+const int kLayers = 3;
+
+struct Model {
+  std::vector<std::vector<double>> w, b;
+};
+
+Model make_model(unsigned seed) {
+  Model m;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-0.5, 0.5);
+  for (int l = 0; l < kLayers; ++l) {
+    m.w.emplace_back(static_cast<std::size_t>(kSizes[l + 1] * kSizes[l]));
+    m.b.emplace_back(static_cast<std::size_t>(kSizes[l + 1]));
+    for (auto& v : m.w.back()) v = u(gen);
+    for (auto& v : m.b.back()) v = u(gen);
+  }
+  return m;
+}
+
+std::vector<std::vector<double>> grads(const Model& m, unsigned data_seed, int batch, int begin,
+                                       int end) {
+  std::mt19937 gen(data_seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<std::vector<double>> x(batch, std::vector<double>(kSizes[0])),
+      t(batch, std::vector<double>(kSizes[3]));
+  for (int i = 0; i < batch; ++i) {
+    for (auto& v : x[i]) v = u(gen);
+    for (auto& v : t[i]) v = u(gen);
+  }
+  std::vector<std::vector<double>> g;
+  for (int l = 0; l < kLayers; ++l) {
+    g.emplace_back(m.w[l].size(), 0.0);
+    g.emplace_back(m.b[l].size(), 0.0);
+  }
+  const double n = end - begin;
+  for (int i = begin; i < end; ++i) {
+    std::vector<std::vector<double>> a = {x[i]};
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<double> z(static_cast<std::size_t>(kSizes[l + 1]));
+      for (int o = 0; o < kSizes[l + 1]; ++o) {
+        double s = m.b[l][o];
+        for (int k = 0; k < kSizes[l]; ++k) s += m.w[l][o * kSizes[l] + k] * a[l][k];
+        z[o] = l + 1 < kLayers ? std::tanh(s) : s;
+      }
+      a.push_back(std::move(z));
+    }
+    std::vector<double> delta(a.back().size());
+    for (std::size_t o = 0; o < delta.size(); ++o) delta[o] = (a.back()[o] - t[i][o]) / n;
+    for (int l = kLayers - 1; l >= 0; --l) {
+      for (int o = 0; o < kSizes[l + 1]; ++o) {
+        for (int k = 0; k < kSizes[l]; ++k) g[2 * l][o * kSizes[l] + k] += delta[o] * a[l][k];
+        g[2 * l + 1][o] += delta[o];
+      }
+      if (l == 0) break;
+      std::vector<double> next(static_cast<std::size_t>(kSizes[l]), 0.0);
+      for (int k = 0; k < kSizes[l]; ++k) {
+        for (int o = 0; o < kSizes[l + 1]; ++o) next[k] += m.w[l][o * kSizes[l] + k] * delta[o];
+        next[k] *= 1 - a[l][k] * a[l][k];
+      }
+      delta = std::move(next);
+    }
+  }
+  return g;
+}
+
+std::vector<ddp::GradParam> params() {
+  std::vector<ddp::GradParam> out;
+  for (int l = 0; l < kLayers; ++l) {
+    std::string name = "fc" + std::to_string(l + 1);
+    out.push_back({name + ".weight", {kSizes[l + 1], kSizes[l]}});
+    out.push_back({name + ".bias", {kSizes[l + 1]}});
+  }
+  return out;
+}
+
+void expect_close(const float* got, const std::vector<double>& want, const std::string& what) {
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    // float32 rounding of each rank's gradient and of the mean (see the unit tests).
+    if (std::abs(got[i] - want[i]) > 1e-6 + 1e-5 * std::abs(want[i])) {
+      fail(what + "[" + std::to_string(i) + "] is " + std::to_string(got[i]) + ", expected " +
+           std::to_string(want[i]));
+    }
+  }
+}
+
+void run_equiv(ddp::ProcessGroup& pg) {
+  const int world = pg.size(), batch = 12 * world;
+  Model model = make_model(3);
+  // Every rank but 0 starts from different weights: prepare() must fix that.
+  Model mine = model;
+  if (pg.rank() != 0) {
+    for (auto& w : mine.w) {
+      for (auto& v : w) v += pg.rank();
+    }
+  }
+  ddp::GradSyncOptions options;
+  options.bucket_cap_bytes = 200;  // smaller than fc2.weight (360 B)
+  options.first_bucket_bytes = 64;
+  options.log_every = 0;
+  ddp::GradSync sync(pg, params(), options);
+  std::vector<std::vector<float>> values;
+  for (int l = 0; l < kLayers; ++l) {
+    values.emplace_back(mine.w[l].begin(), mine.w[l].end());
+    values.emplace_back(mine.b[l].begin(), mine.b[l].end());
+  }
+  std::vector<void*> data;
+  for (auto& v : values) data.push_back(v.data());
+  sync.prepare(data);
+  for (int l = 0; l < kLayers; ++l) {
+    for (std::size_t i = 0; i < model.w[l].size(); ++i) {
+      if (values[2 * l][i] != static_cast<float>(model.w[l][i]))
+        fail("prepare: fc" + std::to_string(l + 1) + ".weight");
+    }
+  }
+  const int shard = batch / world;
+  for (int it = 0; it < 3; ++it) {
+    auto local = grads(model, 50 + it, batch, pg.rank() * shard, (pg.rank() + 1) * shard);
+    sync.begin_backward();
+    for (int l = kLayers - 1; l >= 0; --l) {
+      for (int p : {2 * l, 2 * l + 1}) {
+        std::vector<float> f(local[p].begin(), local[p].end());
+        if (it == 1) {
+          sync.set_grad(p, f.data());
+        } else {
+          std::memcpy(sync.grad_view(p), f.data(), f.size() * sizeof(float));
+        }
+        sync.mark_ready(p);
+      }
+    }
+    sync.finish();
+    auto whole = grads(model, 50 + it, batch, 0, batch);
+    for (std::size_t p = 0; p < whole.size(); ++p) {
+      expect_close(sync.grad_view(p), whole[p],
+                   "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);
+    }
+  }
+  std::printf("GRADSYNC OK rank=%d world=%d\n", pg.rank(), world);
+}
+
+#define C_CHECK(call)                                                    \
+  do {                                                                   \
+    if ((call) != 0) fail(std::string(#call) + ": " + ddp_last_error()); \
+  } while (0)
+
+void run_capi() {
+  C_CHECK(ddp_init(nullptr));
+  const int rank = ddp_rank(), world = ddp_world_size();
+  ddp_param_t ps[2] = {{"w", 100, DDP_FLOAT32, -1, 1}, {"b", 3, DDP_FLOAT64, -1, 1}};
+  ddp_grad_sync_options_t options;
+  C_CHECK(ddp_grad_sync_default_options(&options));
+  options.first_bucket_bytes = 16;
+  options.log_every = 0;
+  ddp_grad_sync* gs = nullptr;
+  C_CHECK(ddp_grad_sync_create(ps, 2, &options, &gs));
+  // Two micro-steps: the first without sync. Rank r adds (r + 1) * (step + 1).
+  C_CHECK(ddp_grad_sync_zero_grad(gs));
+  for (int step = 0; step < 2; ++step) {
+    if (step == 0) C_CHECK(ddp_grad_sync_no_sync_begin(gs));
+    std::vector<float> w(100, static_cast<float>((rank + 1) * (step + 1)));
+    std::vector<double> b(3, (rank + 1) * (step + 1));
+    C_CHECK(ddp_grad_sync_add_grad(gs, 1, b.data()));
+    C_CHECK(ddp_grad_sync_mark_ready(gs, 1));
+    C_CHECK(ddp_grad_sync_add_grad(gs, 0, w.data()));
+    C_CHECK(ddp_grad_sync_mark_ready(gs, 0));
+    C_CHECK(ddp_grad_sync_finish(gs));
+    if (step == 0) C_CHECK(ddp_grad_sync_no_sync_end(gs));
+  }
+  // mean over ranks of 3 (r + 1) = 3 (world + 1) / 2.
+  const double want = 3.0 * (world + 1) / 2;
+  void* g = nullptr;
+  C_CHECK(ddp_grad_sync_grad(gs, 0, &g));
+  for (int i = 0; i < 100; ++i) {
+    if (std::abs(static_cast<float*>(g)[i] - want) > 1e-5)
+      fail("C API mean of w: " + std::to_string(static_cast<float*>(g)[i]));
+  }
+  C_CHECK(ddp_grad_sync_grad(gs, 1, &g));
+  for (int i = 0; i < 3; ++i) {
+    if (std::abs(static_cast<double*>(g)[i] - want) > 1e-12) fail("C API mean of b");
+  }
+  ddp_grad_sync_stats_t last;
+  C_CHECK(ddp_grad_sync_stats(gs, &last, nullptr));
+  if (last.synced != 1 || last.iteration != 2) fail("C API stats");
+  C_CHECK(ddp_grad_sync_destroy(gs));
+  C_CHECK(ddp_shutdown());
+  std::printf("GRADSYNC CAPI OK rank=%d\n", rank);
+}
+
+void run_unused(ddp::ProcessGroup& pg) {
+  ddp::GradSyncOptions options;
+  options.log_every = 0;
+  ddp::GradSync sync(pg, params(), options);
+  for (std::size_t p = 0; p < sync.num_params(); ++p) {
+    if (pg.rank() == 1 && sync.param(p).name == "fc2.bias") continue;
+    sync.mark_ready(p);
+  }
+  try {
+    sync.finish();
+    fail("finish() did not fail");
+  } catch (const ddp::Error& e) {
+    std::printf("EXPECTED ERROR rank=%d: %s\n", pg.rank(), e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return usage();
+  const std::string mode = argv[1];
+  if (mode != "equiv" && mode != "capi" && mode != "unused") return usage();
+  int rank = 0;
+  try {
+    rank = ddp::rank();
+    if (mode == "capi") {
+      run_capi();
+      return 0;
+    }
+    auto pg = ddp::init();
+    if (mode == "equiv") run_equiv(*pg);
+    if (mode == "unused") run_unused(*pg);
+    ddp::shutdown();
+    return 0;
+  } catch (const CheckFailed& f) {
+    std::fprintf(stderr, "GRADSYNC FAILED rank=%d: %s\n", rank, f.what.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "GRADSYNC FAILED rank=%d: %s\n", rank, e.what());
+  }
+  return 1;
+}

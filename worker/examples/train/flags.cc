@@ -1,0 +1,172 @@
+#include "flags.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "ddp/common/error.h"
+
+namespace train {
+
+const char* task_name(Task task) {
+  return task == Task::kRegression ? "regression" : "classification";
+}
+
+const char* optimizer_name(OptimizerKind kind) {
+  return kind == OptimizerKind::kSgd ? "sgd" : "adam";
+}
+
+namespace {
+
+// CLI11's validators name the value but not always the flag; this one does both.
+template <typename T>
+CLI::Validator at_least(T minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        T value{};
+        if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
+        if (value < minimum) return "must be >= " + std::to_string(minimum) + ", got " + text;
+        return "";
+      },
+      ">= " + std::to_string(minimum));
+}
+
+CLI::Validator positive_real() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
+        if (!(value > 0)) return "must be > 0, got " + text;
+        return "";
+      },
+      "> 0");
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  if (c.steps > 0 && c.epochs > 0) throw ddp::Error("give --steps or --epochs, not both");
+  if (c.resume == "auto" && c.checkpoint.empty()) {
+    throw ddp::Error("--resume auto needs --checkpoint PATH (the file it resumes from)");
+  }
+  if (c.optimizer == OptimizerKind::kSgd && (c.momentum < 0 || c.momentum >= 1)) {
+    throw ddp::Error("--momentum must be in [0, 1), got " + std::to_string(c.momentum));
+  }
+  if (c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1) {
+    throw ddp::Error("--beta1 and --beta2 must be in [0, 1)");
+  }
+  if (c.task == Task::kClassification && c.output_dim < 2) {
+    throw ddp::Error("--output_dim (the number of classes) must be >= 2 for --task classification");
+  }
+  if (!c.backend.empty() && c.backend != "gloo") {
+    throw ddp::Error("--backend " + c.backend +
+                     ": this trainer computes on the CPU and needs host buffers: use gloo");
+  }
+}
+
+ParseResult parse_flags(const std::vector<std::string>& argv) {
+  Config c;
+  CLI::App app{
+      "train: the reference data-parallel trainer. An MLP on a synthetic dataset (made from "
+      "--seed), forward and backward with OpenBLAS, gradients averaged by ddp::GradSync while "
+      "the backward pass runs. Launch with ddprun --nproc_per_node=N train [FLAGS].",
+      "train"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();  // reported below, naming the first one
+  app.get_formatter()->column_width(34);
+
+  app.add_option("--steps", c.steps, "Optimizer steps to run (or --epochs)")
+      ->check(at_least<std::int64_t>(1));
+  app.add_option("--epochs", c.epochs, "Epochs to run (default: 1 when --steps is not given)")
+      ->check(at_least<std::int64_t>(1));
+  app.add_option("--batch_size,--batch-size", c.batch_size, "Samples per rank per micro-batch")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--accumulate", c.accumulate,
+                 "Micro-batches per optimizer step; the first N-1 skip communication (no_sync)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--lr", c.lr, "Learning rate")->check(positive_real())->capture_default_str();
+  std::string optimizer = "sgd";
+  app.add_option("--optimizer", optimizer, "sgd (with momentum) or adam")
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  app.add_option("--momentum", c.momentum, "SGD momentum (torch's rule, no dampening)")
+      ->capture_default_str();
+  app.add_option("--beta1", c.beta1, "Adam's first-moment decay")->capture_default_str();
+  app.add_option("--beta2", c.beta2, "Adam's second-moment decay")->capture_default_str();
+  app.add_option("--eps", c.eps, "Adam's epsilon")->check(positive_real())->capture_default_str();
+  app.add_option("--hidden", c.hidden, "Width of the hidden layers")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--layers", c.layers,
+                 "Number of hidden layers (the model has layers+1 Linear layers)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--input_dim,--input-dim", c.input_dim, "Features per sample")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--output_dim,--output-dim", c.output_dim, "Classes, or regression targets")
+      ->check(at_least(1))
+      ->capture_default_str();
+  std::string task = "classification";
+  app.add_option("--task", task,
+                 "classification (cross-entropy) or regression (mean squared error)")
+      ->check(CLI::IsMember({"classification", "regression"}))
+      ->capture_default_str();
+  app.add_option("--dataset_size,--dataset-size", c.dataset_size,
+                 "Samples in the synthetic dataset")
+      ->check(at_least<std::int64_t>(1))
+      ->capture_default_str();
+  app.add_option("--seed", c.seed, "Seeds the dataset, the initial weights and the shuffle")
+      ->capture_default_str();
+  app.add_option("--bucket_cap_mb,--bucket-cap-mb", c.bucket_cap_mb, "GradSync bucket size (MiB)")
+      ->check(positive_real())
+      ->capture_default_str();
+  app.add_option("--compression", c.compression,
+                 "Gradients on the wire: none, fp16 or bf16 (half the bytes; GradSync compression)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--backend", c.backend,
+                 "Process group backend (default: $DDP_BACKEND, else gloo)");
+  app.add_option("--checkpoint", c.checkpoint, "Checkpoint file rank 0 writes (atomically)");
+  app.add_option("--checkpoint_every,--checkpoint-every", c.checkpoint_every,
+                 "Steps between checkpoints (0: only at the end)")
+      ->check(at_least<std::int64_t>(0))
+      ->capture_default_str();
+  app.add_option(
+      "--resume", c.resume,
+      "Checkpoint to resume from; 'auto': --checkpoint when it exists, else start fresh");
+  app.add_option("--log_every,--log-every", c.log_every, "Steps between progress lines")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--progress", c.progress, "auto (a live bar on a terminal), bar, or lines")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
+      ->capture_default_str();
+  app.add_option("--crash_at_step,--crash-at-step", c.crash_at_step,
+                 "Testing: the last rank SIGKILLs itself after this step (first attempt only)")
+      ->check(at_least<std::int64_t>(0));
+
+  std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
+  try {
+    app.parse(args);
+    if (!app.remaining().empty()) {
+      const std::string first = app.remaining().front();
+      throw ddp::Error(first.size() > 1 && first[0] == '-'
+                           ? "unknown option '" + first + "' (see train --help)"
+                           : "unexpected argument '" + first + "' (see train --help)");
+    }
+    c.optimizer = optimizer == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
+    c.task = task == "regression" ? Task::kRegression : Task::kClassification;
+    validate(c);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, app.help(), 0};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, std::string("train: error: ") + e.what(), 2};
+  } catch (const ddp::Error& e) {
+    return {std::nullopt, std::string("train: error: ") + e.what(), 2};
+  }
+  return {c, "", 0};
+}
+
+}  // namespace train

@@ -1,0 +1,69 @@
+#pragma once
+// The reference trainer's command line: every flag, its default, and the
+// checks that turn a bad value into one line naming the flag (exit code 2).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace train {
+
+enum class Task : int { kRegression, kClassification };
+enum class OptimizerKind : int { kSgd, kAdam };
+
+const char* task_name(Task task);                // "regression", "classification"
+const char* optimizer_name(OptimizerKind kind);  // "sgd", "adam"
+
+struct Config {
+  // Length of the run: exactly one of them (neither: 1 epoch). An epoch is
+  // steps_per_epoch() optimizer steps (see data_plan.h).
+  std::int64_t steps = 0;
+  std::int64_t epochs = 0;
+  int batch_size = 32;  // samples per rank per micro-batch
+  int accumulate = 1;   // micro-batches per optimizer step (the first N-1 without communication)
+
+  // Model: input_dim -> `layers` hidden layers of `hidden` (ReLU) -> output_dim.
+  int input_dim = 32;
+  int hidden = 128;
+  int layers = 2;
+  int output_dim = 10;  // classes (classification) or target values (regression)
+
+  Task task = Task::kClassification;
+  std::int64_t dataset_size = 8192;
+  std::uint64_t seed = 0;
+
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  double lr = 0.05;
+  double momentum = 0.9;                          // sgd only
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam only
+
+  double bucket_cap_mb = 25;
+  std::string compression = "none";  // gradients on the wire: none, fp16, bf16
+  std::string backend;               // "" : $DDP_BACKEND, else gloo
+
+  std::string checkpoint;               // "" : no checkpoints
+  std::int64_t checkpoint_every = 100;  // steps; 0: only at the end
+  std::string resume;                   // "" : fresh; "auto": --checkpoint if it exists
+
+  int log_every = 10;
+  std::string progress = "auto";  // auto (bar on a terminal), bar, lines
+
+  // Fault injection for restart tests: the last rank SIGKILLs itself after
+  // this step, in the first attempt only (TORCHELASTIC_RESTART_COUNT = 0).
+  std::int64_t crash_at_step = 0;
+};
+
+struct ParseResult {
+  std::optional<Config> config;  // set when training should run
+  std::string text;              // help text, or the one-line error
+  int exit_code = 0;             // when config is empty: 0 (help) or 2 (bad flags)
+};
+
+// Parses argv (argv[0] is the program). Never throws.
+ParseResult parse_flags(const std::vector<std::string>& argv);
+
+// Checks that involve several flags; throws ddp::Error naming them.
+void validate(const Config& config);
+
+}  // namespace train

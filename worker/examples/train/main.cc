@@ -1,0 +1,369 @@
+// train: the reference data-parallel trainer.
+//
+//   ddprun --nproc_per_node=4 build/worker/examples/train --steps 300 --lr 0.05
+//
+// Every rank builds the same synthetic dataset and MLP from --seed, reads its
+// part of each global batch (data_plan.h), runs forward and backward on the
+// CPU with OpenBLAS (one thread), and writes each layer's gradients straight
+// into ddp::GradSync's bucket views, last layer first, marking each ready at
+// once: a bucket's all-reduce runs on the group's thread while the layers
+// below are still being differentiated. finish() leaves the averaged
+// gradients in the views and every rank applies the same optimizer step.
+// See README.md ("The reference trainer") for the flags and the choices.
+
+#include <cblas.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "data_plan.h"
+#include "dataset.h"
+#include "ddp/ddp.h"
+#include "ddp/grad_sync.h"
+#include "ddp/log.h"
+#include "ddp/metrics.h"
+#include "flags.h"
+#include "loss.h"
+#include "mlp.h"
+#include "optimizer.h"
+#include "progress.h"
+
+namespace train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A problem with the flags found after parsing (needs the world size): exit 2.
+struct FlagError : ddp::Error {
+  using ddp::Error::Error;
+};
+
+// Backward's gradients go straight into GradSync's bucket views.
+class GradSyncSink final : public GradSink {
+ public:
+  explicit GradSyncSink(ddp::GradSync& sync) : sync_(sync) {}
+  float* grad(std::size_t param) override { return sync_.grad_view(param); }
+  void ready(std::size_t param) override { sync_.mark_ready(param); }
+
+ private:
+  ddp::GradSync& sync_;
+};
+
+std::string choose_backend(const Config& c) {
+  std::string backend = c.backend;
+  if (backend.empty()) {
+    const char* env = std::getenv("DDP_BACKEND");
+    backend = env != nullptr && *env != '\0' ? env : "gloo";
+  }
+  if (backend != "gloo") {
+    throw FlagError("backend '" + backend +
+                    "' (from --backend or DDP_BACKEND): this trainer computes on the CPU and "
+                    "needs host buffers: use gloo");
+  }
+  return backend;
+}
+
+std::string dims_text(const std::vector<int>& dims) {
+  std::string text;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) text += '-';
+    text += std::to_string(dims[i]);
+  }
+  return text;
+}
+
+// What a checkpoint says about the run that wrote it.
+CheckpointMeta describe_run(const Config& c, const Mlp& model, std::int64_t step,
+                            std::int64_t epoch, std::int64_t global_batch, int world) {
+  return {{"step", std::to_string(step)},
+          {"epoch", std::to_string(epoch)},
+          {"model", dims_text(model.dims())},
+          {"task", task_name(c.task)},
+          {"optimizer", optimizer_name(c.optimizer)},
+          {"seed", std::to_string(c.seed)},
+          {"dataset_size", std::to_string(c.dataset_size)},
+          {"global_batch", std::to_string(global_batch)},
+          {"world_size", std::to_string(world)},
+          // Nothing random happens during training: the data order is a
+          // function of (seed, epoch) and the position in it of the step.
+          {"rng", "none"}};
+}
+
+// Rank 0 reads the checkpoint into the model and optimizer state; every rank
+// learns the outcome (a failure is raised on every rank, not only on rank 0).
+// Returns the step to continue from (0: a fresh start).
+std::int64_t resume(const Config& c, Mlp& model, Optimizer& opt, ddp::ProcessGroup& pg,
+                    std::int64_t global_batch, std::string* from) {
+  if (c.resume.empty()) return 0;
+  std::string status;
+  if (pg.rank() == 0) {
+    std::string path = c.resume == "auto" ? c.checkpoint : c.resume;
+    try {
+      if (c.resume == "auto" && !std::filesystem::exists(path)) {
+        status = "fresh";
+      } else {
+        std::vector<ddp::ParamBuffer> buffers;
+        for (std::size_t p = 0; p < model.num_tensors(); ++p)
+          buffers.push_back({model.data(p), model.count(p), ddp::DType::kFloat32});
+        for (const auto& b : opt.state()) buffers.push_back(b);
+        // Compare what can be told apart by name first, for a clear message.
+        CheckpointMeta meta = load_checkpoint(path, buffers);
+        const CheckpointMeta mine = describe_run(c, model, 0, 0, global_batch, pg.size());
+        for (const char* key : {"model", "task", "optimizer"}) {
+          if (meta[key] != mine.at(key)) {
+            throw ddp::Error("checkpoint " + path + " was written for " + key + " " + meta[key] +
+                             ", this run has " + mine.at(key));
+          }
+        }
+        for (const char* key : {"seed", "dataset_size", "global_batch"}) {
+          if (meta[key] != mine.at(key)) {
+            ddp::log::warn(
+                "checkpoint {} was written with {} {}, this run has {}: the data order "
+                "differs from the original run's",
+                path, key, meta[key], mine.at(key));
+          }
+        }
+        status = "ok " + meta["step"] + " " + path;
+      }
+    } catch (const ddp::Error& e) {
+      status = std::string("error ") + e.what();
+    }
+  }
+  pg.broadcast_object(status, 0);
+  if (status == "fresh") {
+    ddp::log::info("no checkpoint at {} yet: starting from step 0", c.checkpoint);
+    return 0;
+  }
+  if (status.rfind("error ", 0) == 0) {
+    throw ddp::Error("--resume: " + status.substr(6) + (pg.rank() == 0 ? "" : " (on rank 0)"));
+  }
+  const auto space = status.find(' ', 3);
+  *from = status.substr(space + 1);
+  return std::stoll(status.substr(3, space - 3));
+}
+
+void maybe_crash(const Config& c, std::int64_t step, int rank, int world) {
+  if (c.crash_at_step == 0 || step != c.crash_at_step || rank != world - 1) return;
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (attempt != nullptr && std::string(attempt) != "0") return;
+  ddp::log::warn("--crash_at_step {}: killing this rank (SIGKILL)", step);
+  ::kill(::getpid(), SIGKILL);
+}
+
+int run(const Config& c) {
+  openblas_set_num_threads(1);
+  const int world = ddp::world_size(), rank = ddp::rank();
+  const std::string backend = choose_backend(c);
+  // Flag checks that need the world size come before any collective, so a
+  // bad combination fails every rank at once with exit code 2.
+  std::optional<DataPlan> plan;
+  try {
+    plan.emplace(c.dataset_size, world, rank, c.batch_size, c.accumulate, c.seed);
+  } catch (const ddp::Error& e) {
+    throw FlagError(e.what());
+  }
+  if (!c.checkpoint.empty() && rank == 0) {
+    // Found now rather than at the first checkpoint, after minutes of training.
+    auto dir = std::filesystem::path(c.checkpoint).parent_path();
+    if (dir.empty()) dir = ".";
+    if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      throw FlagError("--checkpoint " + c.checkpoint + ": directory " + dir.string() +
+                      " does not exist or is not writable");
+    }
+  }
+  const std::int64_t total_steps =
+      c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
+  const std::int64_t micro_batch = c.batch_size;
+  const std::int64_t step_samples = micro_batch * c.accumulate * world;
+
+  ddp::InitOptions init;
+  init.backend = backend;
+  auto pg = ddp::init(init);
+
+  SyntheticDataset data(c.task, c.dataset_size, c.input_dim, c.output_dim, c.seed);
+  std::vector<int> dims{c.input_dim};
+  for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
+  dims.push_back(c.output_dim);
+  Mlp model(dims, c.seed);
+  std::vector<std::size_t> counts;
+  for (std::size_t p = 0; p < model.num_tensors(); ++p) counts.push_back(model.count(p));
+  auto opt = make_optimizer(c, counts);
+
+  ddp::GradSyncOptions sync_options;
+  sync_options.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_cap_mb * (1 << 20));
+  // Backward multiplies by grad_scale() (GEMM alpha): the reduction is a plain sum.
+  sync_options.prescaled_grads = true;
+  sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
+                             : c.compression == "bf16" ? ddp::Compression::kBf16
+                                                       : ddp::Compression::kNone;
+  sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
+  ddp::GradSync sync(pg, model.grad_params(), sync_options);
+
+  ddp::log::info(
+      "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} samples, global batch {} "
+      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}",
+      world, pg->backend_name(), dims_text(dims), model.num_elements(), task_name(c.task),
+      c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
+      total_steps, optimizer_name(c.optimizer), c.lr);
+
+  std::string resumed_from;
+  const std::int64_t first_step = resume(c, model, *opt, *pg, step_samples, &resumed_from);
+  // Rank 0's weights and optimizer state everywhere (a fresh start, or what rank 0 just loaded).
+  sync.prepare(model.data_pointers(), opt->state());
+  if (!resumed_from.empty()) {
+    ddp::log::info("resumed from {} at step {} (epoch {})", resumed_from, first_step,
+                   plan->epoch_of(first_step));
+  }
+
+  GradSyncSink sink(sync);
+  Batch batch;
+  Progress progress(c.progress, first_step, total_steps, step_samples);
+  const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps - first_step, 0);
+  const std::int64_t warmup = std::min<std::int64_t>(10, steps_to_run / 10);
+  double last_loss = 0;
+  std::optional<double> last_accuracy;
+  std::string last_checkpoint;
+  std::int64_t checkpoint_step = -1;
+  Clock::time_point steady_start{};
+  const auto t0 = Clock::now();
+  progress.start();
+  if (warmup == 0) steady_start = t0;
+
+  for (std::int64_t step = first_step; step < total_steps; ++step) {
+    double loss_sum = 0;
+    std::int64_t correct = 0;
+    for (int micro = 0; micro < c.accumulate; ++micro) {
+      data.gather(plan->micro_batch(step, micro), batch);
+      float* out = model.forward(batch.x.data(), batch.size);
+      const LossResult loss = c.task == Task::kClassification
+                                  ? cross_entropy(out, batch.labels.data(), batch.size,
+                                                  c.output_dim, model.output_grad())
+                                  : mean_squared_error(out, batch.y.data(), batch.size,
+                                                       c.output_dim, model.output_grad());
+      loss_sum += loss.loss;
+      correct += loss.correct;
+      // Micro-batches before the last only accumulate into the views (no communication).
+      std::optional<ddp::GradSync::NoSync> no_sync;
+      if (micro + 1 < c.accumulate) no_sync.emplace(sync);
+      sync.begin_backward();
+      // The mean over the step's micro-batches and ranks: 1/accumulate here,
+      // 1/world_size through grad_scale(), 1/batch in the loss gradient.
+      model.backward(sink, sync.grad_scale() / static_cast<float>(c.accumulate), micro > 0);
+      sync.finish();
+    }
+    opt->begin_step();
+    for (std::size_t p = 0; p < model.num_tensors(); ++p)
+      opt->update(p, model.data(p), sync.grad_view(p));
+
+    const std::int64_t done = step + 1;
+    if (done - first_step == warmup) steady_start = Clock::now();
+    // Reports at the run's first step, every log_every steps and at the end:
+    // a function of the step alone, so every rank joins the same averages.
+    if (done == first_step + 1 || done % c.log_every == 0 || done == total_steps) {
+      ddp::Metrics local{{"loss", loss_sum / c.accumulate}};
+      if (c.task == Task::kClassification) {
+        local["accuracy"] =
+            static_cast<double>(correct) / static_cast<double>(micro_batch * c.accumulate);
+      }
+      auto avg = ddp::average_metrics(local, static_cast<double>(micro_batch * c.accumulate), *pg);
+      last_loss = avg["loss"];
+      if (avg.count("accuracy")) last_accuracy = avg["accuracy"];
+      progress.report(done, plan->epoch_of(step), last_loss, last_accuracy);
+    } else {
+      progress.tick(done, plan->epoch_of(step));
+    }
+    if (!c.checkpoint.empty() &&
+        ((c.checkpoint_every > 0 && done % c.checkpoint_every == 0) || done == total_steps)) {
+      pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job
+                      // took
+      if (rank == 0) {
+        std::vector<ddp::ParamBuffer> buffers;
+        for (std::size_t p = 0; p < model.num_tensors(); ++p)
+          buffers.push_back({model.data(p), model.count(p), ddp::DType::kFloat32});
+        for (const auto& b : opt->state()) buffers.push_back(b);
+        save_checkpoint(c.checkpoint,
+                        describe_run(c, model, done, plan->epoch_of(step), step_samples, world),
+                        buffers);
+      }
+      last_checkpoint = c.checkpoint;
+      checkpoint_step = done;
+    }
+    maybe_crash(c, done, rank, world);
+  }
+  const auto t_end = Clock::now();
+  progress.end();
+
+  // The summary: figures from every rank (collectives, so every rank takes part).
+  const auto stats = sync.stats();
+  double timing[4] = {stats.mean.backward_compute_ms, stats.mean.comm_ms, stats.mean.overlap_ms,
+                      stats.mean.exposed_comm_ms};
+  pg->all_reduce(timing, 4, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+  const ddp::MemoryStats mem = ddp::memory_stats();
+  double peak = static_cast<double>(mem.peak_rss);
+  pg->all_reduce(&peak, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
+
+  if (steps_to_run == 0) {
+    ddp::log::info("summary: nothing to do: already at step {} of {}", first_step, total_steps);
+  } else {
+    const double seconds = std::chrono::duration<double>(t_end - t0).count();
+    const double steady_seconds = std::chrono::duration<double>(t_end - steady_start).count();
+    const double throughput = static_cast<double>(steps_to_run * step_samples) / seconds;
+    const double steady =
+        static_cast<double>((steps_to_run - warmup) * step_samples) / steady_seconds;
+    std::string line = fmt::format(
+        "summary: {} steps in {:.2f} s | {:.0f} samples/s | steady {:.0f} samples/s "
+        "(after {} warm-up steps) | final loss {:.8f}",
+        steps_to_run, seconds, throughput, steady, warmup, last_loss);
+    if (last_accuracy) line += fmt::format(" | acc {:.4f}", *last_accuracy);
+    ddp::log::info("{}", line);
+  }
+  const double mib = 1024.0 * 1024.0;
+  if (stats.synced_iterations > 0) {
+    const double overlap_pct = timing[1] > 0 ? 100.0 * timing[2] / timing[1] : 0;
+    ddp::log::info(
+        "summary: gradient sync, mean per synced iteration over {} and {} rank(s): backward "
+        "{:.2f} ms | communication {:.2f} ms | overlapped {:.2f} ms ({:.0f}%) | exposed {:.2f} ms "
+        "| {} buckets, {:.2f} MB per step",
+        stats.synced_iterations, world, timing[0], timing[1], timing[2], overlap_pct, timing[3],
+        stats.last.buckets, static_cast<double>(stats.last.bytes_on_wire) / 1e6);
+  }
+  ddp::log::info(
+      "summary: memory: peak RSS {:.1f} MiB on rank 0, {:.1f} MiB max over ranks | USS {:.1f} MiB "
+      "on rank 0",
+      static_cast<double>(mem.peak_rss) / mib, peak / mib, static_cast<double>(mem.uss) / mib);
+  if (checkpoint_step >= 0) {
+    ddp::log::info("summary: checkpoint {} at step {}", last_checkpoint, checkpoint_step);
+  }
+  ddp::shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace train
+
+int main(int argc, char** argv) {
+  auto parsed = train::parse_flags(std::vector<std::string>(argv, argv + argc));
+  if (!parsed.config) {
+    std::fputs(parsed.text.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    if (!parsed.text.empty() && parsed.text.back() != '\n')
+      std::fputc('\n', parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  try {
+    return train::run(*parsed.config);
+  } catch (const train::FlagError& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    ddp::log::error("train: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,118 @@
+#include "mlp.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "ddp/common/error.h"
+#include "random.h"
+
+namespace train {
+namespace {
+
+constexpr std::uint64_t kInitStream = 4;  // Random stream of the initial weights
+
+}  // namespace
+
+Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
+  if (dims_.size() < 2) throw ddp::Error("Mlp: needs at least an input and an output size");
+  for (int d : dims_) {
+    if (d < 1) throw ddp::Error("Mlp: every layer size must be >= 1, got " + std::to_string(d));
+  }
+  Random rng(seed, kInitStream);
+  for (int l = 0; l < num_layers(); ++l) {
+    const int in = dims_[l], out = dims_[l + 1];
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+    std::vector<float> w(static_cast<std::size_t>(out) * in), b(static_cast<std::size_t>(out));
+    for (auto& v : w) v = rng.uniform(-bound, bound);
+    for (auto& v : b) v = rng.uniform(-bound, bound);
+    tensors_.push_back(std::move(w));
+    tensors_.push_back(std::move(b));
+  }
+  act_.resize(static_cast<std::size_t>(num_layers()));
+}
+
+std::size_t Mlp::num_elements() const {
+  std::size_t n = 0;
+  for (const auto& t : tensors_) n += t.size();
+  return n;
+}
+
+std::vector<void*> Mlp::data_pointers() {
+  std::vector<void*> out;
+  for (auto& t : tensors_) out.push_back(t.data());
+  return out;
+}
+
+std::vector<ddp::GradParam> Mlp::grad_params() const {
+  std::vector<ddp::GradParam> out;
+  for (int l = 0; l < num_layers(); ++l) {
+    const std::string name = "fc" + std::to_string(l + 1);
+    out.push_back({name + ".weight", {dims_[l + 1], dims_[l]}});
+    out.push_back({name + ".bias", {dims_[l + 1]}});
+  }
+  return out;
+}
+
+float* Mlp::forward(const float* x, int batch) {
+  x_ = x;
+  batch_ = batch;
+  const int widest = *std::max_element(dims_.begin(), dims_.end());
+  const std::size_t rows = static_cast<std::size_t>(batch);
+  if (dz_.size() < rows * widest) {
+    dz_.resize(rows * widest);
+    dz_next_.resize(rows * widest);
+  }
+  if (ones_.size() < rows) ones_.assign(rows, 1.0f);
+  const float* in = x;
+  for (int l = 0; l < num_layers(); ++l) {
+    const int n_in = dims_[l], n_out = dims_[l + 1];
+    auto& out = act_[l];
+    out.resize(rows * n_out);
+    const float* w = tensors_[2 * l].data();
+    const float* b = tensors_[2 * l + 1].data();
+    // out = in W^T + b: the bias is copied into every row, then the GEMM adds (beta = 1).
+    for (std::size_t i = 0; i < rows; ++i)
+      std::memcpy(out.data() + i * n_out, b, n_out * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, n_out, n_in, 1.0f, in, n_in, w,
+                n_in, 1.0f, out.data(), n_out);
+    if (l + 1 < num_layers()) {
+      for (auto& v : out) v = std::max(v, 0.0f);
+    }
+    in = out.data();
+  }
+  return act_.back().data();
+}
+
+void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const int batch = batch_;
+  for (int l = num_layers() - 1; l >= 0; --l) {
+    const int n_in = dims_[l], n_out = dims_[l + 1];
+    const float* in = l == 0 ? x_ : act_[l - 1].data();
+    // dLoss/db = scale * (column sums of dz), as a GEMV with a vector of ones.
+    const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
+    cblas_sgemv(CblasRowMajor, CblasTrans, batch, n_out, scale, dz_.data(), n_out, ones_.data(), 1,
+                beta, sink.grad(bias), 1);
+    sink.ready(bias);
+    // dLoss/dW = scale * dz^T in   [n_out x n_in].
+    const std::size_t weight = 2 * static_cast<std::size_t>(l);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, scale, dz_.data(),
+                n_out, in, n_in, beta, sink.grad(weight), n_in);
+    sink.ready(weight);
+    if (l == 0) break;
+    // dLoss/din = dz W, then through the ReLU of layer l-1's output.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dz_.data(),
+                n_out, tensors_[weight].data(), n_in, 0.0f, dz_next_.data(), n_in);
+    const std::size_t n = static_cast<std::size_t>(batch) * n_in;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!(in[k] > 0.0f)) dz_next_[k] = 0.0f;
+    }
+    std::swap(dz_, dz_next_);
+  }
+}
+
+}  // namespace train

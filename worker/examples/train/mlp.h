@@ -1,0 +1,73 @@
+#pragma once
+// The model: a multi-layer perceptron, Linear -> ReLU -> ... -> Linear, with
+// forward and backward on the CPU through OpenBLAS (row-major sgemm).
+//
+// Parameters are numbered like torch's named_parameters(): layer l's weight
+// [out x in] is index 2l ("fc{l+1}.weight"), its bias [out] index 2l+1
+// ("fc{l+1}.bias"). The backward pass visits layers last to first and hands
+// each gradient to a GradSink as soon as it is computed: bias, then weight,
+// then the gradient flows on to the layer below. With GradSync behind the
+// sink, a bucket's all-reduce starts while the lower layers are still being
+// differentiated.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddp/grad_sync.h"
+
+namespace train {
+
+// Where backward puts gradients.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  // count(param) floats for param's gradient, valid until ready(param).
+  virtual float* grad(std::size_t param) = 0;
+  // param's gradient is complete.
+  virtual void ready(std::size_t param) = 0;
+};
+
+class Mlp {
+ public:
+  // dims = {input, hidden..., output} (at least two entries). Weights and
+  // biases start uniform in +-1/sqrt(fan_in), as torch's nn.Linear does,
+  // drawn from `seed`.
+  Mlp(std::vector<int> dims, std::uint64_t seed);
+
+  int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
+  int input_dim() const { return dims_.front(); }
+  int output_dim() const { return dims_.back(); }
+  const std::vector<int>& dims() const { return dims_; }
+
+  // Parameter tensors (2 per layer) and their element counts.
+  std::size_t num_tensors() const { return tensors_.size(); }
+  std::size_t count(std::size_t param) const { return tensors_[param].size(); }
+  std::size_t num_elements() const;
+  float* data(std::size_t param) { return tensors_[param].data(); }
+  std::vector<void*> data_pointers();
+  // Names and shapes, for GradSync (and its cross-rank check).
+  std::vector<ddp::GradParam> grad_params() const;
+
+  // Runs the model on `batch` rows of `x` (batch x input_dim). Returns the
+  // outputs (batch x output_dim), valid until the next forward. `x` must stay
+  // unchanged until backward() returns.
+  float* forward(const float* x, int batch);
+  // The buffer (batch x output_dim) the loss writes dLoss/dOutputs into.
+  float* output_grad() { return dz_.data(); }
+  // Back-propagates output_grad() through the last forward. Each gradient is
+  // scale * dLoss/dParam, written (accumulate = false) or added (true) into
+  // sink.grad(p), then sink.ready(p) is called.
+  void backward(GradSink& sink, float scale, bool accumulate);
+
+ private:
+  std::vector<int> dims_;
+  std::vector<std::vector<float>> tensors_;
+  int batch_ = 0;
+  const float* x_ = nullptr;
+  std::vector<std::vector<float>> act_;  // act_[l]: output of layer l (post-ReLU for hidden)
+  std::vector<float> dz_, dz_next_, ones_;
+};
+
+}  // namespace train
