@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "thread_ranks.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -200,50 +202,8 @@ std::string label(int rank, const std::string& what, std::size_t count) {
   return "rank " + std::to_string(rank) + ": " + what + " of " + std::to_string(count);
 }
 
-// One in-memory store for the whole test program; every run of ranks takes a
-// prefix of its own, so groups never read each other's addresses.
-std::shared_ptr<Store> shared_store() {
-  static std::shared_ptr<Store> store = make_memory_store();
-  return store;
-}
-
-ProcessGroupOptions gloo_options(std::chrono::milliseconds timeout = 10s) {
-  ProcessGroupOptions options;
-  options.backend = "gloo";
-  options.timeout = timeout;
-  return options;
-}
-
-// Runs body(group) on `world` ranks, each a thread with its own Gloo group
-// (created concurrently: creation waits for every rank). Groups are destroyed
-// only after every rank's body returned. Exceptions fail the test, naming the rank.
-void on_ranks(int world, const std::function<void(ProcessGroup&)>& body,
-              const ProcessGroupOptions& options = gloo_options()) {
-  static std::atomic<int> runs{0};
-  auto store = make_prefix_store(shared_store(), "t" + std::to_string(runs++));
-  std::latch finished(world);
-  std::mutex mu;
-  std::vector<std::string> failures;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::shared_ptr<ProcessGroup> group;
-      try {
-        group = ProcessGroup::create(r, world, store, options);
-        EXPECT_EQ(group->rank(), r);
-        EXPECT_EQ(group->size(), world);
-        body(*group);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back("rank " + std::to_string(r) + " threw: " + e.what());
-      }
-      finished.arrive_and_wait();
-      group.reset();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) ADD_FAILURE() << f;
-}
+using ::ddp::testing::gloo_options;
+using ::ddp::testing::on_ranks;
 
 class Collectives : public ::testing::TestWithParam<int> {
  protected:
@@ -759,7 +719,7 @@ TEST_P(Collectives, TimeoutNamesTheCollectiveItsSizeAndTheRanksThatNeverArrived)
 }
 
 TEST(GroupCreation, FailsWithinTheTimeoutWhenARankNeverJoins) {
-  auto store = make_prefix_store(shared_store(), "never-joins");
+  auto store = make_prefix_store(make_memory_store(), "never-joins");
   auto start = std::chrono::steady_clock::now();
   std::string error = "(no error)";
   try {
@@ -885,7 +845,7 @@ TEST(ProcessGroupErrors, BadRankSizeBackendOrStoreAreRejected) {
             }).find("rank 1 is outside [0, 1)"),
             std::string::npos);
   EXPECT_NE(
-      error_of([] { ProcessGroup::create(-1, 2, shared_store(), gloo_options()); }).find("rank -1"),
+      error_of([] { ProcessGroup::create(-1, 2, make_memory_store(), gloo_options()); }).find("rank -1"),
       std::string::npos);
   EXPECT_NE(error_of([] { ProcessGroup::create(0, 0, nullptr, gloo_options()); }).find("size 0"),
             std::string::npos);
@@ -894,7 +854,7 @@ TEST(ProcessGroupErrors, BadRankSizeBackendOrStoreAreRejected) {
       std::string::npos);
   ProcessGroupOptions mpi = gloo_options();
   mpi.backend = "mpi";
-  EXPECT_NE(error_of([&] { ProcessGroup::create(0, 2, shared_store(), mpi); }).find("'mpi'"),
+  EXPECT_NE(error_of([&] { ProcessGroup::create(0, 2, make_memory_store(), mpi); }).find("'mpi'"),
             std::string::npos);
 }
 

@@ -6,6 +6,8 @@
 // analytically (in double) here.
 
 #include <gtest/gtest.h>
+
+#include "thread_ranks.h"
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
@@ -42,46 +44,8 @@ using namespace std::chrono_literals;
 
 // ------------------------------------------------------------ ranks as threads
 
-std::shared_ptr<Store> shared_store() {
-  static std::shared_ptr<Store> store = make_memory_store();
-  return store;
-}
-
-ProcessGroupOptions gloo_options(std::chrono::milliseconds timeout = 20s) {
-  ProcessGroupOptions options;
-  options.backend = "gloo";
-  options.timeout = timeout;
-  return options;
-}
-
-// Runs body(group) on `world` ranks, each a thread with its own group (Gloo,
-// or local for a world of one). Groups are destroyed after every body
-// returned. An exception fails the test, naming the rank.
-void on_ranks(int world, const std::function<void(ProcessGroup&)>& body,
-              const ProcessGroupOptions& options = gloo_options()) {
-  static std::atomic<int> runs{0};
-  auto store = make_prefix_store(shared_store(), "gs" + std::to_string(runs++));
-  std::latch finished(world);
-  std::mutex mu;
-  std::vector<std::string> failures;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::shared_ptr<ProcessGroup> group;
-      try {
-        group = ProcessGroup::create(r, world, store, options);
-        body(*group);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        failures.push_back("rank " + std::to_string(r) + " threw: " + e.what());
-      }
-      finished.arrive_and_wait();
-      group.reset();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) ADD_FAILURE() << f;
-}
+using ::ddp::testing::gloo_options;
+using ::ddp::testing::on_ranks;
 
 // The message of the ddp::Error `f` throws ("" when it throws none).
 std::string error_of(const std::function<void()>& f) {
