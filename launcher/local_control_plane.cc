@@ -23,10 +23,6 @@ LocalControlPlane::LocalControlPlane(const LaunchSpec& spec)
 
 LocalControlPlane::~LocalControlPlane() = default;
 
-bool LocalControlPlane::server_settled() const {
-  return server_.valid() && server_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-}
-
 std::string LocalControlPlane::worker_endpoint() const {
   return Endpoint{host_, reservation_.port()}.to_string();
 }

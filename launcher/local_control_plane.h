@@ -5,7 +5,6 @@
 // rpc plugin while the workers start, on a port reserved up front.
 
 #include <future>
-#include <mutex>
 
 #include "control_plane.h"
 #include "launch_spec.h"
@@ -24,10 +23,6 @@ class LocalControlPlane final : public ControlPlane {
   bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override;
   void leave(const RoundAssignment& round, int exit_code) override;
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;
-
-  // True once the background server has finished starting (or failed: then
-  // the error is logged). The agent does not wait for it.
-  bool server_settled() const;
 
  private:
   const LaunchSpec& spec_;
