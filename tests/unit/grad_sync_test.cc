@@ -918,7 +918,7 @@ TEST(GradSyncDevice, NcclAveragesDeviceBucketsInPlace) {
   options.backend = "nccl";
   options.timeout = 60s;
   static std::atomic<int> run{0};
-  auto store = make_prefix_store(shared_store(), "nccl" + std::to_string(run++));
+  auto store = make_prefix_store(make_memory_store(), "nccl" + std::to_string(run++));
   std::vector<std::thread> threads;
   std::vector<std::string> failures(2);
   for (int r = 0; r < 2; ++r) {
