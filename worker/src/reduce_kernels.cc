@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "ddp/common/error.h"
 
@@ -41,8 +46,45 @@ void sixteen(void* out, const void* a, const void* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) o[i] = FromFloat(Op::apply(ToFloat(x[i]), ToFloat(y[i])));
 }
 
+#if defined(__x86_64__)
+// Half precision through F16C: eight conversions per instruction instead of
+// the scalar bit manipulation (gloo's 16-bit reductions, i.e. compressed
+// gradients, were slower than sending float32 without it). Same results: both
+// convert exactly and round to nearest even.
+template <class Op>
+__attribute__((target("avx,f16c"))) __m256 apply8(__m256 a, __m256 b) {
+  if constexpr (std::is_same_v<Op, Sum>) return _mm256_add_ps(a, b);
+  if constexpr (std::is_same_v<Op, Prod>) return _mm256_mul_ps(a, b);
+  if constexpr (std::is_same_v<Op, Min>) return _mm256_min_ps(b, a);  // b < a ? b : a, as std::min(a, b)
+  if constexpr (std::is_same_v<Op, Max>) return _mm256_max_ps(b, a);  // a < b ? b : a, as std::max(a, b)
+}
+
+template <class Op>
+__attribute__((target("avx,f16c"))) void half_f16c(void* out, const void* a, const void* b, std::size_t n) {
+  auto* o = static_cast<std::uint16_t*>(out);
+  auto* x = static_cast<const std::uint16_t*>(a);
+  auto* y = static_cast<const std::uint16_t*>(b);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 fx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    __m256 fy = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i)));
+    __m128i r = _mm256_cvtps_ph(apply8<Op>(fx, fy), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), r);
+  }
+  for (; i < n; ++i) o[i] = float_to_half(Op::apply(half_to_float(x[i]), half_to_float(y[i])));
+}
+
+bool have_f16c() {
+  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+#endif
+
 template <class Op>
 ReduceFn for_op(DType dtype) {
+#if defined(__x86_64__)
+  if (dtype == DType::kFloat16 && have_f16c()) return half_f16c<Op>;
+#endif
   switch (dtype) {
     case DType::kFloat32: return native<float, Op>;
     case DType::kFloat64: return native<double, Op>;
