@@ -19,6 +19,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
+#include "typed_buffer.h"
 
 namespace {
 
@@ -49,151 +50,26 @@ struct CheckFailed {
 
 [[noreturn]] void fail(const std::string& what) { throw CheckFailed{what}; }
 
-const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                         DType::kInt32,   DType::kInt64,   DType::kUInt8};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
-                         ReduceOp::kProduct};
-const std::size_t kCounts[] = {0, 1, 7, 1001};
+using ddp::testing::input_value;
+using ddp::testing::is_float;
+using ddp::testing::kCounts;
+using ddp::testing::kDTypes;
+using ddp::testing::kOps;
+using ddp::testing::moved_value;
+using ddp::testing::reference;
 
-bool is_float(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
-         d == DType::kBFloat16;
-}
-bool is_signed(DType d) { return d != DType::kUInt8; }
-
-// Inputs of reductions: small integers, exact in every dtype, and so are their
-// sums, products, minima and maxima over up to 4 ranks (|x| <= 81).
-double reduce_input(int r, std::size_t i, DType dtype) {
-  static const double kSigned[] = {-2, -1, 1, 2, 3};
-  if (is_signed(dtype)) return kSigned[(static_cast<std::size_t>(r) * 2 + i) % 5];
-  return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3);
-}
-// Inputs of collectives that only move data: distinct for nearby ranks and positions.
-double moved_value(int r, std::size_t k, DType dtype) {
-  double v = static_cast<double>((static_cast<std::size_t>(r) * 37 + k * 3) % 251);
-  return is_signed(dtype) ? v - 100 : v;
-}
-
-// A buffer of any dtype, written and read as doubles.
-class Buffer {
+// The shared typed buffer, failing the run (CheckFailed) on a mismatch.
+class Buffer : public ddp::testing::Buffer {
  public:
-  Buffer(DType dtype, std::size_t count)
-      : dtype_(dtype), bytes_(std::max<std::size_t>(count * ddp::dtype_size(dtype), 1)) {}
-  void* data() { return bytes_.data(); }
-  void set(std::size_t i, double v) {
-    unsigned char* p = bytes_.data() + i * ddp::dtype_size(dtype_);
-    switch (dtype_) {
-      case DType::kFloat32:
-        put(p, static_cast<float>(v));
-        break;
-      case DType::kFloat64:
-        put(p, v);
-        break;
-      case DType::kFloat16:
-        put(p, ddp::float_to_half(static_cast<float>(v)));
-        break;
-      case DType::kBFloat16:
-        put(p, ddp::float_to_bfloat16(static_cast<float>(v)));
-        break;
-      case DType::kInt32:
-        put(p, static_cast<std::int32_t>(v));
-        break;
-      case DType::kInt64:
-        put(p, static_cast<std::int64_t>(v));
-        break;
-      case DType::kUInt8:
-        put(p, static_cast<std::uint8_t>(v));
-        break;
-    }
-  }
-  double get(std::size_t i) const {
-    const unsigned char* p = bytes_.data() + i * ddp::dtype_size(dtype_);
-    switch (dtype_) {
-      case DType::kFloat32:
-        return take<float>(p);
-      case DType::kFloat64:
-        return take<double>(p);
-      case DType::kFloat16:
-        return ddp::half_to_float(take<std::uint16_t>(p));
-      case DType::kBFloat16:
-        return ddp::bfloat16_to_float(take<std::uint16_t>(p));
-      case DType::kInt32:
-        return take<std::int32_t>(p);
-      case DType::kInt64:
-        return static_cast<double>(take<std::int64_t>(p));
-      case DType::kUInt8:
-        return take<std::uint8_t>(p);
-    }
-    return 0;
-  }
-  void fill(std::size_t n, const std::function<double(std::size_t)>& f) {
-    for (std::size_t k = 0; k < n; ++k) set(k, f(k));
-  }
+  using ddp::testing::Buffer::Buffer;
+  void fill(std::size_t n, const std::function<double(std::size_t)>& f) { ddp::testing::Buffer::fill(0, n, f); }
   // Elements [first, first + n) must equal expected(j), j counting from 0.
   void expect(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& expected,
               const std::string& what) const {
-    for (std::size_t j = 0; j < n; ++j) {
-      double want = expected(j), have = get(first + j);
-      if (std::abs(have - want) > tolerance(want)) {
-        fail(what + " (" + ddp::dtype_name(dtype_) + "): element " + std::to_string(j) + " is " +
-             std::to_string(have) + ", expected " + std::to_string(want));
-      }
-    }
+    std::string message = mismatch(first, n, expected, what);
+    if (!message.empty()) fail(message);
   }
-
- private:
-  // Integer results are exact; a float average may be off by its rounding.
-  double tolerance(double want) const {
-    switch (dtype_) {
-      case DType::kFloat16:
-        return std::abs(want) / 1024;
-      case DType::kBFloat16:
-        return std::abs(want) / 128;
-      case DType::kFloat32:
-        return std::abs(want) * 1e-6;
-      case DType::kFloat64:
-        return std::abs(want) * 1e-14;
-      default:
-        return 0;
-    }
-  }
-  template <class T>
-  static void put(unsigned char* p, T v) {
-    std::memcpy(p, &v, sizeof v);
-  }
-  template <class T>
-  static T take(const unsigned char* p) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  DType dtype_;
-  std::vector<unsigned char> bytes_;
 };
-
-double reference(ReduceOp op, DType dtype, int world, const std::function<double(int)>& value) {
-  double sum = 0, product = 1, lo = value(0), hi = value(0);
-  for (int r = 0; r < world; ++r) {
-    double v = value(r);
-    sum += v;
-    product *= v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-      return sum;
-    case ReduceOp::kAvg:
-      return is_float(dtype) ? sum / world : std::trunc(sum / world);
-    case ReduceOp::kMin:
-      return lo;
-    case ReduceOp::kMax:
-      return hi;
-    case ReduceOp::kProduct:
-      return product;
-  }
-  return 0;
-}
 
 std::string of(std::size_t count) { return " of " + std::to_string(count); }
 
@@ -203,12 +79,12 @@ void check_all_reduce(ddp::ProcessGroup& pg) {
     for (ReduceOp op : kOps) {
       for (std::size_t count : kCounts) {
         Buffer buf(dtype, count);
-        buf.fill(count, [&](std::size_t i) { return reduce_input(me, i, dtype); });
+        buf.fill(count, [&](std::size_t i) { return input_value(me, i, dtype); });
         pg.all_reduce(buf.data(), count, dtype, op);
         buf.expect(
             0, count,
             [&](std::size_t i) {
-              return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+              return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
             },
             std::string("all_reduce ") + ddp::op_name(op) + of(count));
       }
@@ -238,7 +114,7 @@ void check_reduce(ddp::ProcessGroup& pg) {
       for (int root = 0; root < n; ++root) {
         const std::size_t count = 7;
         Buffer buf(dtype, count);
-        buf.fill(count, [&](std::size_t i) { return reduce_input(me, i, dtype); });
+        buf.fill(count, [&](std::size_t i) { return input_value(me, i, dtype); });
         pg.reduce(buf.data(), count, dtype, op, root);
         auto what = std::string("reduce ") + ddp::op_name(op) + " to root " + std::to_string(root) +
                     of(count);
@@ -246,12 +122,12 @@ void check_reduce(ddp::ProcessGroup& pg) {
           buf.expect(
               0, count,
               [&](std::size_t i) {
-                return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+                return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
               },
               what);
         } else {
           buf.expect(
-              0, count, [&](std::size_t i) { return reduce_input(me, i, dtype); },
+              0, count, [&](std::size_t i) { return input_value(me, i, dtype); },
               what + " (non-root data must be unchanged)");
         }
       }
@@ -335,14 +211,14 @@ void check_reduce_scatter(ddp::ProcessGroup& pg) {
     for (ReduceOp op : kOps) {
       for (std::size_t count : kCounts) {
         Buffer in(dtype, count * n), out(dtype, count);
-        in.fill(count * n, [&](std::size_t k) { return reduce_input(pg.rank(), k, dtype); });
+        in.fill(count * n, [&](std::size_t k) { return input_value(pg.rank(), k, dtype); });
         pg.reduce_scatter(in.data(), out.data(), count, dtype, op);
         const std::size_t first = pg.rank() * count;
         out.expect(
             0, count,
             [&](std::size_t i) {
               return reference(op, dtype, n,
-                               [&](int r) { return reduce_input(r, first + i, dtype); });
+                               [&](int r) { return input_value(r, first + i, dtype); });
             },
             std::string("reduce_scatter ") + ddp::op_name(op) + of(count));
       }
@@ -388,8 +264,8 @@ void check_barrier_and_async(ddp::ProcessGroup& pg) {
   const std::size_t count = 7;
   Buffer a(DType::kFloat32, count), b(DType::kInt64, count), gathered(DType::kInt32, count * n),
       mine(DType::kInt32, count);
-  a.fill(count, [&](std::size_t i) { return reduce_input(pg.rank(), i, DType::kFloat32); });
-  b.fill(count, [&](std::size_t i) { return reduce_input(pg.rank(), i, DType::kInt64); });
+  a.fill(count, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kFloat32); });
+  b.fill(count, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kInt64); });
   mine.fill(count, [&](std::size_t i) { return moved_value(pg.rank(), i, DType::kInt32); });
   std::vector<std::shared_ptr<ddp::Work>> works;
   works.push_back(pg.all_reduce_async(a.data(), count, DType::kFloat32, ReduceOp::kSum));
@@ -404,7 +280,7 @@ void check_barrier_and_async(ddp::ProcessGroup& pg) {
       fail("async " + w->description() + ": is_completed() is false after wait()");
   }
   auto ref = [&](ReduceOp op, DType dtype, std::size_t i) {
-    return reference(op, dtype, n, [&](int r) { return reduce_input(r, i, dtype); });
+    return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
   };
   a.expect(
       0, count, [&](std::size_t i) { return ref(ReduceOp::kSum, DType::kFloat32, i); },

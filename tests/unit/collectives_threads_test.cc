@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "thread_ranks.h"
+#include "typed_buffer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -29,173 +30,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                         DType::kInt32,   DType::kInt64,   DType::kUInt8};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
-                         ReduceOp::kProduct};
-// 0 and 1, odd sizes that no world divides, and one that spans many Gloo segments.
-const std::size_t kCounts[] = {0, 1, 7, 1001};
-
-bool is_float(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
-         d == DType::kBFloat16;
-}
-bool is_signed(DType d) { return d != DType::kUInt8; }
-
-// Element `i` of rank `r`'s input: small integers, exact in every dtype, whose
-// sums, products, minima and maxima over 4 ranks stay exact too (|x| <= 81).
-// Signed types include negatives so min/max and truncating averages are tested.
-double input_value(int r, std::size_t i, DType dtype) {
-  static const double kSigned[] = {-2, -1, 1, 2, 3};
-  if (is_signed(dtype)) return kSigned[(static_cast<std::size_t>(r) * 2 + i) % 5];
-  return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3);
-}
-
-// Element `k` of rank `r`'s data for collectives that only move data: distinct
-// for nearby ranks and positions (so a misplaced slice shows), exact in every dtype.
-double moved_value(int r, std::size_t k, DType dtype) {
-  double v = static_cast<double>((static_cast<std::size_t>(r) * 37 + k * 3) % 251);
-  return is_signed(dtype) ? v - 100 : v;
-}
-
-// A buffer of any dtype, written and read as doubles.
-class Buffer {
- public:
-  Buffer(DType dtype, std::size_t count)
-      : dtype_(dtype), count_(count), bytes_(std::max<std::size_t>(count * dtype_size(dtype), 1)) {}
-  void* data() { return bytes_.data(); }
-  std::size_t count() const { return count_; }
-  DType dtype() const { return dtype_; }
-  char* slice(std::size_t first) {
-    return reinterpret_cast<char*>(bytes_.data()) + first * dtype_size(dtype_);
-  }
-
-  void set(std::size_t i, double v) {
-    void* p = bytes_.data() + i * dtype_size(dtype_);
-    switch (dtype_) {
-      case DType::kFloat32:
-        store(p, static_cast<float>(v));
-        break;
-      case DType::kFloat64:
-        store(p, v);
-        break;
-      case DType::kFloat16:
-        store(p, float_to_half(static_cast<float>(v)));
-        break;
-      case DType::kBFloat16:
-        store(p, float_to_bfloat16(static_cast<float>(v)));
-        break;
-      case DType::kInt32:
-        store(p, static_cast<std::int32_t>(v));
-        break;
-      case DType::kInt64:
-        store(p, static_cast<std::int64_t>(v));
-        break;
-      case DType::kUInt8:
-        store(p, static_cast<std::uint8_t>(v));
-        break;
-    }
-  }
-  double get(std::size_t i) const {
-    const void* p = bytes_.data() + i * dtype_size(dtype_);
-    switch (dtype_) {
-      case DType::kFloat32:
-        return load<float>(p);
-      case DType::kFloat64:
-        return load<double>(p);
-      case DType::kFloat16:
-        return half_to_float(load<std::uint16_t>(p));
-      case DType::kBFloat16:
-        return bfloat16_to_float(load<std::uint16_t>(p));
-      case DType::kInt32:
-        return load<std::int32_t>(p);
-      case DType::kInt64:
-        return static_cast<double>(load<std::int64_t>(p));
-      case DType::kUInt8:
-        return load<std::uint8_t>(p);
-    }
-    return 0;
-  }
-  // Fills elements [first, first + n) with f(j), j counting from 0.
-  void fill(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& f) {
-    for (std::size_t j = 0; j < n; ++j) set(first + j, f(j));
-  }
-
- private:
-  template <class T>
-  static void store(void* p, T v) {
-    std::memcpy(p, &v, sizeof v);
-  }
-  template <class T>
-  static T load(const void* p) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  DType dtype_;
-  std::size_t count_;
-  std::vector<unsigned char> bytes_;
-};
-
-// op over the world's values; averages of integer types truncate toward zero.
-double reference(ReduceOp op, DType dtype, int world, const std::function<double(int)>& value) {
-  double sum = 0, product = 1, lo = value(0), hi = value(0);
-  for (int r = 0; r < world; ++r) {
-    double v = value(r);
-    sum += v;
-    product *= v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-      return sum;
-    case ReduceOp::kAvg:
-      return is_float(dtype) ? sum / world : std::trunc(sum / world);
-    case ReduceOp::kMin:
-      return lo;
-    case ReduceOp::kMax:
-      return hi;
-    case ReduceOp::kProduct:
-      return product;
-  }
-  return 0;
-}
-
-// Integer-valued results are exact; a float average may be off by its rounding.
-double tolerance(DType dtype, double expected) {
-  double eps = 0;
-  switch (dtype) {
-    case DType::kFloat16:
-      eps = 1.0 / 1024;
-      break;
-    case DType::kBFloat16:
-      eps = 1.0 / 128;
-      break;
-    case DType::kFloat32:
-      eps = 1e-6;
-      break;
-    case DType::kFloat64:
-      eps = 1e-14;
-      break;
-    default:
-      return 0;
-  }
-  return std::abs(expected) * eps;
-}
+using ::ddp::testing::Buffer;
+using ::ddp::testing::input_value;
+using ::ddp::testing::is_float;
+using ::ddp::testing::is_signed;
+using ::ddp::testing::kCounts;
+using ::ddp::testing::kDTypes;
+using ::ddp::testing::kOps;
+using ::ddp::testing::moved_value;
+using ::ddp::testing::reference;
 
 // One failure per buffer, naming the first element that differs.
 void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
                      const std::function<double(std::size_t)>& expected, const std::string& what) {
-  for (std::size_t j = 0; j < n; ++j) {
-    double want = expected(j);
-    double have = got.get(first + j);
-    if (std::abs(have - want) > tolerance(got.dtype(), want)) {
-      ADD_FAILURE() << what << " (" << dtype_name(got.dtype()) << "): element " << j << " is "
-                    << have << ", expected " << want;
-      return;
-    }
-  }
+  std::string message = got.mismatch(first, n, expected, what);
+  if (!message.empty()) ADD_FAILURE() << message;
 }
 
 std::string label(int rank, const std::string& what, std::size_t count) {
