@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "visible_gpus.h"
+
 #include "thread_ranks.h"
 #include <spdlog/sinks/ostream_sink.h>
 
@@ -898,15 +900,7 @@ TEST(GradSyncStats, FiguresDescribeTheIterationAndRankZeroLogsOnSchedule) {
 
 // ------------------------------------------------------------ device buckets (NCCL)
 
-int visible_gpus() {
-#ifdef DDP_HAVE_NCCL
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
+using ::ddp::testing::visible_gpus;
 
 TEST(GradSyncDevice, NcclAveragesDeviceBucketsInPlace) {
 #ifndef DDP_HAVE_NCCL

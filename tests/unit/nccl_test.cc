@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "visible_gpus.h"
+
 #include <thread>
 #include <vector>
 
@@ -21,15 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int visible_gpus() {
-#ifdef DDP_HAVE_NCCL
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
+using ::ddp::testing::visible_gpus;
 
 TEST(Nccl, UniqueIdIsSharedThroughTheStoreWithoutAGpu) {
   if (!nccl_available()) GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
