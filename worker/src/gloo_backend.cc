@@ -78,6 +78,10 @@ class GlooBackend final : public Backend {
       GlooStoreAdapter store(config.store, timeout_);
       context->connectFullMesh(store, device);
       context_ = context;
+      // connectFullMesh can return on one rank while a peer is still finishing
+      // its handshakes; the group exists once every rank is through, so a rank
+      // that leaves right after creation cannot break a peer's creation.
+      barrier();
     } catch (const std::exception& e) {
       // Peers publish their addresses under their rank: a missing key names a missing rank.
       throw Error("gloo: creating the process group of " + std::to_string(size_) + " ranks: rank " +
