@@ -5,6 +5,9 @@
 // over trials. Sizes: 8 B .. 256 MiB doubling (--min/--max to narrow).
 // Also prints the library's own per-call overhead at 8 B in a world of one
 // (local backend) and the 8 B time through the real backend.
+// --buffers allocated (default: from ProcessGroup::allocate, i.e. device memory
+// for nccl and the shared segment for shm, where an all-reduce runs in place)
+// or private (plain host memory of this process: shm copies through its slots).
 
 #include <algorithm>
 #include <chrono>
@@ -33,24 +36,33 @@ int iterations_for(std::size_t bytes) {
 int main(int argc, char** argv) {
   std::size_t min_bytes = 8, max_bytes = 256u << 20;
   int trials = 5;
+  std::string buffers = "allocated";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
+    if (flag == "--buffers") buffers = argv[i + 1];
     if (flag == "--min") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--max") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--trials") trials = std::atoi(argv[i + 1]);
   }
+  if (buffers != "allocated" && buffers != "private") {
+    std::fprintf(stderr, "allreduce_bench: --buffers must be allocated or private, not '%s'\n", buffers.c_str());
+    return 64;
+  }
   auto pg = ddp::init();
   const int n = pg->size();
   if (pg->rank() == 0) {
-    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, median of %d trials\n",
-                pg->backend_name().c_str(), n, trials);
+    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, %s buffers, median of %d trials\n",
+                pg->backend_name().c_str(), n, buffers.c_str(), trials);
     std::printf("%12s %12s %10s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   }
   // The backend's own memory: host memory for gloo, device memory for nccl (so a
   // GPU run times NCCL, not host-to-device staging). Its values do not matter
   // for timing; on the host they are set to 1.
   const std::size_t capacity = max_bytes / sizeof(float) + 1;
-  std::shared_ptr<void> memory = pg->allocate(capacity * sizeof(float));
+  std::shared_ptr<void> memory = buffers == "allocated" ? pg->allocate(capacity * sizeof(float))
+                                                      : std::shared_ptr<void>(new float[capacity], [](void* p) {
+                                                          delete[] static_cast<float*>(p);
+                                                        });
   float* buffer = static_cast<float*>(memory.get());
   if (pg->backend_name() != "nccl") std::fill(buffer, buffer + capacity, 1.0f);
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
@@ -74,7 +86,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   // The library's own cost per call: the same path with a world of one.
-  auto local = ddp::ProcessGroup::create(0, 1, nullptr, {"local"});
+  auto local = ddp::ProcessGroup::create(0, 1, nullptr, ddp::ProcessGroupOptions::of("local"));
   float word = 1;
   const int kCalls = 20000;
   auto start = Clock::now();

@@ -18,6 +18,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/log.h"
 #include "ddp/common/endpoint.h"
+#include "ddp/common/shm_names.h"
 #include "failure_report.h"
 #include "local_control_plane.h"
 #include "log_tee.h"
@@ -76,6 +77,19 @@ std::vector<std::string> base_environment() {
   return env;
 }
 
+// Removes the shared-memory segments of the run that its workers left behind:
+// libddp's shm backend unlinks its segments once every local rank attached,
+// so only workers killed in between leave any. Called once a worker group is
+// gone (its ranks cannot create more).
+void remove_leftover_segments(const std::string& run_id) {
+  int removed = remove_run_segments(run_id);
+  if (removed > 0) {
+    launcher_log().info("removed {} shared-memory segment(s) of run {} left by killed workers", removed, run_id);
+  } else {
+    launcher_log().debug("no shared-memory segments of run {} left", run_id);
+  }
+}
+
 }  // namespace
 
 sigset_t forwarded_signals() {
@@ -114,6 +128,18 @@ Agent::Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd)
 Agent::~Agent() = default;
 
 int Agent::run() {
+  try {
+    return run_rounds();
+  } catch (...) {
+    // Every finished attempt cleaned up after itself; one cut short by an error
+    // may have left segments (and, if its workers still run, the orphan guard
+    // sweeps again once it has killed them).
+    remove_leftover_segments(spec_.run_id);
+    throw;
+  }
+}
+
+int Agent::run_rounds() {
   auto& log = launcher_log();
   PortReservation reservation = PortReservation::reserve(spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
@@ -343,6 +369,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       for (int fd : w.fds) if (fd >= 0) close(fd);
       if (w.pid > 0) guard_.forget(w.pid);
     }
+    remove_leftover_segments(spec_.run_id);
     throw;
   }
 
@@ -493,6 +520,10 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     }
     guard_.forget(w.pid);
   }
+  // The group is gone, however it ended (success, failure, signal, lost
+  // server): remove the run's segments its killed ranks left, before any
+  // restart (whose ranks create new ones) and before ddprun exits.
+  remove_leftover_segments(spec_.run_id);
   return result;
 }
 

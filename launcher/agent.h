@@ -7,7 +7,9 @@
 // period, SIGKILL of each worker's process group), and join the next round
 // while the server's job-wide restart budget allows. The supervision loop is
 // single-threaded (poll on the workers' pipes, a signalfd and the heartbeat
-// monitor's eventfd); heartbeats run on their own thread.
+// monitor's eventfd); heartbeats run on their own thread. After each attempt,
+// once its workers are gone, the run's POSIX shared-memory segments left by
+// killed workers are removed (see ddp/common/shm_names.h).
 
 #include <signal.h>
 
@@ -36,6 +38,7 @@ class Agent {
 
  private:
   struct AttemptResult;
+  int run_rounds();
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
 

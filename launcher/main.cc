@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     if (daemon) return load_rpc_plugin().rendezvous_command(args, signal_fd);
-    OrphanGuard guard;
+    OrphanGuard guard(parsed.spec->run_id);  // forked while ddprun is single-threaded
     Agent agent(*parsed.spec, guard, signal_fd);
     code = agent.run();
     // Leave without destructors: the workers' rendezvous server may still be

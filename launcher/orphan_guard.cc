@@ -1,9 +1,11 @@
 #include "orphan_guard.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,14 +13,108 @@
 #include <string>
 
 #include "ddp/common/error.h"
+#include "ddp/common/shm_names.h"
 
 namespace ddp::launcher {
 namespace {
 
 constexpr int kMaxGroups = 4096;
 
+// Whether /proc/<pid>/stat (`pid` as its decimal name, relative to `proc`)
+// shows a process that is still running (not a zombie) in one of `groups`.
+bool running_in(int proc, const char* pid, const pid_t* groups, int count) {
+  char path[32];
+  const size_t len = std::strlen(pid);
+  if (len > 20) return false;
+  std::memcpy(path, pid, len);
+  std::memcpy(path + len, "/stat", 6);
+  int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // gone meanwhile
+  char stat[512];
+  ssize_t n = read(fd, stat, sizeof(stat) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  stat[n] = '\0';
+  // "pid (comm) S ppid pgrp ...": comm may hold ')', so find the last one.
+  const char* p = std::strrchr(stat, ')');
+  if (p == nullptr || p[1] != ' ' || p[2] == '\0') return false;
+  if (p[2] == 'Z' || p[2] == 'X' || p[2] == 'x') return false;  // dead: creates nothing more
+  p += 3;
+  for (int field = 0; field < 2; ++field) {  // skip " ppid", then parse " pgrp"
+    if (*p != ' ') return false;
+    ++p;
+    if (field == 0) {
+      while (*p >= '0' && *p <= '9') ++p;
+    }
+  }
+  long pgrp = 0;
+  while (*p >= '0' && *p <= '9') pgrp = pgrp * 10 + (*p++ - '0');
+  for (int i = 0; i < count; ++i) {
+    if (groups[i] == pgrp) return true;
+  }
+  return false;
+}
+
+// True while a process of one of `groups` still runs. Zombies do not count:
+// they can create no segment, and their new parent may be slow to reap them.
+// Lists /proc with getdents64 (opendir allocates); when /proc cannot be read,
+// says false (no waiting).
+bool any_group_running(const pid_t* groups, int count) {
+  if (count == 0) return false;
+  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return false;
+  alignas(alignof(struct dirent64)) char buf[8192];
+  bool running = false;
+  while (!running) {
+    ssize_t n = getdents64(proc, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n && !running;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
+      if (entry->d_name[0] >= '1' && entry->d_name[0] <= '9') {
+        running = running_in(proc, entry->d_name, groups, count);
+      }
+      if (entry->d_reclen == 0) break;
+      off += entry->d_reclen;
+    }
+  }
+  close(proc);
+  return running;
+}
+
+// remove_run_segments() for the guard: the same sweep of /dev/shm without
+// opendir (which allocates), with getdents64 and unlinkat (what shm_unlink does
+// for a name in /dev/shm). Repeats while a pass removes something, in case
+// removing entries during the listing made it skip some.
+void remove_segments(const char* prefix) {
+  const size_t prefix_len = std::strlen(prefix);
+  int dir = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  alignas(alignof(struct dirent64)) char buf[8192];
+  for (int pass = 0; pass < 4; ++pass) {
+    if (lseek(dir, 0, SEEK_SET) != 0) break;
+    int removed = 0;
+    for (;;) {
+      ssize_t n = getdents64(dir, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (ssize_t off = 0; off < n;) {
+        const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
+        if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 && unlinkat(dir, entry->d_name, 0) == 0) {
+          ++removed;
+        }
+        if (entry->d_reclen == 0) break;
+        off += entry->d_reclen;
+      }
+    }
+    if (removed == 0) break;
+  }
+  close(dir);
+}
+
 // Runs in the forked guard: only async-signal-safe calls, no allocation.
-[[noreturn]] void guard_main(int read_fd) {
+// `shm_prefix`: the run's segment-name prefix, built before the fork.
+[[noreturn]] void guard_main(int read_fd, const char* shm_prefix) {
   // Signals aimed at ddprun's terminal process group must not stop the guard.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP}) {
     signal(sig, SIG_IGN);
@@ -51,12 +147,21 @@ constexpr int kMaxGroups = 4096;
     }
   }
   for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  // A worker inside shm_open when SIGKILL came may still finish creating its
+  // segment: sweep once every killed process has died (bounded: ~2 s).
+  for (int tick = 0; tick < 200 && any_group_running(groups, count); ++tick) {
+    timespec ten_ms{0, 10 * 1000 * 1000};
+    nanosleep(&ten_ms, nullptr);
+  }
+  remove_segments(shm_prefix);
   _exit(0);
 }
 
 }  // namespace
 
-OrphanGuard::OrphanGuard() {
+OrphanGuard::OrphanGuard(const std::string& run_id) {
+  // Built before the fork: the guard must not allocate.
+  const std::string shm_prefix = shm_run_prefix(run_id);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
   pid_t pid = fork();
@@ -67,7 +172,7 @@ OrphanGuard::OrphanGuard() {
   }
   if (pid == 0) {
     close(fds[1]);
-    guard_main(fds[0]);
+    guard_main(fds[0], shm_prefix.c_str());
   }
   close(fds[0]);
   write_fd_ = fds[1];

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "ddp/common/shm_names.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -50,6 +51,31 @@ std::set<pid_t> read_pids(const std::string& dir, const std::string& prefix) {
     }
   }
   return pids;
+}
+
+// A run id no other test (or concurrent test process) uses; the '-' is
+// sanitised in segment names.
+std::string unique_run_id(const std::string& tag) {
+  static int counter = 0;
+  return "shm-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+// The POSIX shared-memory segments of run `run_id` (names in /dev/shm).
+std::vector<std::string> shm_segments_of(const std::string& run_id) {
+  const std::string prefix = shm_run_prefix(run_id);
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
 class EnvContract : public ::testing::TestWithParam<int> {};
@@ -267,6 +293,61 @@ TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {
     return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
   }, 5s));
   for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << pid;
+}
+
+TEST(SharedMemory, SegmentsOfWorkersThatDieAreRemoved) {
+  // Every rank creates a segment as libddp does, then dies (SIGKILL, or exit 3)
+  // before anything could unlink it.
+  for (std::string how : {"kill", "exit"}) {
+    const std::string run_id = unique_run_id(how);
+    auto r = ddprun({"--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", how});
+    ASSERT_TRUE(r.exited) << how;
+    EXPECT_EQ(r.code, how == "kill" ? 128 + SIGKILL : 3) << r.err;
+    // The first rank to die created its segment (the others may be stopped first).
+    EXPECT_GE(count_of(r.out, "] SHM /" + shm_run_prefix(run_id)), 1u) << r.out;
+    EXPECT_NE(r.err.find("shared-memory segment(s) of run " + run_id + " left by killed workers"),
+              std::string::npos)
+        << r.err;
+    auto left = shm_segments_of(run_id);
+    EXPECT_TRUE(left.empty()) << how << ": " << left.size() << " left, e.g. " << left.front();
+  }
+}
+
+TEST(SharedMemory, SigkillOfDdprunLeavesNoSegmentNorWorker) {
+  // ddprun dies while its workers hold segments: the orphan guard kills them and
+  // removes the segments.
+  auto dir = make_temp_dir();
+  const std::string run_id = unique_run_id("sigkill");
+  Subprocess p({kDdprun, "--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 3; }, 10s)) << p.read_err();
+  auto pids = read_pids(dir, "pid_");
+  ASSERT_EQ(shm_segments_of(run_id).size(), 3u);  // each rank wrote its pid after creating its segment
+  kill(p.pid(), SIGKILL);
+  auto r = p.wait(5s);
+  EXPECT_TRUE(r.exited && r.signaled);
+  EXPECT_TRUE(wait_until([&] {
+    return shm_segments_of(run_id).empty() &&
+           std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
+  }, 5s));
+  EXPECT_TRUE(shm_segments_of(run_id).empty());
+  for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << pid;
+}
+
+TEST(SharedMemory, SegmentsOfAFailedAttemptAreRemovedBeforeTheRestart) {
+  // Attempt 0: every rank creates a segment and SIGKILLs itself. Attempt 1:
+  // each rank counts the run's segments from other rounds before creating its
+  // own, then exits 0.
+  const std::string run_id = unique_run_id("restart");
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--run_id=" + run_id, kWorker, "shm-leak",
+                   "kill-first"});
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("restart 1 of 1"), std::string::npos) << r.err;
+  // Both attempts printed their STALE line; only attempt 1's would see attempt 0's segments.
+  EXPECT_GE(count_of(r.out, "] SHM STALE 0\n"), 3u) << r.out;  // attempt 1 (2 ranks) + attempt 0 (>= 1)
+  EXPECT_EQ(count_of(r.out, "] SHM STALE "), count_of(r.out, "] SHM STALE 0\n")) << r.out;
+  EXPECT_GE(count_of(r.err, "left by killed workers"), 1u) << r.err;
+  EXPECT_TRUE(shm_segments_of(run_id).empty());
 }
 
 TEST(Launcher, NormalExitKillsLeftoverGrandchildren) {

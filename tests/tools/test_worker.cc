@@ -2,19 +2,23 @@
 // what it does; see usage() below. It reads the contract through the one
 // parser in common/ where it needs ranks.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 
 #include "ddp/common/env_contract.h"
 #include "ddp/common/rendezvous_client.h"
+#include "ddp/common/shm_names.h"
 #include "tcp_barrier.h"
 
 namespace {
@@ -31,7 +35,12 @@ int usage() {
                "  binary                    write bytes 0..255 and a line without newline\n"
                "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
                "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
-               "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n");
+               "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n"
+               "  shm-leak HOW [DIR]        create a 1 MiB shm segment named as libddp does, print\n"
+               "                            'SHM STALE <n>' (segments of this run from other rounds)\n"
+               "                            and 'SHM <name>', write DIR/pid_<rank>, then HOW:\n"
+               "                            exit (code 3), kill (SIGKILL itself), hold (wait),\n"
+               "                            kill-first (SIGKILL itself in attempt 0, exit 0 later)\n");
   return 64;
 }
 
@@ -148,6 +157,39 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rdzv: %s\n", e.what());
       return 6;
     }
+  }
+  if (mode == "shm-leak" && argc >= 3) {
+    std::string how = argv[2];
+    if (!env) return 3;
+    // Segments of this run left from other rounds (the launcher should have removed them).
+    const std::string prefix = ddp::shm_run_prefix(env->run_id);
+    const std::string this_round = prefix + "r" + std::to_string(env->round) + "-";
+    int stale = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && name.rfind(this_round, 0) != 0) ++stale;
+    }
+    std::printf("SHM STALE %d\n", stale);
+    // Created the way libddp's shm backend creates its segments.
+    std::string name = ddp::shm_segment_name(env->run_id, env->round, "default", env->group_rank,
+                                             "leak" + std::to_string(env->rank));
+    int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, 1 << 20) != 0) {
+      std::fprintf(stderr, "shm-leak: %s: %s\n", name.c_str(), std::strerror(errno));
+      return 4;
+    }
+    std::printf("SHM %s\n", name.c_str());
+    std::fflush(stdout);
+    if (argc >= 4) write_pid_file(std::string(argv[3]) + "/pid_" + std::to_string(rank), getpid());
+    if (how == "hold") wait_forever();
+    if (how == "exit") return 3;
+    if (how == "kill" || (how == "kill-first" && env->restart_count == 0)) {
+      raise(SIGKILL);
+      return 99;
+    }
+    if (how == "kill-first") return 0;
+    return usage();
   }
   return usage();
 }

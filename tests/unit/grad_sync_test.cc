@@ -487,7 +487,7 @@ TEST(GradSyncUnused, NeverMarkedParameterFailsEveryRankAndTheOwnerNamesIt) {
 }
 
 TEST(GradSyncUnused, WorldOfOneListsEveryMissingName) {
-  auto pg = ProcessGroup::create(0, 1, nullptr, {"local"});
+  auto pg = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("local"));
   GradSyncOptions options;
   options.log_every = 0;
   GradSync sync(*pg, three_params(), options);
@@ -767,7 +767,7 @@ TEST(GradSyncChecks, ALocalProblemIsReportedOnEveryRank) {
 }
 
 TEST(GradSyncChecks, MarkingTwiceInOneIterationNamesTheParameter) {
-  auto pg = ProcessGroup::create(0, 1, nullptr, {"local"});
+  auto pg = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("local"));
   GradSyncOptions options;
   options.log_every = 0;
   GradSync sync(*pg, three_params(), options);
@@ -788,7 +788,7 @@ TEST(GradSyncChecks, MarkingTwiceInOneIterationNamesTheParameter) {
 }
 
 TEST(GradSyncChecks, BadIndicesFrozenParametersAndMisuseAreNamed) {
-  auto pg = ProcessGroup::create(0, 1, nullptr, {"local"});
+  auto pg = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("local"));
   GradSyncOptions options;
   options.log_every = 0;
   std::vector<GradParam> params = {
@@ -961,7 +961,7 @@ TEST(GradSyncDevice, CompressionIsRefusedForDeviceBuckets) {
   GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
 #else
   if (visible_gpus() < 1) GTEST_SKIP() << "no GPU visible";
-  auto pg = ProcessGroup::create(0, 1, nullptr, {"local"});
+  auto pg = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("local"));
   GradSyncOptions options;
   options.compression = Compression::kFp16;
   std::vector<GradParam> params = {{"w", {4}, DType::kFloat32, 0}};

@@ -34,10 +34,24 @@ struct BackendConfig {
   std::chrono::milliseconds timeout{300000};
   int device = 0;
   std::string host = "127.0.0.1";  // address peers reach this rank at (Gloo listens there)
+  // Where the rank sits (shm backend): its index among the ranks of its node,
+  // their count, the node's index and the number of nodes. Ranks of one node
+  // are consecutive: global rank = rank - local_rank + local index.
+  int local_rank = 0;
+  int local_size = 1;
+  int node = 0;
+  int nodes = 1;
+  // Names the shm segment (ddp/common/shm_names.h).
+  std::string run_id;
+  long round = 0;
+  std::string group_name = "default";
 };
 
 std::unique_ptr<Backend> make_local_backend();
 std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
+// Shared memory among the ranks of each node, Gloo across nodes and for the
+// collectives it does not implement itself.
+std::unique_ptr<Backend> make_shm_backend(const BackendConfig& config);
 // Throws ddp::Error when this build has no NCCL.
 std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config);
 

@@ -28,10 +28,18 @@ bool gpu_visible() {
   return stat("/dev/nvidia0", &st) == 0;
 }
 
-std::string choose_backend(const InitOptions& options) {
-  if (!options.backend.empty()) return options.backend;
-  if (const char* b = std::getenv("DDP_BACKEND"); b != nullptr && *b != '\0') return b;
-  return gpu_visible() ? "nccl" : "gloo";
+// "auto" (the default): NCCL when a GPU is visible; on CPU, shared memory
+// among the ranks of a node (with Gloo across nodes) when a node has several
+// ranks, else Gloo.
+std::string choose_backend(const InitOptions& options, int local_world_size) {
+  std::string chosen = options.backend;
+  if (chosen.empty()) {
+    const char* b = std::getenv("DDP_BACKEND");
+    chosen = b != nullptr && *b != '\0' ? b : "auto";
+  }
+  if (chosen != "auto") return chosen;
+  if (gpu_visible()) return "nccl";
+  return local_world_size > 1 ? "shm" : "gloo";
 }
 
 std::chrono::milliseconds choose_timeout(const InitOptions& options) {
@@ -54,7 +62,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   if (g_group) return g_group;
   const auto& env = contract();
   ProcessGroupOptions pg;
-  pg.backend = choose_backend(options);
+  pg.backend = choose_backend(options, env ? env->local_world_size : 1);
   pg.timeout = choose_timeout(options);
   const char* debug = std::getenv("DDP_DEBUG");
   pg.debug_checks = debug != nullptr && std::string(debug) == "1";
@@ -67,6 +75,13 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
     throw Error("DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
   }
   pg.device = env->local_rank;
+  pg.local_rank = env->local_rank;
+  pg.local_size = env->local_world_size;
+  pg.node = env->group_rank;
+  pg.nodes = env->group_world_size;
+  pg.run_id = env->run_id;
+  pg.round = env->round;
+  pg.group_name = "default";
   // Single node: loopback, independent of DNS. Several nodes: the address the agent advertised.
   if (!env->node_addr.empty()) pg.host = env->node_addr;
   route_grpc_logs();

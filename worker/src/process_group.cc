@@ -41,6 +41,14 @@ std::int64_t hash_name(const char* name) {
   return h;
 }
 
+// Set while a blocking call issues its collective: it may run on this thread.
+thread_local bool t_blocking_call = false;
+
+struct BlockingCall {
+  BlockingCall() { t_blocking_call = true; }
+  ~BlockingCall() { t_blocking_call = false; }
+};
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shared_ptr<Store> store,
@@ -54,20 +62,33 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
 
 ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
     : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
-  BackendConfig config{rank, size, store_, options.timeout, options.device, options.host};
-  if (options.backend != "local" && options.backend != "gloo" && options.backend != "nccl") {
-    throw Error("unknown backend '" + options.backend + "' (expected gloo, nccl or local)");
+  BackendConfig config;
+  config.rank = rank;
+  config.size = size;
+  config.store = store_;
+  config.timeout = options.timeout;
+  config.device = options.device;
+  config.host = options.host;
+  config.local_rank = options.local_size > 0 ? options.local_rank : rank;
+  config.local_size = options.local_size > 0 ? options.local_size : size;
+  config.node = options.node;
+  config.nodes = options.nodes;
+  config.run_id = options.run_id;
+  config.round = options.round;
+  config.group_name = options.group_name;
+  const std::string& b = options.backend;
+  if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
+    throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
   }
-  if (options.backend == "local" || size == 1) {
+  if (b != "local" && size > 1 && !store_) throw Error("process group: the " + b + " backend needs a store");
+  if (b == "local" || size == 1) {
     backend_ = make_local_backend();
-  } else if (options.backend == "gloo") {
-    if (!store_) throw Error("process group: the gloo backend needs a store");
+  } else if (b == "gloo") {
     backend_ = make_gloo_backend(config);
-  } else if (options.backend == "nccl") {
-    if (!store_) throw Error("process group: the nccl backend needs a store");
-    backend_ = make_nccl_backend(config);
+  } else if (b == "shm") {
+    backend_ = make_shm_backend(config);
   } else {
-    throw Error("unknown backend '" + options.backend + "' (expected gloo, nccl or local)");
+    backend_ = make_nccl_backend(config);
   }
   executor_ = std::make_unique<Executor>();
 }
@@ -79,7 +100,9 @@ ProcessGroup::~ProcessGroup() {
 
 std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void()> run) {
   auto work = std::make_shared<Work>(call.describe());
-  executor_->post([&]() {
+  const bool here = t_blocking_call;
+  t_blocking_call = false;
+  auto make_task = [&]() {
     std::uint64_t sequence = ++issued_;
     return [this, work, call, sequence, run = std::move(run)]() {
       try {
@@ -96,7 +119,12 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
         work->finish(std::make_exception_ptr(Error(text)));
       }
     };
-  });
+  };
+  if (here) {
+    executor_->run_now_or_post(make_task);
+  } else {
+    executor_->post(make_task);
+  }
   return work;
 }
 
@@ -168,6 +196,7 @@ void ProcessGroup::check_root(int root, const char* what) const {
 
 #define DDP_BLOCKING(async_call) \
   do {                           \
+    BlockingCall blocking;       \
     (async_call)->wait();        \
   } while (0)
 

@@ -30,12 +30,42 @@ struct Max {
   static T apply(T a, T b) { return std::max(a, b); }
 };
 
+// `out` may be `a` or `b` exactly (in place) but never overlaps them
+// otherwise, so no iteration depends on another: ivdep lets the compiler
+// vectorise without its runtime overlap checks (without it GCC kept a scalar
+// loop here: 7 GB/s in L2 instead of ~25).
 template <class T, class Op>
 void native(void* out, const void* a, const void* b, std::size_t n) {
   auto* o = static_cast<T*>(out);
   auto* x = static_cast<const T*>(a);
   auto* y = static_cast<const T*>(b);
+#pragma GCC ivdep
   for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(Op::apply(x[i], y[i]));
+}
+
+#if defined(__x86_64__)
+// The same loop compiled for AVX2 (chosen at run time).
+template <class T, class Op>
+__attribute__((target("avx2"))) void native_avx2(void* out, const void* a, const void* b, std::size_t n) {
+  auto* o = static_cast<T*>(out);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+#pragma GCC ivdep
+  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(Op::apply(x[i], y[i]));
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+template <class T, class Op>
+ReduceFn native_best() {
+#if defined(__x86_64__)
+  if (have_avx2()) return native_avx2<T, Op>;
+#endif
+  return native<T, Op>;
 }
 
 template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float), class Op>
@@ -86,11 +116,11 @@ ReduceFn for_op(DType dtype) {
   if (dtype == DType::kFloat16 && have_f16c()) return half_f16c<Op>;
 #endif
   switch (dtype) {
-    case DType::kFloat32: return native<float, Op>;
-    case DType::kFloat64: return native<double, Op>;
-    case DType::kInt32: return native<std::int32_t, Op>;
-    case DType::kInt64: return native<std::int64_t, Op>;
-    case DType::kUInt8: return native<std::uint8_t, Op>;
+    case DType::kFloat32: return native_best<float, Op>();
+    case DType::kFloat64: return native_best<double, Op>();
+    case DType::kInt32: return native_best<std::int32_t, Op>();
+    case DType::kInt64: return native_best<std::int64_t, Op>();
+    case DType::kUInt8: return native_best<std::uint8_t, Op>();
     case DType::kFloat16: return sixteen<half_to_float, float_to_half, Op>;
     case DType::kBFloat16: return sixteen<bfloat16_to_float, float_to_bfloat16, Op>;
   }
@@ -99,6 +129,7 @@ ReduceFn for_op(DType dtype) {
 
 template <class T>
 void divide(T* p, std::size_t n, int d) {
+#pragma GCC ivdep
   for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
 }
 

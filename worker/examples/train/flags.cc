@@ -57,9 +57,9 @@ void validate(const Config& c) {
   if (c.task == Task::kClassification && c.output_dim < 2) {
     throw ddp::Error("--output_dim (the number of classes) must be >= 2 for --task classification");
   }
-  if (!c.backend.empty() && c.backend != "gloo") {
+  if (!c.backend.empty() && c.backend != "gloo" && c.backend != "shm" && c.backend != "auto") {
     throw ddp::Error("--backend " + c.backend +
-                     ": this trainer computes on the CPU and needs host buffers: use gloo");
+                     ": this trainer computes on the CPU and needs host buffers: use auto, shm or gloo");
   }
 }
 
@@ -127,7 +127,7 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--backend", c.backend,
-                 "Process group backend (default: $DDP_BACKEND, else gloo)");
+                 "Process group backend: auto, shm or gloo (default: $DDP_BACKEND, else auto = shm with several ranks per node, else gloo)");
   app.add_option("--checkpoint", c.checkpoint, "Checkpoint file rank 0 writes (atomically)");
   app.add_option("--checkpoint_every,--checkpoint-every", c.checkpoint_every,
                  "Steps between checkpoints (0: only at the end)")

@@ -40,7 +40,7 @@ struct Config {
 
   double bucket_cap_mb = 25;
   std::string compression = "none";  // gradients on the wire: none, fp16, bf16
-  std::string backend;               // "" : $DDP_BACKEND, else gloo
+  std::string backend;               // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo)
 
   std::string checkpoint;               // "" : no checkpoints
   std::int64_t checkpoint_every = 100;  // steps; 0: only at the end

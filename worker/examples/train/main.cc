@@ -61,12 +61,15 @@ std::string choose_backend(const Config& c) {
   std::string backend = c.backend;
   if (backend.empty()) {
     const char* env = std::getenv("DDP_BACKEND");
-    backend = env != nullptr && *env != '\0' ? env : "gloo";
+    backend = env != nullptr && *env != '\0' ? env : "auto";
   }
-  if (backend != "gloo") {
+  // The math runs on the CPU: auto means shared memory among the ranks of a
+  // node (Gloo across nodes), never NCCL.
+  if (backend == "auto") backend = ddp::local_world_size() > 1 ? "shm" : "gloo";
+  if (backend != "gloo" && backend != "shm") {
     throw FlagError("backend '" + backend +
                     "' (from --backend or DDP_BACKEND): this trainer computes on the CPU and "
-                    "needs host buffers: use gloo");
+                    "needs host buffers: use auto, shm or gloo");
   }
   return backend;
 }

@@ -17,7 +17,9 @@
 namespace ddp {
 
 struct InitOptions {
-  // "" = DDP_BACKEND, else "nccl" when a GPU is visible, else "gloo".
+  // "" = DDP_BACKEND, else "auto": "nccl" when a GPU is visible, else "shm"
+  // when this node has several ranks (shared memory, Gloo across nodes),
+  // else "gloo".
   std::string backend;
   // Per-collective timeout; 0 = DDP_TIMEOUT_S, else 300 s.
   std::chrono::milliseconds timeout{0};

@@ -1,6 +1,7 @@
 #pragma once
 // ProcessGroup: a set of ranks and the collectives among them, over one
-// backend ("gloo" on CPU, "nccl" on GPU, "local" for a world of one).
+// backend ("shm": shared memory among the ranks of a node plus Gloo across
+// nodes; "gloo" on CPU over TCP; "nccl" on GPU; "local" for a world of one).
 //
 // Buffers are contiguous: (pointer, element count, dtype). For NCCL they are
 // device pointers (see allocate()). Every collective has a blocking form and
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "ddp/common/error.h"  // ddp::Error, what every call here throws
 #include "ddp/store.h"
@@ -29,11 +31,29 @@
 namespace ddp {
 
 struct ProcessGroupOptions {
-  std::string backend = "gloo";  // gloo | nccl | local
+  std::string backend = "gloo";  // shm | gloo | nccl | local
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
   bool debug_checks = false;     // compare every collective's signature across ranks first
   int device = 0;                // CUDA device for nccl
   std::string host = "127.0.0.1";  // this rank's address for peer traffic (gloo)
+  // For shm: where this rank sits. Ranks of a node are consecutive (rank -
+  // local_rank is the node's first). local_size 0: every rank is on one node.
+  int local_rank = 0;
+  int local_size = 0;
+  int node = 0;   // this node's index
+  int nodes = 1;  // number of nodes
+  // For shm: names the node's segment, /dev/shm/ddp-<run_id>-r<round>-<group_name>-...
+  // (ddprun removes its run's segments when a job ends). Empty run_id: "anon<pid>".
+  std::string run_id;
+  long round = 0;
+  std::string group_name = "default";
+
+  // Defaults with another backend: ProcessGroupOptions::of("local").
+  static ProcessGroupOptions of(std::string backend_name) {
+    ProcessGroupOptions options;
+    options.backend = std::move(backend_name);
+    return options;
+  }
 };
 
 class Backend;
@@ -89,7 +109,10 @@ class ProcessGroup {
   std::vector<std::string> all_gather_object(const std::string& bytes);
 
   // Memory for collective buffers: host memory for gloo and local, device
-  // memory for nccl. Freed when the last reference goes.
+  // memory for nccl, memory inside the node's shared segment for shm (an
+  // all-reduce whose buffers all live there runs in place, without copies;
+  // when the segment has no room it warns once and returns private memory).
+  // Freed when the last reference goes, which may outlive the group.
   std::shared_ptr<void> allocate(std::size_t bytes);
 
  private:

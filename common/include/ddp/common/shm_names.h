@@ -1,0 +1,29 @@
+#pragma once
+// Names of the POSIX shared-memory segments of a run (libddp's shm backend),
+// in one place so the worker that creates them and the launcher that removes
+// them agree. A segment's name starts with the run's prefix, so ddprun can
+// remove every segment of its run when it tears a job down, whatever killed
+// the workers.
+
+#include <string>
+
+namespace ddp {
+
+// "ddp-<run id>-": the run id with '_' doubled and every other character
+// outside [A-Za-z0-9.] written as '_' and two hex digits, so distinct ids get
+// distinct prefixes and none is a prefix of another's; ids longer than 96
+// characters (escaped) are shortened with a hash. No leading slash.
+std::string shm_run_prefix(const std::string& run_id);
+
+// The name of one segment, as shm_open takes it:
+// "/ddp-<run>-r<round>-<group>-n<node>-<unique>". `group` is sanitised like
+// the run id; `unique` is chosen by the creator (random hex).
+std::string shm_segment_name(const std::string& run_id, long round, const std::string& group, int node,
+                             const std::string& unique);
+
+// Removes (shm_unlink) every segment of `run_id` found in `dir` (the tmpfs
+// behind shm_open). Returns how many were removed. Best effort, for teardown:
+// an unreadable directory removes nothing and is not an error.
+int remove_run_segments(const std::string& run_id, const std::string& dir = "/dev/shm");
+
+}  // namespace ddp

@@ -1,0 +1,114 @@
+#include "ddp/common/shm_names.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+// A fresh directory standing in for /dev/shm; removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "ddp-shm-names-XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) std::abort();
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  void touch(const std::string& name) const { std::ofstream(path_ + "/" + name) << "x"; }
+  std::set<std::string> names() const {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(path_)) out.insert(e.path().filename().string());
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(ShmNames, PrefixAndSegmentNameFormat) {
+  EXPECT_EQ(shm_run_prefix("job42"), "ddp-job42-");
+  EXPECT_EQ(shm_segment_name("job42", 3, "default", 1, "ab12"), "/ddp-job42-r3-default-n1-ab12");
+  // '_' doubles, other characters outside [A-Za-z0-9.] become '_' and hex:
+  // no '/' inside a name, no '-' inside the id, and distinct ids stay distinct.
+  EXPECT_EQ(shm_run_prefix("a-b/c d"), "ddp-a_2db_2fc_20d-");
+  EXPECT_EQ(shm_run_prefix("a_b"), "ddp-a__b-");
+  EXPECT_EQ(shm_segment_name("r", 0, "my group", 0, "u/v"), "/ddp-r-r0-my_20group-n0-u_2fv");
+}
+
+TEST(ShmNames, NoRunsPrefixMatchesAnotherRunsSegments) {
+  // "a" must not clean up after "a-b" (nor "a-b" after "a"), etc.
+  const std::vector<std::string> ids = {"a", "a-b", "a_b", "a__b", "a_2db", "ab", "a.b", "a-b-c", "A", "r1", "a-r1"};
+  for (const auto& x : ids) {
+    for (const auto& y : ids) {
+      const std::string segment = shm_segment_name(y, 1, "default", 0, "u").substr(1);
+      EXPECT_EQ(starts_with(segment, shm_run_prefix(x)), x == y) << "run '" << x << "' vs segment of '" << y << "'";
+    }
+  }
+}
+
+TEST(ShmNames, LongIdsStayUnderNameMaxAndStayDistinct) {
+  const std::string long_a(1000, 'a');
+  const std::string long_b = std::string(999, 'a') + "b";  // same sanitised start, different id
+  EXPECT_LT(shm_run_prefix(long_a).size(), 255u);
+  EXPECT_NE(shm_run_prefix(long_a), shm_run_prefix(long_b));
+  EXPECT_FALSE(starts_with(shm_run_prefix(long_b), shm_run_prefix(long_a)));
+  const std::string name = shm_segment_name(long_a, 1234567890123L, std::string(500, 'g'), 65535,
+                                            std::string(300, 'f'));
+  ASSERT_EQ(name[0], '/');
+  EXPECT_LE(name.size() - 1, static_cast<size_t>(NAME_MAX)) << name;
+  EXPECT_TRUE(starts_with(name.substr(1), shm_run_prefix(long_a)));
+  // Deterministic: the launcher and the workers compute the same prefix.
+  EXPECT_EQ(shm_run_prefix(long_a), shm_run_prefix(std::string(1000, 'a')));
+}
+
+TEST(ShmNames, RemoveRunSegmentsRemovesOnlyThatRunsFiles) {
+  TempDir dir;
+  const std::string run = "a";
+  const std::vector<std::string> mine = {shm_segment_name(run, 1, "default", 0, "x").substr(1),
+                                         shm_segment_name(run, 2, "default", 1, "y").substr(1)};
+  const std::vector<std::string> others = {shm_segment_name("a-b", 1, "default", 0, "x").substr(1),
+                                           shm_segment_name("ab", 1, "default", 0, "x").substr(1),
+                                           "ddp-a",  // no '-' after the id: not a segment of "a"
+                                           "other-file", "sem.ddp-a-r1"};
+  for (const auto& n : mine) dir.touch(n);
+  for (const auto& n : others) dir.touch(n);
+  EXPECT_EQ(remove_run_segments(run, dir.path()), 2);
+  EXPECT_EQ(dir.names(), std::set<std::string>(others.begin(), others.end()));
+  EXPECT_EQ(remove_run_segments(run, dir.path()), 0);  // nothing left to remove
+}
+
+TEST(ShmNames, RemoveRunSegmentsOnAMissingDirectoryRemovesNothing) {
+  EXPECT_EQ(remove_run_segments("a", "/nonexistent/ddp-shm-names-test"), 0);
+}
+
+TEST(ShmNames, RealSegmentWithALongRunIdIsCreatedAndRemoved) {
+  const std::string run = std::string(400, 'z') + "-" + std::to_string(getpid());
+  const std::string name = shm_segment_name(run, 7, "default", 0, "unit");
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << name;
+  close(fd);
+  EXPECT_EQ(remove_run_segments(run), 1);
+  EXPECT_LT(shm_open(name.c_str(), O_RDWR, 0600), 0);  // gone
+}
+
+}  // namespace
+}  // namespace ddp

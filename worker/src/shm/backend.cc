@@ -1,0 +1,447 @@
+// The shm backend: collectives among the ranks of one node through a shared
+// segment (shm/segment.h) at memory speed; hierarchical all-reduce across
+// nodes (Gloo between ranks of the same local rank); Gloo for everything else.
+//
+// Every collective is a sequence of phases (shm/sync.h). Buffers in the
+// segment are double-buffered by parity, and every collective step follows
+// one rule: a rank writes its slot before a phase and peers read it after
+// that phase, finishing before they arrive at any later phase; a slot's next
+// write of the same parity comes two steps later, after a phase every reader
+// arrived at only once done. So no step needs a phase of its own to release
+// its buffers. A collective's first phase also publishes what each rank is
+// doing (a Descriptor) so a mismatch is an error, not corrupt data.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "backend.h"
+#include "ddp/common/error.h"
+#include "ddp/common/random_id.h"
+#include "ddp/common/shm_names.h"
+#include "ddp/log.h"
+#include "reduce_kernels.h"
+#include "shm/arena.h"
+#include "shm/segment.h"
+#include "shm/sync.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using shm::Descriptor;
+
+enum class Kind : std::uint32_t { kAllReduce = 1, kBroadcast, kReduce, kAllGather, kBarrier };
+
+const char* kind_name(std::uint32_t kind) {
+  switch (static_cast<Kind>(kind)) {
+    case Kind::kAllReduce: return "all_reduce";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kReduce: return "reduce";
+    case Kind::kAllGather: return "all_gather";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+std::string describe(const Descriptor& d) {
+  std::string text = kind_name(d.kind);
+  if (static_cast<Kind>(d.kind) == Kind::kBarrier) return text;
+  text += " of " + std::to_string(d.bytes) + " bytes of " + dtype_name(static_cast<DType>(d.dtype));
+  if (d.op >= 0) text += " (" + std::string(op_name(static_cast<ReduceOp>(d.op))) + ")";
+  if (d.root >= 0) text += " from root " + std::to_string(d.root);
+  return text;
+}
+
+// Elements [lo, hi) of part `k` when `count` are split into `parts`, every
+// boundary on a cache line (no two ranks write one line).
+struct Slice {
+  std::size_t lo, hi;
+  std::size_t size() const { return hi - lo; }
+};
+Slice slice_of(std::size_t count, int parts, int k, std::size_t element) {
+  const std::size_t align = std::max<std::size_t>(1, shm::kCacheLine / element);
+  const std::size_t per = ((count + parts - 1) / parts + align - 1) / align * align;
+  const std::size_t lo = std::min(count, per * static_cast<std::size_t>(k));
+  return {lo, std::min(count, lo + per)};
+}
+
+// The segment, its allocator and this rank's place in it. Shared with the
+// deleters of allocate()'s blocks, so the mapping outlives the backend while
+// a block is still held.
+struct SharedState {
+  std::unique_ptr<shm::Segment> segment;
+  std::mutex mu;
+  std::unique_ptr<shm::ArenaAllocator> arena;  // this rank's arena
+};
+
+class ShmBackend final : public Backend {
+ public:
+  explicit ShmBackend(const BackendConfig& config)
+      : config_(config), me_(config.local_rank), local_size_(config.local_size),
+        first_rank_(config.rank - config.local_rank), timeout_(config.timeout) {
+    if (!config.store) throw Error("process group: the shm backend needs a store");
+    if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
+        first_rank_ + local_size_ > config.size) {
+      throw Error("shm: local rank " + std::to_string(me_) + " of " + std::to_string(local_size_) +
+                  " does not fit rank " + std::to_string(config.rank) + " of " + std::to_string(config.size));
+    }
+    if (local_size_ > 1) open_segment();
+    if (config.nodes > 1 && same_local_size_on_every_node()) {
+      BackendConfig cross = config;
+      cross.rank = config.node;
+      cross.size = config.nodes;
+      cross.store = make_prefix_store(config.store, "cross" + std::to_string(me_));
+      cross_ = make_gloo_backend(cross);
+    }
+  }
+
+  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
+    guarded([&] {
+      if (count == 0) return;
+      if (!state_ || (config_.nodes > 1 && !cross_)) {
+        // One rank on this node (across nodes: Gloo among them), or nodes of different sizes.
+        return state_ ? fallback().all_reduce(data, count, dtype, op) : across().all_reduce(data, count, dtype, op);
+      }
+      const std::size_t bytes = count * dtype_size(dtype);
+      Descriptor d{static_cast<std::uint32_t>(Kind::kAllReduce), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
+                   static_cast<std::int32_t>(op)};
+      if (bytes <= segment().geometry().small_bytes && !cross_) return small_all_reduce(data, count, dtype, op, d);
+      d.offset = segment().offset_of(data, bytes);
+      begin(d);
+      bool zero_copy = true;
+      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      if (zero_copy) return zero_copy_all_reduce(count, dtype, op);
+      chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
+    });
+  }
+
+  void broadcast(void* data, std::size_t count, DType dtype, int root) override {
+    guarded([&] {
+      if (count == 0) return;
+      if (!single_node()) return fallback().broadcast(data, count, dtype, root);
+      const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
+      Descriptor d{static_cast<std::uint32_t>(Kind::kBroadcast), static_cast<std::uint32_t>(dtype), bytes, -1, root,
+                   -1};
+      auto* p = static_cast<char*>(data);
+      for (std::size_t b = 0; b < bytes; b += chunk) {
+        const std::size_t len = std::min(chunk, bytes - b);
+        const unsigned parity = chunk_parity_++;
+        char* slot = segment().chunk_slot(root, parity);
+        if (me_ == root) std::memcpy(slot, p + b, len);
+        b == 0 ? begin(d) : sync_->phase(deadline_);
+        if (me_ != root) std::memcpy(p + b, slot, len);
+      }
+    });
+  }
+
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
+    guarded([&] {
+      if (count == 0) return;
+      if (!single_node()) return fallback().reduce(data, count, dtype, op, root);
+      Descriptor d{static_cast<std::uint32_t>(Kind::kReduce), static_cast<std::uint32_t>(dtype),
+                   count * dtype_size(dtype), -1, root, static_cast<std::int32_t>(op)};
+      chunked_reduce(static_cast<char*>(data), count, dtype, op, root, &d);
+    });
+  }
+
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
+    guarded([&] {
+      if (count == 0) return;
+      if (!single_node()) return fallback().all_gather(in, out, count, dtype);
+      const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
+      Descriptor d{static_cast<std::uint32_t>(Kind::kAllGather), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
+                   -1};
+      auto* src = static_cast<const char*>(in);
+      auto* dst = static_cast<char*>(out);
+      for (std::size_t b = 0; b < bytes; b += chunk) {
+        const std::size_t len = std::min(chunk, bytes - b);
+        const unsigned parity = chunk_parity_++;
+        std::memcpy(segment().chunk_slot(me_, parity), src + b, len);
+        b == 0 ? begin(d) : sync_->phase(deadline_);
+        for (int k = 0; k < local_size_; ++k) {
+          char* to = dst + static_cast<std::size_t>(k) * bytes + b;
+          const char* from = k == me_ ? src + b : segment().chunk_slot(k, parity);
+          if (to != from) std::memmove(to, from, len);
+        }
+      }
+    });
+  }
+
+  void barrier() override {
+    guarded([&] {
+      if (!single_node()) return fallback().barrier();
+      begin(Descriptor{static_cast<std::uint32_t>(Kind::kBarrier), 0, 0, -1, -1, -1});
+    });
+  }
+
+  // Not implemented in shared memory: Gloo's, over the whole group.
+  void gather(const void* in, void* out, std::size_t count, DType dtype, int root) override {
+    guarded([&] { fallback().gather(in, out, count, dtype, root); });
+  }
+  void scatter(const void* in, void* out, std::size_t count, DType dtype, int root) override {
+    guarded([&] { fallback().scatter(in, out, count, dtype, root); });
+  }
+  void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override {
+    guarded([&] { fallback().all_to_all(in, out, count, dtype); });
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
+    guarded([&] { fallback().reduce_scatter(in, out, count, dtype, op); });
+  }
+
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    if (!state_) return Backend::allocate(bytes);
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (auto offset = state_->arena->take(bytes)) {
+        const std::size_t at = segment().arena_offset(me_) + *offset;
+        const std::size_t len = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+        // Pages now, so a full /dev/shm is ENOSPC here rather than SIGBUS later.
+        int rc = posix_fallocate(segment().fd(), static_cast<off_t>(at), static_cast<off_t>(len));
+        if (rc == 0) {
+          char* p = segment().base() + at;
+#ifdef MADV_POPULATE_WRITE
+          if (madvise(p, len, MADV_POPULATE_WRITE) != 0) std::memset(p, 0, len);
+#else
+          std::memset(p, 0, len);
+#endif
+          std::shared_ptr<SharedState> keep = state_;
+          std::size_t off = *offset;
+          return std::shared_ptr<void>(p, [keep, off](void*) {
+            std::lock_guard<std::mutex> held(keep->mu);
+            keep->arena->give_back(off);
+          });
+        }
+        state_->arena->give_back(*offset);
+        why = "/dev/shm has no room: " + std::string(std::strerror(rc));
+      } else {
+        why = "this rank's " + std::to_string(segment().geometry().arena_bytes >> 20) +
+              " MiB arena is used up (DDP_SHM_ARENA_MB)";
+      }
+    }
+    if (!warned_) {
+      warned_ = true;
+      log::write(log::Level::kWarn, true,
+                 "shm: allocate(" + std::to_string(bytes) + " bytes) returns private memory because " + why +
+                     "; collectives on it copy through shared memory instead of running in place");
+    }
+    return Backend::allocate(bytes);
+  }
+
+ private:
+  shm::Segment& segment() const { return *state_->segment; }
+  bool single_node() const { return state_ && config_.nodes == 1; }
+  const Descriptor& published(int k) const { return segment().control(k).descriptor[parity_ & 1]; }
+
+  template <class Body>
+  void guarded(Body&& body) {
+    if (!broken_.empty()) throw Error("shm: this group is unusable after an earlier failure: " + broken_);
+    deadline_ = Clock::now() + timeout_;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      // Ranks may now be in different phases: no later collective can be trusted.
+      broken_ = e.what();
+      throw;
+    }
+  }
+
+  // The first phase of a collective: publish what this rank is doing, wait
+  // for every rank, and check they all do the same.
+  void begin(const Descriptor& mine) {
+    parity_ = sequence_++ & 1;
+    segment().control(me_).descriptor[parity_] = mine;  // published by the phase's release
+    sync_->phase(deadline_);
+    for (int k = 0; k < local_size_; ++k) {
+      const Descriptor& d = published(k);
+      if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes || d.root != mine.root ||
+          d.op != mine.op) {
+        throw Error("collective mismatch among the ranks of this node: rank " + std::to_string(first_rank_ + me_) +
+                    " is in " + describe(mine) + ", rank " + std::to_string(first_rank_ + k) + " in " + describe(d));
+      }
+    }
+  }
+
+  // out = mine op every other rank's `others(k)`, n elements. Each slice is
+  // reduced by one rank only, so every rank ends with the same bits.
+  template <class Others>
+  void reduce_slice(char* out, const char* mine, Others&& others, std::size_t n, DType dtype, ReduceOp op) {
+    ReduceFn fn = reduce_function(dtype, op);
+    const char* acc = mine;
+    for (int k = 0; k < local_size_; ++k) {
+      if (k == me_) continue;
+      fn(out, acc, others(k), n);
+      acc = out;
+    }
+    // Across nodes: the same slice of every node, then the average over all ranks.
+    if (cross_) cross_->all_reduce(out, n, dtype, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+    if (op == ReduceOp::kAvg) divide_in_place(out, n, dtype, config_.size);
+  }
+
+  // Up to small_bytes: one copy into this rank's slot, one phase, and every
+  // rank reduces all slots itself, in rank order (so all get the same bits).
+  void small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Descriptor& d) {
+    const unsigned parity = small_parity_++;
+    std::memcpy(segment().small_slot(me_, parity), data, d.bytes);
+    begin(d);
+    ReduceFn fn = reduce_function(dtype, op);
+    fn(data, segment().small_slot(0, parity), segment().small_slot(1, parity), count);
+    for (int k = 2; k < local_size_; ++k) fn(data, data, segment().small_slot(k, parity), count);
+    if (op == ReduceOp::kAvg) divide_in_place(data, count, dtype, config_.size);
+  }
+
+  // Every buffer lives in the segment: chunk by chunk, each rank reduces its
+  // slice of all buffers into its own, then copies the other slices from
+  // their owners while those are still in cache (one phase per chunk).
+  void zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp op) {
+    const std::size_t element = dtype_size(dtype);
+    const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
+    char* base = segment().base();
+    auto buffer = [&](int k) { return base + published(k).offset; };
+    for (std::size_t b = 0; b < count; b += per_chunk) {
+      const std::size_t m = std::min(per_chunk, count - b);
+      const Slice mine = slice_of(m, local_size_, me_, element);
+      if (mine.size() > 0) {
+        const std::size_t at = (b + mine.lo) * element;
+        reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, mine.size(), dtype,
+                     op);
+      }
+      sync_->phase(deadline_);
+      for (int k = 0; k < local_size_; ++k) {
+        if (k == me_) continue;
+        const Slice s = slice_of(m, local_size_, k, element);
+        const std::size_t at = (b + s.lo) * element;
+        std::memcpy(buffer(me_) + at, buffer(k) + at, s.size() * element);
+      }
+    }
+    // Peers may still be reading this rank's slices: nobody returns (and lets
+    // its caller write the buffer) before every rank has finished copying.
+    sync_->phase(deadline_);
+  }
+
+  // Private buffers, pipelined in chunks through double-buffered slots:
+  // copy in what the others need, reduce this rank's slice into the result
+  // slot, copy out the others' slices. `to` is the rank that receives the
+  // result (reduce), or -1 for all (all_reduce). `first`, when given, is
+  // published with the first chunk's phase.
+  void chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to, const Descriptor* first) {
+    const std::size_t element = dtype_size(dtype);
+    const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
+    const bool receive = to < 0 || to == me_;
+    for (std::size_t b = 0; b < count; b += per_chunk) {
+      const std::size_t m = std::min(per_chunk, count - b);
+      const unsigned parity = chunk_parity_++;
+      char* src = data + b * element;
+      char* slot = segment().chunk_slot(me_, parity);
+      char* result = segment().result_slot(parity);
+      const Slice mine = slice_of(m, local_size_, me_, element);
+      std::memcpy(slot, src, mine.lo * element);
+      std::memcpy(slot + mine.hi * element, src + mine.hi * element, (m - mine.hi) * element);
+      if (first != nullptr) {
+        begin(*first);
+        first = nullptr;
+      } else {
+        sync_->phase(deadline_);
+      }
+      if (mine.size() > 0) {
+        const std::size_t at = mine.lo * element;
+        reduce_slice(result + at, src + at, [&](int k) { return segment().chunk_slot(k, parity) + at; }, mine.size(),
+                     dtype, op);
+        if (receive) std::memcpy(src + at, result + at, mine.size() * element);
+      }
+      sync_->phase(deadline_);
+      if (!receive) continue;
+      for (int k = 0; k < local_size_; ++k) {
+        if (k == me_) continue;
+        const Slice s = slice_of(m, local_size_, k, element);
+        std::memcpy(src + s.lo * element, result + s.lo * element, s.size() * element);
+      }
+    }
+  }
+
+  void open_segment() {
+    const std::string key = "shm/node" + std::to_string(config_.node);
+    const auto deadline = Clock::now() + timeout_;
+    state_ = std::make_shared<SharedState>();
+    if (me_ == 0) {
+      const std::string run = config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
+      const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
+      try {
+        state_->segment = shm::Segment::create(name, shm::Geometry::from_env(local_size_), me_);
+      } catch (const std::exception& e) {
+        config_.store->set(key, "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
+        throw;
+      }
+      state_->segment->mark_attached();
+      config_.store->set(key, name);
+      state_->segment->wait_attached_and_unlink(deadline);
+    } else {
+      const std::string name = config_.store->get(key, timeout_);
+      if (!name.empty() && name[0] == '!') {
+        throw Error("shm: rank " + std::to_string(first_rank_) + " (local rank 0) could not create this node's segment: " +
+                    name.substr(1));
+      }
+      state_->segment = shm::Segment::attach(name, me_, local_size_);
+      state_->segment->mark_attached();
+      // Peers' pids are known once all attached (they are watched for death).
+      const auto want = static_cast<std::uint32_t>(local_size_);
+      if (!shm::futex_wait_until(segment().header().attached, [&](std::uint32_t n) { return n >= want; }, deadline)) {
+        throw Error("shm: not every local rank attached to segment " + name + " in time");
+      }
+    }
+    state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
+    std::vector<shm::Peer> peers;
+    for (int k = 0; k < local_size_; ++k) {
+      peers.push_back({&segment().control(k).word, static_cast<pid_t>(segment().control(k).pid), first_rank_ + k});
+    }
+    sync_ = std::make_unique<shm::PhaseSync>(std::move(peers), me_, shm::WaitPolicy::for_ranks(local_size_));
+  }
+
+  // Hierarchical all-reduce needs the same number of ranks on every node.
+  bool same_local_size_on_every_node() {
+    const std::string prefix = "shm/local_size/node";
+    if (me_ == 0) config_.store->set(prefix + std::to_string(config_.node), std::to_string(local_size_));
+    for (int n = 0; n < config_.nodes; ++n) {
+      if (config_.store->get(prefix + std::to_string(n), timeout_) != std::to_string(local_size_)) return false;
+    }
+    return true;
+  }
+
+  // Gloo over the whole group, created on first use (every rank reaches the
+  // same collective, so every rank creates it there).
+  Backend& fallback() {
+    if (!fallback_) {
+      BackendConfig all = config_;
+      all.store = make_prefix_store(config_.store, "gloo");
+      fallback_ = make_gloo_backend(all);
+    }
+    return *fallback_;
+  }
+  // Gloo among the nodes when this node has one rank, else the whole group.
+  Backend& across() { return cross_ ? *cross_ : fallback(); }
+
+  BackendConfig config_;
+  int me_, local_size_, first_rank_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
+  std::unique_ptr<shm::PhaseSync> sync_;
+  std::unique_ptr<Backend> cross_;     // Gloo among the ranks of this local rank on every node
+  std::unique_ptr<Backend> fallback_;  // Gloo among all ranks
+  Clock::time_point deadline_;
+  std::uint64_t sequence_ = 0;  // collectives that published a descriptor
+  unsigned parity_ = 0;         // of the current collective's descriptor
+  unsigned small_parity_ = 0, chunk_parity_ = 0;
+  std::string broken_;
+  bool warned_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_shm_backend(const BackendConfig& config) { return std::make_unique<ShmBackend>(config); }
+
+}  // namespace ddp

@@ -1,0 +1,112 @@
+#pragma once
+// The shared-memory segment of the ranks of one node (internal to the shm
+// backend): its layout, creation by local rank 0, attachment by the others.
+//
+// Layout, every part 64-byte aligned and the data parts page-aligned:
+//   Header | RankControl[local_size] | small slots [local_size][2] |
+//   chunk slots [local_size][2] | result slots [2] | arenas [local_size]
+// Everything before the arenas is allocated and pre-faulted when the segment
+// is created and attached (first touch costs 3-4x on the first collective).
+// The arenas are sparse: a rank's arena gets pages only when allocate()
+// hands part of it out. The name is unlinked as soon as every rank attached.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shm/sync.h"
+
+namespace ddp::shm {
+
+struct Geometry {
+  int local_size = 1;
+  std::size_t small_bytes = 32 << 10;  // per rank and parity: the single-copy path
+  std::size_t chunk_bytes = 256 << 10;  // per rank and parity: the pipelined path's chunk (fits L2 with its peers)
+  std::size_t arena_bytes = std::size_t{2} << 30;  // per rank, sparse: allocate()
+
+  // Defaults, with DDP_SHM_CHUNK_KB and DDP_SHM_ARENA_MB applied (errors name the variable).
+  static Geometry from_env(int local_size);
+};
+
+// What a rank says about the collective it is in (published with its first phase).
+struct alignas(kCacheLine) Descriptor {
+  std::uint32_t kind = 0;   // which collective
+  std::uint32_t dtype = 0;
+  std::uint64_t bytes = 0;
+  std::int64_t offset = -1;  // of the rank's buffer in the segment, -1 if private
+  std::int32_t root = -1;
+  std::int32_t op = -1;
+};
+
+struct alignas(kCacheLine) RankControl {
+  PhaseWord word;
+  Descriptor descriptor[2];  // by collective parity: a fast rank never overwrites one still being read
+  std::int32_t pid = 0;
+  std::atomic<std::uint32_t> attached{0};
+};
+
+// Written once by the creator, read by attachers before they map the rest.
+struct SegmentFacts {
+  std::uint64_t magic = 0;
+  std::uint64_t local_size = 0;
+  std::uint64_t small_bytes = 0, chunk_bytes = 0, arena_bytes = 0, total_bytes = 0;
+};
+
+struct alignas(kCacheLine) Header {
+  SegmentFacts facts;
+  std::atomic<std::uint32_t> attached{0};  // ranks that mapped the segment (futex word)
+};
+
+class Segment {
+ public:
+  // Creates the segment (O_EXCL), sizes and pre-faults it. Throws ddp::Error
+  // naming the segment and /dev/shm when it cannot (e.g. no room).
+  static std::unique_ptr<Segment> create(const std::string& name, const Geometry& geometry, int local_rank);
+  // Maps an existing segment and pre-faults its fixed part.
+  static std::unique_ptr<Segment> attach(const std::string& name, int local_rank, int local_size);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Records this rank as attached (pid, counter) and wakes the creator.
+  void mark_attached();
+  // Creator: waits until every rank attached, then removes the name. Throws
+  // ddp::Error naming the local ranks that had not attached by `deadline`
+  // (the name is removed either way).
+  void wait_attached_and_unlink(std::chrono::steady_clock::time_point deadline);
+  void unlink();
+
+  const std::string& name() const { return name_; }
+  const Geometry& geometry() const { return geometry_; }
+  Header& header() const { return *reinterpret_cast<Header*>(base_); }
+  RankControl& control(int local_rank) const;
+  char* small_slot(int local_rank, unsigned parity) const;
+  char* chunk_slot(int local_rank, unsigned parity) const;
+  char* result_slot(unsigned parity) const;
+  char* arena(int local_rank) const;
+  std::size_t arena_offset(int local_rank) const;
+  char* base() const { return base_; }
+  int fd() const { return fd_; }
+  // Offset of [p, p + bytes) when it lies inside some rank's arena, else -1.
+  std::int64_t offset_of(const void* p, std::size_t bytes) const;
+
+ private:
+  Segment(std::string name, int fd, const Geometry& geometry, int local_rank);
+  void map_and_prefault(bool create);
+
+  std::string name_;
+  int fd_ = -1;
+  Geometry geometry_;
+  int local_rank_;
+  char* base_ = nullptr;
+  std::size_t total_ = 0, fixed_ = 0;
+  std::size_t controls_ = 0, small_ = 0, chunks_ = 0, results_ = 0, arenas_ = 0;
+  bool unlinked_ = false;
+};
+
+}  // namespace ddp::shm
