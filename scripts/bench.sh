@@ -8,17 +8,23 @@ echo "== launch overhead (bench/launch_overhead.sh) =="
 bash bench/launch_overhead.sh "${BUILD_DIR:-build-release}" "${RUNS:-20}"
 echo "== rendezvous (bench/rdzv_bench) =="
 "${BUILD_DIR:-build-release}/bench/rdzv_bench"
-echo "== libddp all_reduce sweep, gloo (bench/allreduce_bench) =="
+B="${BUILD_DIR:-build-release}"
+echo "== libddp all_reduce sweep (bench/allreduce_bench): shm with allocated and private buffers, then gloo =="
 for n in 2 4; do
-  "${BUILD_DIR:-build-release}/launcher/ddprun" --nproc_per_node=$n --no_prefix \
-    "${BUILD_DIR:-build-release}/bench/allreduce_bench" --trials "${TRIALS:-5}" 2>/dev/null
+  for buffers in allocated private; do
+    DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
+      "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" 2>/dev/null
+  done
+  DDP_BACKEND=gloo "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
+    "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" 2>/dev/null
 done
-echo "== gradient sync (bench/gradsync_bench: GradSync on a 3.2M-parameter MLP step, 1 and 2 ranks) =="
-for n in 1 2; do
-  echo "-- ${n} rank(s) --"
-  DDP_BACKEND=gloo OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
-    "${BUILD_DIR:-build-release}/launcher/ddprun" --nproc_per_node="$n" --no-prefix \
-    "${BUILD_DIR:-build-release}/bench/gradsync_bench"
+echo "== gradient sync (bench/gradsync_bench: GradSync on a 3.2M-parameter MLP step, 1 and 2 ranks; shm, then gloo) =="
+for backend in shm gloo; do
+  for n in 1 2; do
+    echo "-- ${n} rank(s), DDP_BACKEND=${backend} --"
+    DDP_BACKEND=$backend OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+      "$B/launcher/ddprun" --nproc_per_node="$n" --no-prefix "$B/bench/gradsync_bench"
+  done
 done
 echo "== reference trainer scaling (bench/train_scaling.sh: 2 ranks vs 1, 3.16M-parameter MLP, batch 64 per rank, 1 thread per rank) =="
 bash bench/train_scaling.sh "${BUILD_DIR:-build-release}" "${REPS:-5}"

@@ -1,11 +1,15 @@
 // libddp's collectives across real processes: ddprun starts collective_worker,
 // whose ranks find each other through ddprun's gRPC rendezvous (ddp::init())
-// and check every collective, dtype and op against values computed locally.
+// and check every collective, dtype and op against values computed locally,
+// on gloo and on the default backend (shm for several ranks on this node).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "subprocess.h"
@@ -28,13 +32,39 @@ std::map<std::string, std::string> worker_env(std::map<std::string, std::string>
   return env;
 }
 
+// The default backend instead: DDP_BACKEND unset ("auto"), with no GPU visible
+// so that auto means shm for several ranks on this node (and gloo for one).
+std::map<std::string, std::string> auto_env(std::map<std::string, std::string> extra = {}) {
+  auto env = worker_env(std::move(extra));
+  env["DDP_BACKEND"] = "\x01";
+  env["CUDA_VISIBLE_DEVICES"] = "";
+  return env;
+}
+
 ProcessResult ddprun(int nproc, std::vector<std::string> worker_args,
                      const std::map<std::string, std::string>& env,
-                     std::chrono::milliseconds timeout = 60s) {
-  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc), kWorker};
+                     std::chrono::milliseconds timeout = 60s,
+                     std::vector<std::string> ddprun_args = {}) {
+  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc)};
+  argv.insert(argv.end(), ddprun_args.begin(), ddprun_args.end());
+  argv.push_back(kWorker);
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
   return run_process(argv, env, timeout);
 }
+
+// The /dev/shm entries of run `run_id` (libddp's shm segments are named
+// /dev/shm/ddp-<run id>-...; the ids used here are letters and digits only).
+std::vector<std::string> segments_of(const std::string& run_id) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("ddp-" + run_id + "-", 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+std::string unique_run_id(const std::string& what) { return what + std::to_string(getpid()); }
 
 // What rank `rank` printed (ddprun prefixes each line with "[rank R] ").
 std::vector<std::string> lines_of(const ProcessResult& r, int rank) {
@@ -49,26 +79,92 @@ std::string line_starting(const ProcessResult& r, int rank, const std::string& s
   return "";
 }
 
-class EveryCollective : public ::testing::TestWithParam<int> {};
+// (nproc, backend): "gloo", or "auto" (the default: shm for several ranks).
+class EveryCollective : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+ protected:
+  int nproc() const { return std::get<0>(GetParam()); }
+  bool automatic() const { return std::get<1>(GetParam()) == "auto"; }
+  std::map<std::string, std::string> env() const { return automatic() ? auto_env() : worker_env(); }
+  // What the worker reports: a world of one is always local.
+  std::string backend() const { return nproc() == 1 ? "local" : automatic() ? "shm" : "gloo"; }
+};
 
 TEST_P(EveryCollective, AgreesWithLocalReferenceOnEveryRank) {
-  const int n = GetParam();
-  auto r = ddprun(n, {"all"}, worker_env());
+  const int n = nproc();
+  const std::string run_id = unique_run_id("every" + std::get<1>(GetParam()) + std::to_string(n) + "x");
+  auto r = ddprun(n, {"all"}, env(), 60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  const std::string backend = n == 1 ? "local" : "gloo";
   for (int rank = 0; rank < n; ++rank) {
     EXPECT_EQ(line_starting(r, rank, "COLLECTIVES"), "COLLECTIVES OK rank=" + std::to_string(rank) +
                                                          " world=" + std::to_string(n) +
-                                                         " backend=" + backend)
+                                                         " backend=" + backend())
         << r.out << r.err;
   }
+  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, EveryCollective, ::testing::Values(1, 2, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "nproc" + std::to_string(info.param);
+INSTANTIATE_TEST_SUITE_P(Workers, EveryCollective,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values("gloo", "auto")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+                           return "nproc" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
                          });
+
+// all_reduces of up to 64 MiB: the worker's own control under gloo, and every
+// path of shm (single-copy, chunked, zero-copy) across real processes.
+class LargeAllReduce : public EveryCollective {};
+
+TEST_P(LargeAllReduce, InPrivateAndAllocatedMemoryOnEveryRank) {
+  const int n = nproc();
+  const std::string run_id = unique_run_id("large" + std::get<1>(GetParam()) + std::to_string(n) + "x");
+  auto r = ddprun(n, {"large"}, env(), 60s, {"--run_id=" + run_id});
+  ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(line_starting(r, rank, "LARGE"), "LARGE OK rank=" + std::to_string(rank) + " world=" +
+                                                   std::to_string(n) + " backend=" + backend())
+        << r.out << r.err;
+  }
+  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, LargeAllReduce,
+                         ::testing::Combine(::testing::Values(3), ::testing::Values("gloo", "auto")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+                           return "nproc" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
+// shm: a rank that dies (SIGKILL) is named by the others, which fail at once
+// rather than at the timeout; ddprun reports it; nothing is left in /dev/shm.
+TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeTheTimeout) {
+  const int n = 3;
+  const std::string run_id = unique_run_id("kill");
+  auto r = ddprun(n, {"kill"}, auto_env({{"DDP_TIMEOUT_S", "30"}}), 60s,
+                  {"--run_id=" + run_id, "--shutdown_timeout=20"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  // The survivors report within the 30 s timeout's first third (they exit on their own:
+  // SIGTERM is ignored and ddprun's SIGKILL comes only after 20 s).
+  EXPECT_LT(r.seconds, 10.0) << r.out << r.err;
+  for (int rank : {0, 2}) {
+    auto line = line_starting(r, rank, "EXPECTED ERROR");
+    SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line);
+    EXPECT_NE(line.find("rank 1 (pid "), std::string::npos) << r.out << r.err;
+    EXPECT_NE(line.find("same node) exited"), std::string::npos) << r.out << r.err;
+    EXPECT_NE(line.find("all_reduce of 4194304 float32 (max)"), std::string::npos) << r.out;
+    auto after = line_starting(r, rank, "FAILED AFTER ms=");
+    ASSERT_NE(after, "") << r.out;
+    EXPECT_LT(std::stol(after.substr(16)), 10000) << after;
+  }
+  EXPECT_EQ(line_starting(r, 1, "EXPECTED ERROR"), "") << r.out;
+  EXPECT_NE(r.err.find("worker failed: rank 1 (local rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("worker failed: rank 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("worker failed: rank 2"), std::string::npos) << r.err;
+  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
+}
 
 TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {
   const int n = 3;

@@ -7,10 +7,18 @@
 #include <cstddef>
 #include <memory>
 
+#include "ddp/common/error.h"
 #include "ddp/store.h"
 #include "ddp/types.h"
 
 namespace ddp {
+
+// A collective failed because a peer's process is gone, and the message
+// already names it (so the group need not ask the store who was missing).
+class PeerExitedError : public Error {
+ public:
+  using Error::Error;
+};
 
 class Backend {
  public:

@@ -29,9 +29,10 @@ bool gpu_visible() {
 }
 
 // "auto" (the default): NCCL when a GPU is visible; on CPU, shared memory
-// among the ranks of a node (with Gloo across nodes) when a node has several
-// ranks, else Gloo.
-std::string choose_backend(const InitOptions& options, int local_world_size) {
+// among the ranks of a node (with Gloo across nodes) when some node has
+// several ranks, else Gloo. Decided from job-wide facts (world size and node
+// count), so every rank picks the same backend even when nodes differ in size.
+std::string choose_backend(const InitOptions& options, int world_size, int nodes) {
   std::string chosen = options.backend;
   if (chosen.empty()) {
     const char* b = std::getenv("DDP_BACKEND");
@@ -39,7 +40,7 @@ std::string choose_backend(const InitOptions& options, int local_world_size) {
   }
   if (chosen != "auto") return chosen;
   if (gpu_visible()) return "nccl";
-  return local_world_size > 1 ? "shm" : "gloo";
+  return world_size > nodes ? "shm" : "gloo";
 }
 
 std::chrono::milliseconds choose_timeout(const InitOptions& options) {
@@ -62,7 +63,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   if (g_group) return g_group;
   const auto& env = contract();
   ProcessGroupOptions pg;
-  pg.backend = choose_backend(options, env ? env->local_world_size : 1);
+  pg.backend = choose_backend(options, env ? env->world_size : 1, env ? env->group_world_size : 1);
   pg.timeout = choose_timeout(options);
   const char* debug = std::getenv("DDP_DEBUG");
   pg.debug_checks = debug != nullptr && std::string(debug) == "1";
@@ -119,6 +120,7 @@ int rank() { return contract() ? contract()->rank : 0; }
 int world_size() { return contract() ? contract()->world_size : 1; }
 int local_rank() { return contract() ? contract()->local_rank : 0; }
 int local_world_size() { return contract() ? contract()->local_world_size : 1; }
+int num_nodes() { return contract() ? contract()->group_world_size : 1; }
 bool is_distributed() { return world_size() > 1; }
 
 }  // namespace ddp

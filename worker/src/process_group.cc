@@ -111,9 +111,10 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
         work->finish();
       } catch (const std::exception& e) {
         std::string message = std::string(e.what());
+        const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr;
         std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() + " (collective #" +
                            std::to_string(sequence) + ") failed: " + message;
-        if (store_ && size_ > 1 && message.find("mismatch") == std::string::npos) {
+        if (store_ && size_ > 1 && !names_the_dead && message.find("mismatch") == std::string::npos) {
           text += missing_ranks(sequence);
         }
         work->finish(std::make_exception_ptr(Error(text)));

@@ -18,8 +18,8 @@ namespace ddp {
 
 struct InitOptions {
   // "" = DDP_BACKEND, else "auto": "nccl" when a GPU is visible, else "shm"
-  // when this node has several ranks (shared memory, Gloo across nodes),
-  // else "gloo".
+  // when some node runs several ranks (WORLD_SIZE > GROUP_WORLD_SIZE: shared
+  // memory within nodes, Gloo across them), else "gloo".
   std::string backend;
   // Per-collective timeout; 0 = DDP_TIMEOUT_S, else 300 s.
   std::chrono::milliseconds timeout{0};
@@ -42,6 +42,8 @@ int rank();
 int world_size();
 int local_rank();
 int local_world_size();
+// GROUP_WORLD_SIZE: the number of nodes (1 when not launched).
+int num_nodes();
 bool is_distributed();  // world_size() > 1
 
 }  // namespace ddp

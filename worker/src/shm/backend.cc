@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -224,8 +225,7 @@ class ShmBackend final : public Backend {
               " MiB arena is used up (DDP_SHM_ARENA_MB)";
       }
     }
-    if (!warned_) {
-      warned_ = true;
+    if (!warned_.exchange(true)) {
       log::write(log::Level::kWarn, true,
                  "shm: allocate(" + std::to_string(bytes) + " bytes) returns private memory because " + why +
                      "; collectives on it copy through shared memory instead of running in place");
@@ -437,7 +437,7 @@ class ShmBackend final : public Backend {
   unsigned parity_ = 0;         // of the current collective's descriptor
   unsigned small_parity_ = 0, chunk_parity_ = 0;
   std::string broken_;
-  bool warned_ = false;
+  std::atomic<bool> warned_{false};  // allocate() may be called from any thread
 };
 
 }  // namespace

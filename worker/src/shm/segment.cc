@@ -107,6 +107,11 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_rank
   g.arena_bytes = facts.arena_bytes;
   std::unique_ptr<Segment> segment(new Segment(name, fd, g, local_rank));
   segment->unlinked_ = true;  // the creator removes the name
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != segment->total_ ||
+      facts.total_bytes != segment->total_) {
+    throw Error("shm: segment " + name + " has an unexpected size (not made by this libddp version?)");
+  }
   segment->map_and_prefault(false);
   return segment;
 }

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backend.h"  // PeerExitedError
 #include "ddp/common/error.h"
 
 namespace ddp::shm {
@@ -149,7 +150,7 @@ void PhaseSync::wait_for(int k, std::chrono::steady_clock::time_point deadline) 
     word.sleepers.fetch_sub(1, std::memory_order_relaxed);
     if (reached(k)) return;
     if (peer_dead(k)) {
-      throw Error("rank " + std::to_string(peers_[k].global_rank) + " (pid " + std::to_string(peers_[k].pid) +
+      throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) + " (pid " + std::to_string(peers_[k].pid) +
                   ", same node) exited before reaching this collective's phase " + std::to_string(phase_));
     }
     if (Clock::now() >= deadline) {
