@@ -12,10 +12,13 @@
 #include <tuple>
 #include <vector>
 
+#include "shm_segments.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
 namespace {
+
+using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
@@ -52,17 +55,6 @@ ProcessResult ddprun(int nproc, std::vector<std::string> worker_args,
   return run_process(argv, env, timeout);
 }
 
-// The /dev/shm entries of run `run_id` (libddp's shm segments are named
-// /dev/shm/ddp-<run id>-...; the ids used here are letters and digits only).
-std::vector<std::string> segments_of(const std::string& run_id) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("ddp-" + run_id + "-", 0) == 0) found.push_back(name);
-  }
-  return found;
-}
 
 std::string unique_run_id(const std::string& what) { return what + std::to_string(getpid()); }
 
@@ -101,7 +93,7 @@ TEST_P(EveryCollective, AgreesWithLocalReferenceOnEveryRank) {
                                                          " backend=" + backend())
         << r.out << r.err;
   }
-  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, EveryCollective,
@@ -126,7 +118,7 @@ TEST_P(LargeAllReduce, InPrivateAndAllocatedMemoryOnEveryRank) {
                                                    std::to_string(n) + " backend=" + backend())
         << r.out << r.err;
   }
-  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, LargeAllReduce,
@@ -163,7 +155,7 @@ TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeT
   EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("worker failed: rank 0"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("worker failed: rank 2"), std::string::npos) << r.err;
-  EXPECT_EQ(segments_of(run_id), std::vector<std::string>{});
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {

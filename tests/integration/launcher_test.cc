@@ -14,10 +14,13 @@
 #include <set>
 
 #include "ddp/common/shm_names.h"
+#include "shm_segments.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
 namespace {
+
+using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
@@ -60,17 +63,6 @@ std::string unique_run_id(const std::string& tag) {
   return "shm-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
-// The POSIX shared-memory segments of run `run_id` (names in /dev/shm).
-std::vector<std::string> shm_segments_of(const std::string& run_id) {
-  const std::string prefix = shm_run_prefix(run_id);
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    auto name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) names.push_back(name);
-  }
-  return names;
-}
 
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;

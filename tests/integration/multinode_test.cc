@@ -13,11 +13,14 @@
 #include <memory>
 #include <set>
 
+#include "shm_segments.h"
 #include "subprocess.h"
 #include "test_pki.h"
 
 namespace ddp::testing {
 namespace {
+
+using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
@@ -319,15 +322,6 @@ std::map<int, std::string> reports(const std::string& out, const std::string& ma
   return found;
 }
 
-std::vector<std::string> segments_of_run(const std::string& run_id) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("ddp-" + run_id + "-", 0) == 0) found.push_back(name);
-  }
-  return found;
-}
 
 // Runs collective_worker `mode` on nodes of the given sizes (one agent each) and
 // expects every rank to report `marker` OK on `backend`.
@@ -360,7 +354,7 @@ void run_collectives(const std::vector<int>& node_sizes, const std::vector<std::
     all.insert(mine.begin(), mine.end());
   }
   EXPECT_EQ(static_cast<int>(all.size()), world);
-  EXPECT_EQ(segments_of_run(run_id), std::vector<std::string>{});
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 // Two nodes of two ranks: shm inside each node, all-reduce hierarchical (Gloo

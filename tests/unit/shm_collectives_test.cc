@@ -34,11 +34,14 @@
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
 #include "shm/arena.h"
+#include "shm_segments.h"
 #include "thread_ranks.h"
 #include "typed_buffer.h"
 
 namespace ddp {
 namespace {
+
+using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
 using ::ddp::testing::Buffer;
@@ -77,17 +80,6 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// The /dev/shm entries of a run (its segments), by name.
-std::vector<std::string> segments_of(const std::string& run_id) {
-  std::vector<std::string> found;
-  const std::string prefix = shm_run_prefix(run_id);
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) found.push_back(name);
-  }
-  return found;
-}
 
 // A run id no other test (or test process) uses: letters and digits only, so
 // its /dev/shm prefix is exactly "ddp-<run id>-".
@@ -176,7 +168,7 @@ class Shm : public ::testing::Test {
   }
   // Every group of the test is gone by now: so must be every segment of its run.
   void TearDown() override {
-    EXPECT_EQ(segments_of(run_id_), std::vector<std::string>{}) << "segments of run " << run_id_ << " left in /dev/shm";
+    EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{}) << "segments of run " << run_id_ << " left in /dev/shm";
   }
   const std::string run_id_ = unique_run_id();
 };
@@ -817,7 +809,7 @@ TEST_F(Shm, SegmentNameIsRemovedOnceEveryRankAttached) {
       n,
       [&](ProcessGroup& pg) {
         pg.barrier();  // every rank's group is complete, local rank 0's included
-        seen[pg.rank()] = segments_of(run_id_);
+        seen[pg.rank()] = shm_segments_of(run_id_);
         std::int32_t one = 1;
         pg.all_reduce(&one, 1, DType::kInt32);  // the unlinked segment still works
         EXPECT_EQ(one, n);
