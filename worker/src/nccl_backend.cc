@@ -108,6 +108,7 @@ class NcclBackend final : public Backend {
   }
 
   void all_reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op) override {
+    use_device();
     if (count == 0) return;
     Staging io(*this, host_or_device, count * dtype_size(dtype), true);
     check_nccl(ncclAllReduce(io.get(), io.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
@@ -116,6 +117,7 @@ class NcclBackend final : public Backend {
     io.copy_back();
   }
   void broadcast(void* host_or_device, std::size_t count, DType dtype, int root) override {
+    use_device();
     if (count == 0) return;
     Staging io(*this, host_or_device, count * dtype_size(dtype), rank_ == root);
     check_nccl(ncclBroadcast(io.get(), io.get(), count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
@@ -123,6 +125,7 @@ class NcclBackend final : public Backend {
     io.copy_back();
   }
   void reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op, int root) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging in(*this, host_or_device, bytes, true);
@@ -138,6 +141,7 @@ class NcclBackend final : public Backend {
     if (rank_ == root) in.copy_back();
   }
   void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(in), bytes, true);
@@ -147,6 +151,7 @@ class NcclBackend final : public Backend {
     dst.copy_back();
   }
   void gather(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(host_in), bytes, true);
@@ -165,6 +170,7 @@ class NcclBackend final : public Backend {
     dst.copy_back();
   }
   void scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, rank_ == root ? const_cast<void*>(host_in) : nullptr, bytes * size_, true);
@@ -183,6 +189,7 @@ class NcclBackend final : public Backend {
     dst.copy_back();
   }
   void all_to_all(const void* host_in, void* host_out, std::size_t count, DType dtype) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
@@ -199,6 +206,7 @@ class NcclBackend final : public Backend {
     dst.copy_back();
   }
   void reduce_scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, ReduceOp op) override {
+    use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
@@ -209,18 +217,26 @@ class NcclBackend final : public Backend {
     dst.copy_back();
   }
   void barrier() override {
+    use_device();
     if (!barrier_word_) barrier_word_ = allocate(sizeof(int));
     check_nccl(ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclSum, comm_, stream_),
                "ncclAllReduce (barrier)");
     synchronize("barrier");
   }
   std::shared_ptr<void> allocate(std::size_t bytes) override {
+    use_device();
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
     return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
   }
 
+
  private:
+  // Collectives run on the caller's thread or the group's, which start on
+  // device 0: make this rank's device current first (staging memory and
+  // stream work must land on it).
+  void use_device() const { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
+
   // A buffer as NCCL needs it: device memory as is; host memory copied into a
   // device buffer (when `copy_in`) and, after the collective, back (copy_back).
   class Staging {

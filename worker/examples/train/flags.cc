@@ -57,18 +57,44 @@ void validate(const Config& c) {
   if (c.task == Task::kClassification && c.output_dim < 2) {
     throw ddp::Error("--output_dim (the number of classes) must be >= 2 for --task classification");
   }
-  if (!c.backend.empty() && c.backend != "gloo" && c.backend != "shm" && c.backend != "auto") {
-    throw ddp::Error("--backend " + c.backend +
-                     ": this trainer computes on the CPU and needs host buffers: use auto, shm or gloo");
+  if (!c.backend.empty()) {
+    if (auto problem = backend_problem(c, c.backend, "--backend " + c.backend); !problem.empty())
+      throw ddp::Error(problem);
   }
+}
+
+bool gpu_path_built() {
+#ifdef DDP_TRAIN_GPU
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string gpu_path_missing() {
+  return "this build of train has no GPU path (CUDA Toolkit, cuBLAS and NCCL were not all found "
+         "at build time)";
+}
+
+std::string backend_problem(const Config& c, const std::string& backend, const std::string& named) {
+  if (backend == "auto" || backend == "shm" || backend == "gloo") return "";
+  if (backend != "nccl")
+    return named + ": unknown backend: use auto, shm, gloo (CPU) or nccl (GPU)";
+  if (!gpu_path_built()) return named + ": " + gpu_path_missing() + ": use auto, shm or gloo";
+  if (c.compression != "none") {
+    return "--compression " + c.compression + " with " + named +
+           ": GradSync compresses host buckets only (NCCL reduces device buckets in float32)";
+  }
+  return "";
 }
 
 ParseResult parse_flags(const std::vector<std::string>& argv) {
   Config c;
   CLI::App app{
       "train: the reference data-parallel trainer. An MLP on a synthetic dataset (made from "
-      "--seed), forward and backward with OpenBLAS, gradients averaged by ddp::GradSync while "
-      "the backward pass runs. Launch with ddprun --nproc_per_node=N train [FLAGS].",
+      "--seed), forward and backward with OpenBLAS (or cuBLAS with --backend nccl), gradients "
+      "averaged by ddp::GradSync while the backward pass runs. Launch with ddprun "
+      "--nproc_per_node=N train [FLAGS].",
       "train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.allow_extras();  // reported below, naming the first one
@@ -127,7 +153,9 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--backend", c.backend,
-                 "Process group backend: auto, shm or gloo (default: $DDP_BACKEND, else auto = shm with several ranks per node, else gloo)");
+                 "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
+                 "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "
+                 "$DDP_BACKEND, else auto = shm with several ranks per node, else gloo)");
   app.add_option("--checkpoint", c.checkpoint, "Checkpoint file rank 0 writes (atomically)");
   app.add_option("--checkpoint_every,--checkpoint-every", c.checkpoint_every,
                  "Steps between checkpoints (0: only at the end)")

@@ -40,7 +40,9 @@ struct Config {
 
   double bucket_cap_mb = 25;
   std::string compression = "none";  // gradients on the wire: none, fp16, bf16
-  std::string backend;               // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo)
+  // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
+  // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
+  std::string backend;
 
   std::string checkpoint;               // "" : no checkpoints
   std::int64_t checkpoint_every = 100;  // steps; 0: only at the end
@@ -65,5 +67,16 @@ ParseResult parse_flags(const std::vector<std::string>& argv);
 
 // Checks that involve several flags; throws ddp::Error naming them.
 void validate(const Config& config);
+
+// Whether this build has the GPU path (--backend nccl): CUDA, cuBLAS and NCCL
+// were found at build time (DDP_TRAIN_GPU).
+bool gpu_path_built();
+// Why a build without it refuses --backend nccl.
+std::string gpu_path_missing();
+// "" when this build trains with `backend` and config's other flags; else
+// the problem, naming the backend as `named` ("--backend nccl",
+// "DDP_BACKEND=nccl").
+std::string backend_problem(const Config& config, const std::string& backend,
+                            const std::string& named);
 
 }  // namespace train

@@ -3,15 +3,15 @@
 //   ddprun --nproc_per_node=4 build/worker/examples/train --steps 300 --lr 0.05
 //
 // Every rank builds the same synthetic dataset and MLP from --seed, reads its
-// part of each global batch (data_plan.h), runs forward and backward on the
-// CPU with OpenBLAS (one thread), and writes each layer's gradients straight
-// into ddp::GradSync's bucket views, last layer first, marking each ready at
-// once: a bucket's all-reduce runs on the group's thread while the layers
-// below are still being differentiated. finish() leaves the averaged
+// part of each global batch (data_plan.h), runs forward and backward — on the
+// CPU with OpenBLAS (one thread), or with --backend nccl on CUDA device
+// LOCAL_RANK with cuBLAS (engine.h) — and writes each layer's gradients
+// straight into ddp::GradSync's bucket views, last layer first, marking each
+// ready at once: a bucket's all-reduce runs on the group's thread while the
+// layers below are still being differentiated. finish() leaves the averaged
 // gradients in the views and every rank applies the same optimizer step.
 // See README.md ("The reference trainer") for the flags and the choices.
 
-#include <cblas.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,10 +30,8 @@
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
 #include "ddp/metrics.h"
+#include "engine.h"
 #include "flags.h"
-#include "loss.h"
-#include "mlp.h"
-#include "optimizer.h"
 #include "progress.h"
 
 namespace train {
@@ -58,18 +56,21 @@ class GradSyncSink final : public GradSink {
 };
 
 std::string choose_backend(const Config& c) {
-  std::string backend = c.backend;
+  std::string backend = c.backend;  // already checked by validate()
+  std::string named = "--backend " + backend;
   if (backend.empty()) {
     const char* env = std::getenv("DDP_BACKEND");
     backend = env != nullptr && *env != '\0' ? env : "auto";
+    named = "DDP_BACKEND=" + backend;
+    if (auto problem = backend_problem(c, backend, named); !problem.empty())
+      throw FlagError(problem);
   }
-  // The math runs on the CPU: auto means shared memory among the ranks of a
-  // node (Gloo across nodes), never NCCL.
-  if (backend == "auto") backend = ddp::local_world_size() > 1 ? "shm" : "gloo";
-  if (backend != "gloo" && backend != "shm") {
-    throw FlagError("backend '" + backend +
-                    "' (from --backend or DDP_BACKEND): this trainer computes on the CPU and "
-                    "needs host buffers: use auto, shm or gloo");
+  // auto means the CPU: shared memory among the ranks of a node (Gloo across
+  // nodes). The GPU path is asked for by name.
+  if (backend == "auto") backend = ddp::world_size() > ddp::num_nodes() ? "shm" : "gloo";
+  if (backend == "nccl") {
+    if (auto problem = gpu_problem(ddp::local_rank()); !problem.empty())
+      throw FlagError(named + ": " + problem);
   }
   return backend;
 }
@@ -84,11 +85,11 @@ std::string dims_text(const std::vector<int>& dims) {
 }
 
 // What a checkpoint says about the run that wrote it.
-CheckpointMeta describe_run(const Config& c, const Mlp& model, std::int64_t step,
+CheckpointMeta describe_run(const Config& c, const std::vector<int>& dims, std::int64_t step,
                             std::int64_t epoch, std::int64_t global_batch, int world) {
   return {{"step", std::to_string(step)},
           {"epoch", std::to_string(epoch)},
-          {"model", dims_text(model.dims())},
+          {"model", dims_text(dims)},
           {"task", task_name(c.task)},
           {"optimizer", optimizer_name(c.optimizer)},
           {"seed", std::to_string(c.seed)},
@@ -103,7 +104,7 @@ CheckpointMeta describe_run(const Config& c, const Mlp& model, std::int64_t step
 // Rank 0 reads the checkpoint into the model and optimizer state; every rank
 // learns the outcome (a failure is raised on every rank, not only on rank 0).
 // Returns the step to continue from (0: a fresh start).
-std::int64_t resume(const Config& c, Mlp& model, Optimizer& opt, ddp::ProcessGroup& pg,
+std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
                     std::int64_t global_batch, std::string* from) {
   if (c.resume.empty()) return 0;
   std::string status;
@@ -113,13 +114,9 @@ std::int64_t resume(const Config& c, Mlp& model, Optimizer& opt, ddp::ProcessGro
       if (c.resume == "auto" && !std::filesystem::exists(path)) {
         status = "fresh";
       } else {
-        std::vector<ddp::ParamBuffer> buffers;
-        for (std::size_t p = 0; p < model.num_tensors(); ++p)
-          buffers.push_back({model.data(p), model.count(p), ddp::DType::kFloat32});
-        for (const auto& b : opt.state()) buffers.push_back(b);
         // Compare what can be told apart by name first, for a clear message.
-        CheckpointMeta meta = load_checkpoint(path, buffers);
-        const CheckpointMeta mine = describe_run(c, model, 0, 0, global_batch, pg.size());
+        CheckpointMeta meta = load_checkpoint(path, engine.host_state());
+        const CheckpointMeta mine = describe_run(c, engine.dims(), 0, 0, global_batch, pg.size());
         for (const char* key : {"model", "task", "optimizer"}) {
           if (meta[key] != mine.at(key)) {
             throw ddp::Error("checkpoint " + path + " was written for " + key + " " + meta[key] +
@@ -134,6 +131,7 @@ std::int64_t resume(const Config& c, Mlp& model, Optimizer& opt, ddp::ProcessGro
                 path, key, meta[key], mine.at(key));
           }
         }
+        engine.load_host_state();
         status = "ok " + meta["step"] + " " + path;
       }
     } catch (const ddp::Error& e) {
@@ -162,7 +160,6 @@ void maybe_crash(const Config& c, std::int64_t step, int rank, int world) {
 }
 
 int run(const Config& c) {
-  openblas_set_num_threads(1);
   const int world = ddp::world_size(), rank = ddp::rank();
   const std::string backend = choose_backend(c);
   // Flag checks that need the world size come before any collective, so a
@@ -195,10 +192,8 @@ int run(const Config& c) {
   std::vector<int> dims{c.input_dim};
   for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
   dims.push_back(c.output_dim);
-  Mlp model(dims, c.seed);
-  std::vector<std::size_t> counts;
-  for (std::size_t p = 0; p < model.num_tensors(); ++p) counts.push_back(model.count(p));
-  auto opt = make_optimizer(c, counts);
+  const std::unique_ptr<Engine> engine =
+      backend == "nccl" ? make_gpu_engine(c, dims, ddp::local_rank()) : make_cpu_engine(c, dims);
 
   ddp::GradSyncOptions sync_options;
   sync_options.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_cap_mb * (1 << 20));
@@ -208,19 +203,20 @@ int run(const Config& c) {
                              : c.compression == "bf16" ? ddp::Compression::kBf16
                                                        : ddp::Compression::kNone;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
-  ddp::GradSync sync(pg, model.grad_params(), sync_options);
+  ddp::GradSync sync(pg, engine->grad_params(), sync_options);
 
   ddp::log::info(
       "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} samples, global batch {} "
-      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}",
-      world, pg->backend_name(), dims_text(dims), model.num_elements(), task_name(c.task),
+      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {} | math "
+      "on {}",
+      world, pg->backend_name(), dims_text(dims), engine->num_elements(), task_name(c.task),
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
-      total_steps, optimizer_name(c.optimizer), c.lr);
+      total_steps, optimizer_name(c.optimizer), c.lr, engine->description());
 
   std::string resumed_from;
-  const std::int64_t first_step = resume(c, model, *opt, *pg, step_samples, &resumed_from);
+  const std::int64_t first_step = resume(c, *engine, *pg, step_samples, &resumed_from);
   // Rank 0's weights and optimizer state everywhere (a fresh start, or what rank 0 just loaded).
-  sync.prepare(model.data_pointers(), opt->state());
+  engine->prepare(sync);
   if (!resumed_from.empty()) {
     ddp::log::info("resumed from {} at step {} (epoch {})", resumed_from, first_step,
                    plan->epoch_of(first_step));
@@ -245,26 +241,21 @@ int run(const Config& c) {
     std::int64_t correct = 0;
     for (int micro = 0; micro < c.accumulate; ++micro) {
       data.gather(plan->micro_batch(step, micro), batch);
-      float* out = model.forward(batch.x.data(), batch.size);
-      const LossResult loss = c.task == Task::kClassification
-                                  ? cross_entropy(out, batch.labels.data(), batch.size,
-                                                  c.output_dim, model.output_grad())
-                                  : mean_squared_error(out, batch.y.data(), batch.size,
-                                                       c.output_dim, model.output_grad());
-      loss_sum += loss.loss;
-      correct += loss.correct;
+      engine->forward(batch);
       // Micro-batches before the last only accumulate into the views (no communication).
       std::optional<ddp::GradSync::NoSync> no_sync;
       if (micro + 1 < c.accumulate) no_sync.emplace(sync);
       sync.begin_backward();
       // The mean over the step's micro-batches and ranks: 1/accumulate here,
       // 1/world_size through grad_scale(), 1/batch in the loss gradient.
-      model.backward(sink, sync.grad_scale() / static_cast<float>(c.accumulate), micro > 0);
+      engine->backward(sink, sync.grad_scale() / static_cast<float>(c.accumulate), micro > 0);
       sync.finish();
+      // Asked after backward: on a GPU this is where the host waits for it.
+      const LossResult loss = engine->loss();
+      loss_sum += loss.loss;
+      correct += loss.correct;
     }
-    opt->begin_step();
-    for (std::size_t p = 0; p < model.num_tensors(); ++p)
-      opt->update(p, model.data(p), sync.grad_view(p));
+    engine->step(sync);
 
     const std::int64_t done = step + 1;
     if (done - first_step == warmup) steady_start = Clock::now();
@@ -288,13 +279,9 @@ int run(const Config& c) {
       pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job
                       // took
       if (rank == 0) {
-        std::vector<ddp::ParamBuffer> buffers;
-        for (std::size_t p = 0; p < model.num_tensors(); ++p)
-          buffers.push_back({model.data(p), model.count(p), ddp::DType::kFloat32});
-        for (const auto& b : opt->state()) buffers.push_back(b);
         save_checkpoint(c.checkpoint,
-                        describe_run(c, model, done, plan->epoch_of(step), step_samples, world),
-                        buffers);
+                        describe_run(c, dims, done, plan->epoch_of(step), step_samples, world),
+                        engine->host_state());
       }
       last_checkpoint = c.checkpoint;
       checkpoint_step = done;

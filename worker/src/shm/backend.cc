@@ -194,6 +194,10 @@ class ShmBackend final : public Backend {
     guarded([&] { fallback().reduce_scatter(in, out, count, dtype, op); });
   }
 
+  void set_issuer_waiting(bool waiting) override {
+    if (sync_) sync_->set_issuer_waiting(waiting);
+  }
+
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     if (!state_) return Backend::allocate(bytes);
     std::string why;

@@ -65,7 +65,10 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
 
 WaitPolicy WaitPolicy::for_ranks(int ranks) {
   WaitPolicy policy;
-  policy.oversubscribed = ranks > cpus_available();
+  const int cpus = cpus_available();
+  policy.oversubscribed = ranks > cpus;
+  // An async collective runs beside its rank's computation: two busy threads per rank.
+  policy.crowded_when_async = 2 * ranks > cpus;
   if (const char* spin = std::getenv("DDP_SHM_SPIN_US"); spin != nullptr && *spin != '\0') {
     char* end = nullptr;
     long us = std::strtol(spin, &end, 10);
@@ -126,7 +129,8 @@ bool PhaseSync::peer_dead(int k) {
 
 void PhaseSync::wait_for(int k, std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
-  if (!policy_.oversubscribed) {
+  const bool spin = !policy_.oversubscribed && (issuer_waiting_ || !policy_.crowded_when_async);
+  if (spin) {
     auto until = Clock::now() + policy_.spin;
     for (int i = 1;; ++i) {
       if (reached(k)) return;

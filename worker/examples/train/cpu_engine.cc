@@ -1,0 +1,61 @@
+// The CPU engine: Mlp, loss.h and optimizer.h, with single-threaded OpenBLAS.
+
+#include <cblas.h>
+
+#include "engine.h"
+#include "optimizer.h"
+
+namespace train {
+namespace {
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const Config& c, const std::vector<int>& dims) : config_(c), model_(dims, c.seed) {
+    openblas_set_num_threads(1);
+    std::vector<std::size_t> counts;
+    for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
+    opt_ = make_optimizer(c, counts);
+  }
+
+  std::string description() const override { return "the CPU (OpenBLAS, 1 thread)"; }
+  const std::vector<int>& dims() const override { return model_.dims(); }
+  std::size_t num_elements() const override { return model_.num_elements(); }
+  std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
+
+  void forward(const Batch& batch) override {
+    float* out = model_.forward(batch.x.data(), batch.size);
+    loss_ = config_.task == Task::kClassification
+                ? cross_entropy(out, batch.labels.data(), batch.size, config_.output_dim,
+                                model_.output_grad())
+                : mean_squared_error(out, batch.y.data(), batch.size, config_.output_dim,
+                                     model_.output_grad());
+  }
+  LossResult loss() override { return loss_; }
+  void backward(GradSink& sink, float scale, bool accumulate) override {
+    model_.backward(sink, scale, accumulate);
+  }
+  void step(ddp::GradSync& sync) override { optimizer_step(model_, *opt_, sync); }
+
+  void prepare(ddp::GradSync& sync) override {
+    sync.prepare(model_.data_pointers(), opt_->state());
+  }
+  // The live buffers themselves: loading writes straight into the model.
+  std::vector<ddp::ParamBuffer> host_state() override {
+    return model_and_optimizer_state(model_, *opt_);
+  }
+  void load_host_state() override {}
+
+ private:
+  Config config_;
+  Mlp model_;
+  std::unique_ptr<Optimizer> opt_;
+  LossResult loss_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims) {
+  return std::make_unique<CpuEngine>(config, dims);
+}
+
+}  // namespace train

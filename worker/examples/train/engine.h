@@ -1,0 +1,84 @@
+#pragma once
+// Where the trainer's math runs: an Engine holds the model, its loss and its
+// optimizer, on the CPU (Mlp, loss.h and optimizer.h with OpenBLAS) or on a
+// GPU (DeviceMlp, DeviceLoss and DeviceOptimizer with cuBLAS and CUDA
+// kernels). main.cc's loop, GradSync and the checkpoints are the same for
+// both; only the memory the pointers below point into differs (host memory,
+// or device memory on the GPU path, which GradSync reduces with NCCL).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataset.h"
+#include "ddp/grad_sync.h"
+#include "ddp/params.h"
+#include "flags.h"
+#include "loss.h"
+#include "mlp.h"
+
+namespace train {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // "the CPU (OpenBLAS, 1 thread)", "cuda:0 (NVIDIA H100 80GB HBM3), cuBLAS".
+  virtual std::string description() const = 0;
+  virtual const std::vector<int>& dims() const = 0;
+  virtual std::size_t num_elements() const = 0;
+  // The parameters for GradSync (device >= 0 on the GPU path).
+  virtual std::vector<ddp::GradParam> grad_params() const = 0;
+
+  // Forward pass, loss and dLoss/dOutputs of one micro-batch.
+  virtual void forward(const Batch& batch) = 0;
+  // The loss of the last forward(). On a GPU it waits for it: ask after backward().
+  virtual LossResult loss() = 0;
+  // As Mlp::backward: gradients into sink, scaled, written or accumulated.
+  virtual void backward(GradSink& sink, float scale, bool accumulate) = 0;
+  // One optimizer step with the averaged gradients in sync's views.
+  virtual void step(ddp::GradSync& sync) = 0;
+
+  // Collective: every rank gets rank 0's weights and optimizer state.
+  virtual void prepare(ddp::GradSync& sync) = 0;
+  // Checkpoints: host buffers holding the weights, then the optimizer state
+  // (optimizer.h's order), the same on both paths, so a checkpoint written by
+  // one loads into the other. On the GPU they are copies made by this call;
+  // after writing into them (load_checkpoint), call load_host_state().
+  virtual std::vector<ddp::ParamBuffer> host_state() = 0;
+  virtual void load_host_state() = 0;
+};
+
+// What both engines do alike, for a model with Mlp's interface (Mlp,
+// DeviceMlp) and an optimizer with Optimizer's (Optimizer, DeviceOptimizer).
+//
+// One optimizer step over every parameter, with the averaged gradients.
+template <typename Model, typename Opt>
+void optimizer_step(Model& model, Opt& opt, ddp::GradSync& sync) {
+  opt.begin_step();
+  for (std::size_t p = 0; p < model.num_tensors(); ++p)
+    opt.update(p, model.data(p), sync.grad_view(p));
+}
+// The weights, then the optimizer's state: a checkpoint's buffers.
+template <typename Model, typename Opt>
+std::vector<ddp::ParamBuffer> model_and_optimizer_state(Model& model, Opt& opt) {
+  std::vector<ddp::ParamBuffer> buffers;
+  for (std::size_t p = 0; p < model.num_tensors(); ++p)
+    buffers.push_back({model.data(p), model.count(p), ddp::DType::kFloat32});
+  for (const auto& b : opt.state()) buffers.push_back(b);
+  return buffers;
+}
+
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims);
+
+// The GPU path (--backend nccl), compiled only when the build found CUDA,
+// cuBLAS and NCCL (see flags.h's gpu_path_built()).
+//
+// "" when this process can compute on CUDA device `device` (its LOCAL_RANK),
+// else why not, e.g. "no CUDA device is visible (cudaGetDeviceCount: ...)".
+std::string gpu_problem(int device);
+std::unique_ptr<Engine> make_gpu_engine(const Config& config, const std::vector<int>& dims,
+                                        int device);
+
+}  // namespace train
