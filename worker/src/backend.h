@@ -33,11 +33,6 @@ class Backend {
   virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
   virtual void barrier() = 0;
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
-  // Before each collective: whether the thread that issued it is blocked on
-  // it (a blocking call) or goes on computing (async, e.g. GradSync's buckets
-  // during backward). A backend that busy-waits may spin in the first case
-  // but should leave the cores to the computation in the second.
-  virtual void set_issuer_waiting(bool waiting) { (void)waiting; }
 };
 
 struct BackendConfig {

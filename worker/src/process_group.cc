@@ -104,9 +104,8 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
   t_blocking_call = false;
   auto make_task = [&]() {
     std::uint64_t sequence = ++issued_;
-    return [this, work, call, sequence, here, run = std::move(run)]() {
+    return [this, work, call, sequence, run = std::move(run)]() {
       try {
-        backend_->set_issuer_waiting(here);
         if (options_.debug_checks && size_ > 1) check_signature(call);
         run();
         work->finish();

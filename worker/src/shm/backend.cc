@@ -91,6 +91,12 @@ class ShmBackend final : public Backend {
       throw Error("shm: local rank " + std::to_string(me_) + " of " + std::to_string(local_size_) +
                   " does not fit rank " + std::to_string(config.rank) + " of " + std::to_string(config.size));
     }
+    if (config.nodes < 1 || config.node < 0 || config.node >= config.nodes ||
+        (config.nodes == 1 && local_size_ != config.size)) {
+      throw Error("shm: node " + std::to_string(config.node) + " of " + std::to_string(config.nodes) + " with " +
+                  std::to_string(local_size_) + " local ranks does not fit a group of " +
+                  std::to_string(config.size));
+    }
     if (local_size_ > 1) open_segment();
     if (config.nodes > 1 && same_local_size_on_every_node()) {
       BackendConfig cross = config;
@@ -192,10 +198,6 @@ class ShmBackend final : public Backend {
   }
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
     guarded([&] { fallback().reduce_scatter(in, out, count, dtype, op); });
-  }
-
-  void set_issuer_waiting(bool waiting) override {
-    if (sync_) sync_->set_issuer_waiting(waiting);
   }
 
   std::shared_ptr<void> allocate(std::size_t bytes) override {

@@ -65,10 +65,7 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
 
 WaitPolicy WaitPolicy::for_ranks(int ranks) {
   WaitPolicy policy;
-  const int cpus = cpus_available();
-  policy.oversubscribed = ranks > cpus;
-  // An async collective runs beside its rank's computation: two busy threads per rank.
-  policy.crowded_when_async = 2 * ranks > cpus;
+  policy.oversubscribed = ranks > cpus_available();
   if (const char* spin = std::getenv("DDP_SHM_SPIN_US"); spin != nullptr && *spin != '\0') {
     char* end = nullptr;
     long us = std::strtol(spin, &end, 10);
@@ -129,8 +126,7 @@ bool PhaseSync::peer_dead(int k) {
 
 void PhaseSync::wait_for(int k, std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
-  const bool spin = !policy_.oversubscribed && (issuer_waiting_ || !policy_.crowded_when_async);
-  if (spin) {
+  if (!policy_.oversubscribed) {
     auto until = Clock::now() + policy_.spin;
     for (int i = 1;; ++i) {
       if (reached(k)) return;

@@ -37,12 +37,11 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 struct WaitPolicy {
   bool oversubscribed = false;                    // more ranks than cores: yield instead of spinning
-  bool crowded_when_async = false;                // ranks plus their computing threads outnumber the cores
   std::chrono::nanoseconds spin{20000};           // how long to spin before sleeping
   int yields = 64;                                // sched_yield rounds before sleeping (oversubscribed)
   std::chrono::milliseconds sleep_slice{10};      // futex wait slice: how often death and deadline are checked
 
-  // The policy for `ranks` ranks on this process's CPUs (DDP_SHM_SPIN_US overrides the spin).
+  // The policy for `ranks` ranks on this process's CPUs (DDP_SHM_SPIN_US sets the spin).
   static WaitPolicy for_ranks(int ranks);
 };
 
@@ -73,9 +72,6 @@ class PhaseSync {
     wait_all(deadline);
   }
   std::uint32_t current() const { return phase_; }
-  // Whether the issuing thread is blocked on this collective. When it goes on
-  // computing and the cores are crowded, waits yield instead of spinning.
-  void set_issuer_waiting(bool waiting) { issuer_waiting_ = waiting; }
   int size() const { return static_cast<int>(peers_.size()); }
 
  private:
@@ -88,7 +84,6 @@ class PhaseSync {
   int me_;
   WaitPolicy policy_;
   std::uint32_t phase_ = 0;
-  bool issuer_waiting_ = true;
 };
 
 // Blocks until `word` satisfies `done` (checked on every change), sleeping on
