@@ -228,5 +228,13 @@ TEST(WorldOfOne, UnknownModeShowsUsage) {
   EXPECT_NE(r.err.find("usage: collective_worker"), std::string::npos) << r.err;
 }
 
+TEST(CollectiveSettings, UnknownBackendIsAnErrorNamingTheVariable) {
+  auto r = ddprun(2, {"all"}, worker_env({{"DDP_BACKEND", "shared"}}), 30s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("DDP_BACKEND='shared' is not one of auto, shm, gloo, nccl, local"), std::string::npos)
+      << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace ddp::testing

@@ -37,6 +37,9 @@ std::string choose_backend(const InitOptions& options, int world_size, int nodes
   if (chosen.empty()) {
     const char* b = std::getenv("DDP_BACKEND");
     chosen = b != nullptr && *b != '\0' ? b : "auto";
+    if (chosen != "auto" && chosen != "shm" && chosen != "gloo" && chosen != "nccl" && chosen != "local") {
+      throw Error("environment variable DDP_BACKEND='" + chosen + "' is not one of auto, shm, gloo, nccl, local");
+    }
   }
   if (chosen != "auto") return chosen;
   if (gpu_visible()) return "nccl";
