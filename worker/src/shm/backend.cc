@@ -303,32 +303,25 @@ class ShmBackend final : public Backend {
     if (op == ReduceOp::kAvg) divide_in_place(data, count, dtype, config_.size);
   }
 
-  // Every buffer lives in the segment: chunk by chunk, each rank reduces its
-  // slice of all buffers into its own, then copies the other slices from
-  // their owners while those are still in cache (one phase per chunk).
+  // Every buffer lives in the segment: each rank reduces its slice of all
+  // buffers and writes the result into every buffer at once, block by block
+  // (the block stays in L1 between the reduction and the copies). No rank
+  // reads or writes another's slice, so one phase at the end is all it takes:
+  // nobody returns (and lets its caller touch the buffer) before every slice
+  // of it has been written.
   void zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp op) {
     const std::size_t element = dtype_size(dtype);
-    const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
     char* base = segment().base();
     auto buffer = [&](int k) { return base + published(k).offset; };
-    for (std::size_t b = 0; b < count; b += per_chunk) {
-      const std::size_t m = std::min(per_chunk, count - b);
-      const Slice mine = slice_of(m, local_size_, me_, element);
-      if (mine.size() > 0) {
-        const std::size_t at = (b + mine.lo) * element;
-        reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, mine.size(), dtype,
-                     op);
-      }
-      sync_->phase(deadline_);
+    const Slice mine = slice_of(count, local_size_, me_, element);
+    const std::size_t block = cross_ ? mine.size() : std::max<std::size_t>(1, kFuseBytes / element);
+    for (std::size_t o = mine.lo; o < mine.hi; o += block) {
+      const std::size_t n = std::min(block, mine.hi - o), at = o * element;
+      reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
       for (int k = 0; k < local_size_; ++k) {
-        if (k == me_) continue;
-        const Slice s = slice_of(m, local_size_, k, element);
-        const std::size_t at = (b + s.lo) * element;
-        std::memcpy(buffer(me_) + at, buffer(k) + at, s.size() * element);
+        if (k != me_) std::memcpy(buffer(k) + at, buffer(me_) + at, n * element);
       }
     }
-    // Peers may still be reading this rank's slices: nobody returns (and lets
-    // its caller write the buffer) before every rank has finished copying.
     sync_->phase(deadline_);
   }
 
