@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <random>
 #include <vector>
 
@@ -56,6 +59,47 @@ TEST(ReduceKernels, BFloat16AndIntegersReduceElementwise) {
   std::vector<std::int64_t> x = {5, -7}, y = {3, 2}, z(2);
   reduce_function(DType::kInt64, ReduceOp::kMin)(z.data(), x.data(), y.data(), 2);
   EXPECT_EQ(z, (std::vector<std::int64_t>{3, -7}));
+}
+
+
+// The two-rank in-place kernel stores exactly what reduce_function followed by
+// divide_in_place gives (what every other path computes), into both buffers.
+template <class T>
+void expect_into_both_matches(DType dtype, std::mt19937& rng) {
+  std::uniform_int_distribution<int> values(-100, 100);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (int divisor : {1, 2, 3}) {
+      if (op != ReduceOp::kAvg && divisor != 1) continue;
+      for (std::size_t n : {0u, 1u, 7u, 33u, 1000u, 4099u}) {
+        std::vector<T> a(n), b(n), expected(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          a[i] = static_cast<T>(values(rng)) / static_cast<T>(std::is_floating_point_v<T> ? 7 : 1);
+          b[i] = static_cast<T>(values(rng)) / static_cast<T>(std::is_floating_point_v<T> ? 3 : 1);
+        }
+        reduce_function(dtype, op)(expected.data(), a.data(), b.data(), n);
+        if (op == ReduceOp::kAvg) divide_in_place(expected.data(), n, dtype, divisor);
+        auto both = reduce_into_both_function(dtype, op);
+        ASSERT_NE(both, nullptr);
+        both(a.data(), b.data(), n, op == ReduceOp::kAvg ? divisor : 1);
+        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " + std::to_string(n));
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::memcmp(&a[i], &expected[i], sizeof(T)), 0) << "element " << i;
+          ASSERT_EQ(std::memcmp(&b[i], &expected[i], sizeof(T)), 0) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceKernels, IntoBothStoresTheReductionIntoBothBuffersBitForBit) {
+  std::mt19937 rng(11);
+  expect_into_both_matches<float>(DType::kFloat32, rng);
+  expect_into_both_matches<double>(DType::kFloat64, rng);
+  expect_into_both_matches<std::int32_t>(DType::kInt32, rng);
+  expect_into_both_matches<std::int64_t>(DType::kInt64, rng);
+  expect_into_both_matches<std::uint8_t>(DType::kUInt8, rng);
+  EXPECT_EQ(reduce_into_both_function(DType::kFloat16, ReduceOp::kSum), nullptr);
+  EXPECT_EQ(reduce_into_both_function(DType::kBFloat16, ReduceOp::kMax), nullptr);
 }
 
 }  // namespace

@@ -60,6 +60,61 @@ bool have_avx2() {
 }
 #endif
 
+// reduce_into_both: the result of one reduction stored into both operands.
+template <class T, class Op>
+inline void into_both(T* a, T* b, std::size_t n, int divisor) {
+  if (divisor > 1) {
+    const T d = static_cast<T>(divisor);
+#pragma GCC ivdep
+    for (std::size_t i = 0; i < n; ++i) {
+      const T x = static_cast<T>(static_cast<T>(Op::apply(a[i], b[i])) / d);
+      a[i] = x;
+      b[i] = x;
+    }
+  } else {
+#pragma GCC ivdep
+    for (std::size_t i = 0; i < n; ++i) {
+      const T x = static_cast<T>(Op::apply(a[i], b[i]));
+      a[i] = x;
+      b[i] = x;
+    }
+  }
+}
+
+template <class T, class Op>
+void both(void* a, void* b, std::size_t n, int divisor) {
+  into_both<T, Op>(static_cast<T*>(a), static_cast<T*>(b), n, divisor);
+}
+
+#if defined(__x86_64__)
+template <class T, class Op>
+__attribute__((target("avx2"))) void both_avx2(void* a, void* b, std::size_t n, int divisor) {
+  into_both<T, Op>(static_cast<T*>(a), static_cast<T*>(b), n, divisor);
+}
+#endif
+
+template <class T, class Op>
+ReduceIntoBothFn both_best() {
+#if defined(__x86_64__)
+  if (have_avx2()) return both_avx2<T, Op>;
+#endif
+  return both<T, Op>;
+}
+
+template <class Op>
+ReduceIntoBothFn both_for_op(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return both_best<float, Op>();
+    case DType::kFloat64: return both_best<double, Op>();
+    case DType::kInt32: return both_best<std::int32_t, Op>();
+    case DType::kInt64: return both_best<std::int64_t, Op>();
+    case DType::kUInt8: return both_best<std::uint8_t, Op>();
+    case DType::kFloat16:
+    case DType::kBFloat16: return nullptr;
+  }
+  throw Error("unknown dtype");
+}
+
 template <class T, class Op>
 ReduceFn native_best() {
 #if defined(__x86_64__)
@@ -142,6 +197,17 @@ ReduceFn reduce_function(DType dtype, ReduceOp op) {
     case ReduceOp::kProduct: return for_op<Prod>(dtype);
     case ReduceOp::kMin: return for_op<Min>(dtype);
     case ReduceOp::kMax: return for_op<Max>(dtype);
+  }
+  throw Error("unknown reduce op");
+}
+
+ReduceIntoBothFn reduce_into_both_function(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return both_for_op<Sum>(dtype);
+    case ReduceOp::kProduct: return both_for_op<Prod>(dtype);
+    case ReduceOp::kMin: return both_for_op<Min>(dtype);
+    case ReduceOp::kMax: return both_for_op<Max>(dtype);
   }
   throw Error("unknown reduce op");
 }

@@ -314,6 +314,14 @@ class ShmBackend final : public Backend {
     char* base = segment().base();
     auto buffer = [&](int k) { return base + published(k).offset; };
     const Slice mine = slice_of(count, local_size_, me_, element);
+    ReduceIntoBothFn both = local_size_ == 2 && !cross_ ? reduce_into_both_function(dtype, op) : nullptr;
+    if (both != nullptr && mine.size() > 0) {
+      // Two ranks: one pass reads both slices and writes the result to both.
+      const std::size_t at = mine.lo * element;
+      both(buffer(me_) + at, buffer(1 - me_) + at, mine.size(), op == ReduceOp::kAvg ? config_.size : 1);
+      sync_->phase(deadline_);
+      return;
+    }
     const std::size_t block = cross_ ? mine.size() : std::max<std::size_t>(1, kFuseBytes / element);
     for (std::size_t o = mine.lo; o < mine.hi; o += block) {
       const std::size_t n = std::min(block, mine.hi - o), at = o * element;
