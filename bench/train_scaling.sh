@@ -8,7 +8,8 @@
 # 1024 inputs, 3 hidden layers of 1024, 10 classes = 3x Linear(1024,1024) +
 # Linear(1024,10), 3,159,050 parameters (12.6 MB of float32 gradients); batch
 # 64 per rank (the global batch grows with the ranks, as in weak scaling);
-# SGD with momentum; DDP_BACKEND (default shm; gloo to compare); 25 MiB buckets. Each repetition runs, back to back:
+# SGD with momentum; DDP_BACKEND (default shm; gloo to compare); BUCKET_MB MiB
+# buckets (default 25, torch DDP's default). Each repetition runs, back to back:
 #   1 rank      ddprun --nproc_per_node=1 train ...
 #   2 ranks     ddprun --nproc_per_node=2 train ...
 #   ceiling     two independent 1-rank trainers at once (no communication):
@@ -24,7 +25,7 @@ DDPRUN="$BUILD_DIR/launcher/ddprun"
 TRAIN="$BUILD_DIR/worker/examples/train"
 ARGS=(--input_dim 1024 --hidden 1024 --layers 3 --output_dim 10 --task classification
       --batch_size 64 --steps "$STEPS" --log_every 100000 --dataset_size 8192
-      --optimizer sgd --lr 0.01 --momentum 0.9 --bucket_cap_mb 25)
+      --optimizer sgd --lr 0.01 --momentum 0.9 --bucket_cap_mb "${BUCKET_MB:-25}")
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DDP_BACKEND=${DDP_BACKEND:-shm}
 
 steady() { sed -n 's/.*steady \([0-9]*\) samples\/s.*/\1/p'; }
