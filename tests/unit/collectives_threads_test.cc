@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "collective_checks.h"
 #include "ddp/ddp.h"
 
 namespace ddp {
@@ -40,16 +41,11 @@ using ::ddp::testing::kOps;
 using ::ddp::testing::moved_value;
 using ::ddp::testing::reference;
 
-// One failure per buffer, naming the first element that differs.
-void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
-                     const std::function<double(std::size_t)>& expected, const std::string& what) {
-  std::string message = got.mismatch(first, n, expected, what);
-  if (!message.empty()) ADD_FAILURE() << message;
-}
-
-std::string label(int rank, const std::string& what, std::size_t count) {
-  return "rank " + std::to_string(rank) + ": " + what + " of " + std::to_string(count);
-}
+using ::ddp::testing::check_all_gather;
+using ::ddp::testing::check_broadcast_from_every_root;
+using ::ddp::testing::check_reduce;
+using ::ddp::testing::expect_elements;
+using ::ddp::testing::label;
 
 using ::ddp::testing::gloo_options;
 using ::ddp::testing::on_ranks;
@@ -81,20 +77,8 @@ TEST_P(Collectives, AllReduceMatchesLocalReferenceForEveryDtypeOpAndCount) {
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  const int n = world();
-  on_ranks(n, [n](ProcessGroup& pg) {
-    for (DType dtype : kDTypes) {
-      for (int root = 0; root < n; ++root) {
-        for (std::size_t count : kCounts) {
-          Buffer buf(dtype, count);
-          buf.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
-          pg.broadcast(buf.data(), count, dtype, root);
-          expect_elements(
-              buf, 0, count, [&](std::size_t i) { return moved_value(root, i, dtype); },
-              label(pg.rank(), "broadcast from root " + std::to_string(root), count));
-        }
-      }
-    }
+  on_ranks(world(), [](ProcessGroup& pg) {
+    check_broadcast_from_every_root(pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
   });
 }
 
@@ -104,26 +88,7 @@ TEST_P(Collectives, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
     for (DType dtype : kDTypes) {
       for (ReduceOp op : kOps) {
         for (int root = 0; root < n; ++root) {
-          for (std::size_t count : {std::size_t{1}, std::size_t{7}}) {
-            Buffer buf(dtype, count);
-            buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
-            pg.reduce(buf.data(), count, dtype, op, root);
-            auto what = label(
-                pg.rank(),
-                std::string("reduce ") + op_name(op) + " to root " + std::to_string(root), count);
-            if (pg.rank() == root) {
-              expect_elements(
-                  buf, 0, count,
-                  [&](std::size_t i) {
-                    return reference(op, dtype, n, [&](int r) { return input_value(r, i, dtype); });
-                  },
-                  what);
-            } else {
-              expect_elements(
-                  buf, 0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); },
-                  what + " (non-root must be unchanged)");
-            }
-          }
+          for (std::size_t count : {std::size_t{1}, std::size_t{7}}) check_reduce(pg, dtype, op, root, count);
         }
       }
     }
@@ -145,23 +110,8 @@ TEST_P(Collectives, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
 }
 
 TEST_P(Collectives, AllGatherPutsEveryRanksInputInRankOrder) {
-  const int n = world();
-  on_ranks(n, [n](ProcessGroup& pg) {
-    for (DType dtype : kDTypes) {
-      for (std::size_t count : kCounts) {
-        Buffer in(dtype, count), out(dtype, count * n);
-        in.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
-        pg.all_gather(in.data(), out.data(), count, dtype);
-        for (int r = 0; r < n; ++r) {
-          expect_elements(
-              out, r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
-              label(pg.rank(), "all_gather slice " + std::to_string(r), count));
-        }
-        expect_elements(
-            in, 0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); },
-            label(pg.rank(), "all_gather input untouched", count));
-      }
-    }
+  on_ranks(world(), [](ProcessGroup& pg) {
+    check_all_gather(pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
   });
 }
 

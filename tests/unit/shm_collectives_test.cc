@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_checks.h"
 #include "ddp/common/error.h"
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
@@ -44,6 +45,11 @@ namespace {
 using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
+using ::ddp::testing::check_all_gather;
+using ::ddp::testing::check_broadcast_from_every_root;
+using ::ddp::testing::check_reduce;
+using ::ddp::testing::expect_elements;
+using ::ddp::testing::label;
 using ::ddp::testing::Buffer;
 using ::ddp::testing::input_value;
 using ::ddp::testing::kDTypes;
@@ -98,17 +104,6 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// One failure per buffer, naming the first element that differs.
-void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
-                     const std::function<double(std::size_t)>& expected, const std::string& what) {
-  std::string message = got.mismatch(first, n, expected, what);
-  if (!message.empty()) ADD_FAILURE() << message;
-}
-
-std::string label(int rank, const std::string& what, std::size_t count) {
-  return "rank " + std::to_string(rank) + ": " + what + " of " + std::to_string(count);
-}
 
 double all_reduce_reference(ReduceOp op, DType dtype, int world, std::size_t i) {
   return reference(op, dtype, world, [&](int r) { return input_value(r, i, dtype); });
@@ -327,24 +322,8 @@ TEST_P(ShmWorlds, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
 
 TEST_P(ShmWorlds, BroadcastFromEveryRoot) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
-  const int n = world();
   on_ranks(
-      n,
-      [n](ProcessGroup& pg) {
-        for (DType dtype : kDTypes) {
-          for (int root = 0; root < n; ++root) {
-            for (std::size_t count : boundary_counts(dtype)) {
-              Buffer buf(dtype, count);
-              buf.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
-              pg.broadcast(buf.data(), count, dtype, root);
-              expect_elements(
-                  buf, 0, count, [&](std::size_t i) { return moved_value(root, i, dtype); },
-                  label(pg.rank(), "broadcast from root " + std::to_string(root), count));
-            }
-          }
-        }
-      },
-      options());
+      world(), [](ProcessGroup& pg) { check_broadcast_from_every_root(pg, boundary_counts); }, options());
 }
 
 TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
@@ -353,32 +332,18 @@ TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
   on_ranks(
       n,
       [n](ProcessGroup& pg) {
-        auto check = [&](DType dtype, ReduceOp op, int root, std::size_t count) {
-          Buffer buf(dtype, count);
-          buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
-          pg.reduce(buf.data(), count, dtype, op, root);
-          auto what = label(pg.rank(), std::string("reduce ") + op_name(op) + " to root " + std::to_string(root), count);
-          if (pg.rank() == root) {
-            expect_elements(
-                buf, 0, count, [&](std::size_t i) { return all_reduce_reference(op, dtype, n, i); }, what);
-          } else {
-            expect_elements(
-                buf, 0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); },
-                what + " (non-root must be unchanged)");
-          }
-        };
         for (DType dtype : kDTypes) {
           for (ReduceOp op : kOps) {
             for (int root = 0; root < n; ++root) {
               for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
-                check(dtype, op, root, count);
+                check_reduce(pg, dtype, op, root, count);
               }
             }
           }
           // Several chunks plus a short remainder: two ops, first and last root.
           const std::size_t many = boundary_counts(dtype).back();
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin}) {
-            for (int root : {0, n - 1}) check(dtype, op, root, many);
+            for (int root : {0, n - 1}) check_reduce(pg, dtype, op, root, many);
           }
         }
       },
@@ -387,27 +352,7 @@ TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
 
 TEST_P(ShmWorlds, AllGatherPutsEveryRanksInputInRankOrder) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
-  const int n = world();
-  on_ranks(
-      n,
-      [n](ProcessGroup& pg) {
-        for (DType dtype : kDTypes) {
-          for (std::size_t count : boundary_counts(dtype)) {
-            Buffer in(dtype, count), out(dtype, count * n);
-            in.fill(0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); });
-            pg.all_gather(in.data(), out.data(), count, dtype);
-            for (int r = 0; r < n; ++r) {
-              expect_elements(
-                  out, r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
-                  label(pg.rank(), "all_gather slice " + std::to_string(r), count));
-            }
-            expect_elements(
-                in, 0, count, [&](std::size_t i) { return moved_value(pg.rank(), i, dtype); },
-                label(pg.rank(), "all_gather input untouched", count));
-          }
-        }
-      },
-      options());
+  on_ranks(world(), [](ProcessGroup& pg) { check_all_gather(pg, boundary_counts); }, options());
 }
 
 TEST_P(ShmWorlds, BarrierHoldsEveryRankUntilTheLastArrives) {
