@@ -342,6 +342,12 @@ class ShmBackend final : public Backend {
     const std::size_t element = dtype_size(dtype);
     const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
     const bool receive = to < 0 || to == me_;
+    // All-reduce of two ranks: the reduced slice goes straight into this
+    // rank's buffer and into the peer's slot, in the place the peer copied
+    // its part of the slice; each rank then reads its peer's result from its
+    // own slot. One pass instead of a reduction, a copy back and a result slot.
+    ReduceIntoBothFn both = to < 0 && local_size_ == 2 && !cross_ ? reduce_into_both_function(dtype, op) : nullptr;
+    const int divisor = op == ReduceOp::kAvg ? config_.size : 1;
     for (std::size_t b = 0; b < count; b += per_chunk) {
       const std::size_t m = std::min(per_chunk, count - b);
       const unsigned parity = chunk_parity_++;
@@ -356,6 +362,14 @@ class ShmBackend final : public Backend {
         first = nullptr;
       } else {
         sync_->phase(deadline_);
+      }
+      if (both != nullptr) {
+        const Slice theirs = slice_of(m, 2, 1 - me_, element);
+        char* peer_slot = segment().chunk_slot(1 - me_, parity);
+        both(src + mine.lo * element, peer_slot + mine.lo * element, mine.size(), divisor);
+        sync_->phase(deadline_);
+        std::memcpy(src + theirs.lo * element, slot + theirs.lo * element, theirs.size() * element);
+        continue;
       }
       if (mine.size() > 0) {
         // In blocks that stay in L1 between the reduction and the copy back
