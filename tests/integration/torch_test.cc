@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "debian_torch.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -15,28 +16,6 @@ namespace {
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kTrainScript = TORCH_TRAIN_SCRIPT;
-// Debian's interpreter: the python3 first on PATH may have no torch.
-const std::string kDebianPython = "/usr/bin/python3";
-
-// The last non-empty line of `text` (a Python error's own message).
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\n");
-  if (end == std::string::npos) return "(no output)";
-  auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1,
-                     end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
-// "" when `import torch` works under Debian's python, else why not.
-std::string torch_unavailable_reason() {
-  static const std::string reason = [] {
-    auto r = run_process({kDebianPython, "-c", "import torch"}, {}, 120s);
-    if (r.exited && r.code == 0) return std::string();
-    return std::string(kDebianPython) + " -c 'import torch' failed (exit " +
-           std::to_string(r.code) + "): " + last_line(r.err);
-  }();
-  return reason;
-}
 
 ProcessResult ddprun_torch(std::vector<std::string> args) {
   args.insert(args.begin(), kDdprun);

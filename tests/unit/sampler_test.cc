@@ -18,6 +18,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
+#include "debian_torch.h"
 #include "subprocess.h"
 
 namespace ddp {
@@ -345,27 +346,8 @@ TEST(DistributedSampler, DefaultsComeFromTheEnvironmentContract) {
 
 // --- torch itself ---------------------------------------------------------------
 
-const char* const kDebianPython = "/usr/bin/python3";
-
-// The last non-empty line of `text` (a Python error's own message).
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\n");
-  if (end == std::string::npos) return "(no output)";
-  auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1,
-                     end - (start == std::string::npos ? 0 : start + 1) + 1);
-}
-
-// "" when `import torch` works under Debian's python, else why not.
-std::string torch_unavailable_reason() {
-  static const std::string reason = [] {
-    auto r = testing::run_process({kDebianPython, "-c", "import torch"}, {}, 120s);
-    if (r.exited && r.code == 0) return std::string();
-    return std::string(kDebianPython) + " -c 'import torch' failed (exit " +
-           std::to_string(r.code) + "): " + last_line(r.err);
-  }();
-  return reason;
-}
+using testing::kDebianPython;
+using testing::torch_unavailable_reason;
 
 // Prints one line per (n, replicas, rank, shuffle, drop_last):
 // "n replicas rank shuffle drop_last len : i i i ...".
