@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,22 @@ void check(bool ok, const std::string& name, const std::string& why = "") {
               ok ? "" : why.c_str());
   std::fflush(stdout);
   if (!ok) ++g_failed;
+}
+
+// Runs `call`, which must throw ddp::Error: prints "ERROR <what>" (or "NO
+// ERROR" and fails), then checks the group still works after the reported
+// error and shuts down. Returns the exit code.
+int expect_error_then_usable_group(const std::function<void()>& call) {
+  try {
+    call();
+    std::printf("NO ERROR\n");
+    return 1;
+  } catch (const ddp::Error& e) {
+    std::printf("ERROR %s\n", e.what());
+  }
+  check(ddp::reduce_sum(1) == ddp::world_size(), "group-usable-after-error");
+  ddp::shutdown();
+  return g_failed ? 1 : 0;
 }
 
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); }
@@ -139,17 +156,7 @@ int run_keys_mismatch() {
     mine.erase("acc");
     mine["accuracy"] = 0.5;
   }
-  try {
-    ddp::average_metrics(mine, 1.0);
-    std::printf("NO ERROR\n");
-    return 1;
-  } catch (const ddp::Error& e) {
-    std::printf("ERROR %s\n", e.what());
-  }
-  // The group still works after the reported mismatch.
-  check(ddp::reduce_sum(1) == ddp::world_size(), "group-usable-after-error");
-  ddp::shutdown();
-  return g_failed ? 1 : 0;
+  return expect_error_then_usable_group([&] { ddp::average_metrics(mine, 1.0); });
 }
 
 std::vector<ddp::ParamInfo> model() {
@@ -160,16 +167,7 @@ std::vector<ddp::ParamInfo> model() {
 }
 
 int expect_param_error(const std::vector<ddp::ParamInfo>& params) {
-  try {
-    ddp::check_same_params(params);
-    std::printf("NO ERROR\n");
-    return 1;
-  } catch (const ddp::Error& e) {
-    std::printf("ERROR %s\n", e.what());
-  }
-  check(ddp::reduce_sum(1) == ddp::world_size(), "group-usable-after-error");
-  ddp::shutdown();
-  return g_failed ? 1 : 0;
+  return expect_error_then_usable_group([&] { ddp::check_same_params(params); });
 }
 
 int run_params_mismatch() {
