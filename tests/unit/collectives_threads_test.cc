@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "error_of.h"
 #include "thread_ranks.h"
 #include "typed_buffer.h"
 
@@ -629,14 +630,7 @@ TEST(WorldOfOne, AllocateGivesAlignedWritableMemory) {
 
 // ---- Bad arguments fail at once with an error naming what is wrong.
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::ddp::testing::error_of;
 
 TEST(ProcessGroupErrors, BadRankSizeBackendOrStoreAreRejected) {
   EXPECT_NE(error_of([] {

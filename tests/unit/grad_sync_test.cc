@@ -34,6 +34,7 @@
 #include "ddp/ddp_c.h"
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
+#include "error_of.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -49,15 +50,7 @@ using namespace std::chrono_literals;
 using ::ddp::testing::gloo_options;
 using ::ddp::testing::on_ranks;
 
-// The message of the ddp::Error `f` throws ("" when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::ddp::testing::error_of;
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

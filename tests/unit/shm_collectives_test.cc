@@ -35,6 +35,7 @@
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
 #include "shm/arena.h"
+#include "error_of.h"
 #include "shm_segments.h"
 #include "thread_ranks.h"
 #include "typed_buffer.h"
@@ -94,14 +95,7 @@ std::string unique_run_id() {
   return "shmt" + std::to_string(getpid()) + "x" + std::to_string(runs++);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::ddp::testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
