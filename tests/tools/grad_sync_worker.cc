@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "ddp/ddp.h"
 #include "ddp/ddp_c.h"
 #include "ddp/grad_sync.h"
+#include "reference_mlp.h"
 
 namespace {
 
@@ -33,83 +33,16 @@ struct CheckFailed {
 };
 [[noreturn]] void fail(const std::string& what) { throw CheckFailed{what}; }
 
-// The MLP of the unit tests: y = W3 tanh(W2 tanh(W1 x + b1) + b2) + b3,
-// loss = 1/(2n) sum ||y - t||^2 over a shard of n samples.
-const int kSizes[] = {6, 10, 9, 4};
+// The reference MLP of the unit tests (tests/support/reference_mlp.h), smaller.
+const std::vector<int> kSizes = {6, 10, 9, 4};
 const int kLayers = 3;
 
-struct Model {
-  std::vector<std::vector<double>> w, b;
-};
+using ddp::testing::make_batch;
+using ddp::testing::make_mlp;
+using ddp::testing::Mlp;
+using ddp::testing::mlp_grads;
 
-Model make_model(unsigned seed) {
-  Model m;
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(-0.5, 0.5);
-  for (int l = 0; l < kLayers; ++l) {
-    m.w.emplace_back(static_cast<std::size_t>(kSizes[l + 1] * kSizes[l]));
-    m.b.emplace_back(static_cast<std::size_t>(kSizes[l + 1]));
-    for (auto& v : m.w.back()) v = u(gen);
-    for (auto& v : m.b.back()) v = u(gen);
-  }
-  return m;
-}
-
-std::vector<std::vector<double>> grads(const Model& m, unsigned data_seed, int batch, int begin,
-                                       int end) {
-  std::mt19937 gen(data_seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<std::vector<double>> x(batch, std::vector<double>(kSizes[0])),
-      t(batch, std::vector<double>(kSizes[3]));
-  for (int i = 0; i < batch; ++i) {
-    for (auto& v : x[i]) v = u(gen);
-    for (auto& v : t[i]) v = u(gen);
-  }
-  std::vector<std::vector<double>> g;
-  for (int l = 0; l < kLayers; ++l) {
-    g.emplace_back(m.w[l].size(), 0.0);
-    g.emplace_back(m.b[l].size(), 0.0);
-  }
-  const double n = end - begin;
-  for (int i = begin; i < end; ++i) {
-    std::vector<std::vector<double>> a = {x[i]};
-    for (int l = 0; l < kLayers; ++l) {
-      std::vector<double> z(static_cast<std::size_t>(kSizes[l + 1]));
-      for (int o = 0; o < kSizes[l + 1]; ++o) {
-        double s = m.b[l][o];
-        for (int k = 0; k < kSizes[l]; ++k) s += m.w[l][o * kSizes[l] + k] * a[l][k];
-        z[o] = l + 1 < kLayers ? std::tanh(s) : s;
-      }
-      a.push_back(std::move(z));
-    }
-    std::vector<double> delta(a.back().size());
-    for (std::size_t o = 0; o < delta.size(); ++o) delta[o] = (a.back()[o] - t[i][o]) / n;
-    for (int l = kLayers - 1; l >= 0; --l) {
-      for (int o = 0; o < kSizes[l + 1]; ++o) {
-        for (int k = 0; k < kSizes[l]; ++k) g[2 * l][o * kSizes[l] + k] += delta[o] * a[l][k];
-        g[2 * l + 1][o] += delta[o];
-      }
-      if (l == 0) break;
-      std::vector<double> next(static_cast<std::size_t>(kSizes[l]), 0.0);
-      for (int k = 0; k < kSizes[l]; ++k) {
-        for (int o = 0; o < kSizes[l + 1]; ++o) next[k] += m.w[l][o * kSizes[l] + k] * delta[o];
-        next[k] *= 1 - a[l][k] * a[l][k];
-      }
-      delta = std::move(next);
-    }
-  }
-  return g;
-}
-
-std::vector<ddp::GradParam> params() {
-  std::vector<ddp::GradParam> out;
-  for (int l = 0; l < kLayers; ++l) {
-    std::string name = "fc" + std::to_string(l + 1);
-    out.push_back({name + ".weight", {kSizes[l + 1], kSizes[l]}});
-    out.push_back({name + ".bias", {kSizes[l + 1]}});
-  }
-  return out;
-}
+std::vector<ddp::GradParam> params() { return ddp::testing::mlp_params(make_mlp(kSizes, 0)); }
 
 void expect_close(const float* got, const std::vector<double>& want, const std::string& what) {
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -123,9 +56,9 @@ void expect_close(const float* got, const std::vector<double>& want, const std::
 
 void run_equiv(ddp::ProcessGroup& pg) {
   const int world = pg.size(), batch = 12 * world;
-  Model model = make_model(3);
+  const Mlp model = make_mlp(kSizes, 3);
   // Every rank but 0 starts from different weights: prepare() must fix that.
-  Model mine = model;
+  Mlp mine = model;
   if (pg.rank() != 0) {
     for (auto& w : mine.w) {
       for (auto& v : w) v += pg.rank();
@@ -152,7 +85,8 @@ void run_equiv(ddp::ProcessGroup& pg) {
   }
   const int shard = batch / world;
   for (int it = 0; it < 3; ++it) {
-    auto local = grads(model, 50 + it, batch, pg.rank() * shard, (pg.rank() + 1) * shard);
+    const auto samples = make_batch(model, batch, 50 + it);
+    auto local = mlp_grads(model, samples, pg.rank() * shard, (pg.rank() + 1) * shard);
     sync.begin_backward();
     for (int l = kLayers - 1; l >= 0; --l) {
       for (int p : {2 * l, 2 * l + 1}) {
@@ -166,7 +100,7 @@ void run_equiv(ddp::ProcessGroup& pg) {
       }
     }
     sync.finish();
-    auto whole = grads(model, 50 + it, batch, 0, batch);
+    auto whole = mlp_grads(model, samples, 0, batch);
     for (std::size_t p = 0; p < whole.size(); ++p) {
       expect_close(sync.grad_view(p), whole[p],
                    "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);

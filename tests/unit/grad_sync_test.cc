@@ -35,6 +35,7 @@
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
 #include "error_of.h"
+#include "reference_mlp.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -58,105 +59,15 @@ bool has(const std::string& text, const std::string& part) {
 
 // ------------------------------------------------------------ an MLP with analytic gradients
 
-// y = W3 tanh(W2 tanh(W1 x + b1) + b2) + b3; loss = 1/(2n) sum_i ||y_i - t_i||^2
-// over the n samples of a shard, so the mean over equal shards of their
-// gradients is the whole batch's gradient.
-struct Mlp {
-  std::vector<int> sizes = {7, 13, 11, 5};
-  std::vector<std::vector<double>> w, b;  // w[l]: sizes[l+1] x sizes[l], row-major
-};
+// The unit tests' reference model: 7 inputs, hidden 13 and 11, 5 outputs.
+const std::vector<int> kMlpSizes = {7, 13, 11, 5};
 
-struct Batch {
-  std::vector<std::vector<double>> x, t;
-};
-
-Mlp make_mlp(unsigned seed) {
-  Mlp m;
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(-0.5, 0.5);
-  for (std::size_t l = 0; l + 1 < m.sizes.size(); ++l) {
-    m.w.emplace_back(static_cast<std::size_t>(m.sizes[l + 1] * m.sizes[l]));
-    m.b.emplace_back(static_cast<std::size_t>(m.sizes[l + 1]));
-    for (auto& v : m.w.back()) v = u(gen);
-    for (auto& v : m.b.back()) v = u(gen);
-  }
-  return m;
-}
-
-Batch make_batch(const Mlp& m, int n, unsigned seed) {
-  Batch batch;
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  for (int i = 0; i < n; ++i) {
-    batch.x.emplace_back(static_cast<std::size_t>(m.sizes.front()));
-    batch.t.emplace_back(static_cast<std::size_t>(m.sizes.back()));
-    for (auto& v : batch.x.back()) v = u(gen);
-    for (auto& v : batch.t.back()) v = u(gen);
-  }
-  return batch;
-}
-
-// Registration order: fc1.weight, fc1.bias, fc2.weight, ...
-std::vector<GradParam> mlp_params(const Mlp& m) {
-  std::vector<GradParam> params;
-  for (std::size_t l = 0; l + 1 < m.sizes.size(); ++l) {
-    std::string layer = "fc" + std::to_string(l + 1);
-    params.push_back({layer + ".weight", {m.sizes[l + 1], m.sizes[l]}, DType::kFloat32});
-    params.push_back({layer + ".bias", {m.sizes[l + 1]}, DType::kFloat32});
-  }
-  return params;
-}
-
-// The order a backward pass produces gradients: last layer first, weight then bias.
-std::vector<std::size_t> backward_order(const Mlp& m) {
-  std::vector<std::size_t> order;
-  for (std::size_t l = m.sizes.size() - 1; l-- > 0;) {
-    order.push_back(2 * l);
-    order.push_back(2 * l + 1);
-  }
-  return order;
-}
-
-// Gradients (registration order) of the loss over samples [begin, end).
-std::vector<std::vector<double>> mlp_grads(const Mlp& m, const Batch& batch, int begin, int end) {
-  const std::size_t layers = m.w.size();
-  std::vector<std::vector<double>> grads;
-  for (std::size_t l = 0; l < layers; ++l) {
-    grads.emplace_back(m.w[l].size(), 0.0);
-    grads.emplace_back(m.b[l].size(), 0.0);
-  }
-  const double n = end - begin;
-  for (int i = begin; i < end; ++i) {
-    std::vector<std::vector<double>> a = {batch.x[i]};  // activations
-    for (std::size_t l = 0; l < layers; ++l) {
-      const int in = m.sizes[l], out = m.sizes[l + 1];
-      std::vector<double> z(static_cast<std::size_t>(out));
-      for (int o = 0; o < out; ++o) {
-        double s = m.b[l][o];
-        for (int k = 0; k < in; ++k) s += m.w[l][o * in + k] * a[l][k];
-        z[o] = l + 1 < layers ? std::tanh(s) : s;
-      }
-      a.push_back(std::move(z));
-    }
-    std::vector<double> delta(a.back().size());
-    for (std::size_t o = 0; o < delta.size(); ++o) delta[o] = (a.back()[o] - batch.t[i][o]) / n;
-    for (std::size_t l = layers; l-- > 0;) {
-      const int in = m.sizes[l], out = m.sizes[l + 1];
-      for (int o = 0; o < out; ++o) {
-        for (int k = 0; k < in; ++k) grads[2 * l][o * in + k] += delta[o] * a[l][k];
-        grads[2 * l + 1][o] += delta[o];
-      }
-      if (l == 0) break;
-      std::vector<double> next(static_cast<std::size_t>(in), 0.0);
-      for (int k = 0; k < in; ++k) {
-        for (int o = 0; o < out; ++o) next[k] += m.w[l][o * in + k] * delta[o];
-        next[k] *= 1 - a[l][k] * a[l][k];  // tanh'
-      }
-      delta = std::move(next);
-    }
-  }
-  return grads;
-}
+using ::ddp::testing::Batch;
+using ::ddp::testing::backward_order;
+using ::ddp::testing::make_batch;
+using ::ddp::testing::mlp_grads;
+using ::ddp::testing::mlp_params;
+using ::ddp::testing::Mlp;
 
 std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
@@ -222,7 +133,7 @@ class Equivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 TEST_P(Equivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
   const auto [world, cap] = GetParam();
   const int kBatch = 24;  // divisible by 1, 2 and 4
-  const Mlp model = make_mlp(7);
+  const Mlp model = testing::make_mlp(kMlpSizes, 7);
   on_ranks(world, [&](ProcessGroup& pg) {
     GradSyncOptions options;
     options.bucket_cap_bytes = cap;
@@ -267,7 +178,7 @@ TEST(GradSyncOrder, RandomDifferentReadyOrdersOnEveryRankGiveIdenticalResults) {
   for (int world : {2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
     const int kBatch = 24, kIterations = 5;
-    const Mlp model = make_mlp(11);
+    const Mlp model = testing::make_mlp(kMlpSizes, 11);
     std::vector<std::vector<std::vector<float>>> results(
         world, std::vector<std::vector<float>>(kIterations));
     on_ranks(world, [&](ProcessGroup& pg) {
