@@ -1,6 +1,6 @@
 #include "ddp/types.h"
 
-#include <cstring>
+#include <bit>
 
 namespace ddp {
 
@@ -63,14 +63,11 @@ float half_to_float(std::uint16_t h) {
   } else {
     bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 std::uint16_t float_to_half(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const auto x = std::bit_cast<std::uint32_t>(f);
   std::uint32_t sign = (x >> 16) & 0x8000;
   std::uint32_t exp = (x >> 23) & 0xff;
   std::uint32_t mant = x & 0x7fffff;
@@ -95,14 +92,11 @@ std::uint16_t float_to_half(float f) {
 
 float bfloat16_to_float(std::uint16_t b) {
   std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 std::uint16_t float_to_bfloat16(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const auto x = std::bit_cast<std::uint32_t>(f);
   if ((x & 0x7fffffff) > 0x7f800000) return static_cast<std::uint16_t>((x >> 16) | 0x40);  // NaN stays NaN
   std::uint32_t rounding = 0x7fff + ((x >> 16) & 1);
   return static_cast<std::uint16_t>((x + rounding) >> 16);
