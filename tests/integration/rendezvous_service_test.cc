@@ -641,13 +641,18 @@ TEST(RendezvousServiceTest, ServesOverIpv6Loopback) {
   c->barrier("v6/b", 0, 1, 2s);
 }
 
-TEST(RendezvousServiceTest, TlsClientTrustingTheCaIsServed) {
-  const ddp::testing::TestPki& pki = ddp::testing::test_pki();
-  if (!pki.error.empty()) GTEST_SKIP() << pki.error;
+// A server with the test PKI's certificate and key.
+ServerOptions tls_server_options(const ddp::testing::TestPki& pki) {
   ServerOptions options;
   options.tls_cert = pki.cert;
   options.tls_key = pki.key;
-  Harness h(make_config(), options);
+  return options;
+}
+
+TEST(RendezvousServiceTest, TlsClientTrustingTheCaIsServed) {
+  const ddp::testing::TestPki& pki = ddp::testing::test_pki();
+  if (!pki.error.empty()) GTEST_SKIP() << pki.error;
+  Harness h(make_config(), tls_server_options(pki));
   const std::string port = std::to_string(h.server.port());
   for (const std::string host : {"localhost", "127.0.0.1"}) {
     RendezvousClient c(host + ":" + port, kRunId, kToken, TlsFiles{"", "", pki.ca});
@@ -674,10 +679,7 @@ grpc::Status set_with(const std::shared_ptr<grpc::ChannelCredentials>& creds,
 TEST(RendezvousServiceTest, InsecureOrUntrustingClientAgainstTlsServerIsUnavailable) {
   const ddp::testing::TestPki& pki = ddp::testing::test_pki();
   if (!pki.error.empty()) GTEST_SKIP() << pki.error;
-  ServerOptions options;
-  options.tls_cert = pki.cert;
-  options.tls_key = pki.key;
-  Harness h(make_config(), options);
+  Harness h(make_config(), tls_server_options(pki));
   const std::string port = std::to_string(h.server.port());
 
   grpc::Status plain = set_with(grpc::InsecureChannelCredentials(), "127.0.0.1:" + port);
