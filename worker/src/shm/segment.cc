@@ -185,7 +185,6 @@ char* Segment::result_slot(unsigned parity) const { return base_ + results_ + (p
 std::size_t Segment::arena_offset(int local_rank) const {
   return arenas_ + static_cast<std::size_t>(local_rank) * geometry_.arena_bytes;
 }
-char* Segment::arena(int local_rank) const { return base_ + arena_offset(local_rank); }
 
 std::int64_t Segment::offset_of(const void* p, std::size_t bytes) const {
   auto* c = static_cast<const char*>(p);

@@ -79,7 +79,6 @@ class Segment {
   // ddp::Error naming the local ranks that had not attached by `deadline`
   // (the name is removed either way).
   void wait_attached_and_unlink(std::chrono::steady_clock::time_point deadline);
-  void unlink();
 
   const std::string& name() const { return name_; }
   const Geometry& geometry() const { return geometry_; }
@@ -88,7 +87,6 @@ class Segment {
   char* small_slot(int local_rank, unsigned parity) const;
   char* chunk_slot(int local_rank, unsigned parity) const;
   char* result_slot(unsigned parity) const;
-  char* arena(int local_rank) const;
   std::size_t arena_offset(int local_rank) const;
   char* base() const { return base_; }
   int fd() const { return fd_; }
@@ -98,6 +96,7 @@ class Segment {
  private:
   Segment(std::string name, int fd, const Geometry& geometry, int local_rank);
   void map_and_prefault(bool create);
+  void unlink();  // removes the name once (the mapping stays)
 
   std::string name_;
   int fd_ = -1;

@@ -62,16 +62,15 @@ class PhaseSync {
   // Raises this rank's counter to the next phase and wakes peers asleep on it.
   // Returns the phase reached.
   std::uint32_t arrive();
-  // Waits until every peer reached `phase` (this rank's current one by
-  // default). Throws ddp::Error naming the first peer that died or, at
-  // `deadline`, every peer that had not arrived.
+  // Waits until every peer reached this rank's phase. Throws PeerExitedError
+  // naming a peer that died or, at `deadline`, ddp::Error naming every peer
+  // that had not arrived.
   void wait_all(std::chrono::steady_clock::time_point deadline);
   // arrive() then wait_all().
   void phase(std::chrono::steady_clock::time_point deadline) {
     arrive();
     wait_all(deadline);
   }
-  std::uint32_t current() const { return phase_; }
   int size() const { return static_cast<int>(peers_.size()); }
 
  private:
