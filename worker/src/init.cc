@@ -28,11 +28,8 @@ bool gpu_visible() {
   return stat("/dev/nvidia0", &st) == 0;
 }
 
-// "auto" (the default): NCCL when a GPU is visible; on CPU, shared memory
-// among the ranks of a node (with Gloo across nodes) when some node has
-// several ranks, else Gloo. Decided from job-wide facts (world size and node
-// count), so every rank picks the same backend even when nodes differ in size.
-std::string choose_backend(const InitOptions& options, int world_size, int nodes) {
+// "auto" (the default): NCCL when a GPU is visible, else cpu_backend().
+std::string choose_backend(const InitOptions& options) {
   std::string chosen = options.backend;
   if (chosen.empty()) {
     const char* b = std::getenv("DDP_BACKEND");
@@ -42,8 +39,7 @@ std::string choose_backend(const InitOptions& options, int world_size, int nodes
     }
   }
   if (chosen != "auto") return chosen;
-  if (gpu_visible()) return "nccl";
-  return world_size > nodes ? "shm" : "gloo";
+  return gpu_visible() ? "nccl" : cpu_backend();
 }
 
 std::chrono::milliseconds choose_timeout(const InitOptions& options) {
@@ -66,7 +62,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   if (g_group) return g_group;
   const auto& env = contract();
   ProcessGroupOptions pg;
-  pg.backend = choose_backend(options, env ? env->world_size : 1, env ? env->group_world_size : 1);
+  pg.backend = choose_backend(options);
   pg.timeout = choose_timeout(options);
   const char* debug = std::getenv("DDP_DEBUG");
   pg.debug_checks = debug != nullptr && std::string(debug) == "1";
@@ -124,6 +120,9 @@ int world_size() { return contract() ? contract()->world_size : 1; }
 int local_rank() { return contract() ? contract()->local_rank : 0; }
 int local_world_size() { return contract() ? contract()->local_world_size : 1; }
 int num_nodes() { return contract() ? contract()->group_world_size : 1; }
+
+// From job-wide facts, so every rank picks the same backend even when nodes differ in size.
+std::string cpu_backend() { return world_size() > num_nodes() ? "shm" : "gloo"; }
 bool is_distributed() { return world_size() > 1; }
 
 }  // namespace ddp

@@ -67,7 +67,7 @@ std::string choose_backend(const Config& c) {
   }
   // auto means the CPU: shared memory among the ranks of a node (Gloo across
   // nodes). The GPU path is asked for by name.
-  if (backend == "auto") backend = ddp::world_size() > ddp::num_nodes() ? "shm" : "gloo";
+  if (backend == "auto") backend = ddp::cpu_backend();
   if (backend == "nccl") {
     if (auto problem = gpu_problem(ddp::local_rank()); !problem.empty())
       throw FlagError(named + ": " + problem);

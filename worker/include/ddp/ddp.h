@@ -44,6 +44,10 @@ int local_rank();
 int local_world_size();
 // GROUP_WORLD_SIZE: the number of nodes (1 when not launched).
 int num_nodes();
+// The CPU backend "auto" picks: "shm" when some node runs several ranks
+// (WORLD_SIZE > GROUP_WORLD_SIZE; shared memory within nodes, Gloo across
+// them), else "gloo". The same on every rank.
+std::string cpu_backend();
 bool is_distributed();  // world_size() > 1
 
 }  // namespace ddp
