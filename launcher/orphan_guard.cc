@@ -82,35 +82,6 @@ bool any_group_running(const pid_t* groups, int count) {
   return running;
 }
 
-// remove_run_segments() for the guard: the same sweep of /dev/shm without
-// opendir (which allocates), with getdents64 and unlinkat (what shm_unlink does
-// for a name in /dev/shm). Repeats while a pass removes something, in case
-// removing entries during the listing made it skip some.
-void remove_segments(const char* prefix) {
-  const size_t prefix_len = std::strlen(prefix);
-  int dir = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return;
-  alignas(alignof(struct dirent64)) char buf[8192];
-  for (int pass = 0; pass < 4; ++pass) {
-    if (lseek(dir, 0, SEEK_SET) != 0) break;
-    int removed = 0;
-    for (;;) {
-      ssize_t n = getdents64(dir, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      for (ssize_t off = 0; off < n;) {
-        const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
-        if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 && unlinkat(dir, entry->d_name, 0) == 0) {
-          ++removed;
-        }
-        if (entry->d_reclen == 0) break;
-        off += entry->d_reclen;
-      }
-    }
-    if (removed == 0) break;
-  }
-  close(dir);
-}
 
 // Runs in the forked guard: only async-signal-safe calls, no allocation.
 // `shm_prefix`: the run's segment-name prefix, built before the fork.
@@ -153,7 +124,7 @@ void remove_segments(const char* prefix) {
     timespec ten_ms{0, 10 * 1000 * 1000};
     nanosleep(&ten_ms, nullptr);
   }
-  remove_segments(shm_prefix);
+  remove_segments_with_prefix("/dev/shm", shm_prefix);
   _exit(0);
 }
 

@@ -1,10 +1,13 @@
 #include "ddp/common/shm_names.h"
 
 #include <dirent.h>
-#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 namespace ddp {
 namespace {
@@ -47,19 +50,40 @@ std::string shm_segment_name(const std::string& run_id, long round, const std::s
          std::to_string(node) + "-" + sanitise(unique, 32);
 }
 
-int remove_run_segments(const std::string& run_id, const std::string& dir) {
-  const std::string prefix = shm_run_prefix(run_id);
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return 0;
-  int removed = 0;
-  while (dirent* entry = readdir(d)) {
-    std::string name = entry->d_name;
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    int rc = dir == "/dev/shm" ? shm_unlink(("/" + name).c_str()) : std::remove((dir + "/" + name).c_str());
-    if (rc == 0) ++removed;
+int remove_segments_with_prefix(const char* dir, const char* prefix) {
+  const std::size_t prefix_len = std::strlen(prefix);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  alignas(alignof(struct dirent64)) char buf[8192];
+  int total = 0;
+  // Repeats while a pass removes something, in case removing entries during
+  // the listing made it skip some.
+  for (int pass = 0; pass < 4; ++pass) {
+    if (lseek(fd, 0, SEEK_SET) != 0) break;
+    int removed = 0;
+    for (;;) {
+      ssize_t n = getdents64(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (ssize_t off = 0; off < n;) {
+        const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
+        // unlinkat on a /dev/shm entry is what shm_unlink does.
+        if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 && unlinkat(fd, entry->d_name, 0) == 0) {
+          ++removed;
+        }
+        if (entry->d_reclen == 0) break;
+        off += entry->d_reclen;
+      }
+    }
+    total += removed;
+    if (removed == 0) break;
   }
-  closedir(d);
-  return removed;
+  close(fd);
+  return total;
+}
+
+int remove_run_segments(const std::string& run_id, const std::string& dir) {
+  return remove_segments_with_prefix(dir.c_str(), shm_run_prefix(run_id).c_str());
 }
 
 }  // namespace ddp

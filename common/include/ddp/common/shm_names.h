@@ -21,9 +21,14 @@ std::string shm_run_prefix(const std::string& run_id);
 std::string shm_segment_name(const std::string& run_id, long round, const std::string& group, int node,
                              const std::string& unique);
 
-// Removes (shm_unlink) every segment of `run_id` found in `dir` (the tmpfs
+// Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
 // behind shm_open). Returns how many were removed. Best effort, for teardown:
 // an unreadable directory removes nothing and is not an error.
 int remove_run_segments(const std::string& run_id, const std::string& dir = "/dev/shm");
+
+// The same for every entry of `dir` whose name starts with `prefix`, without
+// allocating (getdents64 + unlinkat), so a forked child of a multi-threaded
+// process may call it (ddprun's orphan guard does).
+int remove_segments_with_prefix(const char* dir, const char* prefix);
 
 }  // namespace ddp
