@@ -339,15 +339,14 @@ class ShmBackend final : public Backend {
   // result (reduce), or -1 for all (all_reduce). `first`, when given, is
   // published with the first chunk's phase.
   void chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to, const Descriptor* first) {
+    if (to < 0 && first == nullptr && local_size_ == 2 && !cross_) {
+      if (ReduceIntoBothFn both = reduce_into_both_function(dtype, op); both != nullptr) {
+        return two_rank_chunked_all_reduce(data, count, dtype, op, both);
+      }
+    }
     const std::size_t element = dtype_size(dtype);
     const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
     const bool receive = to < 0 || to == me_;
-    // All-reduce of two ranks: the reduced slice goes straight into this
-    // rank's buffer and into the peer's slot, in the place the peer copied
-    // its part of the slice; each rank then reads its peer's result from its
-    // own slot. One pass instead of a reduction, a copy back and a result slot.
-    ReduceIntoBothFn both = to < 0 && local_size_ == 2 && !cross_ ? reduce_into_both_function(dtype, op) : nullptr;
-    const int divisor = op == ReduceOp::kAvg ? config_.size : 1;
     for (std::size_t b = 0; b < count; b += per_chunk) {
       const std::size_t m = std::min(per_chunk, count - b);
       const unsigned parity = chunk_parity_++;
@@ -362,14 +361,6 @@ class ShmBackend final : public Backend {
         first = nullptr;
       } else {
         sync_->phase(deadline_);
-      }
-      if (both != nullptr) {
-        const Slice theirs = slice_of(m, 2, 1 - me_, element);
-        char* peer_slot = segment().chunk_slot(1 - me_, parity);
-        both(src + mine.lo * element, peer_slot + mine.lo * element, mine.size(), divisor);
-        sync_->phase(deadline_);
-        std::memcpy(src + theirs.lo * element, slot + theirs.lo * element, theirs.size() * element);
-        continue;
       }
       if (mine.size() > 0) {
         // In blocks that stay in L1 between the reduction and the copy back
@@ -389,6 +380,43 @@ class ShmBackend final : public Backend {
         const Slice s = slice_of(m, local_size_, k, element);
         std::memcpy(src + s.lo * element, result + s.lo * element, s.size() * element);
       }
+    }
+  }
+
+  // All-reduce of two ranks' private buffers, chunk by chunk: each rank
+  // copies the peer's half of the chunk into its own slot; then, in one pass,
+  // reduces its own half into its buffer and into the peer's slot (where the
+  // peer copied that half from); then copies the peer's result for the other
+  // half out of its own slot. Software-pipelined: the copy-in of chunk i+1 is
+  // done before waiting for the peer's result of chunk i (its slot parity was
+  // last used by chunk i-1, finished on both sides), so a rank waits only
+  // when it is truly ahead.
+  void two_rank_chunked_all_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, ReduceIntoBothFn both) {
+    const std::size_t element = dtype_size(dtype);
+    const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
+    const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
+    const int divisor = op == ReduceOp::kAvg ? config_.size : 1;
+    auto length = [&](std::size_t i) { return std::min(per_chunk, count - i * per_chunk); };
+    auto copy_in = [&](std::size_t i, unsigned parity) {
+      const Slice theirs = slice_of(length(i), 2, 1 - me_, element);
+      std::memcpy(segment().chunk_slot(me_, parity) + theirs.lo * element, data + (i * per_chunk + theirs.lo) * element,
+                  theirs.size() * element);
+      return sync_->arrive();
+    };
+    unsigned parity = chunk_parity_++;
+    std::uint32_t copied = copy_in(0, parity);
+    for (std::size_t i = 0; i < chunks; ++i) {
+      char* chunk = data + i * per_chunk * element;
+      const Slice mine = slice_of(length(i), 2, me_, element), theirs = slice_of(length(i), 2, 1 - me_, element);
+      sync_->wait_all(copied, deadline_);  // the peer's copy of this rank's half is in the peer's slot
+      both(chunk + mine.lo * element, segment().chunk_slot(1 - me_, parity) + mine.lo * element, mine.size(), divisor);
+      const std::uint32_t reduced = sync_->arrive();
+      const unsigned next = i + 1 < chunks ? chunk_parity_++ : parity;
+      if (i + 1 < chunks) copied = copy_in(i + 1, next);
+      sync_->wait_all(reduced, deadline_);  // the peer's result for the other half is in this rank's slot
+      std::memcpy(chunk + theirs.lo * element, segment().chunk_slot(me_, parity) + theirs.lo * element,
+                  theirs.size() * element);
+      parity = next;
     }
   }
 

@@ -104,14 +104,14 @@ std::uint32_t PhaseSync::arrive() {
   return phase_;
 }
 
-bool PhaseSync::reached(int k) const {
+bool PhaseSync::reached(int k, std::uint32_t target) const {
   std::uint32_t seen = peers_[k].word->phase.load(std::memory_order_acquire);
-  return static_cast<std::int32_t>(seen - phase_) >= 0;  // wrap-safe
+  return static_cast<std::int32_t>(seen - target) >= 0;  // wrap-safe
 }
 
-void PhaseSync::wait_all(std::chrono::steady_clock::time_point deadline) {
+void PhaseSync::wait_all(std::uint32_t target, std::chrono::steady_clock::time_point deadline) {
   for (int k = 0; k < size(); ++k) {
-    if (k != me_ && !reached(k)) wait_for(k, deadline);
+    if (k != me_ && !reached(k, target)) wait_for(k, target, deadline);
   }
 }
 
@@ -124,19 +124,19 @@ bool PhaseSync::peer_dead(int k) {
   return proc_says_dead(peers_[k].pid);
 }
 
-void PhaseSync::wait_for(int k, std::chrono::steady_clock::time_point deadline) {
+void PhaseSync::wait_for(int k, std::uint32_t target, std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
   if (!policy_.oversubscribed) {
     auto until = Clock::now() + policy_.spin;
     for (int i = 1;; ++i) {
-      if (reached(k)) return;
+      if (reached(k, target)) return;
       cpu_relax();
       if ((i & 255) == 0 && Clock::now() >= until) break;
     }
   } else {
     for (int i = 0; i < policy_.yields; ++i) {
       sched_yield();
-      if (reached(k)) return;
+      if (reached(k, target)) return;
     }
   }
   PhaseWord& word = *peers_[k].word;
@@ -144,19 +144,19 @@ void PhaseSync::wait_for(int k, std::chrono::steady_clock::time_point deadline) 
     word.sleepers.fetch_add(1, std::memory_order_seq_cst);
     std::uint32_t seen = word.phase.load(std::memory_order_seq_cst);
     auto now = Clock::now();
-    if (static_cast<std::int32_t>(seen - phase_) < 0 && now < deadline) {
+    if (static_cast<std::int32_t>(seen - target) < 0 && now < deadline) {
       futex_wait(word.phase, seen, std::min<Clock::duration>(policy_.sleep_slice, deadline - now));
     }
     word.sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (reached(k)) return;
+    if (reached(k, target)) return;
     if (peer_dead(k)) {
       throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) + " (pid " + std::to_string(peers_[k].pid) +
-                  ", same node) exited before reaching this collective's phase " + std::to_string(phase_));
+                  ", same node) exited before reaching this collective's phase " + std::to_string(target));
     }
     if (Clock::now() >= deadline) {
       std::string missing;
       for (int j = 0; j < size(); ++j) {
-        if (j != me_ && !reached(j)) missing += (missing.empty() ? "" : ", ") + std::to_string(peers_[j].global_rank);
+        if (j != me_ && !reached(j, target)) missing += (missing.empty() ? "" : ", ") + std::to_string(peers_[j].global_rank);
       }
       throw Error("timed out waiting in shared memory for rank(s) " + missing + " (same node), which had not arrived");
     }

@@ -65,7 +65,11 @@ class PhaseSync {
   // Waits until every peer reached this rank's phase. Throws PeerExitedError
   // naming a peer that died or, at `deadline`, ddp::Error naming every peer
   // that had not arrived.
-  void wait_all(std::chrono::steady_clock::time_point deadline);
+  void wait_all(std::chrono::steady_clock::time_point deadline) { wait_all(phase_, deadline); }
+  // Waits until every peer reached `target`, a phase this rank already
+  // arrived at (returned by arrive()): lets a rank arrive ahead and wait for
+  // an earlier phase later. Throws as wait_all().
+  void wait_all(std::uint32_t target, std::chrono::steady_clock::time_point deadline);
   // arrive() then wait_all().
   void phase(std::chrono::steady_clock::time_point deadline) {
     arrive();
@@ -74,8 +78,8 @@ class PhaseSync {
   int size() const { return static_cast<int>(peers_.size()); }
 
  private:
-  bool reached(int k) const;
-  void wait_for(int k, std::chrono::steady_clock::time_point deadline);
+  bool reached(int k, std::uint32_t target) const;
+  void wait_for(int k, std::uint32_t target, std::chrono::steady_clock::time_point deadline);
   bool peer_dead(int k);
 
   std::vector<Peer> peers_;
