@@ -349,6 +349,51 @@ TEST_P(ShmWorlds, AllGatherPutsEveryRanksInputInRankOrder) {
   on_ranks(world(), [](ProcessGroup& pg) { check_all_gather(pg, boundary_counts); }, options());
 }
 
+// The zero-copy path (every output allocate()d: each rank writes its input
+// into every output) and its mixes with the copying path, with the input
+// apart or in place (the rank's own slice of its output, as ParamShards does).
+TEST_P(ShmWorlds, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix) {
+  ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
+  on_ranks(
+      world(),
+      [](ProcessGroup& pg) {
+        const int n = pg.size(), me = pg.rank();
+        for (Memory memory : kMemories) {
+          for (bool in_place : {false, true}) {
+            for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+              const std::size_t bytes = count * sizeof(float);
+              std::shared_ptr<void> block;
+              std::vector<float> private_out;
+              float* out = nullptr;
+              if (in_segment(memory, me)) {
+                block = pg.allocate(bytes * n);
+                out = static_cast<float*>(block.get());
+              } else {
+                private_out.resize(count * n);
+                out = private_out.data();
+              }
+              std::fill(out, out + count * n, -1.0f);
+              std::vector<float> separate(count);
+              float* in = in_place ? out + static_cast<std::size_t>(me) * count : separate.data();
+              for (std::size_t i = 0; i < count; ++i) in[i] = large_value(me, i);
+              pg.all_gather(in, out, count, DType::kFloat32);
+              const std::string what = std::string(memory_name(memory)) + (in_place ? ", in place" : "") +
+                                       ", count " + std::to_string(count) + ", rank " + std::to_string(me);
+              for (int r = 0; r < n; ++r) {
+                for (std::size_t i = 0; i < count; ++i) {
+                  if (out[r * count + i] != large_value(r, i)) {
+                    FAIL() << what << ": slice " << r << " element " << i << " is " << out[r * count + i]
+                           << ", expected " << large_value(r, i);
+                  }
+                }
+              }
+            }
+          }
+        }
+      },
+      options());
+}
+
 TEST_P(ShmWorlds, BarrierHoldsEveryRankUntilTheLastArrives) {
   const int n = world();
   std::atomic<int> arrived{0}, passed{0};

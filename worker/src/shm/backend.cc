@@ -165,13 +165,28 @@ class ShmBackend final : public Backend {
       const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
       Descriptor d{static_cast<std::uint32_t>(Kind::kAllGather), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
                    -1};
+      d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
+      begin(d);
       auto* src = static_cast<const char*>(in);
+      bool zero_copy = true;
+      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      if (zero_copy) {
+        // Every output lives in the segment: this rank writes its input
+        // straight into every rank's output (in place when `in` is already
+        // its own slot there); the phase lets nobody read before all wrote.
+        for (int k = 0; k < local_size_; ++k) {
+          char* to = segment().base() + published(k).offset + static_cast<std::size_t>(me_) * bytes;
+          if (to != src) std::memmove(to, src, bytes);
+        }
+        sync_->phase(deadline_);
+        return;
+      }
       auto* dst = static_cast<char*>(out);
       for (std::size_t b = 0; b < bytes; b += chunk) {
         const std::size_t len = std::min(chunk, bytes - b);
         const unsigned parity = chunk_parity_++;
         std::memcpy(segment().chunk_slot(me_, parity), src + b, len);
-        b == 0 ? begin(d) : sync_->phase(deadline_);
+        sync_->phase(deadline_);
         for (int k = 0; k < local_size_; ++k) {
           char* to = dst + static_cast<std::size_t>(k) * bytes + b;
           const char* from = k == me_ ? src + b : segment().chunk_slot(k, parity);

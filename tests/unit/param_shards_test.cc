@@ -1,0 +1,167 @@
+// ParamShards: the layout (pure) and the gathers, with ranks as threads over
+// Gloo and over shm (where the gather runs in place in shared memory).
+
+#include "ddp/param_shards.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "error_of.h"
+#include "thread_ranks.h"
+
+namespace ddp {
+namespace {
+
+using ::ddp::testing::error_of;
+using ::ddp::testing::gloo_options;
+using ::ddp::testing::on_ranks;
+
+// Every element of every parameter is owned by exactly one rank, parameters
+// are 64-byte aligned and disjoint, and the slices are equal and aligned.
+void expect_partition(const ShardLayout& layout) {
+  const int world = layout.world_size;
+  EXPECT_EQ(layout.total_bytes % (64 * static_cast<std::size_t>(world)), 0u);
+  EXPECT_EQ(layout.slice_bytes * static_cast<std::size_t>(world), layout.total_bytes);
+  std::size_t end_of_previous = 0;
+  for (std::size_t p = 0; p < layout.counts.size(); ++p) {
+    EXPECT_EQ(layout.offsets[p] % 64, 0u) << "parameter " << p;
+    EXPECT_GE(layout.offsets[p], end_of_previous) << "parameter " << p << " overlaps the one before";
+    end_of_previous = layout.offsets[p] + layout.counts[p] * layout.element_sizes[p];
+    EXPECT_LE(end_of_previous, layout.total_bytes);
+    std::vector<int> owners(layout.counts[p], 0);
+    for (int r = 0; r < world; ++r) {
+      const ElementRange range = layout.owned(p, r);
+      EXPECT_LE(range.begin, range.end);
+      EXPECT_LE(range.end, layout.counts[p]);
+      for (std::size_t i = range.begin; i < range.end; ++i) ++owners[i];
+    }
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+      ASSERT_EQ(owners[i], 1) << "parameter " << p << " element " << i << " of " << layout.counts[p] << ", world "
+                              << world;
+    }
+  }
+}
+
+TEST(ShardLayout, EveryElementHasExactlyOneOwnerForRandomModelsAndWorlds) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int world = 1 + static_cast<int>(rng() % 6);
+    std::vector<std::size_t> counts, sizes;
+    for (std::size_t p = 0, n = rng() % 8; p < n; ++p) {
+      counts.push_back(rng() % 3 == 0 ? rng() % 5 : rng() % 5000);  // empty and tiny ones included
+      sizes.push_back(std::size_t{1} << (rng() % 4));
+    }
+    expect_partition(make_shard_layout(counts, sizes, world));
+  }
+}
+
+TEST(ShardLayout, SlicesSplitTheBufferEvenlyAndOneBigParameterIsSharedByAll) {
+  const ShardLayout layout = make_shard_layout({1000, 10}, {4, 4}, 2);
+  EXPECT_EQ(layout.offsets, (std::vector<std::size_t>{0, 4032}));  // 4000 bytes rounded up to 64
+  EXPECT_EQ(layout.total_bytes, 4096u);
+  EXPECT_EQ(layout.owned(0, 0).begin, 0u);
+  EXPECT_EQ(layout.owned(0, 0).end, 512u);
+  EXPECT_EQ(layout.owned(0, 1).begin, 512u);
+  EXPECT_EQ(layout.owned(0, 1).end, 1000u);
+  EXPECT_TRUE(layout.owned(1, 0).empty());
+  EXPECT_EQ(layout.owned(1, 1).size(), 10u);
+}
+
+TEST(ShardLayout, RefusesBadElementSizesAndWorlds) {
+  EXPECT_NE(error_of([] { make_shard_layout({4}, {3}, 2); }).find("parameter 0 has elements of 3 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_shard_layout({4}, {4}, 0); }).find("world size must be >= 1, got 0"),
+            std::string::npos);
+}
+
+// Each rank writes a value only it can know into its owned elements and
+// garbage elsewhere; after all_gather() every rank has every owner's values.
+float owner_value(std::size_t param, std::size_t i) { return static_cast<float>(param * 100000 + i) * 0.5f; }
+
+void gather_and_check(ProcessGroup& pg) {
+  const std::vector<GradParam> params = {
+      {"fc1.weight", {37, 29}}, {"fc1.bias", {37}}, {"empty", {0}}, {"fc2.weight", {3, 3000}}, {"fc2.bias", {1}}};
+  ParamShards shards(pg, params);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    float* v = shards.view(p);
+    const ElementRange mine = shards.owned(p);
+    for (std::size_t i = 0; i < params[p].count(); ++i) {
+      v[i] = i >= mine.begin && i < mine.end ? owner_value(p, i) : -1.0f - static_cast<float>(pg.rank());
+    }
+  }
+  // Optimizer-like state in private memory, with one parameter without any.
+  std::vector<std::vector<float>> state(params.size());
+  std::vector<void*> state_ptrs;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    state[p].assign(params[p].count(), -7.0f);
+    const ElementRange mine = shards.owned(p);
+    for (std::size_t i = mine.begin; i < mine.end; ++i) state[p][i] = 2.0f * owner_value(p, i);
+    state_ptrs.push_back(p == 1 ? nullptr : state[p].data());
+  }
+  for (int round = 0; round < 2; ++round) {  // twice: the gather is repeatable in the same buffer
+    shards.all_gather();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      for (std::size_t i = 0; i < params[p].count(); ++i) {
+        ASSERT_EQ(shards.view(p)[i], owner_value(p, i))
+            << params[p].name << " element " << i << " on rank " << pg.rank() << ", round " << round;
+      }
+    }
+  }
+  shards.all_gather(state_ptrs);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    for (std::size_t i = 0; i < params[p].count(); ++i) {
+      const float want = p == 1 ? (i >= shards.owned(p).begin && i < shards.owned(p).end ? 2 * owner_value(p, i) : -7.0f)
+                                : 2.0f * owner_value(p, i);
+      ASSERT_EQ(state[p][i], want) << "state of " << params[p].name << " element " << i << " on rank " << pg.rank();
+    }
+  }
+}
+
+class ParamShardsWorlds : public ::testing::TestWithParam<int> {};
+
+TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankOverGloo) {
+  on_ranks(GetParam(), gather_and_check, gloo_options());
+}
+
+TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankInSharedMemory) {
+  if (GetParam() == 1) GTEST_SKIP() << "shm needs two ranks or more (a world of one is covered over Gloo)";
+  static std::atomic<int> runs{0};
+  ProcessGroupOptions options;
+  options.backend = "shm";
+  options.run_id = "shards" + std::to_string(getpid()) + "x" + std::to_string(runs++);
+  on_ranks(GetParam(), gather_and_check, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ParamShardsWorlds, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(ParamShards, ViewRefusesOtherDtypesAndIndicesOutOfRange) {
+  on_ranks(1, [](ProcessGroup& pg) {
+    ParamShards shards(pg, {{"w", {4}, DType::kFloat64}});
+    EXPECT_NE(error_of([&] { shards.view(0); }).find("parameter 0 is float64, not float32"), std::string::npos);
+    EXPECT_NE(error_of([&] { shards.data(1); }).find("parameter index 1 out of range (1 parameters)"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { shards.all_gather(std::vector<void*>{}); }).find("0 buffers for 1 parameters"),
+              std::string::npos);
+  });
+}
+
+TEST(ParamShards, RefusesParametersInDeviceMemory) {
+  on_ranks(1, [](ProcessGroup& pg) {
+    GradParam p{"w", {4}};
+    p.device = 0;
+    EXPECT_NE(error_of([&] { ParamShards(pg, {p}); }).find("parameter 'w' is on CUDA device 0 (host memory only)"),
+              std::string::npos);
+  });
+}
+
+}  // namespace
+}  // namespace ddp

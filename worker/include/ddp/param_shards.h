@@ -1,0 +1,103 @@
+#pragma once
+// ParamShards: sharded optimizer state for data-parallel trainers (ZeRO
+// stage 1, torch's ZeroRedundancyOptimizer, DeepSpeed's zero_optimization
+// stage 1), on top of GradSync's averaged gradients.
+//
+// Every rank holds the full parameters and, after GradSync::finish(), the
+// full averaged gradients; but each rank runs the optimizer only on the
+// elements it owns (owned()), so the optimizer's memory traffic and state are
+// divided by the world size, and all_gather() then hands every rank the
+// updated elements of the others. Same math as every rank updating
+// everything: the runs agree to the last bit as long as the update is
+// element-wise (SGD, Adam).
+//
+//   ddp::ParamShards shards(group, params);     // not collective
+//   copy each parameter's values into shards.data(i), then compute with them there
+//   for (step...) {
+//     ... forward, backward, sync.finish() ...
+//     for (i) update shards.owned(i) elements of parameter i with sync.grad(i)
+//     shards.all_gather();                       // collective
+//   }
+//
+// Layout: the parameters live in ONE buffer from ProcessGroup::allocate()
+// (inside the node's shared segment with shm, so all_gather() writes straight
+// into the other ranks' buffers), each at a 64-byte aligned offset, in the
+// order given; the buffer (padded to a multiple of 64 * world_size bytes) is
+// cut into world_size equal slices, and rank r owns the elements of slice r.
+// A parameter may be owned in part by several ranks, or not at all by some.
+// Pointers from data()/view() stay valid for the object's lifetime.
+//
+// Thread-safety: none; call from the trainer's thread. Errors are ddp::Error.
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "ddp/grad_sync.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+// Elements [begin, end) of one parameter.
+struct ElementRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const { return end - begin; }
+  bool empty() const { return begin == end; }
+};
+
+// Pure: where each parameter lives in the flat buffer and which of its
+// elements each rank owns.
+struct ShardLayout {
+  std::vector<std::size_t> offsets;  // bytes, per parameter, 64-byte aligned
+  std::vector<std::size_t> element_sizes;
+  std::vector<std::size_t> counts;
+  std::size_t total_bytes = 0;  // a multiple of 64 * world_size
+  std::size_t slice_bytes = 0;  // total_bytes / world_size
+  int world_size = 1;
+
+  // The elements of parameter `param` inside rank `rank`'s slice.
+  ElementRange owned(std::size_t param, int rank) const;
+};
+// counts[i] elements of element_sizes[i] bytes (each 1, 2, 4 or 8).
+// Throws ddp::Error when world_size < 1 or a size is not one of those.
+ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
+                              const std::vector<std::size_t>& element_sizes, int world_size);
+
+class ParamShards {
+ public:
+  // Allocates the flat buffer (zeroed) for `params` (their count() and dtype;
+  // device and requires_grad are not used: host memory, and frozen
+  // parameters are sharded like the others). Not collective, but every rank
+  // must construct it with the same parameters to agree on the layout.
+  // `group` must outlive this object.
+  ParamShards(ProcessGroup& group, const std::vector<GradParam>& params);
+
+  std::size_t num_params() const { return layout_.counts.size(); }
+  // Parameter `index`'s values (count() elements of its dtype).
+  void* data(std::size_t index);
+  // The same, typed: throws unless the parameter is float32.
+  float* view(std::size_t index);
+  // The elements of parameter `index` this rank updates.
+  ElementRange owned(std::size_t index) const;
+  const ShardLayout& layout() const { return layout_; }
+
+  // Collective: every rank's owned elements of every parameter to every rank.
+  void all_gather();
+  // Collective: the same for other parameter-shaped buffers (an optimizer's
+  // per-parameter state, e.g. before rank 0 writes a checkpoint):
+  // buffers[i] holds parameter i's count() elements of its dtype, or is null
+  // for a parameter without such state (on every rank alike). Each rank's
+  // owned elements are copied to everyone through a staging buffer.
+  void all_gather(const std::vector<void*>& buffers);
+
+ private:
+  void check_index(std::size_t index) const;
+
+  ProcessGroup* group_;
+  std::vector<DType> dtypes_;
+  ShardLayout layout_;
+  std::shared_ptr<void> buffer_;
+};
+
+}  // namespace ddp
