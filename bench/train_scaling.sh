@@ -12,6 +12,9 @@
 # buckets (default 25, torch DDP's default). Each repetition runs, back to back:
 #   1 rank      ddprun --nproc_per_node=1 train ...
 #   2 ranks     ddprun --nproc_per_node=2 train ...
+#   2 sharded   the same with --shard_optimizer (ZeRO stage 1: each rank runs
+#               SGD on its half of the parameters, then the halves are
+#               all-gathered; the same losses to the last digit)
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
 # and the ratio 2 ranks / 1 rank. Figures are medians over the repetitions
@@ -35,11 +38,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf "# train: %s, batch 64 per rank, %s steps (steady = after the first 6), %s repetitions\n" \
   "MLP 1024-1024-1024-1024-10 (3159050 parameters)" "$STEPS" "$REPS"
-printf "%4s %16s %16s %18s %10s\n" rep "1 rank (s/s)" "2 ranks (s/s)" "ceiling 2x1 (s/s)" "2 vs 1"
+printf "%4s %14s %14s %14s %18s %9s %9s\n" rep "1 rank (s/s)" "2 ranks (s/s)" "2 sharded" "ceiling 2x1 (s/s)" "2 vs 1" "sharded"
 for rep in $(seq 1 "$REPS"); do
   one=$("$DDPRUN" --nproc_per_node=1 --no_prefix "$TRAIN" "${ARGS[@]}" 2>/dev/null | steady)
   "$DDPRUN" --nproc_per_node=2 --no_prefix "$TRAIN" "${ARGS[@]}" >"$tmp/two.txt" 2>/dev/null
   two=$(steady <"$tmp/two.txt")
+  "$DDPRUN" --nproc_per_node=2 --no_prefix "$TRAIN" "${ARGS[@]}" --shard_optimizer >"$tmp/sharded.txt" 2>/dev/null
+  sharded=$(steady <"$tmp/sharded.txt")
   "$TRAIN" "${ARGS[@]}" >"$tmp/a.txt" 2>/dev/null &
   a=$!
   "$TRAIN" "${ARGS[@]}" >"$tmp/b.txt" 2>/dev/null
@@ -47,21 +52,27 @@ for rep in $(seq 1 "$REPS"); do
   ceiling=$(( $(steady <"$tmp/a.txt") + $(steady <"$tmp/b.txt") ))
   echo "$one" >>"$tmp/one.all"
   echo "$two" >>"$tmp/two.all"
+  echo "$sharded" >>"$tmp/sharded.all"
   echo "$ceiling" >>"$tmp/ceiling.all"
-  awk -v a="$two" -v b="$one" 'BEGIN {print a / b}' >>"$tmp/ratio.all"
-  printf "%4s %16s %16s %18s %9.3fx\n" "$rep" "$one" "$two" "$ceiling" "$(tail -1 "$tmp/ratio.all")"
+  printf "%4s %14s %14s %14s %18s %8.3fx %8.3fx\n" "$rep" "$one" "$two" "$sharded" "$ceiling" \
+    "$(awk -v a="$two" -v b="$one" 'BEGIN {print a / b}')" "$(awk -v a="$sharded" -v b="$one" 'BEGIN {print a / b}')"
 done
 one=$(median <"$tmp/one.all")
 two=$(median <"$tmp/two.all")
+sharded=$(median <"$tmp/sharded.all")
 ceiling=$(median <"$tmp/ceiling.all")
 ratio=$(awk -v a="$two" -v b="$one" 'BEGIN {printf "%.3f", a / b}')
+sharded_ratio=$(awk -v a="$sharded" -v b="$one" 'BEGIN {printf "%.3f", a / b}')
 ceiling_ratio=$(awk -v a="$ceiling" -v b="$one" 'BEGIN {printf "%.3f", a / b}')
-printf "%4s %16s %16s %18s %9.3fx\n" median "$one" "$two" "$ceiling" "$ratio"
-echo "last 2-rank run's GradSync figures:"
-grep "summary: gradient sync" "$tmp/two.txt" | sed 's/^/  /'
-echo "scaling 2 ranks vs 1: ${ratio}x (machine ceiling without communication: ${ceiling_ratio}x)"
-if awk -v r="$ratio" 'BEGIN {exit !(r >= 1.92)}'; then
-  echo "target >= 1.92x: MET"
-else
-  echo "target >= 1.92x: NOT MET"
-fi
+printf "%4s %14s %14s %14s %18s %8.3fx %8.3fx\n" median "$one" "$two" "$sharded" "$ceiling" "$ratio" "$sharded_ratio"
+echo "last 2-rank runs' GradSync figures (plain, then sharded):"
+grep -h "summary: gradient sync" "$tmp/two.txt" "$tmp/sharded.txt" | sed 's/^/  /'
+grep -q "final loss $(sed -n 's/.*final loss \([^ ]*\).*/\1/p' "$tmp/two.txt") " "$tmp/sharded.txt" &&
+  echo "plain and sharded runs end with the same loss: yes" || echo "plain and sharded runs end with the same loss: NO"
+echo "scaling 2 ranks vs 1: ${ratio}x plain, ${sharded_ratio}x with --shard_optimizer (machine ceiling without communication: ${ceiling_ratio}x)"
+for target in 1.92 1.95; do
+  for pair in "plain:$ratio" "sharded:$sharded_ratio"; do
+    if awk -v r="${pair#*:}" -v t="$target" 'BEGIN {exit !(r >= t)}'; then verdict=MET; else verdict="NOT MET"; fi
+    echo "target >= ${target}x, ${pair%%:*}: $verdict"
+  done
+done

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include "ddp/param_shards.h"
 #include "engine.h"
 #include "optimizer.h"
 
@@ -34,10 +35,31 @@ class CpuEngine final : public Engine {
   void backward(GradSink& sink, float scale, bool accumulate) override {
     model_.backward(sink, scale, accumulate);
   }
-  void step(ddp::GradSync& sync) override { optimizer_step(model_, *opt_, sync); }
+  void step(ddp::GradSync& sync) override {
+    if (!shards_) return optimizer_step(model_, *opt_, sync);
+    // ZeRO stage 1: this rank's elements only, then everyone's to everyone.
+    opt_->begin_step();
+    for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
+      const ddp::ElementRange mine = shards_->owned(p);
+      if (!mine.empty()) opt_->update_range(p, model_.data(p), sync.grad_view(p), mine.begin, mine.end);
+    }
+    shards_->all_gather();
+  }
 
   void prepare(ddp::GradSync& sync) override {
     sync.prepare(model_.data_pointers(), opt_->state());
+    if (config_.shard_optimizer && !shards_) {
+      // The weights move into the shards' buffer (shared memory with shm,
+      // where the gather writes straight into the other ranks' copies).
+      shards_ = std::make_unique<ddp::ParamShards>(sync.group(), model_.grad_params());
+      std::vector<float*> views;
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) views.push_back(shards_->view(p));
+      model_.bind(views);
+    }
+  }
+  void gather_state() override {
+    if (!shards_) return;
+    for (const auto& group : opt_->param_shaped_state()) shards_->all_gather(group);
   }
   // The live buffers themselves: loading writes straight into the model.
   std::vector<ddp::ParamBuffer> host_state() override {
@@ -49,6 +71,7 @@ class CpuEngine final : public Engine {
   Config config_;
   Mlp model_;
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<ddp::ParamShards> shards_;  // with --shard_optimizer, after prepare()
   LossResult loss_;
 };
 

@@ -48,6 +48,10 @@ class Engine {
   // after writing into them (load_checkpoint), call load_host_state().
   virtual std::vector<ddp::ParamBuffer> host_state() = 0;
   virtual void load_host_state() = 0;
+  // Collective, before rank 0 reads host_state() for a checkpoint: with a
+  // sharded optimizer, every rank's shard of the optimizer state is gathered
+  // (the weights are whole on every rank after each step anyway).
+  virtual void gather_state() {}
 };
 
 // What both engines do alike, for a model with Mlp's interface (Mlp,

@@ -85,6 +85,10 @@ std::string backend_problem(const Config& c, const std::string& backend, const s
     return "--compression " + c.compression + " with " + named +
            ": GradSync compresses host buckets only (NCCL reduces device buckets in float32)";
   }
+  if (c.shard_optimizer) {
+    return "--shard_optimizer with " + named +
+           ": ParamShards keeps parameters in host memory (the GPU path updates them on the device)";
+  }
   return "";
 }
 
@@ -152,6 +156,9 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
                  "Gradients on the wire: none, fp16 or bf16 (half the bytes; GradSync compression)")
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
+  app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
+               "ZeRO stage 1: each rank runs the optimizer on its 1/N of the parameters, then the "
+               "updated shards are all-gathered (ddp::ParamShards; same results, less memory traffic)");
   app.add_option("--backend", c.backend,
                  "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
                  "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "

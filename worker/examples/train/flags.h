@@ -40,6 +40,10 @@ struct Config {
 
   double bucket_cap_mb = 25;
   std::string compression = "none";  // gradients on the wire: none, fp16, bf16
+  // ZeRO stage 1 (ddp::ParamShards): each rank updates only its shard of the
+  // parameters (and keeps only that shard's optimizer state current), then
+  // the shards are all-gathered. Same results; CPU path only.
+  bool shard_optimizer = false;
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
   // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
   std::string backend;

@@ -207,11 +207,12 @@ int run(const Config& c) {
 
   ddp::log::info(
       "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} samples, global batch {} "
-      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {} | math "
-      "on {}",
+      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}{} | "
+      "math on {}",
       world, pg->backend_name(), dims_text(dims), engine->num_elements(), task_name(c.task),
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
-      total_steps, optimizer_name(c.optimizer), c.lr, engine->description());
+      total_steps, optimizer_name(c.optimizer), c.lr,
+      c.shard_optimizer ? " (sharded: ZeRO stage 1)" : "", engine->description());
 
   std::string resumed_from;
   const std::int64_t first_step = resume(c, *engine, *pg, step_samples, &resumed_from);
@@ -278,6 +279,7 @@ int run(const Config& c) {
         ((c.checkpoint_every > 0 && done % c.checkpoint_every == 0) || done == total_steps)) {
       pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job
                       // took
+      engine->gather_state();
       if (rank == 0) {
         save_checkpoint(c.checkpoint,
                         describe_run(c, dims, done, plan->epoch_of(step), step_samples, world),

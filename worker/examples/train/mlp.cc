@@ -32,7 +32,19 @@ Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
     tensors_.push_back(std::move(w));
     tensors_.push_back(std::move(b));
   }
+  for (auto& t : tensors_) data_.push_back(t.data());
   act_.resize(static_cast<std::size_t>(num_layers()));
+}
+
+void Mlp::bind(const std::vector<float*>& storage) {
+  if (storage.size() != tensors_.size()) {
+    throw ddp::Error("Mlp::bind: " + std::to_string(storage.size()) + " buffers for " +
+                     std::to_string(tensors_.size()) + " parameters");
+  }
+  for (std::size_t p = 0; p < storage.size(); ++p) {
+    if (storage[p] != data_[p]) std::memcpy(storage[p], data_[p], count(p) * sizeof(float));
+    data_[p] = storage[p];
+  }
 }
 
 std::size_t Mlp::num_elements() const {
@@ -43,7 +55,7 @@ std::size_t Mlp::num_elements() const {
 
 std::vector<void*> Mlp::data_pointers() {
   std::vector<void*> out;
-  for (auto& t : tensors_) out.push_back(t.data());
+  for (float* p : data_) out.push_back(p);
   return out;
 }
 
@@ -72,8 +84,8 @@ float* Mlp::forward(const float* x, int batch) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
     auto& out = act_[l];
     out.resize(rows * n_out);
-    const float* w = tensors_[2 * l].data();
-    const float* b = tensors_[2 * l + 1].data();
+    const float* w = data_[2 * l];
+    const float* b = data_[2 * l + 1];
     // out = in W^T + b: the bias is copied into every row, then the GEMM adds (beta = 1).
     for (std::size_t i = 0; i < rows; ++i)
       std::memcpy(out.data() + i * n_out, b, n_out * sizeof(float));
@@ -106,7 +118,7 @@ void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dz_.data(),
-                n_out, tensors_[weight].data(), n_in, 0.0f, dz_next_.data(), n_in);
+                n_out, data_[weight], n_in, 0.0f, dz_next_.data(), n_in);
     const std::size_t n = static_cast<std::size_t>(batch) * n_in;
     for (std::size_t k = 0; k < n; ++k) {
       if (!(in[k] > 0.0f)) dz_next_[k] = 0.0f;

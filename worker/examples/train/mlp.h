@@ -45,8 +45,12 @@ class Mlp {
   std::size_t num_tensors() const { return tensors_.size(); }
   std::size_t count(std::size_t param) const { return tensors_[param].size(); }
   std::size_t num_elements() const;
-  float* data(std::size_t param) { return tensors_[param].data(); }
+  float* data(std::size_t param) { return data_[param]; }
   std::vector<void*> data_pointers();
+  // Moves the parameters into storage[p] (count(p) floats each, owned by the
+  // caller and outliving the model, e.g. ddp::ParamShards' views): the
+  // current values are copied there and every later use reads them there.
+  void bind(const std::vector<float*>& storage);
   // Names and shapes, for GradSync (and its cross-rank check).
   std::vector<ddp::GradParam> grad_params() const;
 
@@ -63,7 +67,8 @@ class Mlp {
 
  private:
   std::vector<int> dims_;
-  std::vector<std::vector<float>> tensors_;
+  std::vector<std::vector<float>> tensors_;  // the parameters' own storage, until bind()
+  std::vector<float*> data_;                  // where each parameter's values are
   int batch_ = 0;
   const float* x_ = nullptr;
   std::vector<std::vector<float>> act_;  // act_[l]: output of layer l (post-ReLU for hidden)

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ddp/params.h"
@@ -20,17 +21,29 @@ namespace train {
 
 class Optimizer {
  public:
+  explicit Optimizer(std::vector<std::size_t> counts) : counts_(std::move(counts)) {}
   virtual ~Optimizer() = default;
   // Starts an optimizer step (Adam's bias correction counts them).
   void begin_step() { ++steps_; }
   // Applies this step's update to parameter `param` (count(param) elements).
-  virtual void update(std::size_t param, float* data, const float* grad) = 0;
+  void update(std::size_t param, float* data, const float* grad) {
+    update_range(param, data, grad, 0, counts_[param]);
+  }
+  // The same for elements [begin, end) only (a shard, ddp::ParamShards):
+  // data and grad point at the parameter's first element; the state of the
+  // other elements is left as it is.
+  virtual void update_range(std::size_t param, float* data, const float* grad, std::size_t begin,
+                            std::size_t end) = 0;
+  // The state shaped like the parameters, in groups of one float buffer per
+  // parameter (SGD with momentum: one group; Adam: m, then v; plain SGD: none).
+  virtual std::vector<std::vector<void*>> param_shaped_state() = 0;
   // The state: the step count (1 int64) first, then the float buffers in
   // parameter order. The pointers stay valid for the optimizer's lifetime.
   virtual std::vector<ddp::ParamBuffer> state() = 0;
   std::int64_t steps() const { return steps_; }
 
  protected:
+  std::vector<std::size_t> counts_;
   std::int64_t steps_ = 0;
 };
 
