@@ -126,12 +126,13 @@ std::vector<float> all_grads(GradSync& sync) {
 struct EquivalenceCase {
   int world;
   std::size_t cap;
+  CommMode mode = CommMode::kOverlap;
 };
 
 class Equivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 
 TEST_P(Equivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
-  const auto [world, cap] = GetParam();
+  const auto [world, cap, mode] = GetParam();
   const int kBatch = 24;  // divisible by 1, 2 and 4
   const Mlp model = testing::make_mlp(kMlpSizes, 7);
   on_ranks(world, [&](ProcessGroup& pg) {
@@ -139,7 +140,9 @@ TEST_P(Equivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
     options.bucket_cap_bytes = cap;
     options.first_bucket_bytes = 64;
     options.log_every = 0;
+    options.comm_mode = mode;
     GradSync sync(pg, mlp_params(model), options);
+    EXPECT_EQ(sync.comm_mode(), mode);
     const int shard = kBatch / world;
     // Iteration 1 writes views (and rebuilds the layout), 2 copies in with
     // set_grad, 3 zeroes and accumulates with add_grad.
@@ -159,6 +162,14 @@ TEST_P(Equivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
       // The layout is rebuilt once, after the first iteration.
       EXPECT_EQ(sync.layout_version(), 1);
       EXPECT_EQ(sync.layout().order, backward_order(model));
+      // Inline collectives run on this thread: timed as such, never "overlapped".
+      const IterationStats& last = sync.stats().last;
+      if (mode == CommMode::kInline && world > 1) {
+        EXPECT_GT(last.inline_comm_ms, 0.0);
+        EXPECT_EQ(last.overlap_ms, 0.0);
+      } else {
+        EXPECT_EQ(last.inline_comm_ms, 0.0);
+      }
     }
   });
 }
@@ -167,16 +178,22 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndCaps, Equivalence,
                          ::testing::Values(EquivalenceCase{1, 48}, EquivalenceCase{1, 1 << 20},
                                            EquivalenceCase{2, 48}, EquivalenceCase{2, 256},
                                            EquivalenceCase{2, 1 << 20}, EquivalenceCase{4, 48},
-                                           EquivalenceCase{4, 256}, EquivalenceCase{4, 1 << 20}),
+                                           EquivalenceCase{4, 256}, EquivalenceCase{4, 1 << 20},
+                                           EquivalenceCase{1, 48, CommMode::kInline},
+                                           EquivalenceCase{2, 48, CommMode::kInline},
+                                           EquivalenceCase{4, 256, CommMode::kInline},
+                                           EquivalenceCase{4, 1 << 20, CommMode::kInline}),
                          [](const ::testing::TestParamInfo<EquivalenceCase>& info) {
                            // 48 B is smaller than the largest parameter (fc2.weight, 572 B).
                            return "world" + std::to_string(info.param.world) + "_cap" +
-                                  std::to_string(info.param.cap);
+                                  std::to_string(info.param.cap) +
+                                  (info.param.mode == CommMode::kInline ? "_inline" : "");
                          });
 
 TEST(GradSyncOrder, RandomDifferentReadyOrdersOnEveryRankGiveIdenticalResults) {
-  for (int world : {2, 4}) {
-    SCOPED_TRACE("world " + std::to_string(world));
+  for (auto [world, mode] : {std::pair{2, CommMode::kOverlap}, std::pair{4, CommMode::kOverlap},
+                             std::pair{2, CommMode::kInline}, std::pair{4, CommMode::kInline}}) {
+    SCOPED_TRACE("world " + std::to_string(world) + ", " + comm_mode_name(mode));
     const int kBatch = 24, kIterations = 5;
     const Mlp model = testing::make_mlp(kMlpSizes, 11);
     std::vector<std::vector<std::vector<float>>> results(
@@ -186,6 +203,7 @@ TEST(GradSyncOrder, RandomDifferentReadyOrdersOnEveryRankGiveIdenticalResults) {
       options.bucket_cap_bytes = 48;  // one bucket per parameter or two: many buckets
       options.first_bucket_bytes = 16;
       options.log_every = 0;
+      options.comm_mode = mode;
       GradSync sync(pg, mlp_params(model), options);
       std::mt19937 gen(1000u * static_cast<unsigned>(pg.rank()) + 1);
       const int shard = kBatch / world;
@@ -212,6 +230,32 @@ TEST(GradSyncOrder, RandomDifferentReadyOrdersOnEveryRankGiveIdenticalResults) {
       }
     }
   }
+}
+
+// A peer that never joins: the inline all-reduce that completes the first
+// bucket fails at the collective timeout; mark_ready() does not throw, the
+// later buckets issue nothing (one timeout in all, not one per bucket), and
+// finish() throws the collective's error.
+TEST(GradSyncInline, ACollectiveFailureIsThrownByFinishAfterOneTimeout) {
+  on_ranks(
+      2,
+      [](ProcessGroup& pg) {
+        GradSyncOptions options;
+        options.bucket_cap_bytes = 40;  // one bucket per parameter
+        options.first_bucket_bytes = 40;
+        options.log_every = 0;
+        options.comm_mode = CommMode::kInline;
+        GradSync sync(pg, {{"p0", {10}}, {"p1", {10}}, {"p2", {10}}, {"p3", {10}}}, options);
+        if (pg.rank() == 1) return;  // never reduces anything
+        const auto start = std::chrono::steady_clock::now();
+        for (std::size_t p = 0; p < 4; ++p) EXPECT_NO_THROW(sync.mark_ready(p)) << "parameter " << p;
+        const std::string error = error_of([&] { sync.finish(); });
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_NE(error, "") << "finish() did not throw";
+        EXPECT_LT(seconds, 2.5) << "more than one 1 s timeout: " << error;
+      },
+      gloo_options(std::chrono::seconds(1)));
 }
 
 // Four parameters of 10 floats; rank r writes (r + 1) * (p + 1) + i / 2.
@@ -884,9 +928,14 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   ASSERT_EQ(ddp_grad_sync_default_options(&options), 0);
   EXPECT_EQ(options.bucket_cap_bytes, std::size_t{25} << 20);
   EXPECT_EQ(options.first_bucket_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(options.comm_mode, DDP_COMM_AUTO);
   options.first_bucket_bytes = 8;
   options.log_every = 0;
   ddp_grad_sync* gs = nullptr;
+  options.comm_mode = 7;
+  EXPECT_NE(ddp_grad_sync_create(params, 3, &options, &gs), 0);
+  EXPECT_TRUE(has(ddp_last_error(), "comm_mode 7 is not a DDP_COMM_* value")) << ddp_last_error();
+  options.comm_mode = DDP_COMM_INLINE;
   ASSERT_EQ(ddp_grad_sync_create(params, 3, &options, &gs), 0) << ddp_last_error();
   ASSERT_NE(gs, nullptr);
 

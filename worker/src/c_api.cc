@@ -150,11 +150,16 @@ void fill_stats(const ddp::IterationStats& s, ddp_grad_sync_stats_t* out) {
   out->comm_ms = s.comm_ms;
   out->overlap_ms = s.overlap_ms;
   out->exposed_comm_ms = s.exposed_comm_ms;
+  out->inline_comm_ms = s.inline_comm_ms;
   out->buckets = s.buckets;
   out->bytes_on_wire = s.bytes_on_wire;
 }
 
 }  // namespace
+
+static_assert(DDP_COMM_AUTO == static_cast<int>(ddp::CommMode::kAuto) &&
+              DDP_COMM_OVERLAP == static_cast<int>(ddp::CommMode::kOverlap) &&
+              DDP_COMM_INLINE == static_cast<int>(ddp::CommMode::kInline));
 
 extern "C" {
 
@@ -168,6 +173,7 @@ int ddp_grad_sync_default_options(ddp_grad_sync_options_t* out) {
     out->find_unused_parameters = d.find_unused_parameters ? 1 : 0;
     out->prescaled_grads = d.prescaled_grads ? 1 : 0;
     out->log_every = d.log_every;
+    out->comm_mode = static_cast<int>(d.comm_mode);
     return 0;
   });
 }
@@ -201,6 +207,10 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
       o.find_unused_parameters = options->find_unused_parameters != 0;
       o.prescaled_grads = options->prescaled_grads != 0;
       o.log_every = options->log_every;
+      if (options->comm_mode < DDP_COMM_AUTO || options->comm_mode > DDP_COMM_INLINE) {
+        throw ddp::Error("comm_mode " + std::to_string(options->comm_mode) + " is not a DDP_COMM_* value");
+      }
+      o.comm_mode = static_cast<ddp::CommMode>(options->comm_mode);
     }
     auto handle = std::make_unique<ddp_grad_sync>();
     handle->sync = std::make_unique<ddp::GradSync>(ddp::default_group(), std::move(list), o);

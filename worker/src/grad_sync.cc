@@ -8,6 +8,8 @@
 
 #include "ddp/common/error.h"
 #include "ddp/log.h"
+#include "cpus.h"
+#include "ddp/ddp.h"
 #include "helpers_internal.h"
 
 #ifdef DDP_HAVE_NCCL
@@ -378,6 +380,15 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
+const char* comm_mode_name(CommMode mode) {
+  switch (mode) {
+    case CommMode::kAuto: return "auto";
+    case CommMode::kOverlap: return "overlap";
+    case CommMode::kInline: return "inline";
+  }
+  return "?";
+}
+
 const char* compression_name(Compression compression) {
   switch (compression) {
     case Compression::kNone:
@@ -407,6 +418,7 @@ struct GradSync::Bucket {
   bool done = false;
   Clock::time_point done_at{};
   std::shared_ptr<Work> work;
+  std::exception_ptr error;  // kInline: the collective's failure
 
   char* data() const { return static_cast<char*>(buffer.get()); }
   std::uint16_t* wire16() const { return static_cast<std::uint16_t*>(wire.get()); }
@@ -563,6 +575,8 @@ void GradSync::init() {
   scaled_.assign(n, options_.prescaled_grads ? 1 : 0);
   known_zero_.assign(n, 1);
   record_order_ = options_.rebuild_buckets;
+  inline_ = options_.comm_mode == CommMode::kInline ||
+            (options_.comm_mode == CommMode::kAuto && !device_buckets_ && local_world_size() >= cpus_available());
 
   std::vector<LayoutParam> lp;
   for (const auto& p : params_) lp.push_back({p.count(), p.dtype, p.device});
@@ -575,10 +589,11 @@ void GradSync::init() {
     log::info(
         "GradSync: {} parameters ({} gradient elements, {}) in {}; first bucket {}, cap {}, "
         "compression {}, "
-        "backend {}, {} ranks",
+        "backend {}, {} ranks, communication {}",
         n, elements, mib(layout_.total_bytes()), describe_layout(layout_),
         mib(options_.first_bucket_bytes), mib(options_.bucket_cap_bytes),
-        compression_name(options_.compression), group_->backend_name(), group_->size());
+        compression_name(options_.compression), group_->backend_name(), group_->size(),
+        inline_ ? "inline (on the caller's thread)" : "overlapped (on the group's thread)");
   }
 }
 
@@ -847,7 +862,7 @@ void GradSync::launch_locked(std::size_t b, bool status) {
     }
     if (bucket.has_status) bucket.wire16()[lb.count] = to16(status ? 1.0f : 0.0f, half);
     const DType wire = half ? DType::kFloat16 : DType::kBFloat16;
-    bucket.work = group_->all_reduce_async(bucket.wire.get(), elements, wire, ReduceOp::kSum);
+    start_all_reduce(bucket, bucket.wire.get(), elements, wire, ReduceOp::kSum);
     wire_bytes_ += elements * sizeof(std::uint16_t);
     return;
   }
@@ -877,8 +892,28 @@ void GradSync::launch_locked(std::size_t b, bool status) {
       store_scalar(word, lb.dtype, status ? 1.0 : 0.0);
     }
   }
-  bucket.work = group_->all_reduce_async(bucket.buffer.get(), elements, lb.dtype, op);
+  start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op);
   wire_bytes_ += elements * dtype_size(lb.dtype);
+}
+
+void GradSync::start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op) {
+  if (!inline_) {
+    bucket.work = group_->all_reduce_async(data, count, dtype, op);
+    return;
+  }
+  const auto start = Clock::now();
+  if (inline_error_) {
+    bucket.error = inline_error_;  // the group failed this iteration: no more waiting on it
+  } else {
+    try {
+      group_->all_reduce(data, count, dtype, op);
+    } catch (...) {
+      bucket.error = inline_error_ = std::current_exception();
+    }
+  }
+  bucket.done = true;
+  bucket.done_at = Clock::now();
+  inline_ms_ += std::chrono::duration<double, std::milli>(bucket.done_at - start).count();
 }
 
 void GradSync::poll_completions_locked(Clock::time_point now) {
@@ -922,17 +957,20 @@ void GradSync::finish() {
   }
   const bool local_status = !unmarked.empty() && !options_.find_unused_parameters;
   std::exception_ptr error;
+  const double inline_before = inline_ms_;
   try {
     launch_ready_locked(local_status);
   } catch (...) {
     error = std::current_exception();
   }
+  inline_finish_ms_ = inline_ms_ - inline_before;
 
   // Wait in launch order; a 16-bit bucket is unpacked while later ones are still in flight.
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
     if (!bucket.launched) continue;
     try {
+      if (bucket.error) std::rethrow_exception(bucket.error);
       if (bucket.work) bucket.work->wait();
     } catch (...) {
       if (!error) error = std::current_exception();
@@ -1009,9 +1047,11 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
   s.synced = synced;
   const auto start = have_backward_start_ ? backward_start_ : enter;
   const auto end = have_last_mark_ ? std::max(last_mark_, start) : start;
-  s.backward_compute_ms = ms(end - start);
+  // Inline collectives run inside mark_ready calls are communication, not compute.
+  s.backward_compute_ms = std::max(0.0, ms(end - start) - (inline_ms_ - inline_finish_ms_));
   if (synced) {
     s.exposed_comm_ms = ms(done - enter);
+    s.inline_comm_ms = inline_ms_;
     s.buckets = launched_count_;
     s.bytes_on_wire = wire_bytes_;
     if (have_first_launch_) {
@@ -1020,13 +1060,15 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
         if (b->launched && b->done) comm_end = std::max(comm_end, b->done_at);
       }
       s.comm_ms = ms(comm_end - first_launch_);
-      s.overlap_ms = std::max(0.0, ms(std::min(end, comm_end) - first_launch_));
+      // Inline collectives run between the backward's layers, never beside them.
+      s.overlap_ms = inline_ ? 0.0 : std::max(0.0, ms(std::min(end, comm_end) - first_launch_));
     }
     ++synced_iterations_;
     sum_.backward_compute_ms += s.backward_compute_ms;
     sum_.comm_ms += s.comm_ms;
     sum_.overlap_ms += s.overlap_ms;
     sum_.exposed_comm_ms += s.exposed_comm_ms;
+    sum_.inline_comm_ms += s.inline_comm_ms;
     sum_.buckets += s.buckets;
     sum_.bytes_on_wire += s.bytes_on_wire;
     // The accumulation window ends with the synced iteration.
@@ -1043,7 +1085,10 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
     bucket.launched = false;
     bucket.done = false;
     bucket.work.reset();
+    bucket.error = nullptr;
   }
+  inline_error_ = nullptr;
+  inline_ms_ = inline_finish_ms_ = 0;
   next_launch_ = 0;
   oldest_unfinished_ = 0;
   in_iteration_ = false;
@@ -1134,6 +1179,7 @@ GradSyncStats GradSync::stats() const {
     s.mean.comm_ms = sum_.comm_ms / n;
     s.mean.overlap_ms = sum_.overlap_ms / n;
     s.mean.exposed_comm_ms = sum_.exposed_comm_ms / n;
+    s.mean.inline_comm_ms = sum_.inline_comm_ms / n;
     s.mean.buckets = sum_.buckets / synced_iterations_;
     s.mean.bytes_on_wire = sum_.bytes_on_wire / synced_iterations_;
   }
@@ -1152,9 +1198,10 @@ void GradSync::log_iteration(const IterationStats& s) const {
   }
   log::info(
       "GradSync iteration {}: backward {:.2f} ms, communication {:.2f} ms, overlap {:.2f} ms, "
-      "exposed {:.2f} ms "
+      "exposed {:.2f} ms{} "
       "({} buckets, {:.2f} MB)",
-      s.iteration, s.backward_compute_ms, s.comm_ms, s.overlap_ms, s.exposed_comm_ms, s.buckets,
+      s.iteration, s.backward_compute_ms, s.comm_ms, s.overlap_ms, s.exposed_comm_ms,
+      inline_ ? fmt::format(", inline {:.2f} ms", s.inline_comm_ms) : std::string(), s.buckets,
       static_cast<double>(s.bytes_on_wire) / 1e6);
 }
 

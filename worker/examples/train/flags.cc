@@ -156,6 +156,12 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
                  "Gradients on the wire: none, fp16 or bf16 (half the bytes; GradSync compression)")
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
+  app.add_option("--comm_mode,--comm-mode", c.comm_mode,
+                 "Where GradSync's all-reduces run: overlap (a communication thread, beside the "
+                 "backward pass), inline (the compute thread, between layers), or auto (inline when "
+                 "the node runs as many ranks as it has cores)")
+      ->check(CLI::IsMember({"auto", "overlap", "inline"}))
+      ->capture_default_str();
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
                "ZeRO stage 1: each rank runs the optimizer on its 1/N of the parameters, then the "
                "updated shards are all-gathered (ddp::ParamShards; same results, less memory traffic)");

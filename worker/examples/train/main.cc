@@ -202,6 +202,9 @@ int run(const Config& c) {
   sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
                              : c.compression == "bf16" ? ddp::Compression::kBf16
                                                        : ddp::Compression::kNone;
+  sync_options.comm_mode = c.comm_mode == "inline"    ? ddp::CommMode::kInline
+                           : c.comm_mode == "overlap" ? ddp::CommMode::kOverlap
+                                                      : ddp::CommMode::kAuto;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   ddp::GradSync sync(pg, engine->grad_params(), sync_options);
 
@@ -295,9 +298,9 @@ int run(const Config& c) {
 
   // The summary: figures from every rank (collectives, so every rank takes part).
   const auto stats = sync.stats();
-  double timing[4] = {stats.mean.backward_compute_ms, stats.mean.comm_ms, stats.mean.overlap_ms,
-                      stats.mean.exposed_comm_ms};
-  pg->all_reduce(timing, 4, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+  double timing[5] = {stats.mean.backward_compute_ms, stats.mean.comm_ms, stats.mean.overlap_ms,
+                      stats.mean.exposed_comm_ms, stats.mean.inline_comm_ms};
+  pg->all_reduce(timing, 5, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
   const ddp::MemoryStats mem = ddp::memory_stats();
   double peak = static_cast<double>(mem.peak_rss);
   pg->all_reduce(&peak, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
@@ -323,8 +326,11 @@ int run(const Config& c) {
     ddp::log::info(
         "summary: gradient sync, mean per synced iteration over {} and {} rank(s): backward "
         "{:.2f} ms | communication {:.2f} ms | overlapped {:.2f} ms ({:.0f}%) | exposed {:.2f} ms "
-        "| {} buckets, {:.2f} MB per step",
+        "| {} | {} buckets, {:.2f} MB per step",
         stats.synced_iterations, world, timing[0], timing[1], timing[2], overlap_pct, timing[3],
+        sync.comm_mode() == ddp::CommMode::kInline
+            ? fmt::format("inline on the compute thread {:.2f} ms", timing[4])
+            : std::string("on the group's thread"),
         stats.last.buckets, static_cast<double>(stats.last.bytes_on_wire) / 1e6);
   }
   ddp::log::info(

@@ -81,15 +81,32 @@
 // refused at construction, naming it. mark_ready() on a device gradient means
 // its kernels have completed: synchronize the stream that wrote it first.
 //
+// Communication (comm_mode). kOverlap: a bucket's all-reduce is handed to
+// the group's thread and runs while the backward pass goes on — what pays
+// when that thread has a core to itself. kInline: it runs on the caller's
+// thread, inside the mark_ready() (or finish()) that completes the bucket,
+// between two layers of the backward pass: when the node runs as many ranks
+// as it has cores, a communication thread only takes turns with the compute
+// threads (and moves their caches about), so running the same work inline
+// is faster. kAuto (default): kInline for host buckets when LOCAL_WORLD_SIZE
+// >= the cores this process may use, else kOverlap. Either way, errors of
+// the collectives are thrown by finish(); after one, an inline iteration
+// issues no further collectives (so a dead peer costs one timeout, not one
+// per bucket).
+//
 // Statistics (stats()), per iteration, like torch DDP's logging data:
 //   backward_compute_ms  begin_backward() (else the iteration's first
-//                        mark_ready/add_grad/set_grad) .. its last mark_ready;
+//                        mark_ready/add_grad/set_grad) .. its last mark_ready,
+//                        less the inline collectives run in between;
 //   comm_ms              first bucket launched .. last bucket reduced
 //                        (completion is observed at mark_ready calls and in
 //                        finish(), so early completions are approximate);
-//   overlap_ms           the part of comm_ms inside the backward window;
+//   overlap_ms           the part of comm_ms inside the backward window (0
+//                        with kInline: nothing runs beside the backward);
 //   exposed_comm_ms      time finish() spent waiting for (and unpacking) the
-//                        reductions.
+//                        reductions;
+//   inline_comm_ms       time the caller's thread spent running collectives
+//                        itself (kInline; inside mark_ready calls and finish).
 // Rank 0 logs them (ddp::log::info) at iterations 1-10 and then every
 // `log_every` iterations.
 //
@@ -99,6 +116,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -116,6 +134,10 @@ namespace ddp {
 
 enum class Compression : int { kNone, kFp16, kBf16 };
 const char* compression_name(Compression compression);  // "none", "fp16", "bf16"
+
+// Where bucket all-reduces run (see "Communication").
+enum class CommMode : int { kAuto, kOverlap, kInline };
+const char* comm_mode_name(CommMode mode);  // "auto", "overlap", "inline"
 
 // A parameter: what every rank must agree on (name, shape, dtype), where its
 // memory is, and whether it has a gradient.
@@ -140,6 +162,7 @@ struct GradSyncOptions {
   bool rebuild_buckets = true;
   // Rank 0 logs statistics at iterations 1-10, then every log_every (0: never after 10).
   int log_every = 100;
+  CommMode comm_mode = CommMode::kAuto;
   // Largest collective prepare() issues (like torch DDP's 250 MiB).
   std::size_t broadcast_chunk_bytes = std::size_t{250} << 20;
 };
@@ -152,6 +175,7 @@ struct IterationStats {
   double comm_ms = 0;
   double overlap_ms = 0;
   double exposed_comm_ms = 0;
+  double inline_comm_ms = 0;
   std::size_t buckets = 0;        // collectives issued
   std::size_t bytes_on_wire = 0;  // bytes all-reduced (compressed size when compressing)
 };
@@ -256,6 +280,8 @@ class GradSync {
   // REQUIRES: between iterations; bytes > 0.
   void set_first_bucket_bytes(std::size_t bytes);
   const GradSyncOptions& options() const { return options_; }
+  // kOverlap or kInline: what comm_mode resolved to on this rank.
+  CommMode comm_mode() const { return inline_ ? CommMode::kInline : CommMode::kOverlap; }
 
   const BucketLayout& layout() const { return layout_; }
   // 0 initially; +1 at every layout change.
@@ -276,6 +302,7 @@ class GradSync {
   void copy_in(std::size_t index, const void* src, bool accumulate);
   void launch_ready_locked(bool status);
   void launch_locked(std::size_t b, bool status);
+  void start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op);
   void poll_completions_locked(Clock::time_point now);
   void record_iteration_locked(bool synced, Clock::time_point enter, Clock::time_point done);
   void maybe_rebuild();
@@ -288,6 +315,7 @@ class GradSync {
   std::vector<GradParam> params_;
   GradSyncOptions options_;
   bool device_buckets_ = false;  // bucket memory is CUDA device memory
+  bool inline_ = false;          // collectives on the caller's thread (CommMode::kInline)
 
   BucketLayout layout_;
   int layout_version_ = 0;
@@ -311,6 +339,8 @@ class GradSync {
   Clock::time_point backward_start_{}, last_mark_{}, first_launch_{};
   bool have_backward_start_ = false, have_last_mark_ = false, have_first_launch_ = false;
   std::size_t wire_bytes_ = 0, launched_count_ = 0;
+  double inline_ms_ = 0, inline_finish_ms_ = 0;  // this iteration's inline collectives: all, in finish()
+  std::exception_ptr inline_error_;  // the iteration's first inline failure
 
   IterationStats last_;
   IterationStats sum_;

@@ -18,6 +18,7 @@
 #endif
 
 #include "backend.h"  // PeerExitedError
+#include "cpus.h"
 #include "ddp/common/error.h"
 
 namespace ddp::shm {
@@ -27,14 +28,6 @@ inline void cpu_relax() {
 #if defined(__x86_64__)
   _mm_pause();
 #endif
-}
-
-int cpus_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 // A /proc answer for when pidfds are unavailable: gone, zombie or dead counts as dead.
