@@ -1050,7 +1050,9 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
   // Inline collectives run inside mark_ready calls are communication, not compute.
   s.backward_compute_ms = std::max(0.0, ms(end - start) - (inline_ms_ - inline_finish_ms_));
   if (synced) {
-    s.exposed_comm_ms = ms(done - enter);
+    // Inline collectives hide behind nothing: the ones run inside mark_ready
+    // calls are exposed as well as whatever finish() waited for.
+    s.exposed_comm_ms = ms(done - enter) + (inline_ms_ - inline_finish_ms_);
     s.inline_comm_ms = inline_ms_;
     s.buckets = launched_count_;
     s.bytes_on_wire = wire_bytes_;

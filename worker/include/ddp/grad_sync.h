@@ -104,7 +104,8 @@
 //   overlap_ms           the part of comm_ms inside the backward window (0
 //                        with kInline: nothing runs beside the backward);
 //   exposed_comm_ms      time finish() spent waiting for (and unpacking) the
-//                        reductions;
+//                        reductions, plus (kInline) the inline collectives run
+//                        inside mark_ready calls, which nothing hides;
 //   inline_comm_ms       time the caller's thread spent running collectives
 //                        itself (kInline; inside mark_ready calls and finish).
 // Rank 0 logs them (ddp::log::info) at iterations 1-10 and then every
