@@ -166,6 +166,8 @@ class ShmBackend final : public Backend {
       Descriptor d{static_cast<std::uint32_t>(Kind::kAllGather), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
                    -1};
       d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
+      // The first phase comes before any copy: which path runs depends on
+      // where every rank's output lives, known once all have published.
       begin(d);
       auto* src = static_cast<const char*>(in);
       bool zero_copy = true;
