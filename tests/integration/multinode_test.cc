@@ -374,13 +374,50 @@ TEST(MultiNodeCollectives, NodesOfTwoAndOneRunEveryCollectiveOnShm) {
   run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm", collective_env({{"DDP_BACKEND", "shm"}}));
 }
 
-// DISABLED: libddp's "auto" picks by LOCAL_WORLD_SIZE, so node 0 (2 ranks) runs
-// shm and node 1 (1 rank) gloo, whose groups never meet: both fail at the
-// timeout. Enable once auto decides the same on every node (e.g. shm when
-// WORLD_SIZE > GROUP_WORLD_SIZE, i.e. some node has several ranks).
+// Nodes of different sizes under "auto": every node must pick the same backend.
+// auto decides on a job-wide fact (shm when WORLD_SIZE > GROUP_WORLD_SIZE), so
+// node 1's single rank runs shm too (all Gloo underneath); deciding per node
+// (by LOCAL_WORLD_SIZE) deadlocked this job until the timeout.
 TEST(MultiNodeCollectives, NodesOfTwoAndOneRunEveryCollectiveOnTheDefaultBackend) {
   run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm", collective_env({{"DDP_TIMEOUT_S", "10"}}));
 }
+
+#ifdef TRAIN_PATH
+// The reference trainer on two nodes of two ranks (shm in each node, the
+// gradients' all-reduce hierarchical, ParamShards' gather over Gloo across
+// nodes): the sharded optimizer ends with the plain run's loss to the last digit.
+std::string final_loss_line(const std::string& out) {
+  for (const auto& line : lines_with_prefix(out, "[rank 0] summary: ")) {
+    auto at = line.find("final loss ");
+    if (at != std::string::npos) return line.substr(at, line.find(' ', at + 11) - at);
+  }
+  return "";
+}
+
+TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
+  std::map<std::string, std::string> results;
+  for (const std::string variant : {"plain", "sharded"}) {
+    std::string ep = "127.0.0.1:" + std::to_string(free_port());
+    const std::string run_id = "mntrain" + std::to_string(getpid()) + variant;
+    std::vector<std::string> program = {TRAIN_PATH, "--hidden", "48", "--layers", "2", "--steps", "20",
+                                        "--optimizer", "adam", "--lr", "0.01", "--log_every", "5"};
+    if (variant == "sharded") program.push_back("--shard_optimizer");
+    auto env = collective_env({{"OPENBLAS_NUM_THREADS", "1"}});
+    auto n0 = agent(ep, 2, 0, 2, program, {}, env, run_id);
+    auto n1 = agent(ep, 2, 1, 2, program, {}, env, run_id);
+    auto r1 = n1->wait(90s);
+    auto r0 = n0->wait(90s);
+    ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
+    ASSERT_EQ(r0.code, 0) << r0.out << r0.err;
+    ASSERT_EQ(r1.code, 0) << r1.out << r1.err;
+    EXPECT_NE(r0.out.find("train: 4 rank(s) (shm)"), std::string::npos) << r0.out;
+    results[variant] = final_loss_line(r0.out);
+    EXPECT_NE(results[variant], "") << r0.out;
+    EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
+  }
+  EXPECT_EQ(results["sharded"], results["plain"]);
+}
+#endif
 
 TEST(MultiNode, MultiNodeNeedsEndpointAndToken) {
   auto no_ep = run_process({kDdprun, "--nnodes=2", kWorker, "env"}, kToken);
