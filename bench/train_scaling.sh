@@ -12,10 +12,10 @@
 # buckets (default 25, torch DDP's default). Each repetition runs, back to
 # back (so every ratio compares runs a few seconds apart):
 #   1 rank      ddprun --nproc_per_node=1 train ...
-#   2 ranks     ddprun --nproc_per_node=2 train ...   (defaults: --comm_mode
-#               auto, which is inline here: 2 ranks on 2 cores)
-#   2 overlap   the same with --comm_mode overlap (GradSync's all-reduces on
-#               a communication thread beside the backward pass)
+#   2 ranks     ddprun --nproc_per_node=2 train ...   (defaults: GradSync's
+#               all-reduces on a communication thread beside the backward pass)
+#   2 inline    the same with --comm_mode inline (the all-reduces on the
+#               compute thread, between layers)
 #   2 sharded   the same with --shard_optimizer (ZeRO stage 1: each rank runs
 #               SGD on its half of the parameters, then the halves are
 #               all-gathered; the same losses to the last digit)
@@ -40,7 +40,7 @@ median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else pr
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 # name: extra train flags for a 2-rank configuration
-CONFIGS=("2 ranks:" "2 overlap:--comm_mode overlap" "2 sharded:--shard_optimizer")
+CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer")
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -928,7 +928,7 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   ASSERT_EQ(ddp_grad_sync_default_options(&options), 0);
   EXPECT_EQ(options.bucket_cap_bytes, std::size_t{25} << 20);
   EXPECT_EQ(options.first_bucket_bytes, std::size_t{1} << 20);
-  EXPECT_EQ(options.comm_mode, DDP_COMM_AUTO);
+  EXPECT_EQ(options.comm_mode, DDP_COMM_OVERLAP);
   options.first_bucket_bytes = 8;
   options.log_every = 0;
   ddp_grad_sync* gs = nullptr;

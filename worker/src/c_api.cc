@@ -157,8 +157,7 @@ void fill_stats(const ddp::IterationStats& s, ddp_grad_sync_stats_t* out) {
 
 }  // namespace
 
-static_assert(DDP_COMM_AUTO == static_cast<int>(ddp::CommMode::kAuto) &&
-              DDP_COMM_OVERLAP == static_cast<int>(ddp::CommMode::kOverlap) &&
+static_assert(DDP_COMM_OVERLAP == static_cast<int>(ddp::CommMode::kOverlap) &&
               DDP_COMM_INLINE == static_cast<int>(ddp::CommMode::kInline));
 
 extern "C" {
@@ -207,7 +206,7 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
       o.find_unused_parameters = options->find_unused_parameters != 0;
       o.prescaled_grads = options->prescaled_grads != 0;
       o.log_every = options->log_every;
-      if (options->comm_mode < DDP_COMM_AUTO || options->comm_mode > DDP_COMM_INLINE) {
+      if (options->comm_mode < DDP_COMM_OVERLAP || options->comm_mode > DDP_COMM_INLINE) {
         throw ddp::Error("comm_mode " + std::to_string(options->comm_mode) + " is not a DDP_COMM_* value");
       }
       o.comm_mode = static_cast<ddp::CommMode>(options->comm_mode);

@@ -1,7 +1,6 @@
 #pragma once
 // How many cores this process may run on (its affinity mask; the online CPUs
-// when the mask cannot be read): what decides whether waiting ranks spin and
-// whether a communication thread has a core of its own.
+// when the mask cannot be read): what decides whether waiting ranks spin.
 
 namespace ddp {
 

@@ -8,8 +8,6 @@
 
 #include "ddp/common/error.h"
 #include "ddp/log.h"
-#include "cpus.h"
-#include "ddp/ddp.h"
 #include "helpers_internal.h"
 
 #ifdef DDP_HAVE_NCCL
@@ -382,7 +380,6 @@ std::string mib(std::size_t bytes) {
 
 const char* comm_mode_name(CommMode mode) {
   switch (mode) {
-    case CommMode::kAuto: return "auto";
     case CommMode::kOverlap: return "overlap";
     case CommMode::kInline: return "inline";
   }
@@ -575,8 +572,7 @@ void GradSync::init() {
   scaled_.assign(n, options_.prescaled_grads ? 1 : 0);
   known_zero_.assign(n, 1);
   record_order_ = options_.rebuild_buckets;
-  inline_ = options_.comm_mode == CommMode::kInline ||
-            (options_.comm_mode == CommMode::kAuto && !device_buckets_ && local_world_size() >= cpus_available());
+  inline_ = options_.comm_mode == CommMode::kInline;
 
   std::vector<LayoutParam> lp;
   for (const auto& p : params_) lp.push_back({p.count(), p.dtype, p.device});

@@ -158,9 +158,8 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->capture_default_str();
   app.add_option("--comm_mode,--comm-mode", c.comm_mode,
                  "Where GradSync's all-reduces run: overlap (a communication thread, beside the "
-                 "backward pass), inline (the compute thread, between layers), or auto (inline when "
-                 "the node runs as many ranks as it has cores)")
-      ->check(CLI::IsMember({"auto", "overlap", "inline"}))
+                 "backward pass) or inline (the compute thread, between layers)")
+      ->check(CLI::IsMember({"overlap", "inline"}))
       ->capture_default_str();
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
                "ZeRO stage 1: each rank runs the optimizer on its 1/N of the parameters, then the "

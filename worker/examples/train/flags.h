@@ -44,7 +44,7 @@ struct Config {
   // parameters (and keeps only that shard's optimizer state current), then
   // the shards are all-gathered. Same results; CPU path only.
   bool shard_optimizer = false;
-  std::string comm_mode = "auto";  // GradSync's CommMode: auto, overlap, inline
+  std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
   // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
   std::string backend;

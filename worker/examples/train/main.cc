@@ -202,9 +202,7 @@ int run(const Config& c) {
   sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
                              : c.compression == "bf16" ? ddp::Compression::kBf16
                                                        : ddp::Compression::kNone;
-  sync_options.comm_mode = c.comm_mode == "inline"    ? ddp::CommMode::kInline
-                           : c.comm_mode == "overlap" ? ddp::CommMode::kOverlap
-                                                      : ddp::CommMode::kAuto;
+  sync_options.comm_mode = c.comm_mode == "inline" ? ddp::CommMode::kInline : ddp::CommMode::kOverlap;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   ddp::GradSync sync(pg, engine->grad_params(), sync_options);
 

@@ -87,7 +87,7 @@ typedef struct {
 
 enum { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16 = 1, DDP_COMPRESS_BF16 = 2 };
 /* Where bucket all-reduces run (GradSync's CommMode). */
-enum { DDP_COMM_AUTO = 0, DDP_COMM_OVERLAP = 1, DDP_COMM_INLINE = 2 };
+enum { DDP_COMM_OVERLAP = 0, DDP_COMM_INLINE = 1 };
 
 typedef struct {
   size_t bucket_cap_bytes;    /* default 25 MiB */
@@ -96,7 +96,7 @@ typedef struct {
   int find_unused_parameters; /* 0 or 1 */
   int prescaled_grads;        /* 1: gradient writes already carry 1/world_size */
   int log_every;              /* rank 0 logs stats at iterations 1-10, then every log_every */
-  int comm_mode;              /* DDP_COMM_* (default DDP_COMM_AUTO) */
+  int comm_mode;              /* DDP_COMM_* (default DDP_COMM_OVERLAP) */
 } ddp_grad_sync_options_t;
 
 typedef struct {

@@ -81,18 +81,15 @@
 // refused at construction, naming it. mark_ready() on a device gradient means
 // its kernels have completed: synchronize the stream that wrote it first.
 //
-// Communication (comm_mode). kOverlap: a bucket's all-reduce is handed to
-// the group's thread and runs while the backward pass goes on — what pays
-// when that thread has a core to itself. kInline: it runs on the caller's
-// thread, inside the mark_ready() (or finish()) that completes the bucket,
-// between two layers of the backward pass: when the node runs as many ranks
-// as it has cores, a communication thread only takes turns with the compute
-// threads (and moves their caches about), so running the same work inline
-// is faster. kAuto (default): kInline for host buckets when LOCAL_WORLD_SIZE
-// >= the cores this process may use, else kOverlap. Either way, errors of
-// the collectives are thrown by finish(); after one, an inline iteration
-// issues no further collectives (so a dead peer costs one timeout, not one
-// per bucket).
+// Communication (comm_mode). kOverlap (default): a bucket's all-reduce is
+// handed to the group's thread and runs while the backward pass goes on.
+// kInline: it runs on the caller's thread, inside the mark_ready() (or
+// finish()) that completes the bucket, between two layers of the backward
+// pass: no second thread competing for the cores when the node runs as many
+// ranks as it has cores, at the price of every bucket being a point where the
+// ranks wait for each other. Either way, errors of the collectives are
+// thrown by finish(); after one, an inline iteration issues no further
+// collectives (so a dead peer costs one timeout, not one per bucket).
 //
 // Statistics (stats()), per iteration, like torch DDP's logging data:
 //   backward_compute_ms  begin_backward() (else the iteration's first
@@ -137,8 +134,8 @@ enum class Compression : int { kNone, kFp16, kBf16 };
 const char* compression_name(Compression compression);  // "none", "fp16", "bf16"
 
 // Where bucket all-reduces run (see "Communication").
-enum class CommMode : int { kAuto, kOverlap, kInline };
-const char* comm_mode_name(CommMode mode);  // "auto", "overlap", "inline"
+enum class CommMode : int { kOverlap, kInline };
+const char* comm_mode_name(CommMode mode);  // "overlap", "inline"
 
 // A parameter: what every rank must agree on (name, shape, dtype), where its
 // memory is, and whether it has a gradient.
@@ -163,7 +160,7 @@ struct GradSyncOptions {
   bool rebuild_buckets = true;
   // Rank 0 logs statistics at iterations 1-10, then every log_every (0: never after 10).
   int log_every = 100;
-  CommMode comm_mode = CommMode::kAuto;
+  CommMode comm_mode = CommMode::kOverlap;
   // Largest collective prepare() issues (like torch DDP's 250 MiB).
   std::size_t broadcast_chunk_bytes = std::size_t{250} << 20;
 };
@@ -281,8 +278,7 @@ class GradSync {
   // REQUIRES: between iterations; bytes > 0.
   void set_first_bucket_bytes(std::size_t bytes);
   const GradSyncOptions& options() const { return options_; }
-  // kOverlap or kInline: what comm_mode resolved to on this rank.
-  CommMode comm_mode() const { return inline_ ? CommMode::kInline : CommMode::kOverlap; }
+  CommMode comm_mode() const { return options_.comm_mode; }
 
   const BucketLayout& layout() const { return layout_; }
   // 0 initially; +1 at every layout change.
