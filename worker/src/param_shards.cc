@@ -95,6 +95,7 @@ ElementRange ParamShards::owned(std::size_t index) const {
 }
 
 void ParamShards::all_gather() {
+  if (group_->size() == 1) return;  // one rank owns everything
   // In place: this rank's slice is already where the gather puts it.
   char* base = static_cast<char*>(buffer_.get());
   group_->all_gather(base + static_cast<std::size_t>(group_->rank()) * layout_.slice_bytes, base,
@@ -106,6 +107,7 @@ void ParamShards::all_gather(const std::vector<void*>& buffers) {
     throw Error("ParamShards::all_gather: " + std::to_string(buffers.size()) + " buffers for " +
                 std::to_string(num_params()) + " parameters");
   }
+  if (group_->size() == 1) return;
   std::shared_ptr<void> staging = group_->allocate(layout_.total_bytes);
   char* base = static_cast<char*>(staging.get());
   const int me = group_->rank();
