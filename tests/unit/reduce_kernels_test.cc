@@ -1,6 +1,8 @@
-// The reduction kernels Gloo calls: the vectorised half-precision path gives
-// exactly what converting each element to float, reducing and rounding back
-// (to nearest even) gives, for every op, including the scalar tail.
+// The reduction kernels Gloo and shm call: the vectorised half-precision and
+// bfloat16 paths give exactly what converting each element to float, reducing
+// and rounding back (to nearest even) gives, for every op, including the
+// scalar tail; the two-rank "into both" kernels give exactly what the plain
+// kernel followed by divide_in_place gives.
 
 #include "reduce_kernels.h"
 
@@ -44,6 +46,33 @@ TEST(ReduceKernels, HalfPrecisionMatchesElementwiseFloatReference) {
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t expected = float_to_half(reference(op, half_to_float(a[i]), half_to_float(b[i])));
         ASSERT_EQ(out[i], expected) << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i] << " b=" << b[i];
+      }
+    }
+  }
+}
+
+// The vectorised bfloat16 loop gives what the scalar helpers of types.h give,
+// element by element, for every bit pattern class: normals, subnormals,
+// infinities, NaNs, and values that round up into the next exponent.
+TEST(ReduceKernels, BFloat16MatchesElementwiseFloatReference) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 17u, 1000u, 4099u}) {
+      std::vector<std::uint16_t> a(n), b(n), out(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        a[i] = static_cast<std::uint16_t>(bits(rng));
+        b[i] = static_cast<std::uint16_t>(bits(rng));
+      }
+      reduce_function(DType::kBFloat16, op)(out.data(), a.data(), b.data(), n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float r = reference(op, bfloat16_to_float(a[i]), bfloat16_to_float(b[i]));
+        if (std::isnan(r)) {
+          ASSERT_TRUE(std::isnan(bfloat16_to_float(out[i]))) << op_name(op) << " n=" << n << " i=" << i;
+          continue;
+        }
+        ASSERT_EQ(out[i], float_to_bfloat16(r)) << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i]
+                                                << " b=" << b[i];
       }
     }
   }
@@ -98,8 +127,44 @@ TEST(ReduceKernels, IntoBothStoresTheReductionIntoBothBuffersBitForBit) {
   expect_into_both_matches<std::int32_t>(DType::kInt32, rng);
   expect_into_both_matches<std::int64_t>(DType::kInt64, rng);
   expect_into_both_matches<std::uint8_t>(DType::kUInt8, rng);
-  EXPECT_EQ(reduce_into_both_function(DType::kFloat16, ReduceOp::kSum), nullptr);
-  EXPECT_EQ(reduce_into_both_function(DType::kBFloat16, ReduceOp::kMax), nullptr);
+}
+
+// 16-bit types: random finite bit patterns (and +-0, which min/max keep), the
+// same check bit for bit, including the double rounding of kAvg (rounded sum,
+// then the rounded quotient) that reduce_function + divide_in_place give.
+void expect_sixteen_into_both_matches(DType dtype, std::uint16_t exponent_mask, std::mt19937& rng) {
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (int divisor : {1, 2, 3}) {
+      if (op != ReduceOp::kAvg && divisor != 1) continue;
+      for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 33u, 1000u, 4099u}) {
+        std::vector<std::uint16_t> a(n), b(n), expected(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          do { a[i] = static_cast<std::uint16_t>(bits(rng)); } while ((a[i] & exponent_mask) == exponent_mask);
+          do { b[i] = static_cast<std::uint16_t>(bits(rng)); } while ((b[i] & exponent_mask) == exponent_mask);
+        }
+        reduce_function(dtype, op)(expected.data(), a.data(), b.data(), n);
+        if (op == ReduceOp::kAvg) divide_in_place(expected.data(), n, dtype, divisor);
+        auto both = reduce_into_both_function(dtype, op);
+        ASSERT_NE(both, nullptr);
+        both(a.data(), b.data(), n, op == ReduceOp::kAvg ? divisor : 1);
+        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " + std::to_string(n) +
+                     " divisor " + std::to_string(divisor));
+        for (std::size_t i = 0; i < n; ++i) {
+          // A finite sum may overflow to infinity; never to NaN for + and *,
+          // but inf - inf cannot occur with finite inputs, so bits compare.
+          ASSERT_EQ(a[i], expected[i]) << "element " << i;
+          ASSERT_EQ(b[i], expected[i]) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceKernels, IntoBothForSixteenBitTypesMatchesReduceThenDivide) {
+  std::mt19937 rng(17);
+  expect_sixteen_into_both_matches(DType::kFloat16, 0x7c00, rng);
+  expect_sixteen_into_both_matches(DType::kBFloat16, 0x7f80, rng);
 }
 
 }  // namespace

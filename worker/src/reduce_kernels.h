@@ -15,7 +15,8 @@ ReduceFn reduce_function(DType dtype, ReduceOp op);
 // a[i] = b[i] = a[i] op b[i], then divided by `divisor` when it is > 1 (kAvg;
 // integer types truncate): the same bits as reduce_function then
 // divide_in_place, written to both buffers in one pass (the in-place
-// all-reduce of two ranks). a and b do not overlap. Null for the 16-bit types.
+// all-reduce of two ranks). a and b do not overlap. 16-bit types round the
+// reduction, then the quotient, as the two-step path does.
 using ReduceIntoBothFn = void (*)(void* a, void* b, std::size_t count, int divisor);
 ReduceIntoBothFn reduce_into_both_function(DType dtype, ReduceOp op);
 
