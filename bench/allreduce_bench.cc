@@ -8,6 +8,11 @@
 // --buffers allocated (default: from ProcessGroup::allocate, i.e. device memory
 // for nccl and the shared segment for shm, where an all-reduce runs in place)
 // or private (plain host memory of this process: shm copies through its slots).
+// --fresh: before every timed call each rank rewrites its whole input
+// (untimed, then a barrier), as a backward pass writes its gradients; the
+// time then includes moving the data between the cores' caches, which a
+// loop over the same buffer hides (there each rank's share of an in-place
+// all-reduce never leaves its own cache). Host buffers only.
 
 #include <algorithm>
 #include <chrono>
@@ -37,12 +42,17 @@ int main(int argc, char** argv) {
   std::size_t min_bytes = 8, max_bytes = 256u << 20;
   int trials = 5;
   std::string buffers = "allocated";
+  bool fresh = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--fresh") fresh = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--buffers") buffers = argv[i + 1];
     if (flag == "--min") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--max") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--trials") trials = std::atoi(argv[i + 1]);
+    if (flag == "--fresh") --i;  // takes no value
   }
   if (buffers != "allocated" && buffers != "private") {
     std::fprintf(stderr, "allreduce_bench: --buffers must be allocated or private, not '%s'\n", buffers.c_str());
@@ -50,9 +60,14 @@ int main(int argc, char** argv) {
   }
   auto pg = ddp::init();
   const int n = pg->size();
+  if (fresh && pg->backend_name() == "nccl") {
+    std::fprintf(stderr, "allreduce_bench: --fresh rewrites host buffers; backend nccl's are device memory\n");
+    return 64;
+  }
   if (pg->rank() == 0) {
-    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, %s buffers, median of %d trials\n",
-                pg->backend_name().c_str(), n, buffers.c_str(), trials);
+    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, %s buffers%s, median of %d trials\n",
+                pg->backend_name().c_str(), n, buffers.c_str(),
+                fresh ? " rewritten by their rank before every call (--fresh)" : "", trials);
     std::printf("%12s %12s %10s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   }
   // The backend's own memory: host memory for gloo, device memory for nccl (so a
@@ -72,9 +87,20 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     for (int t = 0; t < trials; ++t) {
       pg->barrier();
-      auto start = Clock::now();
-      for (int i = 0; i < iters; ++i) pg->all_reduce(buffer, count, ddp::DType::kFloat32);
-      double per_call = seconds_since(start) / iters;
+      double per_call = 0;
+      if (fresh) {
+        for (int i = 0; i < iters; ++i) {
+          std::fill(buffer, buffer + count, static_cast<float>(i));
+          pg->barrier();
+          auto start = Clock::now();
+          pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+          per_call += seconds_since(start) / iters;
+        }
+      } else {
+        auto start = Clock::now();
+        for (int i = 0; i < iters; ++i) pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+        per_call = seconds_since(start) / iters;
+      }
       pg->all_reduce(&per_call, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
       times.push_back(per_call);
     }
