@@ -18,6 +18,11 @@ for n in 2 4; do
   DDP_BACKEND=gloo "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
     "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" 2>/dev/null
 done
+echo "-- shm, 2 ranks, every input rewritten by its rank before each call (--fresh: the data leaves the writer's cache, as gradients must) --"
+for buffers in allocated private; do
+  DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=2 --no_prefix \
+    "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" --fresh --min 4096 2>/dev/null
+done
 echo "== gradient sync (bench/gradsync_bench: GradSync on a 3.2M-parameter MLP step, 1 and 2 ranks; shm, then gloo) =="
 for backend in shm gloo; do
   for n in 1 2; do
