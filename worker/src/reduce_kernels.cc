@@ -110,13 +110,27 @@ ReduceFn native_best() {
   return native<T, Op>;
 }
 
-template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float), class Op>
-void sixteen(void* out, const void* a, const void* b, std::size_t n) {
+// Half precision without F16C (and F16C's scalar tails): element by element.
+template <class Op>
+void half_scalar(void* out, const void* a, const void* b, std::size_t n) {
   auto* o = static_cast<std::uint16_t*>(out);
   auto* x = static_cast<const std::uint16_t*>(a);
   auto* y = static_cast<const std::uint16_t*>(b);
-  for (std::size_t i = 0; i < n; ++i) o[i] = FromFloat(Op::apply(ToFloat(x[i]), ToFloat(y[i])));
+  for (std::size_t i = 0; i < n; ++i) o[i] = float_to_half(Op::apply(half_to_float(x[i]), half_to_float(y[i])));
 }
+
+template <class Op>
+void half_both_scalar(void* pa, void* pb, std::size_t n, int divisor) {
+  auto* a = static_cast<std::uint16_t*>(pa);
+  auto* b = static_cast<std::uint16_t*>(pb);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t r = float_to_half(Op::apply(half_to_float(a[i]), half_to_float(b[i])));
+    if (divisor > 1) r = float_to_half(half_to_float(r) / static_cast<float>(divisor));
+    a[i] = r;
+    b[i] = r;
+  }
+}
+
 
 // bfloat16 <-> float as inline, branch-free bit arithmetic (the same bits as
 // types.h's bfloat16_to_float / float_to_bfloat16: round to nearest even, NaN
@@ -206,7 +220,7 @@ __attribute__((target("avx,f16c"))) void half_f16c(void* out, const void* a, con
     __m128i r = _mm256_cvtps_ph(apply8<Op>(fx, fy), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i), r);
   }
-  for (; i < n; ++i) o[i] = float_to_half(Op::apply(half_to_float(x[i]), half_to_float(y[i])));
+  half_scalar<Op>(o + i, x + i, y + i, n - i);
 }
 
 // a[i] = b[i] = half(a[i] op b[i]), then half(that / divisor) when divisor > 1.
@@ -224,12 +238,7 @@ __attribute__((target("avx,f16c"))) void half_both_f16c(void* pa, void* pb, std:
     _mm_storeu_si128(reinterpret_cast<__m128i*>(a + i), r);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b + i), r);
   }
-  for (; i < n; ++i) {
-    std::uint16_t r = float_to_half(Op::apply(half_to_float(a[i]), half_to_float(b[i])));
-    if (divisor > 1) r = float_to_half(half_to_float(r) / static_cast<float>(divisor));
-    a[i] = r;
-    b[i] = r;
-  }
+  half_both_scalar<Op>(a + i, b + i, n - i, divisor);
 }
 
 bool have_f16c() {
@@ -244,19 +253,6 @@ ReduceFn bf16_best() {
   if (have_avx2()) return bf16_avx2<Op>;
 #endif
   return bf16<Op>;
-}
-
-// Half precision into both buffers without F16C: element by element.
-template <class Op>
-void half_both_scalar(void* pa, void* pb, std::size_t n, int divisor) {
-  auto* a = static_cast<std::uint16_t*>(pa);
-  auto* b = static_cast<std::uint16_t*>(pb);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t r = float_to_half(Op::apply(half_to_float(a[i]), half_to_float(b[i])));
-    if (divisor > 1) r = float_to_half(half_to_float(r) / static_cast<float>(divisor));
-    a[i] = r;
-    b[i] = r;
-  }
 }
 
 template <class Op>
@@ -300,7 +296,7 @@ ReduceFn for_op(DType dtype) {
     case DType::kInt32: return native_best<std::int32_t, Op>();
     case DType::kInt64: return native_best<std::int64_t, Op>();
     case DType::kUInt8: return native_best<std::uint8_t, Op>();
-    case DType::kFloat16: return sixteen<half_to_float, float_to_half, Op>;
+    case DType::kFloat16: return half_scalar<Op>;
     case DType::kBFloat16: return bf16_best<Op>();
   }
   throw Error("unknown dtype");
