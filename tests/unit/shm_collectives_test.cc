@@ -394,6 +394,57 @@ TEST_P(ShmWorlds, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix) 
       options());
 }
 
+// ---- reduce_scatter ------------------------------------------------------------------------
+
+// Native in shared memory: in place when every input is allocate()d (each rank
+// reads its block from the others' inputs), through the chunk slots otherwise
+// (with 64 KiB chunks a slot carries fewer elements per destination than a
+// chunk of all_reduce, so the largest count spans several chunks). Also with
+// the output being the rank's own block of its input, as ZeRO-style callers do.
+TEST_P(ShmWorlds, ReduceScatterMatchesReferenceForEveryDtypeOpBoundaryCountAndMemory) {
+  ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
+  const int n = world();
+  on_ranks(
+      n,
+      [n](ProcessGroup& pg) {
+        const int me = pg.rank();
+        for (DType dtype : kDTypes) {
+          const std::size_t e = dtype_size(dtype);
+          for (std::size_t count : boundary_counts(dtype)) {
+            for (ReduceOp op : kOps) {
+              for (Memory memory : kMemories) {
+                for (bool in_place : {false, true}) {
+                  Buffer in(dtype, count * n);
+                  in.fill(0, count * n, [&](std::size_t k) { return input_value(me, k, dtype); });
+                  std::shared_ptr<void> block;
+                  char* input = in.slice(0);
+                  if (in_segment(memory, me)) {
+                    block = pg.allocate(std::max<std::size_t>(count * n * e, 1));
+                    std::memcpy(block.get(), in.data(), count * n * e);
+                    input = static_cast<char*>(block.get());
+                  }
+                  Buffer out(dtype, count);
+                  char* output = in_place ? input + static_cast<std::size_t>(me) * count * e : out.slice(0);
+                  pg.reduce_scatter(input, output, count, dtype, op);
+                  if (in_place) std::memcpy(out.data(), output, count * e);
+                  expect_elements(
+                      out, 0, count,
+                      [&](std::size_t i) {
+                        return reference(op, dtype, n, [&](int r) { return input_value(r, me * count + i, dtype); });
+                      },
+                      label(me,
+                            std::string("reduce_scatter ") + op_name(op) + " in " + memory_name(memory) +
+                                (in_place ? ", in place" : ""),
+                            count));
+                }
+              }
+            }
+          }
+        }
+      },
+      options());
+}
+
 TEST_P(ShmWorlds, BarrierHoldsEveryRankUntilTheLastArrives) {
   const int n = world();
   std::atomic<int> arrived{0}, passed{0};
@@ -597,6 +648,15 @@ TEST_P(ShmWorlds, MismatchFailsEveryRankAtOnceAndTheGroupRefusesMore) {
        {"broadcast of 16 bytes of float32 from root 0", "all_reduce of 16 bytes of float32 (sum)"}},
       {"root", [](ProcessGroup& pg, float* p) { pg.broadcast(p, 100000, DType::kFloat32, pg.rank() == 1 ? 1 : 0); },
        {"from root 1", "from root 0"}},
+      {"reduce_scatter against all_reduce",
+       [](ProcessGroup& pg, float* p) {
+         if (pg.rank() == 1) {
+           pg.reduce_scatter(p, p + 50000, 4, DType::kFloat32, ReduceOp::kSum);
+         } else {
+           pg.all_reduce(p, 4, DType::kFloat32);
+         }
+       },
+       {"reduce_scatter of 16 bytes of float32 (sum)", "all_reduce of 16 bytes of float32 (sum)"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE("mismatch of " + c.name);

@@ -38,7 +38,7 @@ using shm::Descriptor;
 
 constexpr std::size_t kFuseBytes = 16 << 10;  // reduce-then-copy block of the private path
 
-enum class Kind : std::uint32_t { kAllReduce = 1, kBroadcast, kReduce, kAllGather, kBarrier };
+enum class Kind : std::uint32_t { kAllReduce = 1, kBroadcast, kReduce, kAllGather, kBarrier, kReduceScatter };
 
 const char* kind_name(std::uint32_t kind) {
   switch (static_cast<Kind>(kind)) {
@@ -47,6 +47,7 @@ const char* kind_name(std::uint32_t kind) {
     case Kind::kReduce: return "reduce";
     case Kind::kAllGather: return "all_gather";
     case Kind::kBarrier: return "barrier";
+    case Kind::kReduceScatter: return "reduce_scatter";
   }
   return "an unknown collective";
 }
@@ -215,8 +216,53 @@ class ShmBackend final : public Backend {
   void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override {
     guarded([&] { fallback().all_to_all(in, out, count, dtype); });
   }
+  // Rank r's `out` = block r of every rank's `in`, reduced. In place when
+  // every rank's `in` lives in the segment (each rank reads its block straight
+  // from the others' inputs); otherwise chunk by chunk through the slots, each
+  // rank copying in only the blocks the others reduce. Across nodes: Gloo.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
-    guarded([&] { fallback().reduce_scatter(in, out, count, dtype, op); });
+    guarded([&] {
+      if (count == 0) return;
+      if (!single_node()) return fallback().reduce_scatter(in, out, count, dtype, op);
+      const std::size_t element = dtype_size(dtype), bytes = count * element;
+      Descriptor d{static_cast<std::uint32_t>(Kind::kReduceScatter), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
+                   static_cast<std::int32_t>(op)};
+      d.offset = segment().offset_of(in, bytes * static_cast<std::size_t>(local_size_));
+      // Which path runs depends on where every rank's input lives, known once all have published.
+      begin(d);
+      auto* src = static_cast<const char*>(in);
+      auto* dst = static_cast<char*>(out);
+      const std::size_t mine = static_cast<std::size_t>(me_) * bytes;
+      bool zero_copy = true;
+      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      if (zero_copy) {
+        const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
+        for (std::size_t o = 0; o < count; o += block) {
+          const std::size_t n = std::min(block, count - o), at = mine + o * element;
+          reduce_slice(dst + o * element, src + at,
+                       [&](int k) { return segment().base() + published(k).offset + at; }, n, dtype, op);
+        }
+        sync_->phase(deadline_);  // nobody returns (and lets its caller reuse `in`) before all have read it
+        return;
+      }
+      // Each chunk slot holds, per destination rank, `per` elements of its block.
+      const std::size_t per =
+          std::max<std::size_t>(1, segment().geometry().chunk_bytes / (element * static_cast<std::size_t>(local_size_)));
+      for (std::size_t b = 0; b < count; b += per) {
+        const std::size_t m = std::min(per, count - b);
+        const unsigned parity = chunk_parity_++;
+        char* slot = segment().chunk_slot(me_, parity);
+        for (int k = 0; k < local_size_; ++k) {
+          if (k == me_) continue;
+          std::memcpy(slot + static_cast<std::size_t>(k) * per * element,
+                      src + (static_cast<std::size_t>(k) * count + b) * element, m * element);
+        }
+        sync_->phase(deadline_);
+        const std::size_t at = static_cast<std::size_t>(me_) * per * element;
+        reduce_slice(dst + b * element, src + mine + b * element,
+                     [&](int k) { return segment().chunk_slot(k, parity) + at; }, m, dtype, op);
+      }
+    });
   }
 
   std::shared_ptr<void> allocate(std::size_t bytes) override {
