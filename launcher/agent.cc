@@ -323,6 +323,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       env.rdzv_endpoint = rdzv_endpoint;
       env.rdzv_token = spec_.rdzv_token;
       env.round = round.round;
+      env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
       if (spec_.multi_node()) {
         env.rdzv_tls_ca = spec_.tls_ca;
         env.node_addr = node_address_;

@@ -44,6 +44,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
       {"TORCHELASTIC_RUN_ID", run_id},
       {"DDP_RUN_ID", run_id},
   };
+  if (output_prefixed) env.emplace_back("DDP_OUTPUT_PREFIXED", "1");
   if (!rdzv_endpoint.empty()) {
     env.emplace_back("DDP_RDZV_ENDPOINT", rdzv_endpoint);
     env.emplace_back("DDP_RDZV_TOKEN", rdzv_token);
@@ -59,7 +60,8 @@ const std::vector<std::string>& contract_variable_names() {
       "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
       "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR"};
+      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR",
+      "DDP_OUTPUT_PREFIXED"};
   return names;
 }
 
@@ -102,6 +104,7 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.rdzv_token = optional_str("DDP_RDZV_TOKEN", "");
   env.rdzv_tls_ca = optional_str("DDP_RDZV_TLS_CA", "");
   env.node_addr = optional_str("DDP_NODE_ADDR", "");
+  env.output_prefixed = optional_int("DDP_OUTPUT_PREFIXED", 0, 0, 1) == 1;
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

@@ -37,6 +37,7 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.round = 4;
   env.rdzv_tls_ca = "/etc/ca.pem";
   env.node_addr = "10.0.0.2";
+  env.output_prefixed = true;
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) EXPECT_TRUE(vars.count(name)) << name;
@@ -59,6 +60,21 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_EQ(back->round, 4);
   EXPECT_EQ(back->rdzv_tls_ca, "/etc/ca.pem");
   EXPECT_EQ(back->node_addr, "10.0.0.2");
+  EXPECT_TRUE(back->output_prefixed);
+}
+
+TEST(EnvContract, OutputPrefixedIsWrittenOnlyWhenTrueAndReadAsZeroOrOne) {
+  WorkerEnv env;
+  for (const auto& [name, value] : env.to_env()) EXPECT_NE(name, "DDP_OUTPUT_PREFIXED");
+  EXPECT_FALSE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}})->output_prefixed);
+  EXPECT_FALSE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "0"}})->output_prefixed);
+  EXPECT_TRUE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "1"}})->output_prefixed);
+  try {
+    parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "yes"}});
+    FAIL() << "a malformed DDP_OUTPUT_PREFIXED must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DDP_OUTPUT_PREFIXED"), std::string::npos) << e.what();
+  }
 }
 
 TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({})); }

@@ -93,6 +93,10 @@ TEST(LogRules, DecorateAddsTheRankPrefixToAllLinesAndWarnings) {
   EXPECT_EQ(log::decorate(Level::kWarn, true, 3, 4, "slow"), "[rank 3] WARNING: slow");
   EXPECT_EQ(log::decorate(Level::kError, false, 1, 4, "bad"), "[rank 1] ERROR: bad");
   EXPECT_EQ(log::decorate(Level::kDebug, true, 1, 4, "x"), "[rank 1] DEBUG: x");
+  // Under ddprun's own "[rank N] " prefix the library does not repeat it.
+  EXPECT_EQ(log::decorate(Level::kWarn, true, 3, 4, "slow", true), "WARNING: slow");
+  EXPECT_EQ(log::decorate(Level::kInfo, true, 2, 4, "shard 2", true), "shard 2");
+  EXPECT_EQ(log::decorate(Level::kError, false, 1, 4, "a\nb", true), "ERROR: a\nERROR: b");
 }
 
 TEST(LogRules, DecorateHasNoRankPrefixInAWorldOfOne) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "ddp/common/env_contract.h"
 #include "ddp/ddp.h"
 
 namespace ddp::log {
@@ -17,6 +18,7 @@ struct Identity {
   int rank = 0;
   int local_rank = 0;
   int world_size = 1;
+  bool launcher_shows_rank = false;  // DDP_OUTPUT_PREFIXED
 };
 
 // The contract does not change during a process's life; read it once. A
@@ -29,6 +31,7 @@ const Identity& identity() {
       i.rank = ddp::rank();
       i.local_rank = ddp::local_rank();
       i.world_size = ddp::world_size();
+      if (auto env = WorkerEnv::from_process_env()) i.launcher_shows_rank = env->output_prefixed;
     } catch (...) {
       i = Identity{};
     }
@@ -113,9 +116,10 @@ bool should_print(Level level, bool all, Level threshold, Policy policy, int ran
   return policy == Policy::kLocalRank0 ? local_rank == 0 : rank == 0;
 }
 
-std::string decorate(Level level, bool all, int rank, int world_size, std::string_view message) {
+std::string decorate(Level level, bool all, int rank, int world_size, std::string_view message,
+                     bool launcher_shows_rank) {
   std::string prefix;
-  if (world_size > 1 && (all || level >= Level::kWarn))
+  if (world_size > 1 && !launcher_shows_rank && (all || level >= Level::kWarn))
     prefix = "[rank " + std::to_string(rank) + "] ";
   switch (level) {
     case Level::kDebug:
@@ -170,7 +174,7 @@ void write(Level level, bool all, std::string_view message) {
   try {
     if (!enabled(level, all)) return;
     const Identity& id = identity();
-    std::string text = decorate(level, all, id.rank, id.world_size, message);
+    std::string text = decorate(level, all, id.rank, id.world_size, message, id.launcher_shows_rank);
     Loggers loggers = current_loggers();
     auto& logger = level >= Level::kWarn ? loggers.err : loggers.out;
     logger->log(to_spdlog(level), text);

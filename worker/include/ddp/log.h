@@ -92,7 +92,10 @@ void reset_sinks();
 bool should_print(Level level, bool all, Level threshold, Policy policy, int rank, int local_rank);
 // The text written: `message` with the prefix of `level` on every line, no
 // trailing newline. E.g. decorate(kWarn, true, 2, 4, "x") == "[rank 2] WARNING: x".
-std::string decorate(Level level, bool all, int rank, int world_size, std::string_view message);
+// `launcher_shows_rank` (ddprun prefixing the worker's lines itself,
+// DDP_OUTPUT_PREFIXED=1) leaves "[rank N] " out: "WARNING: x".
+std::string decorate(Level level, bool all, int rank, int world_size, std::string_view message,
+                     bool launcher_shows_rank = false);
 // "debug", "info", "warn"/"warning", "error", "off" (any case) -> Level; false if unknown.
 bool parse_level(std::string_view text, Level* level);
 

@@ -32,6 +32,10 @@ struct WorkerEnv {
   long round = 0;             // DDP_ROUND
   std::string rdzv_tls_ca;    // DDP_RDZV_TLS_CA: PEM CA of a TLS rendezvous (written only when set)
   std::string node_addr;      // DDP_NODE_ADDR: this node's address for peer traffic (multi-node only)
+  // DDP_OUTPUT_PREFIXED=1: the launcher starts every console line of this
+  // worker with "[rank N] ", so ddp::log leaves the rank out of its own
+  // prefix (written only when true; "0" or "1" when read).
+  bool output_prefixed = false;
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
