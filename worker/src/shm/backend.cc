@@ -167,12 +167,31 @@ class ShmBackend final : public Backend {
       Descriptor d{static_cast<std::uint32_t>(Kind::kAllGather), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
                    -1};
       d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
+      d.input_offset = segment().offset_of(in, bytes);
       // The first phase comes before any copy: which path runs depends on
       // where every rank's output lives, known once all have published.
       begin(d);
       auto* src = static_cast<const char*>(in);
-      bool zero_copy = true;
-      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      bool zero_copy = true, inputs_shared = true;
+      for (int k = 0; k < local_size_; ++k) {
+        zero_copy = zero_copy && published(k).offset >= 0;
+        inputs_shared = inputs_shared && published(k).input_offset >= 0;
+      }
+      if (zero_copy && inputs_shared) {
+        // Every input and output lives in the segment: each rank pulls the
+        // others' inputs into its own output. A line then crosses between
+        // cores once (read by its new owner), where pushing into another
+        // rank's output moves it twice (taken over to write, read back by
+        // its owner): ParamShards' in-place gather of the parameters.
+        char* mine = segment().base() + published(me_).offset;
+        for (int k = 0; k < local_size_; ++k) {
+          char* to = mine + static_cast<std::size_t>(k) * bytes;
+          const char* from = segment().base() + published(k).input_offset;
+          if (to != from) std::memmove(to, from, bytes);
+        }
+        sync_->phase(deadline_);  // nobody returns (and lets its caller change its input) before all have read it
+        return;
+      }
       if (zero_copy) {
         // Every output lives in the segment: this rank writes its input
         // straight into every rank's output (in place when `in` is already

@@ -41,6 +41,7 @@ struct alignas(kCacheLine) Descriptor {
   std::int64_t offset = -1;  // of the rank's buffer in the segment, -1 if private
   std::int32_t root = -1;
   std::int32_t op = -1;
+  std::int64_t input_offset = -1;  // all_gather: of the rank's input in the segment, -1 if private
 };
 
 struct alignas(kCacheLine) RankControl {
