@@ -1,4 +1,5 @@
-// nccl-tests-style sweep of libddp's all_reduce (float32, sum): run under
+// nccl-tests-style sweep of libddp's all_reduce (float32, sum; --collective for
+// reduce_scatter or all_gather): run under
 // ddprun, e.g. `ddprun --nproc_per_node=2 allreduce_bench`. For each size it
 // warms up, times `iters` calls per trial (the slowest rank's time counts),
 // and rank 0 prints size, time, algbw and busbw = algbw * 2(n-1)/n — median
@@ -13,6 +14,11 @@
 // time then includes moving the data between the cores' caches, which a
 // loop over the same buffer hides (there each rank's share of an in-place
 // all-reduce never leaves its own cache). Host buffers only.
+// --collective all_reduce (default) | reduce_scatter | all_gather, with
+// nccl-tests' conventions: size is the whole buffer (reduce_scatter's input,
+// all_gather's output; size/n per rank), busbw = algbw * (n-1)/n for these
+// two; all_gather runs in place (each rank's input is its slice of the
+// output, as ParamShards does), reduce_scatter into a separate output.
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +48,7 @@ int main(int argc, char** argv) {
   std::size_t min_bytes = 8, max_bytes = 256u << 20;
   int trials = 5;
   std::string buffers = "allocated";
+  std::string collective = "all_reduce";
   bool fresh = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--fresh") fresh = true;
@@ -52,10 +59,16 @@ int main(int argc, char** argv) {
     if (flag == "--min") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--max") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--trials") trials = std::atoi(argv[i + 1]);
+    if (flag == "--collective") collective = argv[i + 1];
     if (flag == "--fresh") --i;  // takes no value
   }
   if (buffers != "allocated" && buffers != "private") {
     std::fprintf(stderr, "allreduce_bench: --buffers must be allocated or private, not '%s'\n", buffers.c_str());
+    return 64;
+  }
+  if (collective != "all_reduce" && collective != "reduce_scatter" && collective != "all_gather") {
+    std::fprintf(stderr, "allreduce_bench: --collective must be all_reduce, reduce_scatter or all_gather, not '%s'\n",
+                 collective.c_str());
     return 64;
   }
   auto pg = ddp::init();
@@ -65,8 +78,8 @@ int main(int argc, char** argv) {
     return 64;
   }
   if (pg->rank() == 0) {
-    std::printf("# libddp all_reduce float32 sum, backend %s, %d ranks, %s buffers%s, median of %d trials\n",
-                pg->backend_name().c_str(), n, buffers.c_str(),
+    std::printf("# libddp %s float32%s, backend %s, %d ranks, %s buffers%s, median of %d trials\n",
+                collective.c_str(), collective == "all_gather" ? "" : " sum", pg->backend_name().c_str(), n, buffers.c_str(),
                 fresh ? " rewritten by their rank before every call (--fresh)" : "", trials);
     std::printf("%12s %12s %10s %10s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   }
@@ -74,31 +87,50 @@ int main(int argc, char** argv) {
   // GPU run times NCCL, not host-to-device staging). Its values do not matter
   // for timing; on the host they are set to 1.
   const std::size_t capacity = max_bytes / sizeof(float) + 1;
-  std::shared_ptr<void> memory = buffers == "allocated" ? pg->allocate(capacity * sizeof(float))
-                                                      : std::shared_ptr<void>(new float[capacity], [](void* p) {
+  // reduce_scatter's output follows its input in the same block.
+  const std::size_t floats = collective == "reduce_scatter" ? 2 * capacity : capacity;
+  std::shared_ptr<void> memory = buffers == "allocated" ? pg->allocate(floats * sizeof(float))
+                                                      : std::shared_ptr<void>(new float[floats], [](void* p) {
                                                           delete[] static_cast<float*>(p);
                                                         });
   float* buffer = static_cast<float*>(memory.get());
-  if (pg->backend_name() != "nccl") std::fill(buffer, buffer + capacity, 1.0f);
+  if (pg->backend_name() != "nccl") std::fill(buffer, buffer + floats, 1.0f);
+  const int me = pg->rank();
+  const bool all_reduce = collective == "all_reduce";
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
-    std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
+    // Elements per rank of reduce_scatter's output / all_gather's input, and in all.
+    const std::size_t per = std::max<std::size_t>(1, bytes / sizeof(float) / (all_reduce ? 1 : n));
+    const std::size_t count = all_reduce ? per : per * n;
+    if (count > capacity) break;
+    auto call = [&] {
+      if (all_reduce) {
+        pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+      } else if (collective == "reduce_scatter") {
+        pg->reduce_scatter(buffer, buffer + capacity, per, ddp::DType::kFloat32, ddp::ReduceOp::kSum);
+      } else {
+        pg->all_gather(buffer + static_cast<std::size_t>(me) * per, buffer, per, ddp::DType::kFloat32);
+      }
+    };
+    // What a producer rewrites before each call under --fresh: the input.
+    float* input = collective == "all_gather" ? buffer + static_cast<std::size_t>(me) * per : buffer;
+    const std::size_t input_count = collective == "all_gather" ? per : count;
     int iters = iterations_for(bytes);
-    for (int w = 0; w < std::min(iters, 5); ++w) pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+    for (int w = 0; w < std::min(iters, 5); ++w) call();
     std::vector<double> times;
     for (int t = 0; t < trials; ++t) {
       pg->barrier();
       double per_call = 0;
       if (fresh) {
         for (int i = 0; i < iters; ++i) {
-          std::fill(buffer, buffer + count, static_cast<float>(i));
+          std::fill(input, input + input_count, static_cast<float>(i));
           pg->barrier();
           auto start = Clock::now();
-          pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+          call();
           per_call += seconds_since(start) / iters;
         }
       } else {
         auto start = Clock::now();
-        for (int i = 0; i < iters; ++i) pg->all_reduce(buffer, count, ddp::DType::kFloat32);
+        for (int i = 0; i < iters; ++i) call();
         per_call = seconds_since(start) / iters;
       }
       pg->all_reduce(&per_call, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
@@ -107,7 +139,7 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     double t = times[times.size() / 2];
     double algbw = static_cast<double>(count * sizeof(float)) / t / 1e9;
-    double busbw = algbw * 2.0 * (n - 1) / n;
+    double busbw = algbw * (all_reduce ? 2.0 : 1.0) * (n - 1) / n;
     if (pg->rank() == 0) std::printf("%12zu %12.1f %10.3f %10.3f\n", count * sizeof(float), t * 1e6, algbw, busbw);
     std::fflush(stdout);
   }

@@ -23,6 +23,15 @@ for buffers in allocated private; do
   DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=2 --no_prefix \
     "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" --fresh --min 4096 2>/dev/null
 done
+echo "== reduce_scatter and all_gather (bench/allreduce_bench --collective), 2 ranks: shm allocated, shm private, gloo =="
+for collective in reduce_scatter all_gather; do
+  for buffers in allocated private; do
+    DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=2 --no_prefix \
+      "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --collective "$collective" --buffers "$buffers" --min 4096 2>/dev/null
+  done
+  DDP_BACKEND=gloo "$B/launcher/ddprun" --nproc_per_node=2 --no_prefix \
+    "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --collective "$collective" --min 4096 --max 67108864 2>/dev/null
+done
 echo "== gradient sync (bench/gradsync_bench: GradSync on a 3.2M-parameter MLP step, 1 and 2 ranks; shm, then gloo) =="
 for backend in shm gloo; do
   for n in 1 2; do
