@@ -434,6 +434,110 @@ TEST(GradSyncUnused, NeverMarkedParameterFailsEveryRankAndTheOwnerNamesIt) {
   EXPECT_TRUE(has(errors[0], "iteration 1")) << errors[0];
 }
 
+// ------------------------------------------------------------ needed gradients (ZeRO stage 2)
+
+struct PartialCase {
+  const char* backend;
+  int world;
+  CommMode mode;
+};
+class GradSyncPartial : public ::testing::TestWithParam<PartialCase> {};
+
+ProcessGroupOptions options_for(const char* backend) {
+  ProcessGroupOptions o = gloo_options();
+  o.backend = backend;
+  return o;
+}
+
+// Each rank names the elements it reads (a contiguous share of every
+// parameter, as ParamShards owns them); those hold exactly the bits a full
+// GradSync gives, through every bucket, iteration and layout rebuild.
+TEST_P(GradSyncPartial, NeededElementsHoldTheFullAveragesBits) {
+  const auto [backend, world, mode] = GetParam();
+  // Weights past shm's 32 KiB single-copy limit (fc1 51 KB, fc2 120 KB), so
+  // their buckets take the in-place partial path; the biases the small one.
+  const Mlp model = testing::make_mlp({64, 200, 150, 10}, 11);
+  on_ranks(
+      world,
+      [&](ProcessGroup& pg) {
+        GradSyncOptions options;
+        options.bucket_cap_bytes = 256;
+        options.first_bucket_bytes = 64;
+        options.log_every = 0;
+        options.comm_mode = mode;
+        GradSync full(pg, mlp_params(model), options), partial(pg, mlp_params(model), options);
+        std::vector<ElementRange> mine;
+        for (std::size_t p = 0; p < partial.num_params(); ++p) {
+          const std::size_t c = partial.param(p).count();
+          mine.push_back({c * pg.rank() / world, c * (pg.rank() + 1) / world});
+        }
+        partial.set_needed_gradients(mine);
+        EXPECT_TRUE(partial.partial());
+        const int shard = 24 / world;
+        for (int it = 0; it < 3; ++it) {
+          const Batch batch = make_batch(model, 24, 300 + it);
+          auto grads = mlp_grads(model, batch, pg.rank() * shard, (pg.rank() + 1) * shard);
+          for (GradSync* sync : {&full, &partial}) {
+            sync->begin_backward();
+            for (std::size_t p : backward_order(model)) {
+              write_grad(*sync, p, grads[p], Path::kView);
+              sync->mark_ready(p);
+            }
+            sync->finish();
+          }
+          for (std::size_t p = 0; p < partial.num_params(); ++p) {
+            const float* a = full.grad_view(p);
+            const float* b = partial.grad_view(p);
+            for (std::size_t i = mine[p].begin; i < mine[p].end; ++i) {
+              ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
+                  << "rank " << pg.rank() << " iteration " << it + 1 << " " << partial.param(p).name << "[" << i
+                  << "]: " << b[i] << " against " << a[i];
+            }
+          }
+        }
+        EXPECT_EQ(partial.layout_version(), 1);  // rebuilt once, as the full one
+      },
+      options_for(backend));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GradSyncPartial,
+                         ::testing::Values(PartialCase{"shm", 2, CommMode::kOverlap},
+                                           PartialCase{"shm", 2, CommMode::kInline},
+                                           PartialCase{"shm", 3, CommMode::kOverlap},
+                                           PartialCase{"shm", 4, CommMode::kInline},
+                                           PartialCase{"gloo", 3, CommMode::kOverlap}),
+                         [](const ::testing::TestParamInfo<PartialCase>& info) {
+                           return std::string(info.param.backend) + "_world" + std::to_string(info.param.world) +
+                                  (info.param.mode == CommMode::kInline ? "_inline" : "");
+                         });
+
+// The unused-parameter status still reaches every rank (it travels apart from
+// the partial reductions), and wrong ranges are refused naming what is wrong.
+TEST(GradSyncPartialChecks, UnusedParametersFailEveryRankAndBadRangesAreRefused) {
+  std::vector<std::string> errors(2);
+  on_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        GradSyncOptions options;
+        options.log_every = 0;
+        GradSync sync(pg, three_params(), options);
+        EXPECT_TRUE(has(error_of([&] { sync.set_needed_gradients({{0, 1}}); }), "1 ranges for 3 parameters"));
+        EXPECT_TRUE(has(error_of([&] { sync.set_needed_gradients({{0, 1}, {0, 5}, {0, 1}}); }),
+                        "elements [0, 5) are not within parameter 'fc2.bias' (4 elements)"));
+        sync.set_needed_gradients({{0, 2}, {0, 2}, {0, 2}});
+        for (std::size_t p = 0; p < 3; ++p) {
+          if (pg.rank() == 1 && p == 1) continue;
+          sync.mark_ready(p);
+        }
+        errors[pg.rank()] = error_of([&] { sync.finish(); });
+        sync.set_needed_gradients({});
+        EXPECT_FALSE(sync.partial());
+      },
+      options_for("shm"));
+  EXPECT_TRUE(has(errors[1], "parameters never marked ready on rank 1: 'fc2.bias'")) << errors[1];
+  EXPECT_TRUE(has(errors[0], "another rank had parameters that were never marked ready")) << errors[0];
+}
+
 TEST(GradSyncUnused, WorldOfOneListsEveryMissingName) {
   auto pg = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("local"));
   GradSyncOptions options;

@@ -394,6 +394,81 @@ TEST_P(ShmWorlds, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix) 
       options());
 }
 
+// ---- all_reduce_partial -------------------------------------------------------------------
+
+// Which rank needs element i (-1: none), in runs of 7 so ranges start and end
+// inside cache lines and inside the ranks' slices.
+int needer_of(std::size_t i, int world) {
+  auto x = static_cast<std::uint32_t>(i / 7) * 2654435761u;
+  return static_cast<int>((x >> 7) % static_cast<std::uint32_t>(world + 1)) - 1;
+}
+
+// The needed elements hold exactly the bits a full all_reduce gives (with
+// float sums that round differently in another order), in every memory mix:
+// in place (each rank reduces only its own elements) or the full paths.
+TEST_P(ShmWorlds, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
+  ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
+  const int n = world();
+  on_ranks(
+      n,
+      [n](ProcessGroup& pg) {
+        const int me = pg.rank();
+        for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32}) {
+          const std::size_t e = dtype_size(dtype);
+          for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+            for (ReduceOp op : kOps) {
+              for (Memory memory : kMemories) {
+                Buffer values(dtype, count);
+                // Inexact float sums: the order of the additions shows in the bits.
+                values.fill(0, count, [&](std::size_t i) {
+                  auto x = static_cast<std::uint32_t>(i * 40503u + static_cast<std::size_t>(me) * 977u) * 2654435761u;
+                  const double v = static_cast<double>((x >> 8) % 20001u) - 10000.0;
+                  return dtype == DType::kInt32 ? v : v / 7.0;
+                });
+                Buffer full = values;
+                all_reduce_in(pg, full, op, memory);
+                std::vector<ElementRange> needed;
+                for (std::size_t i = 0; i < count; ++i) {
+                  if (needer_of(i, n) != me) continue;
+                  if (!needed.empty() && needed.back().end == i) {
+                    ++needed.back().end;
+                  } else {
+                    needed.push_back({i, i + 1});
+                  }
+                }
+                std::shared_ptr<void> block;
+                char* data = values.slice(0);
+                if (in_segment(memory, me)) {
+                  block = pg.allocate(count * e);
+                  std::memcpy(block.get(), values.data(), count * e);
+                  data = static_cast<char*>(block.get());
+                }
+                pg.all_reduce_partial(data, count, dtype, op, needed);
+                for (const ElementRange& r : needed) {
+                  for (std::size_t i = r.begin; i < r.end; ++i) {
+                    if (std::memcmp(data + i * e, full.slice(i), e) != 0) {
+                      Buffer got(dtype, 1);
+                      std::memcpy(got.data(), data + i * e, e);
+                      FAIL() << "rank " << me << ", " << dtype_name(dtype) << " " << op_name(op) << " in "
+                             << memory_name(memory) << ", count " << count << ": element " << i << " is "
+                             << got.get(0) << ", all_reduce gives " << full.get(i);
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+        // A range past the buffer is refused before anything is sent, naming it.
+        std::vector<float> few(8, 1.0f);
+        const std::string error =
+            error_of([&] { pg.all_reduce_partial(few.data(), 8, DType::kFloat32, ReduceOp::kSum, {{4, 9}}); });
+        EXPECT_TRUE(contains(error, "[4, 9)")) << error;
+        EXPECT_TRUE(contains(error, "8 elements")) << error;
+      },
+      options());
+}
+
 // ---- reduce_scatter ------------------------------------------------------------------------
 
 // Native in shared memory: in place when every input is allocate()d (each rank

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/store.h"
@@ -24,6 +25,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
+  // ProcessGroup::all_reduce_partial; a full all_reduce unless the backend has a cheaper way.
+  virtual void all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                  const std::vector<ElementRange>& /*needed*/) {
+    all_reduce(data, count, dtype, op);
+  }
   virtual void broadcast(void* data, std::size_t count, DType dtype, int root) = 0;
   virtual void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
   virtual void all_gather(const void* in, void* out, std::size_t count, DType dtype) = 0;

@@ -709,6 +709,24 @@ void GradSync::zero_bytes(void* p, std::size_t bytes) {
 
 // ------------------------------------------------------------ iterations
 
+void GradSync::set_needed_gradients(std::vector<ElementRange> per_param) {
+  require_between_iterations("set_needed_gradients");
+  if (!per_param.empty() && per_param.size() != params_.size()) {
+    throw Error("GradSync::set_needed_gradients: " + std::to_string(per_param.size()) + " ranges for " +
+                std::to_string(params_.size()) + " parameters");
+  }
+  for (std::size_t p = 0; p < per_param.size(); ++p) {
+    const ElementRange& r = per_param[p];
+    if (r.begin > r.end || r.end > params_[p].count()) {
+      throw Error("GradSync::set_needed_gradients: elements [" + std::to_string(r.begin) + ", " +
+                  std::to_string(r.end) + ") are not within parameter '" + params_[p].name + "' (" +
+                  std::to_string(params_[p].count()) + " elements)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  needed_ = std::move(per_param);
+}
+
 void GradSync::require_between_iterations(const char* what) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (in_iteration_) {
@@ -888,13 +906,27 @@ void GradSync::launch_locked(std::size_t b, bool status) {
       store_scalar(word, lb.dtype, status ? 1.0 : 0.0);
     }
   }
-  start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op);
+  if (!needed_.empty() && !device_buckets_) {
+    // This rank's elements of the bucket; the status word goes separately (finish()).
+    std::vector<ElementRange> mine;
+    for (const BucketSlot& slot : lb.slots) {
+      const ElementRange& r = needed_[slot.param];
+      if (!r.empty()) mine.push_back({slot.offset + r.begin, slot.offset + r.end});
+    }
+    // The full count (status word included), so every path splits the bucket
+    // as a full all-reduce does and gives the same bits.
+    start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op, &mine);
+  } else {
+    start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op);
+  }
   wire_bytes_ += elements * dtype_size(lb.dtype);
 }
 
-void GradSync::start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op) {
+void GradSync::start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op,
+                                const std::vector<ElementRange>* needed) {
   if (!inline_) {
-    bucket.work = group_->all_reduce_async(data, count, dtype, op);
+    bucket.work = needed ? group_->all_reduce_partial_async(data, count, dtype, op, *needed)
+                         : group_->all_reduce_async(data, count, dtype, op);
     return;
   }
   const auto start = Clock::now();
@@ -902,7 +934,11 @@ void GradSync::start_all_reduce(Bucket& bucket, void* data, std::size_t count, D
     bucket.error = inline_error_;  // the group failed this iteration: no more waiting on it
   } else {
     try {
-      group_->all_reduce(data, count, dtype, op);
+      if (needed) {
+        group_->all_reduce_partial(data, count, dtype, op, *needed);
+      } else {
+        group_->all_reduce(data, count, dtype, op);
+      }
     } catch (...) {
       bucket.error = inline_error_ = std::current_exception();
     }
@@ -982,7 +1018,17 @@ void GradSync::finish() {
     }
   }
   bool global_status = local_status;
-  if (!error && group_->size() > 1 && !buckets_.empty()) {
+  const bool status_apart = !needed_.empty() && !device_buckets_ && !buckets_.empty() && !buckets_.back()->compressed;
+  if (!error && group_->size() > 1 && status_apart) {
+    // Partial reductions leave the bucket's status word unreduced: one word of its own.
+    double flag = local_status ? 1.0 : 0.0;
+    try {
+      group_->all_reduce(&flag, 1, DType::kFloat64, ReduceOp::kMax);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    global_status = flag != 0;
+  } else if (!error && group_->size() > 1 && !buckets_.empty()) {
     const Bucket& last = *buckets_.back();
     const LayoutBucket& lb = layout_.buckets.back();
     double value = 0;

@@ -209,6 +209,22 @@ void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, Reduce
   DDP_BLOCKING(all_reduce_async(data, count, dtype, op));
 }
 
+std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                                             const std::vector<ElementRange>& needed) {
+  for (const ElementRange& r : needed) {
+    if (r.begin > r.end || r.end > count) {
+      throw Error("all_reduce_partial: element range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                  ") is not within the " + std::to_string(count) + " elements");
+    }
+  }
+  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->all_reduce_partial(data, count, dtype, op, needed); });
+}
+void ProcessGroup::all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                      const std::vector<ElementRange>& needed) {
+  DDP_BLOCKING(all_reduce_partial_async(data, count, dtype, op, needed));
+}
+
 std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, int root) {
   check_root(root, "broadcast");
   return submit({"broadcast", count, dtype, -1, root}, [=, this] { backend_->broadcast(data, count, dtype, root); });

@@ -55,6 +55,11 @@ class CpuEngine final : public Engine {
       std::vector<float*> views;
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) views.push_back(shards_->view(p));
       model_.bind(views);
+      // The step reads only the gradient elements this rank owns: the others
+      // need not be reduced here (ZeRO stage 2's reduce-scatter).
+      std::vector<ddp::ElementRange> owned;
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) owned.push_back(shards_->owned(p));
+      sync.set_needed_gradients(std::move(owned));
     }
   }
   void gather_state() override {

@@ -272,6 +272,20 @@ class GradSync {
   void end_no_sync() noexcept;
   bool sync_enabled() const;
 
+  // ZeRO-style sharding: `per_param[i]` are the elements of parameter i's
+  // gradient this rank reads after finish() (a sharded optimizer reads only
+  // what it updates, e.g. ParamShards::owned(i)); finish() then guarantees
+  // the averages only there, the rest of the views are unspecified. Ranks'
+  // ranges must not overlap (each element is read by one rank at most). With
+  // shm and buckets from allocate() each rank reduces just its elements
+  // (ProcessGroup::all_reduce_partial: about half the memory traffic on one
+  // node; the same bits); elsewhere, and for compressed or device buckets,
+  // every bucket is still all-reduced. An empty vector restores full
+  // all-reduces. Throws ddp::Error for a wrong count or a range outside its
+  // parameter. REQUIRES: between iterations; every rank calls it.
+  void set_needed_gradients(std::vector<ElementRange> per_param);
+  bool partial() const { return !needed_.empty(); }
+
   // Changes the first bucket's size limit and lays the buckets out again at
   // once (same order; gradient values kept; views move). Every rank must call
   // it with the same value between the same iterations.
@@ -299,7 +313,8 @@ class GradSync {
   void copy_in(std::size_t index, const void* src, bool accumulate);
   void launch_ready_locked(bool status);
   void launch_locked(std::size_t b, bool status);
-  void start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op);
+  void start_all_reduce(Bucket& bucket, void* data, std::size_t count, DType dtype, ReduceOp op,
+                        const std::vector<ElementRange>* needed = nullptr);
   void poll_completions_locked(Clock::time_point now);
   void record_iteration_locked(bool synced, Clock::time_point enter, Clock::time_point done);
   void maybe_rebuild();
@@ -326,6 +341,7 @@ class GradSync {
   std::vector<char> marked_window_;  // per parameter: marked since the last synced iteration
   std::vector<char> scaled_;         // per parameter: values carry the 1/world_size factor
   std::vector<char> known_zero_;     // per parameter: the view is known to hold zeros
+  std::vector<ElementRange> needed_;  // set_needed_gradients; empty: full all-reduces
   std::size_t next_launch_ = 0;
   std::size_t oldest_unfinished_ = 0;
   std::vector<std::size_t> observed_order_;

@@ -38,13 +38,7 @@
 
 namespace ddp {
 
-// Elements [begin, end) of one parameter.
-struct ElementRange {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  std::size_t size() const { return end - begin; }
-  bool empty() const { return begin == end; }
-};
+// ElementRange (ddp/types.h): elements [begin, end) of one parameter.
 
 // Pure: where each parameter lives in the flat buffer and which of its
 // elements each rank owns.

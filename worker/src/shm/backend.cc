@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -111,6 +112,17 @@ class ShmBackend final : public Backend {
   }
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
+    all_reduce_impl(data, count, dtype, op, nullptr);
+  }
+
+  void all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
+                          const std::vector<ElementRange>& needed) override {
+    all_reduce_impl(data, count, dtype, op, &needed);
+  }
+
+  // `needed` (all_reduce_partial) only changes the in-place path on one node;
+  // every other path reduces everything.
+  void all_reduce_impl(void* data, std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>* needed) {
     guarded([&] {
       if (count == 0) return;
       if (!state_ || (config_.nodes > 1 && !cross_)) {
@@ -125,6 +137,7 @@ class ShmBackend final : public Backend {
       begin(d);
       bool zero_copy = true;
       for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      if (zero_copy && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
       if (zero_copy) return zero_copy_all_reduce(count, dtype, op);
       chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
     });
@@ -415,6 +428,44 @@ class ShmBackend final : public Backend {
     sync_->phase(deadline_);
   }
 
+  // all_reduce_partial in place: each rank reduces only the elements it needs
+  // into its own buffer, reading the others' buffers, which nobody changes
+  // before the final phase (the ranks' lists do not overlap, so nobody reads
+  // an element another rank has already overwritten). Each element is reduced
+  // in the order zero_copy_all_reduce uses (the value of the rank whose slice
+  // holds it first, then the others by rank), so the bits are the same.
+  void zero_copy_partial(std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>& needed) {
+    const std::size_t element = dtype_size(dtype);
+    const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
+    char* base = segment().base();
+    auto buffer = [&](int k) { return base + published(k).offset; };
+    ReduceFn fn = reduce_function(dtype, op);
+    for (const ElementRange& range : needed) {
+      for (int owner = 0; owner < local_size_; ++owner) {
+        const Slice slice = slice_of(count, local_size_, owner, element);
+        const std::size_t lo = std::max(range.begin, slice.lo), hi = std::min(range.end, slice.hi);
+        for (std::size_t o = lo; o < hi; o += block) {
+          const std::size_t n = std::min(block, hi - o), at = o * element;
+          // Into this rank's buffer directly when its own value is read by
+          // the first step (it is the owner, or the first rank after it; two
+          // ranks: always); otherwise through an L1 block, so its value is
+          // not overwritten before its turn in the order.
+          const int first_other = owner == 0 ? 1 : 0;
+          char* out = owner == me_ || first_other == me_ ? buffer(me_) + at : partial_block_.data();
+          const char* acc = buffer(owner) + at;
+          for (int k = 0; k < local_size_; ++k) {
+            if (k == owner) continue;
+            fn(out, acc, buffer(k) + at, n);
+            acc = out;
+          }
+          if (op == ReduceOp::kAvg) divide_in_place(out, n, dtype, config_.size);
+          if (out != buffer(me_) + at) std::memcpy(buffer(me_) + at, out, n * element);
+        }
+      }
+    }
+    sync_->phase(deadline_);
+  }
+
   // Private buffers, pipelined in chunks through double-buffered slots:
   // copy in what the others need, reduce this rank's slice into the result
   // slot, copy out the others' slices. `to` is the rank that receives the
@@ -501,6 +552,8 @@ class ShmBackend final : public Backend {
       parity = next;
     }
   }
+
+  alignas(64) std::array<char, kFuseBytes> partial_block_{};  // zero_copy_partial's block
 
   void open_segment() {
     const std::string key = "shm/node" + std::to_string(config_.node);
