@@ -90,11 +90,26 @@ void gather_and_check(ProcessGroup& pg) {
   const std::vector<GradParam> params = {
       {"fc1.weight", {37, 29}}, {"fc1.bias", {37}}, {"empty", {0}}, {"fc2.weight", {3, 3000}}, {"fc2.bias", {1}}};
   ParamShards shards(pg, params);
+  // One copy for the node with shm (several ranks), one per rank otherwise.
+  EXPECT_EQ(shards.node_shared(), pg.backend_name() == "shm" && pg.size() > 1);
   for (std::size_t p = 0; p < params.size(); ++p) {
     float* v = shards.view(p);
     const ElementRange mine = shards.owned(p);
     for (std::size_t i = 0; i < params[p].count(); ++i) {
-      v[i] = i >= mine.begin && i < mine.end ? owner_value(p, i) : -1.0f - static_cast<float>(pg.rank());
+      if (i >= mine.begin && i < mine.end) {
+        v[i] = owner_value(p, i);
+      } else if (!shards.node_shared()) {
+        v[i] = -1.0f - static_cast<float>(pg.rank());  // garbage the gather must overwrite
+      }
+    }
+  }
+  if (shards.node_shared()) {
+    // Shared: every owner's values are everywhere after any collective, before any gather.
+    pg.barrier();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      for (std::size_t i = 0; i < params[p].count(); ++i) {
+        ASSERT_EQ(shards.view(p)[i], owner_value(p, i)) << params[p].name << " element " << i << " on rank " << pg.rank();
+      }
     }
   }
   // Optimizer-like state in private memory, with one parameter without any.

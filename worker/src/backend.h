@@ -39,6 +39,11 @@ class Backend {
   virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
   virtual void barrier() = 0;
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
+  // ProcessGroup::allocate_node_shared, on the group's rank 0: a zeroed block
+  // every rank can reach, as an offset for node_shared_at; -1 when there is none.
+  virtual std::int64_t offer_node_shared(std::size_t /*bytes*/) { return -1; }
+  // On every rank: the block rank 0 offered at `offset`.
+  virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) { return nullptr; }
 };
 
 struct BackendConfig {

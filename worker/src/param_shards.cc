@@ -64,8 +64,12 @@ ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& para
     dtypes_.push_back(p.dtype);
   }
   layout_ = make_shard_layout(counts, sizes, group.size());
-  buffer_ = group.allocate(layout_.total_bytes);
-  std::memset(buffer_.get(), 0, layout_.total_bytes);
+  buffer_ = group.allocate_node_shared(layout_.total_bytes);  // collective
+  node_shared_ = buffer_ != nullptr;
+  if (!node_shared_) {
+    buffer_ = group.allocate(layout_.total_bytes);
+    std::memset(buffer_.get(), 0, layout_.total_bytes);
+  }
 }
 
 void ParamShards::check_index(std::size_t index) const {
@@ -96,6 +100,9 @@ ElementRange ParamShards::owned(std::size_t index) const {
 
 void ParamShards::all_gather() {
   if (group_->size() == 1) return;  // one rank owns everything
+  // One copy for the whole node: every rank already sees every update; the
+  // barrier only keeps anyone from reading before all have written.
+  if (node_shared_) return group_->barrier();
   // In place: this rank's slice is already where the gather puts it.
   char* base = static_cast<char*>(buffer_.get());
   group_->all_gather(base + static_cast<std::size_t>(group_->rank()) * layout_.slice_bytes, base,

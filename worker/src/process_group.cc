@@ -310,4 +310,11 @@ std::vector<std::string> ProcessGroup::all_gather_object(const std::string& byte
 
 std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) { return backend_->allocate(bytes); }
 
+std::shared_ptr<void> ProcessGroup::allocate_node_shared(std::size_t bytes) {
+  if (size_ == 1) return nullptr;
+  std::int64_t offset = rank_ == 0 ? backend_->offer_node_shared(bytes) : -1;
+  broadcast(&offset, 1, DType::kInt64, 0);  // in order with every other collective
+  return offset < 0 ? nullptr : backend_->node_shared_at(offset, bytes);
+}
+
 }  // namespace ddp

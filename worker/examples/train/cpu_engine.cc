@@ -54,7 +54,11 @@ class CpuEngine final : public Engine {
       shards_ = std::make_unique<ddp::ParamShards>(sync.group(), model_.grad_params());
       std::vector<float*> views;
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) views.push_back(shards_->view(p));
-      model_.bind(views);
+      // One copy for the node (shm): rank 0 fills it (every rank holds rank
+      // 0's weights by now), the others wait for that before computing.
+      const bool shared = shards_->node_shared();
+      model_.bind(views, !shared || sync.group().rank() == 0);
+      if (shared) sync.group().barrier();
       // The step reads only the gradient elements this rank owns: the others
       // need not be reduced here (ZeRO stage 2's reduce-scatter).
       std::vector<ddp::ElementRange> owned;

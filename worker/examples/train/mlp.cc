@@ -36,13 +36,13 @@ Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
   act_.resize(static_cast<std::size_t>(num_layers()));
 }
 
-void Mlp::bind(const std::vector<float*>& storage) {
+void Mlp::bind(const std::vector<float*>& storage, bool copy) {
   if (storage.size() != tensors_.size()) {
     throw ddp::Error("Mlp::bind: " + std::to_string(storage.size()) + " buffers for " +
                      std::to_string(tensors_.size()) + " parameters");
   }
   for (std::size_t p = 0; p < storage.size(); ++p) {
-    if (storage[p] != data_[p]) std::memcpy(storage[p], data_[p], count(p) * sizeof(float));
+    if (copy && storage[p] != data_[p]) std::memcpy(storage[p], data_[p], count(p) * sizeof(float));
     data_[p] = storage[p];
   }
 }

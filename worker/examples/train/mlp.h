@@ -49,8 +49,9 @@ class Mlp {
   std::vector<void*> data_pointers();
   // Moves the parameters into storage[p] (count(p) floats each, owned by the
   // caller and outliving the model, e.g. ddp::ParamShards' views): the
-  // current values are copied there and every later use reads them there.
-  void bind(const std::vector<float*>& storage);
+  // current values are copied there (unless `copy` is false: another rank
+  // fills memory that several ranks share) and every later use reads them there.
+  void bind(const std::vector<float*>& storage, bool copy = true);
   // Names and shapes, for GradSync (and its cross-rank check).
   std::vector<ddp::GradParam> grad_params() const;
 

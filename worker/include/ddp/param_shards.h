@@ -11,17 +11,19 @@
 // everything: the runs agree to the last bit as long as the update is
 // element-wise (SGD, Adam).
 //
-//   ddp::ParamShards shards(group, params);     // not collective
-//   copy each parameter's values into shards.data(i), then compute with them there
+//   ddp::ParamShards shards(group, params);     // collective
+//   copy each parameter's values into shards.data(i) (node_shared(): on one
+//   rank, then a barrier), then compute with them there
 //   for (step...) {
 //     ... forward, backward, sync.finish() ...
 //     for (i) update shards.owned(i) elements of parameter i with sync.grad(i)
 //     shards.all_gather();                       // collective
 //   }
 //
-// Layout: the parameters live in ONE buffer from ProcessGroup::allocate()
-// (inside the node's shared segment with shm, so all_gather() writes straight
-// into the other ranks' buffers), each at a 64-byte aligned offset, in the
+// Layout: the parameters live in ONE buffer: with shm on one node a single
+// copy for all the node's ranks (ProcessGroup::allocate_node_shared), so
+// all_gather() has nothing to move; otherwise one per rank from
+// ProcessGroup::allocate(); each parameter at a 64-byte aligned offset, in the
 // order given; the buffer (padded to a multiple of 64 * world_size bytes) is
 // cut into world_size equal slices, and rank r owns the elements of slice r.
 // A parameter may be owned in part by several ranks, or not at all by some.
@@ -62,9 +64,9 @@ class ParamShards {
  public:
   // Allocates the flat buffer (zeroed) for `params` (their count() and dtype;
   // device and requires_grad are not used: host memory, and frozen
-  // parameters are sharded like the others). Not collective, but every rank
-  // must construct it with the same parameters to agree on the layout.
-  // `group` must outlive this object.
+  // parameters are sharded like the others). Collective (the node-shared
+  // buffer's place is handed out by rank 0): every rank constructs it at the
+  // same point with the same parameters. `group` must outlive this object.
   ParamShards(ProcessGroup& group, const std::vector<GradParam>& params);
 
   std::size_t num_params() const { return layout_.counts.size(); }
@@ -74,6 +76,12 @@ class ParamShards {
   float* view(std::size_t index);
   // The elements of parameter `index` this rank updates.
   ElementRange owned(std::size_t index) const;
+  // The buffer is one copy shared by every rank of the node (shm, a group on
+  // one node): then a rank must write only its owned() elements (the others
+  // are written by their owners at the same time; before the first
+  // all_gather(), let one rank fill it, then a barrier), and all_gather() is
+  // a barrier.
+  bool node_shared() const { return node_shared_; }
   const ShardLayout& layout() const { return layout_; }
 
   // Collective: every rank's owned elements of every parameter to every rank.
@@ -92,6 +100,7 @@ class ParamShards {
   std::vector<DType> dtypes_;
   ShardLayout layout_;
   std::shared_ptr<void> buffer_;
+  bool node_shared_ = false;
 };
 
 }  // namespace ddp

@@ -126,6 +126,13 @@ class ProcessGroup {
   // when the segment has no room it warns once and returns private memory).
   // Freed when the last reference goes, which may outlive the group.
   std::shared_ptr<void> allocate(std::size_t bytes);
+  // Collective: ONE zeroed block of `bytes` that every rank of the group
+  // sees (the same memory, mapped by each) when the group is the ranks of a
+  // single node under shm; nullptr otherwise (a world of one, several nodes,
+  // another backend, no room), on every rank alike. Writes by one rank are
+  // seen by the others after any later collective. The block stays until the
+  // group's segment goes, even when every reference is dropped.
+  std::shared_ptr<void> allocate_node_shared(std::size_t bytes);
 
  private:
   ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options);

@@ -297,6 +297,29 @@ class ShmBackend final : public Backend {
     });
   }
 
+  // A block of local rank 0's arena, never given back (other ranks may still
+  // use it when rank 0 drops its reference): it goes with the segment.
+  std::int64_t offer_node_shared(std::size_t bytes) override {
+    if (!state_ || config_.nodes > 1 || local_size_ < 2 || me_ != 0) return -1;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto offset = state_->arena->take(bytes);
+    if (!offset) return -1;
+    const std::size_t at = segment().arena_offset(me_) + *offset;
+    const std::size_t len = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    if (posix_fallocate(segment().fd(), static_cast<off_t>(at), static_cast<off_t>(len)) != 0) {
+      state_->arena->give_back(*offset);
+      return -1;
+    }
+    std::memset(segment().base() + at, 0, len);  // pages now, and zeros even where the arena was used before
+    return static_cast<std::int64_t>(at);
+  }
+
+  std::shared_ptr<void> node_shared_at(std::int64_t offset, std::size_t bytes) override {
+    if (!state_ || offset < 0 || segment().offset_of(segment().base() + offset, bytes) != offset) return nullptr;
+    std::shared_ptr<SharedState> keep = state_;  // the mapping lives as long as a reference does
+    return std::shared_ptr<void>(segment().base() + offset, [keep](void*) {});
+  }
+
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     if (!state_) return Backend::allocate(bytes);
     std::string why;
