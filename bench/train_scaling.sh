@@ -16,9 +16,11 @@
 #               all-reduces on a communication thread beside the backward pass)
 #   2 inline    the same with --comm_mode inline (the all-reduces on the
 #               compute thread, between layers)
-#   2 sharded   the same with --shard_optimizer (ZeRO stage 1: each rank runs
-#               SGD on its half of the parameters, then the halves are
-#               all-gathered; the same losses to the last digit)
+#   2 sharded   the same with --shard_optimizer (ZeRO: each rank reduces
+#               and updates only its half of the gradients and parameters;
+#               with shm one node-wide copy of the parameters, so nothing is
+#               gathered; the same losses to the last digit)
+#   2 shard+inl --shard_optimizer --comm_mode inline
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
 # and the ratios to 1 rank. Figures are medians over the repetitions (the two
@@ -40,7 +42,8 @@ median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else pr
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 # name: extra train flags for a 2-rank configuration
-CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer")
+CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer"
+         "2 shard+inl:--shard_optimizer --comm_mode inline")
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
