@@ -162,8 +162,9 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->check(CLI::IsMember({"overlap", "inline"}))
       ->capture_default_str();
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
-               "ZeRO stage 1: each rank runs the optimizer on its 1/N of the parameters, then the "
-               "updated shards are all-gathered (ddp::ParamShards; same results, less memory traffic)");
+               "ZeRO: each rank reduces the gradients of and updates its 1/N of the parameters, "
+               "which are then all-gathered (with shm: one copy per node, nothing to gather) "
+               "(ddp::ParamShards; same results, less memory traffic)");
   app.add_option("--backend", c.backend,
                  "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
                  "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "

@@ -213,7 +213,7 @@ int run(const Config& c) {
       world, pg->backend_name(), dims_text(dims), engine->num_elements(), task_name(c.task),
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
       total_steps, optimizer_name(c.optimizer), c.lr,
-      c.shard_optimizer ? " (sharded: ZeRO stage 1)" : "", engine->description());
+      c.shard_optimizer ? " (sharded: ZeRO)" : "", engine->description());
 
   std::string resumed_from;
   const std::int64_t first_step = resume(c, *engine, *pg, step_samples, &resumed_from);
