@@ -1100,6 +1100,18 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   ASSERT_EQ(ddp_grad_sync_grad(gs, 0, &g), 0);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(static_cast<float*>(g)[i], 2 * w[i]);
 
+  // Needed gradients: checked like the C++ call; a world of one reduces nothing anyway.
+  size_t begins[3] = {0, 0, 0}, ends[3] = {3, 2, 1};
+  EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 2), -1);
+  EXPECT_TRUE(has(ddp_last_error(), "2 ranges for 3 parameters")) << ddp_last_error();
+  ends[0] = 7;
+  EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 3), -1);
+  EXPECT_TRUE(has(ddp_last_error(), "elements [0, 7) are not within parameter 'fc.weight'")) << ddp_last_error();
+  EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, nullptr, nullptr, 3), -1);
+  ends[0] = 3;
+  EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 3), 0) << ddp_last_error();
+  EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, nullptr, nullptr, 0), 0) << ddp_last_error();
+
   // A parameter never marked: the error names it.
   EXPECT_EQ(ddp_grad_sync_mark_ready(gs, 0), 0);
   EXPECT_EQ(ddp_grad_sync_finish(gs), -1);

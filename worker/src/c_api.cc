@@ -268,6 +268,17 @@ int ddp_grad_sync_zero_grad(ddp_grad_sync* gs) {
   });
 }
 
+int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends, size_t n) {
+  return guarded("ddp_grad_sync_set_needed_gradients", [&] {
+    ddp::GradSync& sync = checked(gs);
+    if (n > 0 && (begins == nullptr || ends == nullptr)) throw ddp::Error("begins and ends must not be NULL");
+    std::vector<ddp::ElementRange> ranges;
+    for (size_t i = 0; i < n; ++i) ranges.push_back({begins[i], ends[i]});
+    sync.set_needed_gradients(std::move(ranges));
+    return 0;
+  });
+}
+
 int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_begin_backward", [&] {
     checked(gs).begin_backward();

@@ -135,6 +135,12 @@ DDP_C_API int ddp_grad_sync_mark_ready(ddp_grad_sync* gs, size_t index);
 /* Collective (synced iterations): waits; gradients hold the mean over ranks.
  * Fails listing parameters never marked ready (unless find_unused_parameters). */
 DDP_C_API int ddp_grad_sync_finish(ddp_grad_sync* gs);
+/* ZeRO-style sharding (GradSync::set_needed_gradients): parameter i's
+ * gradient elements [begins[i], ends[i]) are the ones this rank reads after
+ * finish(); the rest may stay unreduced. n == 0 restores full all-reduces,
+ * otherwise n == the number of parameters. Between iterations; every rank. */
+DDP_C_API int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends,
+                                                 size_t n);
 /* Iterations begun between begin and end accumulate without communication. */
 DDP_C_API int ddp_grad_sync_no_sync_begin(ddp_grad_sync* gs);
 DDP_C_API int ddp_grad_sync_no_sync_end(ddp_grad_sync* gs);
