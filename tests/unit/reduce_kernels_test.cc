@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -47,6 +48,31 @@ TEST(ReduceKernels, HalfPrecisionMatchesElementwiseFloatReference) {
         std::uint16_t expected = float_to_half(reference(op, half_to_float(a[i]), half_to_float(b[i])));
         ASSERT_EQ(out[i], expected) << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i] << " b=" << b[i];
       }
+    }
+  }
+}
+
+// types.h's bfloat16 conversions, against the bit patterns they must give:
+// truncation below half an ulp, ties to even, carries into the exponent and
+// to infinity, infinities kept, NaNs kept NaN (quiet), and exact widening.
+TEST(BFloat16, ConversionsRoundToNearestEvenAndKeepInfinitiesAndNaNs) {
+  auto f = [](std::uint32_t bits) { return std::bit_cast<float>(bits); };
+  EXPECT_EQ(float_to_bfloat16(f(0x3f800000u)), 0x3f80);  // 1.0
+  EXPECT_EQ(float_to_bfloat16(f(0x3f807fffu)), 0x3f80);  // below half: down
+  EXPECT_EQ(float_to_bfloat16(f(0x3f808000u)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(float_to_bfloat16(f(0x3f818000u)), 0x3f82);  // tie, odd rounds up to even
+  EXPECT_EQ(float_to_bfloat16(f(0x3f808001u)), 0x3f81);  // above half: up
+  EXPECT_EQ(float_to_bfloat16(f(0x3fffffffu)), 0x4000);  // carries into the exponent
+  EXPECT_EQ(float_to_bfloat16(f(0x7f7fffffu)), 0x7f80);  // largest float: to infinity
+  EXPECT_EQ(float_to_bfloat16(f(0xff800000u)), 0xff80);  // -infinity
+  EXPECT_EQ(float_to_bfloat16(f(0x80000001u)), 0x8000);  // tiny negative subnormal: -0
+  EXPECT_EQ(float_to_bfloat16(f(0x7f800001u)), 0x7fc0);  // signalling NaN: quiet NaN, not infinity
+  EXPECT_EQ(float_to_bfloat16(f(0xffffffffu)), 0xffff);  // NaN with all payload bits stays
+  for (std::uint32_t b = 0; b <= 0xffff; ++b) {
+    const auto h = static_cast<std::uint16_t>(b);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(bfloat16_to_float(h)), b << 16) << b;  // exact widening
+    if ((b & 0x7f80) != 0x7f80 || (b & 0x7f) == 0) {  // every non-NaN pattern comes back unchanged
+      ASSERT_EQ(float_to_bfloat16(bfloat16_to_float(h)), h) << b;
     }
   }
 }

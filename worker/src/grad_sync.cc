@@ -206,23 +206,13 @@ void half_to_floats(const std::uint16_t* in, float* d, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) d[i] = half_to_float(in[i]);
 }
 
-// float_to_bfloat16 without branches: round to nearest even; NaN stays NaN.
+// types.h's inline bfloat16 conversions: these loops vectorise.
 void floats_to_bfloat16(const float* s, float k, std::uint16_t* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t x;
-    const float v = s[i] * k;
-    std::memcpy(&x, &v, 4);
-    const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    const std::uint32_t nan = (x >> 16) | 0x40u;
-    out[i] = static_cast<std::uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_bfloat16(s[i] * k);
 }
 
 void bfloat16_to_floats(const std::uint16_t* in, float* d, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t x = static_cast<std::uint32_t>(in[i]) << 16;
-    std::memcpy(d + i, &x, 4);
-  }
+  for (std::size_t i = 0; i < n; ++i) d[i] = bfloat16_to_float(in[i]);
 }
 
 // wire[i] = 16-bit(src[i] * scale): src is float32 or float64.

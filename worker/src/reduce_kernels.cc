@@ -1,7 +1,6 @@
 #include "reduce_kernels.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <type_traits>
 
@@ -132,22 +131,11 @@ void half_both_scalar(void* pa, void* pb, std::size_t n, int divisor) {
 }
 
 
-// bfloat16 <-> float as inline, branch-free bit arithmetic (the same bits as
-// types.h's bfloat16_to_float / float_to_bfloat16: round to nearest even, NaN
-// stays NaN), so the loops below vectorise; the out-of-line scalar calls cost
-// ~20x (a bf16-compressed GradSync step took 1.77x a float32 one).
-inline float bf16_to_f32(std::uint16_t v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16); }
-inline std::uint16_t f32_to_bf16(float f) {
-  const auto x = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  const std::uint32_t nan = (x >> 16) | 0x40u;
-  return static_cast<std::uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
+// bfloat16 through types.h's inline conversions, so these loops vectorise.
 template <class Op>
 inline void bf16_loop(std::uint16_t* o, const std::uint16_t* x, const std::uint16_t* y, std::size_t n) {
 #pragma GCC ivdep
-  for (std::size_t i = 0; i < n; ++i) o[i] = f32_to_bf16(Op::apply(bf16_to_f32(x[i]), bf16_to_f32(y[i])));
+  for (std::size_t i = 0; i < n; ++i) o[i] = float_to_bfloat16(Op::apply(bfloat16_to_float(x[i]), bfloat16_to_float(y[i])));
 }
 
 template <class Op>
@@ -164,14 +152,14 @@ inline void bf16_both_loop(std::uint16_t* a, std::uint16_t* b, std::size_t n, in
     const float d = static_cast<float>(divisor);
 #pragma GCC ivdep
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint16_t r = f32_to_bf16(bf16_to_f32(f32_to_bf16(Op::apply(bf16_to_f32(a[i]), bf16_to_f32(b[i])))) / d);
+      const std::uint16_t r = float_to_bfloat16(bfloat16_to_float(float_to_bfloat16(Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])))) / d);
       a[i] = r;
       b[i] = r;
     }
   } else {
 #pragma GCC ivdep
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint16_t r = f32_to_bf16(Op::apply(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
+      const std::uint16_t r = float_to_bfloat16(Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])));
       a[i] = r;
       b[i] = r;
     }

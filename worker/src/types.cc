@@ -90,16 +90,4 @@ std::uint16_t float_to_half(float f) {
   return static_cast<std::uint16_t>(half);
 }
 
-float bfloat16_to_float(std::uint16_t b) {
-  std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  return std::bit_cast<float>(bits);
-}
-
-std::uint16_t float_to_bfloat16(float f) {
-  const auto x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<std::uint16_t>((x >> 16) | 0x40);  // NaN stays NaN
-  std::uint32_t rounding = 0x7fff + ((x >> 16) & 1);
-  return static_cast<std::uint16_t>((x + rounding) >> 16);
-}
-
 }  // namespace ddp
