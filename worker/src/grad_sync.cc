@@ -896,19 +896,18 @@ void GradSync::launch_locked(std::size_t b, bool status) {
       store_scalar(word, lb.dtype, status ? 1.0 : 0.0);
     }
   }
-  if (!needed_.empty() && !device_buckets_) {
-    // This rank's elements of the bucket; the status word goes separately (finish()).
-    std::vector<ElementRange> mine;
+  // Partial: this rank's elements of the bucket (the status word goes apart,
+  // in finish()), with the full count so every path splits the bucket as a
+  // full all-reduce does and gives the same bits.
+  const bool partial = !needed_.empty() && !device_buckets_;
+  std::vector<ElementRange> mine;
+  if (partial) {
     for (const BucketSlot& slot : lb.slots) {
       const ElementRange& r = needed_[slot.param];
       if (!r.empty()) mine.push_back({slot.offset + r.begin, slot.offset + r.end});
     }
-    // The full count (status word included), so every path splits the bucket
-    // as a full all-reduce does and gives the same bits.
-    start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op, &mine);
-  } else {
-    start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op);
   }
+  start_all_reduce(bucket, bucket.buffer.get(), elements, lb.dtype, op, partial ? &mine : nullptr);
   wire_bytes_ += elements * dtype_size(lb.dtype);
 }
 

@@ -135,8 +135,7 @@ class ShmBackend final : public Backend {
       if (bytes <= segment().geometry().small_bytes && !cross_) return small_all_reduce(data, count, dtype, op, d);
       d.offset = segment().offset_of(data, bytes);
       begin(d);
-      bool zero_copy = true;
-      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
+      const bool zero_copy = all_in_segment();
       if (zero_copy && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
       if (zero_copy) return zero_copy_all_reduce(count, dtype, op);
       chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
@@ -185,12 +184,8 @@ class ShmBackend final : public Backend {
       // where every rank's output lives, known once all have published.
       begin(d);
       auto* src = static_cast<const char*>(in);
-      bool zero_copy = true, inputs_shared = true;
-      for (int k = 0; k < local_size_; ++k) {
-        zero_copy = zero_copy && published(k).offset >= 0;
-        inputs_shared = inputs_shared && published(k).input_offset >= 0;
-      }
-      if (zero_copy && inputs_shared) {
+      const bool zero_copy = all_in_segment();
+      if (zero_copy && all_in_segment(&Descriptor::input_offset)) {
         // Every input and output lives in the segment: each rank pulls the
         // others' inputs into its own output. A line then crosses between
         // cores once (read by its new owner), where pushing into another
@@ -265,9 +260,7 @@ class ShmBackend final : public Backend {
       auto* src = static_cast<const char*>(in);
       auto* dst = static_cast<char*>(out);
       const std::size_t mine = static_cast<std::size_t>(me_) * bytes;
-      bool zero_copy = true;
-      for (int k = 0; k < local_size_; ++k) zero_copy = zero_copy && published(k).offset >= 0;
-      if (zero_copy) {
+      if (all_in_segment()) {
         const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
         for (std::size_t o = 0; o < count; o += block) {
           const std::size_t n = std::min(block, count - o), at = mine + o * element;
@@ -363,6 +356,13 @@ class ShmBackend final : public Backend {
   shm::Segment& segment() const { return *state_->segment; }
   bool single_node() const { return state_ && config_.nodes == 1; }
   const Descriptor& published(int k) const { return segment().control(k).descriptor[parity_ & 1]; }
+  // Whether every rank published its buffer (`where`: output or input) as in the segment.
+  bool all_in_segment(std::int64_t Descriptor::*where = &Descriptor::offset) const {
+    for (int k = 0; k < local_size_; ++k) {
+      if (published(k).*where < 0) return false;
+    }
+    return true;
+  }
 
   template <class Body>
   void guarded(Body&& body) {
@@ -393,14 +393,22 @@ class ShmBackend final : public Backend {
     }
   }
 
-  // out = mine op every other rank's `others(k)`, n elements. Each slice is
-  // reduced by one rank only, so every rank ends with the same bits.
+  // out = first's value (`mine` when first is this rank) op every other
+  // rank's `others(k)` in rank order, n elements. Each slice is reduced by
+  // one rank only, always from its owner's value, so every rank ends with the
+  // same bits. `out` may be `mine` or an `others(k)` only where that value is
+  // read by the first step (elementwise, before it is written).
   template <class Others>
   void reduce_slice(char* out, const char* mine, Others&& others, std::size_t n, DType dtype, ReduceOp op) {
+    reduce_slice_from(me_, out, mine, others, n, dtype, op);
+  }
+  template <class Others>
+  void reduce_slice_from(int first, char* out, const char* mine, Others&& others, std::size_t n, DType dtype,
+                         ReduceOp op) {
     ReduceFn fn = reduce_function(dtype, op);
     const char* acc = mine;
     for (int k = 0; k < local_size_; ++k) {
-      if (k == me_) continue;
+      if (k == first) continue;
       fn(out, acc, others(k), n);
       acc = out;
     }
@@ -462,7 +470,6 @@ class ShmBackend final : public Backend {
     const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
     char* base = segment().base();
     auto buffer = [&](int k) { return base + published(k).offset; };
-    ReduceFn fn = reduce_function(dtype, op);
     for (const ElementRange& range : needed) {
       for (int owner = 0; owner < local_size_; ++owner) {
         const Slice slice = slice_of(count, local_size_, owner, element);
@@ -475,13 +482,7 @@ class ShmBackend final : public Backend {
           // not overwritten before its turn in the order.
           const int first_other = owner == 0 ? 1 : 0;
           char* out = owner == me_ || first_other == me_ ? buffer(me_) + at : partial_block_.data();
-          const char* acc = buffer(owner) + at;
-          for (int k = 0; k < local_size_; ++k) {
-            if (k == owner) continue;
-            fn(out, acc, buffer(k) + at, n);
-            acc = out;
-          }
-          if (op == ReduceOp::kAvg) divide_in_place(out, n, dtype, config_.size);
+          reduce_slice_from(owner, out, buffer(owner) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
           if (out != buffer(me_) + at) std::memcpy(buffer(me_) + at, out, n * element);
         }
       }
