@@ -51,16 +51,18 @@ int main(int argc, char** argv) {
   std::string collective = "all_reduce";
   bool fresh = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--fresh") fresh = true;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    if (flag == "--buffers") buffers = argv[i + 1];
-    if (flag == "--min") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--max") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--trials") trials = std::atoi(argv[i + 1]);
-    if (flag == "--collective") collective = argv[i + 1];
-    if (flag == "--fresh") --i;  // takes no value
+    const std::string flag = argv[i];
+    if (flag == "--fresh") {  // the one flag without a value
+      fresh = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const char* value = argv[++i];
+    if (flag == "--buffers") buffers = value;
+    if (flag == "--min") min_bytes = std::strtoull(value, nullptr, 10);
+    if (flag == "--max") max_bytes = std::strtoull(value, nullptr, 10);
+    if (flag == "--trials") trials = std::atoi(value);
+    if (flag == "--collective") collective = value;
   }
   if (buffers != "allocated" && buffers != "private") {
     std::fprintf(stderr, "allreduce_bench: --buffers must be allocated or private, not '%s'\n", buffers.c_str());
