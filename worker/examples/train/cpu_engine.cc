@@ -2,12 +2,17 @@
 
 #include <cblas.h>
 
+#include <chrono>
+#include <cstring>
+
 #include "ddp/param_shards.h"
 #include "engine.h"
 #include "optimizer.h"
 
 namespace train {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 class CpuEngine final : public Engine {
  public:
@@ -33,9 +38,23 @@ class CpuEngine final : public Engine {
   }
   LossResult loss() override { return loss_; }
   void backward(GradSink& sink, float scale, bool accumulate) override {
-    model_.backward(sink, scale, accumulate);
+    if (!exchange_) return model_.backward(sink, scale, accumulate);
+    const auto start = Clock::now();
+    model_.backward_rows(row_grads_, scale, accumulate);
+    backward_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    ++backwards_;
   }
   void step(ddp::GradSync& sync) override {
+    if (exchange_) {
+      // This rank's rows, then everyone's rows are in place before anyone's next forward.
+      opt_->begin_step();
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
+        const ddp::ElementRange mine = owned(p);
+        if (!mine.empty()) opt_->update_range(p, model_.data(p), row_grads_[p], mine.begin, mine.end);
+      }
+      exchange_->blocks().wait_for_all();
+      return;
+    }
     if (!shards_) return optimizer_step(model_, *opt_, sync);
     // ZeRO stage 1: this rank's elements only, then everyone's to everyone.
     opt_->begin_step();
@@ -45,9 +64,36 @@ class CpuEngine final : public Engine {
     }
     shards_->all_gather();
   }
+  bool exchanges_activations() const override { return exchange_ != nullptr; }
+  std::optional<ExchangeStats> exchange_stats() const override {
+    if (!exchange_) return std::nullopt;
+    ExchangeStats stats;
+    stats.backwards = backwards_;
+    const double n = backwards_ > 0 ? static_cast<double>(backwards_) : 1.0;
+    stats.backward_ms = backward_ms_ / n;
+    stats.waited_ms = exchange_->waited_ms() / n;
+    stats.bytes_per_backward = exchange_->exchanged_bytes();
+    return stats;
+  }
 
   void prepare(ddp::GradSync& sync) override {
     sync.prepare(model_.data_pointers(), opt_->state());
+    if (config_.exchange == "activations" && !exchange_) {
+      std::vector<std::size_t> counts;
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
+      ddp::ProcessGroup& group = sync.group();
+      exchange_ = std::make_unique<ExchangeMemory>(group, counts, model_.dims(), config_.batch_size);
+      // One copy of the weights for the node: rank 0 fills it (every rank
+      // holds rank 0's weights by now), the others wait for that.
+      model_.bind(exchange_->params(), !exchange_->shared() || group.rank() == 0);
+      if (exchange_->shared()) group.barrier();
+      model_.bind_exchange(&exchange_->blocks());
+      // Only this rank's rows are ever written: the rest stays untouched (unallocated pages).
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
+        row_grad_storage_.emplace_back(new float[model_.count(p)]);
+        row_grads_.push_back(row_grad_storage_.back().get());
+      }
+    }
     if (config_.shard_optimizer && !shards_) {
       // The weights move into the shards' buffer (shared memory with shm,
       // where the gather writes straight into the other ranks' copies).
@@ -65,8 +111,10 @@ class CpuEngine final : public Engine {
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) owned.push_back(shards_->owned(p));
       sync.set_needed_gradients(std::move(owned));
     }
+    group_ = &sync.group();
   }
   void gather_state() override {
+    if (exchange_) return gather_rows();
     if (!shards_) return;
     for (const auto& group : opt_->param_shaped_state()) shards_->all_gather(group);
   }
@@ -77,10 +125,42 @@ class CpuEngine final : public Engine {
   void load_host_state() override {}
 
  private:
+  ddp::ElementRange owned(std::size_t param) const {
+    return owned_elements(model_.dims(), param, group_->size(), group_->rank());
+  }
+  // Every rank's rows of the optimizer's state to every rank: a sum of
+  // buffers that are zero outside their owner's rows (x + 0 is exact).
+  void gather_rows() {
+    for (const auto& buffers : opt_->param_shaped_state()) {
+      std::vector<float> all(model_.num_elements(), 0.0f);
+      std::size_t at = 0;
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
+        const ddp::ElementRange mine = owned(p);
+        const float* state = static_cast<const float*>(buffers[p]);
+        std::memcpy(all.data() + at + mine.begin, state + mine.begin, mine.size() * sizeof(float));
+        at += model_.count(p);
+      }
+      group_->all_reduce(all.data(), all.size(), ddp::DType::kFloat32, ddp::ReduceOp::kSum);
+      at = 0;
+      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
+        std::memcpy(buffers[p], all.data() + at, model_.count(p) * sizeof(float));
+        at += model_.count(p);
+      }
+    }
+  }
+
   Config config_;
   Mlp model_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<ddp::ParamShards> shards_;  // with --shard_optimizer, after prepare()
+  ddp::ProcessGroup* group_ = nullptr;        // after prepare()
+  // --exchange activations, after prepare(): the node-wide memory and this
+  // rank's rows of each gradient (row_grads_[p] has count(p) floats).
+  std::unique_ptr<ExchangeMemory> exchange_;
+  std::vector<std::unique_ptr<float[]>> row_grad_storage_;
+  std::vector<float*> row_grads_;
+  double backward_ms_ = 0;
+  std::int64_t backwards_ = 0;
   LossResult loss_;
 };
 

@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dataset.h"
+#include "exchange_memory.h"
 #include "ddp/grad_sync.h"
 #include "ddp/params.h"
 #include "flags.h"
@@ -36,9 +38,17 @@ class Engine {
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
   // As Mlp::backward: gradients into sink, scaled, written or accumulated.
+  // With exchanges_activations(), as Mlp::backward_rows instead: a
+  // collective that leaves this rank's rows of the gradients, summed over
+  // every rank, inside the engine (the sink is not used).
   virtual void backward(GradSink& sink, float scale, bool accumulate) = 0;
-  // One optimizer step with the averaged gradients in sync's views.
+  // One optimizer step with the averaged gradients in sync's views (with
+  // exchanges_activations(): with the engine's own rows, then a barrier).
   virtual void step(ddp::GradSync& sync) = 0;
+  // --exchange activations (row_exchange.h), set up by prepare(): the trainer
+  // then leaves GradSync out of the backward pass.
+  virtual bool exchanges_activations() const { return false; }
+  virtual std::optional<ExchangeStats> exchange_stats() const { return std::nullopt; }
 
   // Collective: every rank gets rank 0's weights and optimizer state.
   virtual void prepare(ddp::GradSync& sync) = 0;

@@ -57,6 +57,18 @@ void validate(const Config& c) {
   if (c.task == Task::kClassification && c.output_dim < 2) {
     throw ddp::Error("--output_dim (the number of classes) must be >= 2 for --task classification");
   }
+  if (c.exchange == "activations") {
+    // GradSync's gradient options have no gradients to act on in this mode.
+    if (c.shard_optimizer) {
+      throw ddp::Error(
+          "--shard_optimizer with --exchange activations: the exchange already shards the "
+          "optimizer (each rank updates its rows of every layer); give one of them");
+    }
+    if (c.compression != "none") {
+      throw ddp::Error("--compression " + c.compression +
+                       " with --exchange activations: no gradients go between the ranks");
+    }
+  }
   if (!c.backend.empty()) {
     if (auto problem = backend_problem(c, c.backend, "--backend " + c.backend); !problem.empty())
       throw ddp::Error(problem);
@@ -84,6 +96,10 @@ std::string backend_problem(const Config& c, const std::string& backend, const s
   if (c.compression != "none") {
     return "--compression " + c.compression + " with " + named +
            ": GradSync compresses host buckets only (NCCL reduces device buckets in float32)";
+  }
+  if (c.exchange == "activations") {
+    return "--exchange activations with " + named +
+           ": the ranks share host memory (the GPU path exchanges gradients with NCCL)";
   }
   if (c.shard_optimizer) {
     return "--shard_optimizer with " + named +
@@ -165,6 +181,13 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
                "ZeRO: each rank reduces the gradients of and updates its 1/N of the parameters, "
                "which are then all-gathered (with shm: one copy per node, nothing to gather) "
                "(ddp::ParamShards; same results, less memory traffic)");
+  app.add_option("--exchange", c.exchange,
+                 "What goes between the ranks: gradients (GradSync's all-reduce) or activations "
+                 "(every rank's layer inputs and output gradients, in memory the node's ranks "
+                 "share; each rank computes and updates its rows of every layer: the same "
+                 "update, far less traffic; one node with shm)")
+      ->check(CLI::IsMember({"gradients", "activations"}))
+      ->capture_default_str();
   app.add_option("--backend", c.backend,
                  "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
                  "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "

@@ -45,6 +45,11 @@ struct Config {
   // the shards are all-gathered. Same results; CPU path only.
   bool shard_optimizer = false;
   std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline
+  // What crosses between the ranks: "gradients" (GradSync's all-reduce) or
+  // "activations" (row_exchange.h: every rank's layer inputs and output
+  // gradients, in memory the ranks of one node share; each rank computes and
+  // updates its rows of every layer). CPU path, one node (shm) only.
+  std::string exchange = "gradients";
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
   // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
   std::string backend;

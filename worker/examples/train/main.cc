@@ -181,6 +181,13 @@ int run(const Config& c) {
   }
   const std::int64_t total_steps =
       c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
+  if (c.exchange == "activations" && world > 1 &&
+      (backend != "shm" || ddp::num_nodes() != 1 || ddp::local_world_size() != world)) {
+    throw FlagError("--exchange activations: needs every rank on one node with the shm backend "
+                    "(this job: backend " + backend + ", " + std::to_string(ddp::num_nodes()) +
+                    " node(s), " + std::to_string(ddp::local_world_size()) + " of " +
+                    std::to_string(world) + " ranks on this one)");
+  }
   const std::int64_t micro_batch = c.batch_size;
   const std::int64_t step_samples = micro_batch * c.accumulate * world;
 
@@ -213,7 +220,10 @@ int run(const Config& c) {
       world, pg->backend_name(), dims_text(dims), engine->num_elements(), task_name(c.task),
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
       total_steps, optimizer_name(c.optimizer), c.lr,
-      c.shard_optimizer ? " (sharded: ZeRO)" : "", engine->description());
+      c.shard_optimizer               ? " (sharded: ZeRO)"
+      : c.exchange == "activations" ? " (activation exchange: rows per rank)"
+                                    : "",
+      engine->description());
 
   std::string resumed_from;
   const std::int64_t first_step = resume(c, *engine, *pg, step_samples, &resumed_from);
@@ -225,6 +235,7 @@ int run(const Config& c) {
   }
 
   GradSyncSink sink(sync);
+  const bool exchange = engine->exchanges_activations();
   Batch batch;
   Progress progress(c.progress, first_step, total_steps, step_samples);
   const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps - first_step, 0);
@@ -244,14 +255,19 @@ int run(const Config& c) {
     for (int micro = 0; micro < c.accumulate; ++micro) {
       data.gather(plan->micro_batch(step, micro), batch);
       engine->forward(batch);
-      // Micro-batches before the last only accumulate into the views (no communication).
-      std::optional<ddp::GradSync::NoSync> no_sync;
-      if (micro + 1 < c.accumulate) no_sync.emplace(sync);
-      sync.begin_backward();
       // The mean over the step's micro-batches and ranks: 1/accumulate here,
       // 1/world_size through grad_scale(), 1/batch in the loss gradient.
-      engine->backward(sink, sync.grad_scale() / static_cast<float>(c.accumulate), micro > 0);
-      sync.finish();
+      const float scale = sync.grad_scale() / static_cast<float>(c.accumulate);
+      if (exchange) {
+        engine->backward(sink, scale, micro > 0);  // the exchange sums over the ranks itself
+      } else {
+        // Micro-batches before the last only accumulate into the views (no communication).
+        std::optional<ddp::GradSync::NoSync> no_sync;
+        if (micro + 1 < c.accumulate) no_sync.emplace(sync);
+        sync.begin_backward();
+        engine->backward(sink, scale, micro > 0);
+        sync.finish();
+      }
       // Asked after backward: on a GPU this is where the host waits for it.
       const LossResult loss = engine->loss();
       loss_sum += loss.loss;
@@ -330,6 +346,16 @@ int run(const Config& c) {
             ? fmt::format("inline on the compute thread {:.2f} ms", timing[4])
             : std::string("on the group's thread"),
         stats.last.buckets, static_cast<double>(stats.last.bytes_on_wire) / 1e6);
+  }
+  if (const auto ex = engine->exchange_stats(); ex && ex->backwards > 0) {
+    double figures[2] = {ex->backward_ms, ex->waited_ms};
+    pg->all_reduce(figures, 2, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+    ddp::log::info(
+        "summary: activation exchange, mean per backward pass over {} and {} rank(s): backward "
+        "{:.2f} ms | waiting for the other ranks {:.2f} ms (the layers' and the step's barriers) "
+        "| {:.2f} MB of rows written per pass (all ranks)",
+        ex->backwards, world, figures[0], figures[1],
+        static_cast<double>(ex->bytes_per_backward) / 1e6);
   }
   ddp::log::info(
       "summary: memory: peak RSS {:.1f} MiB on rank 0, {:.1f} MiB max over ranks | USS {:.1f} MiB "

@@ -34,6 +34,7 @@ Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
   }
   for (auto& t : tensors_) data_.push_back(t.data());
   act_.resize(static_cast<std::size_t>(num_layers()));
+  out_.resize(static_cast<std::size_t>(num_layers()));
 }
 
 void Mlp::bind(const std::vector<float*>& storage, bool copy) {
@@ -70,6 +71,17 @@ std::vector<ddp::GradParam> Mlp::grad_params() const {
 }
 
 float* Mlp::forward(const float* x, int batch) {
+  if (exchange_ != nullptr) {
+    if (batch != exchange_->batch) {
+      throw ddp::Error("Mlp::forward: a batch of " + std::to_string(batch) +
+                       " rows, but the activation exchange holds " +
+                       std::to_string(exchange_->batch) + " per rank");
+    }
+    // The other ranks read this rank's input for their rows of the first layer's gradient.
+    float* mine = exchange_->my_input(0, dims_[0]);
+    std::memcpy(mine, x, static_cast<std::size_t>(batch) * dims_[0] * sizeof(float));
+    x = mine;
+  }
   x_ = x;
   batch_ = batch;
   const int widest = *std::max_element(dims_.begin(), dims_.end());
@@ -78,33 +90,63 @@ float* Mlp::forward(const float* x, int batch) {
     dz_.resize(rows * widest);
     dz_next_.resize(rows * widest);
   }
-  if (ones_.size() < rows) ones_.assign(rows, 1.0f);
+  const std::size_t all_rows = exchange_ != nullptr ? rows * exchange_->world : rows;
+  if (ones_.size() < all_rows) ones_.assign(all_rows, 1.0f);
   const float* in = x;
   for (int l = 0; l < num_layers(); ++l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
-    auto& out = act_[l];
-    out.resize(rows * n_out);
+    const bool hidden = l + 1 < num_layers();
+    float* out;
+    if (exchange_ != nullptr && hidden) {
+      out = exchange_->my_input(l + 1, n_out);
+    } else {
+      act_[l].resize(rows * n_out);
+      out = act_[l].data();
+    }
+    out_[l] = out;
     const float* w = data_[2 * l];
     const float* b = data_[2 * l + 1];
     // out = in W^T + b: the bias is copied into every row, then the GEMM adds (beta = 1).
-    for (std::size_t i = 0; i < rows; ++i)
-      std::memcpy(out.data() + i * n_out, b, n_out * sizeof(float));
+    for (std::size_t i = 0; i < rows; ++i) std::memcpy(out + i * n_out, b, n_out * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, n_out, n_in, 1.0f, in, n_in, w,
-                n_in, 1.0f, out.data(), n_out);
-    if (l + 1 < num_layers()) {
-      for (auto& v : out) v = std::max(v, 0.0f);
+                n_in, 1.0f, out, n_out);
+    if (hidden) {
+      for (std::size_t k = 0; k < rows * n_out; ++k) out[k] = std::max(out[k], 0.0f);
     }
-    in = out.data();
+    in = out;
   }
-  return act_.back().data();
+  return out_.back();
 }
 
+float* Mlp::output_grad() {
+  return exchange_ != nullptr ? exchange_->my_grad(num_layers() - 1, output_dim()) : dz_.data();
+}
+
+namespace {
+
+// dz := dz W (this rank's rows: batch x n_out times n_out x n_in), then
+// through the ReLU whose output was `relu_out`.
+void input_grad(const float* dz, const float* w, const float* relu_out, int batch, int n_out,
+                int n_in, float* dz_in) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dz, n_out, w,
+              n_in, 0.0f, dz_in, n_in);
+  const std::size_t n = static_cast<std::size_t>(batch) * n_in;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!(relu_out[k] > 0.0f)) dz_in[k] = 0.0f;
+  }
+}
+
+}  // namespace
+
 void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
+  if (exchange_ != nullptr) {
+    throw ddp::Error("Mlp::backward: an activation exchange is bound (use backward_rows)");
+  }
   const float beta = accumulate ? 1.0f : 0.0f;
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
-    const float* in = l == 0 ? x_ : act_[l - 1].data();
+    const float* in = l == 0 ? x_ : out_[l - 1];
     // dLoss/db = scale * (column sums of dz), as a GEMV with a vector of ones.
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
     cblas_sgemv(CblasRowMajor, CblasTrans, batch, n_out, scale, dz_.data(), n_out, ones_.data(), 1,
@@ -117,14 +159,46 @@ void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
     sink.ready(weight);
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dz_.data(),
-                n_out, data_[weight], n_in, 0.0f, dz_next_.data(), n_in);
-    const std::size_t n = static_cast<std::size_t>(batch) * n_in;
-    for (std::size_t k = 0; k < n; ++k) {
-      if (!(in[k] > 0.0f)) dz_next_[k] = 0.0f;
-    }
+    input_grad(dz_.data(), data_[weight], in, batch, n_out, n_in, dz_next_.data());
     std::swap(dz_, dz_next_);
   }
+}
+
+void Mlp::backward_rows(const std::vector<float*>& grads, float scale, bool accumulate) {
+  if (exchange_ == nullptr) throw ddp::Error("Mlp::backward_rows: no activation exchange bound");
+  if (grads.size() != tensors_.size()) {
+    throw ddp::Error("Mlp::backward_rows: " + std::to_string(grads.size()) + " buffers for " +
+                     std::to_string(tensors_.size()) + " parameters");
+  }
+  const ExchangeBlocks& ex = *exchange_;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const int all_rows = ex.world * ex.batch;
+  // This rank's rows of layer l's gradients: a sum over all_rows samples of
+  // every rank's output gradients (columns `rows` of them) and inputs.
+  const auto weight_rows = [&](int l) {
+    const int n_in = dims_[l], n_out = dims_[l + 1];
+    const RowRange rows = owned_rows(n_out, ex.world, ex.rank);
+    if (rows.empty()) return;
+    const float* dz = ex.grads[l] + rows.begin;
+    const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1, weight = bias - 1;
+    cblas_sgemv(CblasRowMajor, CblasTrans, all_rows, rows.size(), scale, dz, n_out, ones_.data(), 1,
+                beta, grads[bias] + rows.begin, 1);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows.size(), n_in, all_rows, scale, dz,
+                n_out, ex.inputs[l], n_in, beta,
+                grads[weight] + static_cast<std::size_t>(rows.begin) * n_in, n_in);
+  };
+  for (int l = num_layers() - 1; l >= 1; --l) {
+    const int n_in = dims_[l], n_out = dims_[l + 1];
+    input_grad(ex.my_grad(l, n_out), data_[2 * static_cast<std::size_t>(l)], out_[l - 1], ex.batch,
+               n_out, n_in, ex.my_grad(l - 1, n_in));
+    // Every rank has written its output gradients of layer l (and l-1).
+    ex.wait_for_all();
+    weight_rows(l);
+  }
+  if (num_layers() == 1) ex.wait_for_all();
+  weight_rows(0);
+  // Nobody overwrites its rows (the next forward) while another rank reads them.
+  ex.wait_for_all();
 }
 
 }  // namespace train

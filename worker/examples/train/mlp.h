@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ddp/grad_sync.h"
+#include "row_exchange.h"
 
 namespace train {
 
@@ -60,11 +61,27 @@ class Mlp {
   // unchanged until backward() returns.
   float* forward(const float* x, int batch);
   // The buffer (batch x output_dim) the loss writes dLoss/dOutputs into.
-  float* output_grad() { return dz_.data(); }
+  float* output_grad();
   // Back-propagates output_grad() through the last forward. Each gradient is
   // scale * dLoss/dParam, written (accumulate = false) or added (true) into
   // sink.grad(p), then sink.ready(p) is called.
   void backward(GradSink& sink, float scale, bool accumulate);
+
+  // The activation exchange (row_exchange.h). After bind_exchange(blocks),
+  // forward() leaves its input and every hidden layer's output in this rank's
+  // rows of blocks->inputs, and output_grad() is this rank's rows of the last
+  // layer's blocks->grads; every batch must have blocks->batch rows. `blocks`
+  // (not owned) must outlive the model's use; nullptr goes back to private
+  // buffers.
+  void bind_exchange(const ExchangeBlocks* blocks) { exchange_ = blocks; }
+  // Collective over the blocks' ranks, instead of backward(): back-propagates
+  // this rank's batch, and writes (or adds, `accumulate`) scale * the sum over
+  // EVERY rank's batch of dLoss/dParam into this rank's owned_rows() of each
+  // weight and bias: grads[p] points at parameter p's first element (count(p)
+  // floats); the other rows are not touched. Waits for the other ranks at
+  // each layer (blocks->wait_for_all) and once more at the end, after which
+  // every rank may overwrite its rows again.
+  void backward_rows(const std::vector<float*>& grads, float scale, bool accumulate);
 
  private:
   std::vector<int> dims_;
@@ -73,7 +90,9 @@ class Mlp {
   int batch_ = 0;
   const float* x_ = nullptr;
   std::vector<std::vector<float>> act_;  // act_[l]: output of layer l (post-ReLU for hidden)
+  std::vector<float*> out_;              // where the last forward put each layer's output
   std::vector<float> dz_, dz_next_, ones_;
+  const ExchangeBlocks* exchange_ = nullptr;
 };
 
 }  // namespace train

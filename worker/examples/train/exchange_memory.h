@@ -1,0 +1,63 @@
+#pragma once
+// The I/O half of the activation exchange (row_exchange.h): the memory every
+// rank of the node maps, and the barrier between them.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ddp/process_group.h"
+#include "row_exchange.h"
+
+namespace train {
+
+// What a trainer reports about the exchange.
+struct ExchangeStats {
+  std::int64_t backwards = 0;         // backward passes (micro-batches)
+  double backward_ms = 0;             // their mean time, waits included
+  double waited_ms = 0;               // mean time per backward pass waiting for the other ranks
+  std::size_t bytes_per_backward = 0; // ExchangeMemory::exchanged_bytes()
+};
+
+class ExchangeMemory {
+ public:
+  // Collective. For the ranks of `group`, which must all be on one node with
+  // the shm backend (or be a world of one): one node-wide block holding the
+  // parameters (param_counts[p] floats each, 64-byte aligned, zeroed) and the
+  // exchange blocks of a model with layer sizes `dims` for `batch` rows per
+  // rank. Throws ddp::Error, on every rank alike, when the ranks cannot share
+  // memory (another backend, several nodes, no room in the segment).
+  // `group` must outlive this object.
+  ExchangeMemory(ddp::ProcessGroup& group, const std::vector<std::size_t>& param_counts,
+                 const std::vector<int>& dims, int batch);
+  // blocks().wait_for_all points at this object.
+  ExchangeMemory(const ExchangeMemory&) = delete;
+  ExchangeMemory& operator=(const ExchangeMemory&) = delete;
+
+  // Where parameter p's values live (the same memory on every rank).
+  const std::vector<float*>& params() const { return params_; }
+  // Bind to the model (Mlp::bind_exchange). Its wait_for_all is the group's
+  // barrier (with the group's timeout: a dead rank is named, never a hang),
+  // timed into waited_ms().
+  const ExchangeBlocks& blocks() const { return blocks_; }
+  // Milliseconds spent in wait_for_all, and how many, since construction.
+  double waited_ms() const { return waited_ms_; }
+  std::int64_t waits() const { return waits_; }
+  // Bytes every rank writes into the blocks per micro-batch (inputs and
+  // output gradients of every layer), all ranks together.
+  std::size_t exchanged_bytes() const { return exchanged_bytes_; }
+  bool shared() const { return shared_; }
+
+ private:
+  std::shared_ptr<void> memory_;
+  std::vector<float*> params_;
+  ExchangeBlocks blocks_;
+  double waited_ms_ = 0;
+  std::int64_t waits_ = 0;
+  std::size_t exchanged_bytes_ = 0;
+  bool shared_ = false;
+};
+
+}  // namespace train
