@@ -417,6 +417,29 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
   }
   EXPECT_EQ(results["sharded"], results["plain"]);
 }
+
+// --exchange activations needs the ranks to share memory: across nodes every
+// rank refuses it before any collective, naming the flag and the node count.
+TEST(MultiNodeTrain, TheActivationExchangeIsRefusedAcrossNodes) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::string run_id = "mnexch" + std::to_string(getpid());
+  std::vector<std::string> program = {TRAIN_PATH, "--hidden", "16", "--layers", "1", "--steps", "3",
+                                      "--exchange", "activations"};
+  auto env = collective_env({{"OPENBLAS_NUM_THREADS", "1"}});
+  auto n0 = agent(ep, 2, 0, 2, program, {}, env, run_id);
+  auto n1 = agent(ep, 2, 1, 2, program, {}, env, run_id);
+  auto r1 = n1->wait(90s);
+  auto r0 = n0->wait(90s);
+  ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
+  for (const auto* r : {&r0, &r1}) {
+    EXPECT_NE(r->code, 0) << r->out << r->err;
+    EXPECT_NE(r->err.find("--exchange activations: needs every rank on one node with the shm "
+                          "backend (this job: backend shm, 2 node(s)"),
+              std::string::npos)
+        << r->err;
+  }
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
+}
 #endif
 
 TEST(MultiNode, MultiNodeNeedsEndpointAndToken) {

@@ -247,6 +247,87 @@ TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) 
   std::filesystem::remove_all(dir);
 }
 
+// --exchange activations (row_exchange.h): each rank computes its rows of
+// every weight gradient from every rank's layer inputs and output gradients
+// and updates them in the node's one copy of the weights. The same update as
+// exchanging gradients, its sums added in another order: 1e-4 relative, as
+// between world sizes.
+struct ExchangeCase {
+  int ranks;
+  std::string optimizer;
+  std::string task;
+  int accumulate;
+};
+void PrintTo(const ExchangeCase& c, std::ostream* os) {
+  *os << c.ranks << " ranks, " << c.optimizer << ", " << c.task << ", accumulate " << c.accumulate;
+}
+class ActivationExchange : public ::testing::TestWithParam<ExchangeCase> {};
+
+TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
+  const ExchangeCase& p = GetParam();
+  const auto args = kSmall + std::vector<std::string>{"--optimizer", p.optimizer, "--lr",
+                                                      p.optimizer == "adam" ? "0.003" : "0.05",
+                                                      "--task", p.task, "--batch_size", "16",
+                                                      "--accumulate", std::to_string(p.accumulate)};
+  auto gradients = train_on(p.ranks, args);
+  expect_ok(gradients);
+  auto rows = train_on(p.ranks, args + std::vector<std::string>{"--exchange", "activations"});
+  expect_ok(rows);
+  EXPECT_NE(rows.out.find("(activation exchange: rows per rank)"), std::string::npos) << rows.out;
+  EXPECT_NE(rows.out.find("summary: activation exchange, mean per backward pass over " +
+                          std::to_string(30 * p.accumulate) + " and " + std::to_string(p.ranks) +
+                          " rank(s)"),
+            std::string::npos)
+      << rows.out;
+  EXPECT_EQ(rows.out.find("summary: gradient sync"), std::string::npos) << rows.out;
+  expect_same_curve(losses(gradients.out), losses(rows.out), 1e-4, "activations vs gradients");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
+                         ::testing::Values(ExchangeCase{1, "sgd", "classification", 1},
+                                           ExchangeCase{2, "sgd", "classification", 1},
+                                           ExchangeCase{2, "adam", "regression", 2},
+                                           ExchangeCase{3, "adam", "classification", 1},
+                                           ExchangeCase{4, "sgd", "regression", 1}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.ranks) + "ranks_" + info.param.optimizer +
+                                  "_" + info.param.task + "_acc" + std::to_string(info.param.accumulate);
+                         });
+
+// Its checkpoint holds every rank's rows of Adam's moments (summed together
+// before rank 0 writes): resumed, it repeats the uninterrupted run exactly.
+TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes) {
+  const std::string dir = make_temp_dir();
+  const std::string ckpt = dir + "/model.ckpt";
+  const auto args = kSmall + std::vector<std::string>{"--optimizer", "adam", "--lr", "0.003",
+                                                      "--batch_size", "32", "--exchange", "activations"};
+  auto whole = train_on(2, args);
+  expect_ok(whole);
+  auto killed = train_on(2, args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
+                                                            "10", "--crash_at_step", "15"});
+  ASSERT_TRUE(killed.exited) << killed.out << killed.err;
+  EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
+  auto resumed = train_on(2, args + std::vector<std::string>{"--resume", ckpt});
+  expect_ok(resumed);
+  EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos) << resumed.out;
+  auto expected = losses(whole.out);
+  auto curve = losses(resumed.out);
+  ASSERT_EQ(curve.begin()->first, 11) << resumed.out;
+  for (auto& [step, loss] : curve) EXPECT_EQ(loss, expected[step]) << "step " << step;
+  std::filesystem::remove_all(dir);
+}
+
+// Without memory the ranks share, every rank refuses it before any collective.
+TEST(Train, TheActivationExchangeNeedsShm) {
+  auto r = train_on(2, kSmall + std::vector<std::string>{"--exchange", "activations", "--backend", "gloo"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--exchange activations: needs every rank on one node with the shm backend "
+                       "(this job: backend gloo, 1 node(s), 2 of 2 ranks on this one)"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(Train, DdprunRestartsResumeFromTheLatestCheckpoint) {
   const std::string dir = make_temp_dir();
   const std::string ckpt = dir + "/model.ckpt";
@@ -337,6 +418,10 @@ TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
       {{"--resume", "auto"}, "--checkpoint"},
       {{"--dataset_size", "10"}, "--dataset_size 10"},
       {{"--checkpoint", "/nonexistent/dir/x.ckpt"}, "/nonexistent/dir"},
+      {{"--exchange", "sideways"}, "--exchange"},
+      {{"--exchange", "activations", "--shard_optimizer"}, "--shard_optimizer with --exchange activations"},
+      {{"--exchange", "activations", "--compression", "bf16"},
+       "--compression bf16 with --exchange activations"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> argv = {kTrain};
