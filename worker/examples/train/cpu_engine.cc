@@ -29,6 +29,8 @@ class CpuEngine final : public Engine {
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
 
   void forward(const Batch& batch) override {
+    // The next micro-batch overwrites this rank's rows: not while others read them.
+    if (rows_in_use_) wait_for_all();
     float* out = model_.forward(batch.x.data(), batch.size);
     loss_ = config_.task == Task::kClassification
                 ? cross_entropy(out, batch.labels.data(), batch.size, config_.output_dim,
@@ -41,6 +43,7 @@ class CpuEngine final : public Engine {
     if (!exchange_) return model_.backward(sink, scale, accumulate);
     const auto start = Clock::now();
     model_.backward_rows(row_grads_, scale, accumulate);
+    rows_in_use_ = true;
     backward_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     ++backwards_;
   }
@@ -52,7 +55,7 @@ class CpuEngine final : public Engine {
         const ddp::ElementRange mine = owned(p);
         if (!mine.empty()) opt_->update_range(p, model_.data(p), row_grads_[p], mine.begin, mine.end);
       }
-      exchange_->blocks().wait_for_all();
+      wait_for_all();
       return;
     }
     if (!shards_) return optimizer_step(model_, *opt_, sync);
@@ -125,6 +128,10 @@ class CpuEngine final : public Engine {
   void load_host_state() override {}
 
  private:
+  void wait_for_all() {
+    exchange_->blocks().wait_for_all();
+    rows_in_use_ = false;
+  }
   ddp::ElementRange owned(std::size_t param) const {
     return owned_elements(model_.dims(), param, group_->size(), group_->rank());
   }
@@ -159,6 +166,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<ExchangeMemory> exchange_;
   std::vector<std::unique_ptr<float[]>> row_grad_storage_;
   std::vector<float*> row_grads_;
+  bool rows_in_use_ = false;  // other ranks may be reading this rank's rows
   double backward_ms_ = 0;
   std::int64_t backwards_ = 0;
   LossResult loss_;

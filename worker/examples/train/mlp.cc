@@ -187,18 +187,15 @@ void Mlp::backward_rows(const std::vector<float*>& grads, float scale, bool accu
                 n_out, ex.inputs[l], n_in, beta,
                 grads[weight] + static_cast<std::size_t>(rows.begin) * n_in, n_in);
   };
+  // This rank's output gradients of every layer first: they need nothing from
+  // the others, so one wait then covers every layer's rows of every rank.
   for (int l = num_layers() - 1; l >= 1; --l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
     input_grad(ex.my_grad(l, n_out), data_[2 * static_cast<std::size_t>(l)], out_[l - 1], ex.batch,
                n_out, n_in, ex.my_grad(l - 1, n_in));
-    // Every rank has written its output gradients of layer l (and l-1).
-    ex.wait_for_all();
-    weight_rows(l);
   }
-  if (num_layers() == 1) ex.wait_for_all();
-  weight_rows(0);
-  // Nobody overwrites its rows (the next forward) while another rank reads them.
   ex.wait_for_all();
+  for (int l = num_layers() - 1; l >= 0; --l) weight_rows(l);
 }
 
 }  // namespace train

@@ -78,9 +78,10 @@ class Mlp {
   // this rank's batch, and writes (or adds, `accumulate`) scale * the sum over
   // EVERY rank's batch of dLoss/dParam into this rank's owned_rows() of each
   // weight and bias: grads[p] points at parameter p's first element (count(p)
-  // floats); the other rows are not touched. Waits for the other ranks at
-  // each layer (blocks->wait_for_all) and once more at the end, after which
-  // every rank may overwrite its rows again.
+  // floats); the other rows are not touched. Waits once for the other ranks
+  // (blocks->wait_for_all), after computing this rank's output gradients of
+  // every layer. The others may still read this rank's rows afterwards: call
+  // blocks->wait_for_all() again before the next forward().
   void backward_rows(const std::vector<float*>& grads, float scale, bool accumulate);
 
  private:
