@@ -1112,6 +1112,27 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 3), 0) << ddp_last_error();
   EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, nullptr, nullptr, 0), 0) << ddp_last_error();
 
+  // The first bucket's cap at run time: a new layout (version +1), the views
+  // move, and a synced iteration still leaves the averaged gradients in them.
+  int version_before = -1, version_after = -1;
+  EXPECT_EQ(ddp_grad_sync_layout_version(gs, nullptr), -1);
+  EXPECT_EQ(ddp_grad_sync_layout_version(gs, &version_before), 0) << ddp_last_error();
+  EXPECT_EQ(ddp_grad_sync_set_first_bucket_bytes(gs, 0), -1);
+  EXPECT_TRUE(has(ddp_last_error(), "ddp_grad_sync_set_first_bucket_bytes: GradSync: set_first_bucket_bytes: bytes must be > 0"))
+      << ddp_last_error();
+  EXPECT_EQ(ddp_grad_sync_set_first_bucket_bytes(gs, size_t{1} << 20), 0) << ddp_last_error();  // was 8: now one bucket
+  EXPECT_EQ(ddp_grad_sync_layout_version(gs, &version_after), 0);
+  EXPECT_EQ(version_after, version_before + 1);
+  EXPECT_EQ(ddp_grad_sync_set_grad(gs, 0, w), 0);
+  EXPECT_EQ(ddp_grad_sync_set_grad(gs, 1, b), 0);
+  EXPECT_EQ(ddp_grad_sync_mark_ready(gs, 0), 0);
+  EXPECT_EQ(ddp_grad_sync_mark_ready(gs, 1), 0);
+  EXPECT_EQ(ddp_grad_sync_finish(gs), 0) << ddp_last_error();
+  ASSERT_EQ(ddp_grad_sync_grad(gs, 0, &g), 0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(static_cast<float*>(g)[i], w[i]);
+  ASSERT_EQ(ddp_grad_sync_grad(gs, 1, &g), 0);
+  EXPECT_EQ(static_cast<float*>(g)[1], b[1]);
+
   // A parameter never marked: the error names it.
   EXPECT_EQ(ddp_grad_sync_mark_ready(gs, 0), 0);
   EXPECT_EQ(ddp_grad_sync_finish(gs), -1);

@@ -279,6 +279,22 @@ int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, 
   });
 }
 
+int ddp_grad_sync_set_first_bucket_bytes(ddp_grad_sync* gs, size_t bytes) {
+  return guarded("ddp_grad_sync_set_first_bucket_bytes", [&] {
+    checked(gs).set_first_bucket_bytes(bytes);
+    return 0;
+  });
+}
+
+int ddp_grad_sync_layout_version(ddp_grad_sync* gs, int* out) {
+  return guarded("ddp_grad_sync_layout_version", [&] {
+    ddp::GradSync& sync = checked(gs);
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = sync.layout_version();
+    return 0;
+  });
+}
+
 int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_begin_backward", [&] {
     checked(gs).begin_backward();

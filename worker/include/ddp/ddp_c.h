@@ -141,6 +141,14 @@ DDP_C_API int ddp_grad_sync_finish(ddp_grad_sync* gs);
  * otherwise n == the number of parameters. Between iterations; every rank. */
 DDP_C_API int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends,
                                                  size_t n);
+/* GradSync::set_first_bucket_bytes: the first bucket's cap (bytes > 0) at run
+ * time; the layout is rebuilt when it changes (gradient values kept, views
+ * MOVE: fetch them again with ddp_grad_sync_grad). Between iterations; every
+ * rank with the same value. */
+DDP_C_API int ddp_grad_sync_set_first_bucket_bytes(ddp_grad_sync* gs, size_t bytes);
+/* *out = 0 at first, +1 at every layout change (the rebuild after the first
+ * iteration, set_first_bucket_bytes). */
+DDP_C_API int ddp_grad_sync_layout_version(ddp_grad_sync* gs, int* out);
 /* Iterations begun between begin and end accumulate without communication. */
 DDP_C_API int ddp_grad_sync_no_sync_begin(ddp_grad_sync* gs);
 DDP_C_API int ddp_grad_sync_no_sync_end(ddp_grad_sync* gs);
