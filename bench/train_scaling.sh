@@ -21,6 +21,11 @@
 #               with shm one node-wide copy of the parameters, so nothing is
 #               gathered; the same losses to the last digit)
 #   2 shard+inl --shard_optimizer --comm_mode inline
+#   2 act-exch  --exchange activations (no gradients move: each rank computes
+#               its rows of every weight gradient from every rank's layer
+#               inputs and output gradients, in node-shared memory, and
+#               updates them in the node's one copy of the weights; the same
+#               update, summed in another order)
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
 # and the ratios to 1 rank. Figures are medians over the repetitions (the two
@@ -90,11 +95,11 @@ for config in "${CONFIGS[@]}"; do
 done
 ceiling=$(median <"$tmp/ceiling.all")
 echo "$line $(printf " %10s" "$ceiling") |$ratios $(printf " %9sx" "$(ratio "$ceiling" "$one")")"
-echo "last runs' GradSync figures:"
+echo "last runs' GradSync (or exchange) figures:"
 i=0
 for config in "${CONFIGS[@]}"; do
   i=$((i + 1))
-  grep -h "summary: gradient sync" "$tmp/run$i.txt" | sed "s/^/  ${config%%:*}: /"
+  grep -h "summary: gradient sync\|summary: activation exchange" "$tmp/run$i.txt" | sed "s/^/  ${config%%:*}: /"
 done
 loss() { sed -n 's/.*final loss \([^ ]*\).*/\1/p' "$1"; }
 if [ "$(loss "$tmp/run1.txt")" = "$(loss "$tmp/run3.txt")" ]; then
@@ -102,6 +107,7 @@ if [ "$(loss "$tmp/run1.txt")" = "$(loss "$tmp/run3.txt")" ]; then
 else
   echo "plain and sharded runs end with the same loss: NO ($(loss "$tmp/run1.txt") vs $(loss "$tmp/run3.txt"))"
 fi
+echo "plain and activation-exchange final losses: $(loss "$tmp/run1.txt") and $(loss "$tmp/run5.txt") (the same sums in another order)"
 i=0
 for config in "${CONFIGS[@]}"; do
   i=$((i + 1))

@@ -352,7 +352,7 @@ int run(const Config& c) {
     pg->all_reduce(figures, 2, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
     ddp::log::info(
         "summary: activation exchange, mean per backward pass over {} and {} rank(s): backward "
-        "{:.2f} ms | waiting for the other ranks {:.2f} ms (the layers' and the step's barriers) "
+        "{:.2f} ms | waiting for the other ranks {:.2f} ms (at the backward pass's and the step's barriers) "
         "| {:.2f} MB of rows written per pass (all ranks)",
         ex->backwards, world, figures[0], figures[1],
         static_cast<double>(ex->bytes_per_backward) / 1e6);
