@@ -70,7 +70,8 @@ TEST(OwnedElements, AreTheOwnedRowsOfTheWeightAndOfTheBias) {
 
 // dLoss/dOutputs the tests use: any fixed function of the outputs.
 void fake_output_grad(const float* out, int rows, int width, float* grad) {
-  for (int i = 0; i < rows * width; ++i) grad[i] = std::sin(3.0f * out[i]) + 0.01f * static_cast<float>(i % width);
+  for (int i = 0; i < rows * width; ++i)
+    grad[i] = std::sin(3.0f * out[i]) + 0.01f * static_cast<float>(i % width);
 }
 
 std::vector<float> inputs(int rows, int width) {
@@ -105,7 +106,8 @@ TEST_P(BackwardRows, EachRankGetsItsRowsOfTheWholeBatchGradient) {
   const std::vector<float> x = inputs(world * batch, dims[0]);
 
   Mlp whole(dims, 7);
-  const float* whole_out = whole.forward(x.data(), world * batch);  // before output_grad(): it sizes it
+  const float* whole_out =
+      whole.forward(x.data(), world * batch);  // before output_grad(): it sizes it
   fake_output_grad(whole_out, world * batch, dims.back(), whole.output_grad());
   Gradients expected(whole);
   whole.backward(expected, scale, false);
@@ -138,7 +140,8 @@ TEST_P(BackwardRows, EachRankGetsItsRowsOfTheWholeBatchGradient) {
       fake_output_grad(out, batch, dims.back(), model.output_grad());
       std::vector<std::vector<float>> grads;
       std::vector<float*> pointers;
-      for (std::size_t p = 0; p < model.num_tensors(); ++p) grads.emplace_back(model.count(p), kUntouched);
+      for (std::size_t p = 0; p < model.num_tensors(); ++p)
+        grads.emplace_back(model.count(p), kUntouched);
       for (auto& g : grads) pointers.push_back(g.data());
       model.backward_rows(pointers, scale, false);
       got[r] = grads;
@@ -189,7 +192,7 @@ TEST(BackwardRows, MisuseIsAnErrorNamingIt) {
   }
   model.forward(x.data(), 2);
   Gradients sink(model);
-  EXPECT_THROW(model.backward(sink, 1.0f, false), ddp::Error);  // the exchange is bound
+  EXPECT_THROW(model.backward(sink, 1.0f, false), ddp::Error);       // the exchange is bound
   EXPECT_THROW(model.backward_rows(none, 1.0f, false), ddp::Error);  // wrong buffer count
 }
 

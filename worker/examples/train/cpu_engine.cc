@@ -53,7 +53,8 @@ class CpuEngine final : public Engine {
       opt_->begin_step();
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
         const ddp::ElementRange mine = owned(p);
-        if (!mine.empty()) opt_->update_range(p, model_.data(p), row_grads_[p], mine.begin, mine.end);
+        if (!mine.empty())
+          opt_->update_range(p, model_.data(p), row_grads_[p], mine.begin, mine.end);
       }
       wait_for_all();
       return;
@@ -63,7 +64,8 @@ class CpuEngine final : public Engine {
     opt_->begin_step();
     for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
       const ddp::ElementRange mine = shards_->owned(p);
-      if (!mine.empty()) opt_->update_range(p, model_.data(p), sync.grad_view(p), mine.begin, mine.end);
+      if (!mine.empty())
+        opt_->update_range(p, model_.data(p), sync.grad_view(p), mine.begin, mine.end);
     }
     shards_->all_gather();
   }
@@ -85,7 +87,8 @@ class CpuEngine final : public Engine {
       std::vector<std::size_t> counts;
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
       ddp::ProcessGroup& group = sync.group();
-      exchange_ = std::make_unique<ExchangeMemory>(group, counts, model_.dims(), config_.batch_size);
+      exchange_ =
+          std::make_unique<ExchangeMemory>(group, counts, model_.dims(), config_.batch_size);
       // One copy of the weights for the node: rank 0 fills it (every rank
       // holds rank 0's weights by now), the others wait for that.
       model_.bind(exchange_->params(), !exchange_->shared() || group.rank() == 0);

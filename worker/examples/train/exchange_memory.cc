@@ -44,8 +44,9 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
   const std::size_t bytes = total * sizeof(float);
   if (world == 1) {
     // Nothing to share: private memory, zeroed like the shared block.
-    memory_ = std::shared_ptr<void>(::operator new(bytes, std::align_val_t{kAlign}),
-                                    [](void* p) { ::operator delete(p, std::align_val_t{kAlign}); });
+    memory_ = std::shared_ptr<void>(::operator new (bytes, std::align_val_t{kAlign}), [](void* p) {
+      ::operator delete (p, std::align_val_t{kAlign});
+    });
     std::memset(memory_.get(), 0, bytes);
   } else {
     memory_ = group.allocate_node_shared(bytes);
@@ -53,7 +54,9 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
       throw ddp::Error("--exchange activations: the " + std::to_string(world) +
                        " ranks cannot share memory (" + std::to_string(bytes >> 20) +
                        " MiB): it needs every rank on one node with the shm backend (this "
-                       "group: " + group.backend_name() + ") and room in its segment "
+                       "group: " +
+                       group.backend_name() +
+                       ") and room in its segment "
                        "(DDP_SHM_ARENA_MB)");
     }
     shared_ = true;
@@ -70,7 +73,8 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
   blocks_.wait_for_all = [this, &group] {
     const auto start = std::chrono::steady_clock::now();
     if (shared_) group.barrier();
-    waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    waited_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ++waits_;
   };
 }

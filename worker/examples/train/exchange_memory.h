@@ -15,10 +15,10 @@ namespace train {
 
 // What a trainer reports about the exchange.
 struct ExchangeStats {
-  std::int64_t backwards = 0;         // backward passes (micro-batches)
-  double backward_ms = 0;             // their mean time, waits included
-  double waited_ms = 0;               // mean time per backward pass waiting for the other ranks
-  std::size_t bytes_per_backward = 0; // ExchangeMemory::exchanged_bytes()
+  std::int64_t backwards = 0;          // backward passes (micro-batches)
+  double backward_ms = 0;              // their mean time, waits included
+  double waited_ms = 0;                // mean time per backward pass waiting for the other ranks
+  std::size_t bytes_per_backward = 0;  // ExchangeMemory::exchanged_bytes()
 };
 
 class ExchangeMemory {

@@ -183,10 +183,12 @@ int run(const Config& c) {
       c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
   if (c.exchange == "activations" && world > 1 &&
       (backend != "shm" || ddp::num_nodes() != 1 || ddp::local_world_size() != world)) {
-    throw FlagError("--exchange activations: needs every rank on one node with the shm backend "
-                    "(this job: backend " + backend + ", " + std::to_string(ddp::num_nodes()) +
-                    " node(s), " + std::to_string(ddp::local_world_size()) + " of " +
-                    std::to_string(world) + " ranks on this one)");
+    throw FlagError(
+        "--exchange activations: needs every rank on one node with the shm backend "
+        "(this job: backend " +
+        backend + ", " + std::to_string(ddp::num_nodes()) + " node(s), " +
+        std::to_string(ddp::local_world_size()) + " of " + std::to_string(world) +
+        " ranks on this one)");
   }
   const std::int64_t micro_batch = c.batch_size;
   const std::int64_t step_samples = micro_batch * c.accumulate * world;
@@ -209,7 +211,8 @@ int run(const Config& c) {
   sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
                              : c.compression == "bf16" ? ddp::Compression::kBf16
                                                        : ddp::Compression::kNone;
-  sync_options.comm_mode = c.comm_mode == "inline" ? ddp::CommMode::kInline : ddp::CommMode::kOverlap;
+  sync_options.comm_mode =
+      c.comm_mode == "inline" ? ddp::CommMode::kInline : ddp::CommMode::kOverlap;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   ddp::GradSync sync(pg, engine->grad_params(), sync_options);
 
@@ -220,7 +223,7 @@ int run(const Config& c) {
       world, pg->backend_name(), dims_text(dims), engine->num_elements(), task_name(c.task),
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
       total_steps, optimizer_name(c.optimizer), c.lr,
-      c.shard_optimizer               ? " (sharded: ZeRO)"
+      c.shard_optimizer             ? " (sharded: ZeRO)"
       : c.exchange == "activations" ? " (activation exchange: rows per rank)"
                                     : "",
       engine->description());
@@ -352,7 +355,8 @@ int run(const Config& c) {
     pg->all_reduce(figures, 2, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
     ddp::log::info(
         "summary: activation exchange, mean per backward pass over {} and {} rank(s): backward "
-        "{:.2f} ms | waiting for the other ranks {:.2f} ms (at the backward pass's and the step's barriers) "
+        "{:.2f} ms | waiting for the other ranks {:.2f} ms (at the backward pass's and the step's "
+        "barriers) "
         "| {:.2f} MB of rows written per pass (all ranks)",
         ex->backwards, world, figures[0], figures[1],
         static_cast<double>(ex->bytes_per_backward) / 1e6);

@@ -87,7 +87,7 @@ class Mlp {
  private:
   std::vector<int> dims_;
   std::vector<std::vector<float>> tensors_;  // the parameters' own storage, until bind()
-  std::vector<float*> data_;                  // where each parameter's values are
+  std::vector<float*> data_;                 // where each parameter's values are
   int batch_ = 0;
   const float* x_ = nullptr;
   std::vector<std::vector<float>> act_;  // act_[l]: output of layer l (post-ReLU for hidden)
