@@ -394,19 +394,27 @@ std::string final_loss_line(const std::string& out) {
   return "";
 }
 
+// `program` as two ddprun nodes of two ranks each (a fresh endpoint); node 0's
+// and node 1's results.
+std::pair<ProcessResult, ProcessResult> train_on_two_nodes(const std::vector<std::string>& program,
+                                                           const std::string& run_id) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto env = collective_env({{"OPENBLAS_NUM_THREADS", "1"}});
+  auto n0 = agent(ep, 2, 0, 2, program, {}, env, run_id);
+  auto n1 = agent(ep, 2, 1, 2, program, {}, env, run_id);
+  auto r1 = n1->wait(90s);
+  auto r0 = n0->wait(90s);
+  return {r0, r1};
+}
+
 TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
   std::map<std::string, std::string> results;
   for (const std::string variant : {"plain", "sharded"}) {
-    std::string ep = "127.0.0.1:" + std::to_string(free_port());
     const std::string run_id = "mntrain" + std::to_string(getpid()) + variant;
     std::vector<std::string> program = {TRAIN_PATH, "--hidden", "48", "--layers", "2", "--steps", "20",
                                         "--optimizer", "adam", "--lr", "0.01", "--log_every", "5"};
     if (variant == "sharded") program.push_back("--shard_optimizer");
-    auto env = collective_env({{"OPENBLAS_NUM_THREADS", "1"}});
-    auto n0 = agent(ep, 2, 0, 2, program, {}, env, run_id);
-    auto n1 = agent(ep, 2, 1, 2, program, {}, env, run_id);
-    auto r1 = n1->wait(90s);
-    auto r0 = n0->wait(90s);
+    auto [r0, r1] = train_on_two_nodes(program, run_id);
     ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
     ASSERT_EQ(r0.code, 0) << r0.out << r0.err;
     ASSERT_EQ(r1.code, 0) << r1.out << r1.err;
@@ -421,15 +429,10 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
 // --exchange activations needs the ranks to share memory: across nodes every
 // rank refuses it before any collective, naming the flag and the node count.
 TEST(MultiNodeTrain, TheActivationExchangeIsRefusedAcrossNodes) {
-  std::string ep = "127.0.0.1:" + std::to_string(free_port());
   const std::string run_id = "mnexch" + std::to_string(getpid());
-  std::vector<std::string> program = {TRAIN_PATH, "--hidden", "16", "--layers", "1", "--steps", "3",
-                                      "--exchange", "activations"};
-  auto env = collective_env({{"OPENBLAS_NUM_THREADS", "1"}});
-  auto n0 = agent(ep, 2, 0, 2, program, {}, env, run_id);
-  auto n1 = agent(ep, 2, 1, 2, program, {}, env, run_id);
-  auto r1 = n1->wait(90s);
-  auto r0 = n0->wait(90s);
+  auto [r0, r1] = train_on_two_nodes({TRAIN_PATH, "--hidden", "16", "--layers", "1", "--steps", "3",
+                                      "--exchange", "activations"},
+                                     run_id);
   ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
   for (const auto* r : {&r0, &r1}) {
     EXPECT_NE(r->code, 0) << r->out << r->err;

@@ -224,20 +224,21 @@ INSTANTIATE_TEST_SUITE_P(Cases, ShardedOptimizer,
                                   info.param.optimizer;
                          });
 
-// The checkpoint of a sharded run holds every rank's shard of Adam's moments
-// (gathered before rank 0 writes): resumed, it ends where the plain run does.
-TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
+// `reference` runs 30 steps uninterrupted on 2 ranks; `variant` is killed
+// (SIGKILL of the last rank) after step 15 with a checkpoint every 10 steps,
+// then resumed from it: its losses from step 11 on must be `reference`'s to
+// the last printed digit.
+void expect_resumed_run_repeats(const std::vector<std::string>& reference,
+                                const std::vector<std::string>& variant) {
   const std::string dir = make_temp_dir();
   const std::string ckpt = dir + "/model.ckpt";
-  const auto args = kSmall + std::vector<std::string>{"--optimizer", "adam", "--lr", "0.003", "--batch_size", "32"};
-  auto whole = train_on(2, args);
+  auto whole = train_on(2, reference);
   expect_ok(whole);
-  const auto sharded = args + std::vector<std::string>{"--shard_optimizer"};
-  auto killed = train_on(2, sharded + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
-                                                              "--crash_at_step", "15"});
+  auto killed = train_on(2, variant + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
+                                                               "10", "--crash_at_step", "15"});
   ASSERT_TRUE(killed.exited) << killed.out << killed.err;
   EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
-  auto resumed = train_on(2, sharded + std::vector<std::string>{"--resume", ckpt});
+  auto resumed = train_on(2, variant + std::vector<std::string>{"--resume", ckpt});
   expect_ok(resumed);
   EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos) << resumed.out;
   auto expected = losses(whole.out);
@@ -245,6 +246,14 @@ TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) 
   ASSERT_EQ(curve.begin()->first, 11) << resumed.out;
   for (auto& [step, loss] : curve) EXPECT_EQ(loss, expected[step]) << "step " << step;
   std::filesystem::remove_all(dir);
+}
+
+const std::vector<std::string> kAdam = {"--optimizer", "adam", "--lr", "0.003", "--batch_size", "32"};
+
+// The checkpoint of a sharded run holds every rank's shard of Adam's moments
+// (gathered before rank 0 writes): resumed, it ends where the plain run does.
+TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
+  expect_resumed_run_repeats(kSmall + kAdam, kSmall + kAdam + std::vector<std::string>{"--shard_optimizer"});
 }
 
 // --exchange activations (row_exchange.h): each rank computes its rows of
@@ -297,24 +306,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
 // Its checkpoint holds every rank's rows of Adam's moments (summed together
 // before rank 0 writes): resumed, it repeats the uninterrupted run exactly.
 TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes) {
-  const std::string dir = make_temp_dir();
-  const std::string ckpt = dir + "/model.ckpt";
-  const auto args = kSmall + std::vector<std::string>{"--optimizer", "adam", "--lr", "0.003",
-                                                      "--batch_size", "32", "--exchange", "activations"};
-  auto whole = train_on(2, args);
-  expect_ok(whole);
-  auto killed = train_on(2, args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
-                                                            "10", "--crash_at_step", "15"});
-  ASSERT_TRUE(killed.exited) << killed.out << killed.err;
-  EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
-  auto resumed = train_on(2, args + std::vector<std::string>{"--resume", ckpt});
-  expect_ok(resumed);
-  EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos) << resumed.out;
-  auto expected = losses(whole.out);
-  auto curve = losses(resumed.out);
-  ASSERT_EQ(curve.begin()->first, 11) << resumed.out;
-  for (auto& [step, loss] : curve) EXPECT_EQ(loss, expected[step]) << "step " << step;
-  std::filesystem::remove_all(dir);
+  const auto exchange = kSmall + kAdam + std::vector<std::string>{"--exchange", "activations"};
+  expect_resumed_run_repeats(exchange, exchange);
 }
 
 // Without memory the ranks share, every rank refuses it before any collective.
