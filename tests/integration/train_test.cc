@@ -310,6 +310,20 @@ TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterrup
   expect_resumed_run_repeats(exchange, exchange);
 }
 
+// No room in the shared segment for the weights and rows: every rank fails
+// with the reason and the setting to change (no hang, no fallback).
+TEST(Train, TheActivationExchangeSaysWhenTheSegmentHasNoRoom) {
+  auto r = run_process({kDdprun, "--nproc_per_node=2", kTrain, "--input_dim", "1024", "--hidden",
+                        "1024", "--layers", "1", "--steps", "2", "--exchange", "activations"},
+                       {{"DDP_BACKEND", "\x01"}, {"DDP_SHM_ARENA_MB", "1"}, {"OPENBLAS_NUM_THREADS", "1"},
+                        {"DDP_TIMEOUT_S", "30"}},
+                       120s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("--exchange activations: the 2 ranks cannot share"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("DDP_SHM_ARENA_MB"), std::string::npos) << r.err;
+}
+
 // Without memory the ranks share, every rank refuses it before any collective.
 TEST(Train, TheActivationExchangeNeedsShm) {
   auto r = train_on(2, kSmall + std::vector<std::string>{"--exchange", "activations", "--backend", "gloo"});

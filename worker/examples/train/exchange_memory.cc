@@ -51,13 +51,12 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
   } else {
     memory_ = group.allocate_node_shared(bytes);
     if (memory_ == nullptr) {
+      const std::string mib = std::to_string(bytes >> 20);
       throw ddp::Error("--exchange activations: the " + std::to_string(world) +
-                       " ranks cannot share memory (" + std::to_string(bytes >> 20) +
-                       " MiB): it needs every rank on one node with the shm backend (this "
-                       "group: " +
-                       group.backend_name() +
-                       ") and room in its segment "
-                       "(DDP_SHM_ARENA_MB)");
+                       " ranks cannot share " + mib +
+                       " MiB: it needs every rank on one node "
+                       "with the shm backend (this group: " +
+                       group.backend_name() + ") and room in its segment (DDP_SHM_ARENA_MB)");
     }
     shared_ = true;
   }
@@ -75,7 +74,6 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
     if (shared_) group.barrier();
     waited_ms_ +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    ++waits_;
   };
 }
 

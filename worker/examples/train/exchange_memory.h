@@ -42,9 +42,8 @@ class ExchangeMemory {
   // barrier (with the group's timeout: a dead rank is named, never a hang),
   // timed into waited_ms().
   const ExchangeBlocks& blocks() const { return blocks_; }
-  // Milliseconds spent in wait_for_all, and how many, since construction.
+  // Milliseconds spent in wait_for_all since construction.
   double waited_ms() const { return waited_ms_; }
-  std::int64_t waits() const { return waits_; }
   // Bytes every rank writes into the blocks per micro-batch (inputs and
   // output gradients of every layer), all ranks together.
   std::size_t exchanged_bytes() const { return exchanged_bytes_; }
@@ -55,7 +54,6 @@ class ExchangeMemory {
   std::vector<float*> params_;
   ExchangeBlocks blocks_;
   double waited_ms_ = 0;
-  std::int64_t waits_ = 0;
   std::size_t exchanged_bytes_ = 0;
   bool shared_ = false;
 };
