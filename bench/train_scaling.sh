@@ -28,7 +28,8 @@
 #               update, summed in another order)
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
-# and the ratios to 1 rank. Figures are medians over the repetitions (the two
+# and the ratios to 1 rank. ONLY="act-exch" (names, space-separated) runs just
+# those 2-rank configurations (with 1 rank and the ceiling), for longer series. Figures are medians over the repetitions (the two
 # cores are shared with everything else, so single runs vary by +-15% and
 # more). Targets: 2 ranks >= 1.92x (issue 6) and >= 1.95x (issue 7).
 set -euo pipefail
@@ -49,6 +50,19 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 # name: extra train flags for a 2-rank configuration
 CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer"
          "2 shard+inl:--shard_optimizer --comm_mode inline" "2 act-exch:--exchange activations")
+if [ -n "${ONLY:-}" ]; then
+  chosen=()
+  for config in "${CONFIGS[@]}"; do
+    name=${config%%:*}
+    for wanted in $ONLY; do [ "$name" = "2 $wanted" ] && chosen+=("$config"); done
+  done
+  if [ ${#chosen[@]} -eq 0 ]; then
+    names=$(for config in "${CONFIGS[@]}"; do name=${config%%:*}; printf " %s" "${name#2 }"; done)
+    echo "train_scaling.sh: ONLY=$ONLY names none of:$names" >&2
+    exit 2
+  fi
+  CONFIGS=("${chosen[@]}")
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -102,12 +116,14 @@ for config in "${CONFIGS[@]}"; do
   grep -h "summary: gradient sync\|summary: activation exchange" "$tmp/run$i.txt" | sed "s/^/  ${config%%:*}: /"
 done
 loss() { sed -n 's/.*final loss \([^ ]*\).*/\1/p' "$1"; }
-if [ "$(loss "$tmp/run1.txt")" = "$(loss "$tmp/run3.txt")" ]; then
-  echo "plain and sharded runs end with the same loss: yes ($(loss "$tmp/run1.txt"))"
-else
-  echo "plain and sharded runs end with the same loss: NO ($(loss "$tmp/run1.txt") vs $(loss "$tmp/run3.txt"))"
+if [ -z "${ONLY:-}" ]; then  # the run numbers below are those of the full set
+  if [ "$(loss "$tmp/run1.txt")" = "$(loss "$tmp/run3.txt")" ]; then
+    echo "plain and sharded runs end with the same loss: yes ($(loss "$tmp/run1.txt"))"
+  else
+    echo "plain and sharded runs end with the same loss: NO ($(loss "$tmp/run1.txt") vs $(loss "$tmp/run3.txt"))"
+  fi
+  echo "plain and activation-exchange final losses: $(loss "$tmp/run1.txt") and $(loss "$tmp/run5.txt") (the same sums in another order)"
 fi
-echo "plain and activation-exchange final losses: $(loss "$tmp/run1.txt") and $(loss "$tmp/run5.txt") (the same sums in another order)"
 i=0
 for config in "${CONFIGS[@]}"; do
   i=$((i + 1))
