@@ -60,7 +60,8 @@ class Mlp {
   // outputs (batch x output_dim), valid until the next forward. `x` must stay
   // unchanged until backward() returns.
   float* forward(const float* x, int batch);
-  // The buffer (batch x output_dim) the loss writes dLoss/dOutputs into.
+  // The buffer (batch x output_dim) the loss writes dLoss/dOutputs into;
+  // call it after forward(), which sizes it (before the first, it is null).
   float* output_grad();
   // Back-propagates output_grad() through the last forward. Each gradient is
   // scale * dLoss/dParam, written (accumulate = false) or added (true) into
