@@ -1,6 +1,9 @@
 #pragma once
 // The I/O half of the activation exchange (row_exchange.h): the memory every
 // rank of the node maps, and the barrier between them.
+//
+// Thread-safety: none; the trainer's thread only (wait_for_all is a
+// collective of the group, like every call on it).
 
 #include <chrono>
 #include <cstddef>
