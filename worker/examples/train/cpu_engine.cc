@@ -18,9 +18,7 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(const Config& c, const std::vector<int>& dims) : config_(c), model_(dims, c.seed) {
     openblas_set_num_threads(1);
-    std::vector<std::size_t> counts;
-    for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
-    opt_ = make_optimizer(c, counts);
+    opt_ = make_optimizer(c, param_counts());
   }
 
   std::string description() const override { return "the CPU (OpenBLAS, 1 thread)"; }
@@ -84,15 +82,9 @@ class CpuEngine final : public Engine {
   void prepare(ddp::GradSync& sync) override {
     sync.prepare(model_.data_pointers(), opt_->state());
     if (config_.exchange == "activations" && !exchange_) {
-      std::vector<std::size_t> counts;
-      for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
-      ddp::ProcessGroup& group = sync.group();
-      exchange_ =
-          std::make_unique<ExchangeMemory>(group, counts, model_.dims(), config_.batch_size);
-      // One copy of the weights for the node: rank 0 fills it (every rank
-      // holds rank 0's weights by now), the others wait for that.
-      model_.bind(exchange_->params(), !exchange_->shared() || group.rank() == 0);
-      if (exchange_->shared()) group.barrier();
+      exchange_ = std::make_unique<ExchangeMemory>(sync.group(), param_counts(), model_.dims(),
+                                                   config_.batch_size);
+      move_weights(exchange_->params(), exchange_->shared(), sync.group());
       model_.bind_exchange(&exchange_->blocks());
       // Only this rank's rows are ever written: the rest stays untouched (unallocated pages).
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
@@ -101,16 +93,11 @@ class CpuEngine final : public Engine {
       }
     }
     if (config_.shard_optimizer && !shards_) {
-      // The weights move into the shards' buffer (shared memory with shm,
-      // where the gather writes straight into the other ranks' copies).
+      // The weights move into the shards' buffer (with shm one copy for the node).
       shards_ = std::make_unique<ddp::ParamShards>(sync.group(), model_.grad_params());
       std::vector<float*> views;
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) views.push_back(shards_->view(p));
-      // One copy for the node (shm): rank 0 fills it (every rank holds rank
-      // 0's weights by now), the others wait for that before computing.
-      const bool shared = shards_->node_shared();
-      model_.bind(views, !shared || sync.group().rank() == 0);
-      if (shared) sync.group().barrier();
+      move_weights(views, shards_->node_shared(), sync.group());
       // The step reads only the gradient elements this rank owns: the others
       // need not be reduced here (ZeRO stage 2's reduce-scatter).
       std::vector<ddp::ElementRange> owned;
@@ -131,6 +118,18 @@ class CpuEngine final : public Engine {
   void load_host_state() override {}
 
  private:
+  std::vector<std::size_t> param_counts() const {
+    std::vector<std::size_t> counts;
+    for (std::size_t p = 0; p < model_.num_tensors(); ++p) counts.push_back(model_.count(p));
+    return counts;
+  }
+  // The weights move into `storage` (count(p) floats per parameter). When it
+  // is one copy for the whole node, rank 0 fills it (every rank holds rank
+  // 0's weights by now) and the others wait for that before computing.
+  void move_weights(const std::vector<float*>& storage, bool node_wide, ddp::ProcessGroup& group) {
+    model_.bind(storage, !node_wide || group.rank() == 0);
+    if (node_wide) group.barrier();
+  }
   void wait_for_all() {
     exchange_->blocks().wait_for_all();
     rows_in_use_ = false;

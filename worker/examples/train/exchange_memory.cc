@@ -1,7 +1,6 @@
 #include "exchange_memory.h"
 
 #include <cstring>
-#include <new>
 #include <string>
 
 #include "ddp/common/error.h"
@@ -43,10 +42,8 @@ ExchangeMemory::ExchangeMemory(ddp::ProcessGroup& group,
   }
   const std::size_t bytes = total * sizeof(float);
   if (world == 1) {
-    // Nothing to share: private memory, zeroed like the shared block.
-    memory_ = std::shared_ptr<void>(::operator new (bytes, std::align_val_t{kAlign}), [](void* p) {
-      ::operator delete (p, std::align_val_t{kAlign});
-    });
+    // Nothing to share: private memory (64-byte aligned), zeroed like the shared block.
+    memory_ = group.allocate(bytes);
     std::memset(memory_.get(), 0, bytes);
   } else {
     memory_ = group.allocate_node_shared(bytes);
