@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <optional>
 
 #include "ddp/param_shards.h"
 #include "engine.h"
@@ -27,8 +29,12 @@ class CpuEngine final : public Engine {
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
 
   void forward(const Batch& batch) override {
-    // The next micro-batch overwrites this rank's rows: not while others read them.
-    if (rows_in_use_) wait_for_all();
+    // The last micro-batch's gradient rows, before this one overwrites this
+    // rank's inputs and output gradients, which the others may still read.
+    if (pending_) {
+      weight_rows(nullptr);
+      wait_for_all();
+    }
     float* out = model_.forward(batch.x.data(), batch.size);
     loss_ = config_.task == Task::kClassification
                 ? cross_entropy(out, batch.labels.data(), batch.size, config_.output_dim,
@@ -40,20 +46,28 @@ class CpuEngine final : public Engine {
   void backward(GradSink& sink, float scale, bool accumulate) override {
     if (!exchange_) return model_.backward(sink, scale, accumulate);
     const auto start = Clock::now();
-    model_.backward_rows(row_grads_, scale, accumulate);
-    rows_in_use_ = true;
+    model_.backward_chain();
     backward_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     ++backwards_;
+    // The weight gradients follow in the next forward() or in step(), which
+    // also updates the weights: claimed unit by unit, balanced across ranks.
+    pending_ = Pending{scale, accumulate};
   }
   void step(ddp::GradSync& sync) override {
     if (exchange_) {
-      // This rank's rows, then everyone's rows are in place before anyone's next forward.
+      // Every unit's rows updated as soon as they are summed, then everyone's
+      // rows are in place before anyone's next forward.
       opt_->begin_step();
-      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
-        const ddp::ElementRange mine = owned(p);
-        if (!mine.empty())
-          opt_->update_range(p, model_.data(p), row_grads_[p], mine.begin, mine.end);
-      }
+      const std::vector<float*>& grads = exchange_->grads();
+      const std::vector<int>& dims = model_.dims();
+      weight_rows([&](const ExchangeUnit& unit) {
+        const std::size_t weight = 2 * static_cast<std::size_t>(unit.layer), bias = weight + 1;
+        const auto width = static_cast<std::size_t>(dims[unit.layer]);
+        const auto begin = static_cast<std::size_t>(unit.rows.begin);
+        const auto end = static_cast<std::size_t>(unit.rows.end);
+        opt_->update_range(weight, model_.data(weight), grads[weight], begin * width, end * width);
+        opt_->update_range(bias, model_.data(bias), grads[bias], begin, end);
+      });
       wait_for_all();
       return;
     }
@@ -76,21 +90,23 @@ class CpuEngine final : public Engine {
     stats.backward_ms = backward_ms_ / n;
     stats.waited_ms = exchange_->waited_ms() / n;
     stats.bytes_per_backward = exchange_->exchanged_bytes();
+    stats.units_taken = static_cast<double>(units_taken_) / n;
+    stats.units = static_cast<int>(units_.size());
     return stats;
   }
 
   void prepare(ddp::GradSync& sync) override {
     sync.prepare(model_.data_pointers(), opt_->state());
     if (config_.exchange == "activations" && !exchange_) {
-      exchange_ = std::make_unique<ExchangeMemory>(sync.group(), param_counts(), model_.dims(),
+      exchange_ = std::make_unique<ExchangeMemory>(sync.group(), param_counts(),
+                                                   opt_->state_groups(), model_.dims(),
                                                    config_.batch_size);
+      // The weights and the optimizer's state: one copy for the node, filled by rank 0.
+      const bool fill = !exchange_->shared() || sync.group().rank() == 0;
+      opt_->bind_state(exchange_->state(), fill);
       move_weights(exchange_->params(), exchange_->shared(), sync.group());
       model_.bind_exchange(&exchange_->blocks());
-      // Only this rank's rows are ever written: the rest stays untouched (unallocated pages).
-      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
-        row_grad_storage_.emplace_back(new float[model_.count(p)]);
-        row_grads_.push_back(row_grad_storage_.back().get());
-      }
+      units_ = exchange_units(model_.dims(), sync.group().size(), kMinUnitRows);
     }
     if (config_.shard_optimizer && !shards_) {
       // The weights move into the shards' buffer (with shm one copy for the node).
@@ -107,8 +123,7 @@ class CpuEngine final : public Engine {
     group_ = &sync.group();
   }
   void gather_state() override {
-    if (exchange_) return gather_rows();
-    if (!shards_) return;
+    if (!shards_) return;  // the exchange's state is one copy for the node already
     for (const auto& group : opt_->param_shaped_state()) shards_->all_gather(group);
   }
   // The live buffers themselves: loading writes straight into the model.
@@ -130,32 +145,15 @@ class CpuEngine final : public Engine {
     model_.bind(storage, !node_wide || group.rank() == 0);
     if (node_wide) group.barrier();
   }
-  void wait_for_all() {
-    exchange_->blocks().wait_for_all();
-    rows_in_use_ = false;
-  }
-  ddp::ElementRange owned(std::size_t param) const {
-    return owned_elements(model_.dims(), param, group_->size(), group_->rank());
-  }
-  // Every rank's rows of the optimizer's state to every rank: a sum of
-  // buffers that are zero outside their owner's rows (x + 0 is exact).
-  void gather_rows() {
-    for (const auto& buffers : opt_->param_shaped_state()) {
-      std::vector<float> all(model_.num_elements(), 0.0f);
-      std::size_t at = 0;
-      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
-        const ddp::ElementRange mine = owned(p);
-        const float* state = static_cast<const float*>(buffers[p]);
-        std::memcpy(all.data() + at + mine.begin, state + mine.begin, mine.size() * sizeof(float));
-        at += model_.count(p);
-      }
-      group_->all_reduce(all.data(), all.size(), ddp::DType::kFloat32, ddp::ReduceOp::kSum);
-      at = 0;
-      for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
-        std::memcpy(buffers[p], all.data() + at, model_.count(p) * sizeof(float));
-        at += model_.count(p);
-      }
-    }
+  void wait_for_all() { exchange_->blocks().wait_for_all(); }
+  // The pending micro-batch's weight gradient units (row_exchange.h), this
+  // rank's share of them, timed into backward_ms_.
+  void weight_rows(const std::function<void(const ExchangeUnit&)>& update) {
+    const auto start = Clock::now();
+    units_taken_ += model_.weight_rows(units_, exchange_->grads(), pending_->scale,
+                                       pending_->accumulate, update);
+    pending_.reset();
+    backward_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   }
 
   Config config_;
@@ -163,12 +161,19 @@ class CpuEngine final : public Engine {
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<ddp::ParamShards> shards_;  // with --shard_optimizer, after prepare()
   ddp::ProcessGroup* group_ = nullptr;        // after prepare()
-  // --exchange activations, after prepare(): the node-wide memory and this
-  // rank's rows of each gradient (row_grads_[p] has count(p) floats).
+  // --exchange activations, after prepare(): the node-wide memory, the units
+  // of the weight gradients, and the micro-batch whose units are still to do.
+  struct Pending {
+    float scale;
+    bool accumulate;
+  };
+  // Units of fewer rows cost more per row (the GEMM repacks the inputs per
+  // call): 64 rows took 11% longer than 512 here.
+  static constexpr int kMinUnitRows = 64;
   std::unique_ptr<ExchangeMemory> exchange_;
-  std::vector<std::unique_ptr<float[]>> row_grad_storage_;
-  std::vector<float*> row_grads_;
-  bool rows_in_use_ = false;  // other ranks may be reading this rank's rows
+  std::vector<ExchangeUnit> units_;
+  std::optional<Pending> pending_;
+  std::int64_t units_taken_ = 0;
   double backward_ms_ = 0;
   std::int64_t backwards_ = 0;
   LossResult loss_;

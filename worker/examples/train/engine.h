@@ -38,12 +38,13 @@ class Engine {
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
   // As Mlp::backward: gradients into sink, scaled, written or accumulated.
-  // With exchanges_activations(), as Mlp::backward_rows instead: a
-  // collective that leaves this rank's rows of the gradients, summed over
-  // every rank, inside the engine (the sink is not used).
+  // With exchanges_activations(), as Mlp::backward_chain instead (the sink
+  // is not used): the weight gradients, summed over every rank, follow in
+  // the next forward() or in step(), a unit of rows at a time.
   virtual void backward(GradSink& sink, float scale, bool accumulate) = 0;
   // One optimizer step with the averaged gradients in sync's views (with
-  // exchanges_activations(): with the engine's own rows, then a barrier).
+  // exchanges_activations(): Mlp::weight_rows, each unit's rows updated as
+  // soon as they are summed, then a barrier).
   virtual void step(ddp::GradSync& sync) = 0;
   // --exchange activations (row_exchange.h), set up by prepare(): the trainer
   // then leaves GradSync out of the backward pass.

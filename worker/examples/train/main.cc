@@ -353,12 +353,19 @@ int run(const Config& c) {
   if (const auto ex = engine->exchange_stats(); ex && ex->backwards > 0) {
     double figures[2] = {ex->backward_ms, ex->waited_ms};
     pg->all_reduce(figures, 2, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+    // Each rank's share of the units: how the claiming balanced the ranks.
+    std::vector<double> taken(static_cast<std::size_t>(world), 0.0);
+    taken[static_cast<std::size_t>(rank)] = ex->units_taken;
+    pg->all_reduce(taken.data(), taken.size(), ddp::DType::kFloat64, ddp::ReduceOp::kSum);
+    std::string shares;
+    for (int r = 0; r < world; ++r) {
+      shares += fmt::format("{}{:.1f}", r == 0 ? "" : "/", taken[static_cast<std::size_t>(r)]);
+    }
     ddp::log::info(
         "summary: activation exchange, mean per backward pass over {} and {} rank(s): backward "
-        "{:.2f} ms | waiting for the other ranks {:.2f} ms (at the backward pass's and the step's "
-        "barriers) "
-        "| {:.2f} MB of rows written per pass (all ranks)",
-        ex->backwards, world, figures[0], figures[1],
+        "and update {:.2f} ms | waiting for the other ranks {:.2f} ms | units of {} taken by "
+        "rank 0/1/...: {} | {:.2f} MB of rows written per pass (all ranks)",
+        ex->backwards, world, figures[0], figures[1], ex->units, shares,
         static_cast<double>(ex->bytes_per_backward) / 1e6);
   }
   ddp::log::info(

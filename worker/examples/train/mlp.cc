@@ -140,7 +140,7 @@ void input_grad(const float* dz, const float* w, const float* relu_out, int batc
 
 void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
   if (exchange_ != nullptr) {
-    throw ddp::Error("Mlp::backward: an activation exchange is bound (use backward_rows)");
+    throw ddp::Error("Mlp::backward: an activation exchange is bound (use backward_chain)");
   }
   const float beta = accumulate ? 1.0f : 0.0f;
   const int batch = batch_;
@@ -164,21 +164,52 @@ void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
   }
 }
 
-void Mlp::backward_rows(const std::vector<float*>& grads, float scale, bool accumulate) {
-  if (exchange_ == nullptr) throw ddp::Error("Mlp::backward_rows: no activation exchange bound");
+void Mlp::bind_exchange(const ExchangeBlocks* blocks) {
+  exchange_ = blocks;
+  chains_ = rows_done_ = 0;
+}
+
+void Mlp::backward_chain() {
+  if (exchange_ == nullptr) throw ddp::Error("Mlp::backward_chain: no activation exchange bound");
+  if (chains_ != rows_done_) {
+    throw ddp::Error("Mlp::backward_chain: the last micro-batch's weight_rows() was not called");
+  }
+  const ExchangeBlocks& ex = *exchange_;
+  const std::int64_t first = chains_ * num_layers();
+  ex.publish(first + 1);  // the inputs of every layer and the last layer's output gradient
+  for (int l = num_layers() - 1; l >= 1; --l) {
+    const int n_in = dims_[l], n_out = dims_[l + 1];
+    input_grad(ex.my_grad(l, n_out), data_[2 * static_cast<std::size_t>(l)], out_[l - 1], ex.batch,
+               n_out, n_in, ex.my_grad(l - 1, n_in));
+    ex.publish(first + num_layers() - l + 1);
+  }
+  ++chains_;
+}
+
+int Mlp::weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<float*>& grads,
+                     float scale, bool accumulate,
+                     const std::function<void(const ExchangeUnit&)>& update) {
+  if (exchange_ == nullptr) throw ddp::Error("Mlp::weight_rows: no activation exchange bound");
   if (grads.size() != tensors_.size()) {
-    throw ddp::Error("Mlp::backward_rows: " + std::to_string(grads.size()) + " buffers for " +
+    throw ddp::Error("Mlp::weight_rows: " + std::to_string(grads.size()) + " buffers for " +
                      std::to_string(tensors_.size()) + " parameters");
+  }
+  if (rows_done_ + 1 != chains_) {
+    throw ddp::Error("Mlp::weight_rows: call it once after each backward_chain()");
   }
   const ExchangeBlocks& ex = *exchange_;
   const float beta = accumulate ? 1.0f : 0.0f;
   const int all_rows = ex.world * ex.batch;
-  // This rank's rows of layer l's gradients: a sum over all_rows samples of
-  // every rank's output gradients (columns `rows` of them) and inputs.
-  const auto weight_rows = [&](int l) {
-    const int n_in = dims_[l], n_out = dims_[l + 1];
-    const RowRange rows = owned_rows(n_out, ex.world, ex.rank);
-    if (rows.empty()) return;
+  const std::int64_t first_publish = rows_done_ * num_layers();
+  const int count = static_cast<int>(units.size());
+  int taken = 0;
+  while (const auto index = claim_unit(ex.next_ticket, rows_done_ * count, count)) {
+    const ExchangeUnit& unit = units[static_cast<std::size_t>(*index)];
+    const int l = unit.layer, n_in = dims_[l], n_out = dims_[l + 1];
+    const RowRange rows = unit.rows;
+    ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, update != nullptr));
+    // The unit's rows of layer l's gradients: a sum over all_rows samples of
+    // every rank's output gradients (columns `rows` of them) and inputs.
     const float* dz = ex.grads[l] + rows.begin;
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1, weight = bias - 1;
     cblas_sgemv(CblasRowMajor, CblasTrans, all_rows, rows.size(), scale, dz, n_out, ones_.data(), 1,
@@ -186,16 +217,11 @@ void Mlp::backward_rows(const std::vector<float*>& grads, float scale, bool accu
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows.size(), n_in, all_rows, scale, dz,
                 n_out, ex.inputs[l], n_in, beta,
                 grads[weight] + static_cast<std::size_t>(rows.begin) * n_in, n_in);
-  };
-  // This rank's output gradients of every layer first: they need nothing from
-  // the others, so one wait then covers every layer's rows of every rank.
-  for (int l = num_layers() - 1; l >= 1; --l) {
-    const int n_in = dims_[l], n_out = dims_[l + 1];
-    input_grad(ex.my_grad(l, n_out), data_[2 * static_cast<std::size_t>(l)], out_[l - 1], ex.batch,
-               n_out, n_in, ex.my_grad(l - 1, n_in));
+    if (update) update(unit);
+    ++taken;
   }
-  ex.wait_for_all();
-  for (int l = num_layers() - 1; l >= 0; --l) weight_rows(l);
+  ++rows_done_;
+  return taken;
 }
 
 }  // namespace train

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,17 +74,25 @@ class Mlp {
   // rows of blocks->inputs, and output_grad() is this rank's rows of the last
   // layer's blocks->grads; every batch must have blocks->batch rows. `blocks`
   // (not owned) must outlive the model's use; nullptr goes back to private
-  // buffers.
-  void bind_exchange(const ExchangeBlocks* blocks) { exchange_ = blocks; }
-  // Collective over the blocks' ranks, instead of backward(): back-propagates
-  // this rank's batch, and writes (or adds, `accumulate`) scale * the sum over
-  // EVERY rank's batch of dLoss/dParam into this rank's owned_rows() of each
-  // weight and bias: grads[p] points at parameter p's first element (count(p)
-  // floats); the other rows are not touched. Waits once for the other ranks
-  // (blocks->wait_for_all), after computing this rank's output gradients of
-  // every layer. The others may still read this rank's rows afterwards: call
-  // blocks->wait_for_all() again before the next forward().
-  void backward_rows(const std::vector<float*>& grads, float scale, bool accumulate);
+  // buffers. Every rank of the blocks calls, per micro-batch: forward(), the
+  // loss into output_grad(), backward_chain(), weight_rows(); and
+  // blocks->wait_for_all() before its next forward() (others may still read
+  // its rows) and before reading rows that others computed.
+  void bind_exchange(const ExchangeBlocks* blocks);
+  // Instead of backward(): this rank's output gradients of every layer,
+  // published (blocks->publish) as they are written. Never waits.
+  void backward_chain();
+  // Collective over the blocks' ranks, after backward_chain(): claims units of
+  // `units` (exchange_units()) until none is left; for each it writes
+  // (accumulate: adds) scale * the sum over EVERY rank's batch of dLoss/dParam
+  // into the unit's rows of grads[2l] and grads[2l+1] (parameter p's buffer,
+  // count(p) floats, in memory every rank maps), then calls update(unit) if
+  // given, once every rank is done reading the unit's weights (the optimizer
+  // may then write them). Waits only for data it needs (blocks->
+  // wait_for_published). Returns the number of units this rank took.
+  int weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<float*>& grads,
+                  float scale, bool accumulate,
+                  const std::function<void(const ExchangeUnit&)>& update = nullptr);
 
  private:
   std::vector<int> dims_;
@@ -95,6 +104,8 @@ class Mlp {
   std::vector<float*> out_;              // where the last forward put each layer's output
   std::vector<float> dz_, dz_next_, ones_;
   const ExchangeBlocks* exchange_ = nullptr;
+  std::int64_t chains_ = 0;       // backward_chain() calls since bind_exchange()
+  std::int64_t rows_done_ = 0;    // weight_rows() calls since bind_exchange()
 };
 
 }  // namespace train

@@ -36,15 +36,33 @@ class Optimizer {
                             std::size_t end) = 0;
   // The state shaped like the parameters, in groups of one float buffer per
   // parameter (SGD with momentum: one group; Adam: m, then v; plain SGD: none).
-  virtual std::vector<std::vector<void*>> param_shaped_state() = 0;
+  std::vector<std::vector<void*>> param_shaped_state();
   // The state: the step count (1 int64) first, then the float buffers in
-  // parameter order. The pointers stay valid for the optimizer's lifetime.
-  virtual std::vector<ddp::ParamBuffer> state() = 0;
+  // parameter order (each parameter's groups in order). The pointers stay
+  // valid until bind_state().
+  std::vector<ddp::ParamBuffer> state();
+  // How many groups param_shaped_state() has.
+  std::size_t state_groups() const { return state_.size(); }
+  // Moves the param-shaped state into storage[g][p] (count(p) floats each,
+  // owned by the caller and outliving the optimizer, e.g. memory every rank
+  // of a node maps): the current values are copied there (unless `copy` is
+  // false: another rank fills memory that several ranks share), and every
+  // later update uses them there. Throws ddp::Error when the shape differs.
+  void bind_state(const std::vector<std::vector<float*>>& storage, bool copy = true);
   std::int64_t steps() const { return steps_; }
 
  protected:
+  // Adds a zeroed group of buffers shaped like the parameters.
+  void add_state_group();
+  // Group g's buffer of parameter p.
+  float* buffer(std::size_t group, std::size_t param) { return state_[group][param]; }
+
   std::vector<std::size_t> counts_;
   std::int64_t steps_ = 0;
+
+ private:
+  std::vector<std::vector<float*>> state_;           // [group][param]: where it lives
+  std::vector<std::vector<std::vector<float>>> own_;  // its own storage, until bind_state()
 };
 
 // counts[i]: parameter i's element count.
