@@ -21,11 +21,12 @@
 #               with shm one node-wide copy of the parameters, so nothing is
 #               gathered; the same losses to the last digit)
 #   2 shard+inl --shard_optimizer --comm_mode inline
-#   2 act-exch  --exchange activations (no gradients move: each rank computes
-#               its rows of every weight gradient from every rank's layer
-#               inputs and output gradients, in node-shared memory, and
-#               updates them in the node's one copy of the weights; the same
-#               update, summed in another order)
+#   2 act-exch  --exchange activations (no gradients move: the ranks compute
+#               the weight gradients' rows from every rank's layer inputs and
+#               output gradients, in node-shared memory, in units that
+#               whichever rank is free claims, and update them in the node's
+#               one copy of the weights; the same update, summed in another
+#               order)
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
 # and the ratios to 1 rank. ONLY="act-exch" (names, space-separated) runs just
