@@ -21,6 +21,8 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -289,6 +291,15 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
             std::string::npos)
       << rows.out;
   EXPECT_EQ(rows.out.find("summary: gradient sync"), std::string::npos) << rows.out;
+  // Every unit of every backward pass was taken by exactly one of the processes.
+  std::smatch units;
+  ASSERT_TRUE(std::regex_search(rows.out, units,
+                                std::regex("units of ([0-9]+) taken by rank 0/1/...: ([0-9./]+)")))
+      << rows.out;
+  double taken = 0;
+  std::stringstream shares(units[2].str());
+  for (std::string share; std::getline(shares, share, '/');) taken += std::stod(share);
+  EXPECT_NEAR(taken, std::stod(units[1].str()), 0.15 * p.ranks) << units[0];
   expect_same_curve(losses(gradients.out), losses(rows.out), 1e-4, "activations vs gradients");
 }
 
