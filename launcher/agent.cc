@@ -320,7 +320,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       env.restart_count = attempt;
       env.max_restarts = spec_.max_restarts;
       env.run_id = spec_.run_id;
-      env.rdzv_endpoint = rdzv_endpoint;
+      env.rdzv_unavailable = control_->workers_server_missing();
+      if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
       env.rdzv_token = spec_.rdzv_token;
       env.round = round.round;
       env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix

@@ -28,6 +28,9 @@ class ControlPlane {
   virtual ~ControlPlane() = default;
   // The rendezvous endpoint workers get as DDP_RDZV_ENDPOINT.
   virtual std::string worker_endpoint() const = 0;
+  // Why the workers have no rendezvous server at worker_endpoint() (empty
+  // when they have one): they then get it as DDP_RDZV_UNAVAILABLE instead.
+  virtual std::string workers_server_missing() const { return {}; }
   // Blocks until this node has its place in the next round.
   virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) = 0;
   // A local worker failed; returns whether another round will be formed.

@@ -7,6 +7,13 @@ namespace ddp::launcher {
 
 LocalControlPlane::LocalControlPlane(const LaunchSpec& spec)
     : spec_(spec), reservation_(PortReservation::reserve(spec.rdzv_port, "--rdzv_endpoint")), host_(spec.rdzv_host) {
+  // A missing plugin is found before the workers start, so that a worker
+  // needing the server fails at once instead of after its connect timeout.
+  missing_ = rpc_plugin_missing();
+  if (!missing_.empty()) {
+    launcher_log().warn("workers' rendezvous server not started: {}", missing_);
+    return;
+  }
   const LaunchSpec* s = &spec_;
   int port = reservation_.port();
   server_ = std::async(std::launch::async, [s, port]() -> std::unique_ptr<WorkerRendezvous> {

@@ -19,6 +19,7 @@ class LocalControlPlane final : public ControlPlane {
   ~LocalControlPlane() override;
 
   std::string worker_endpoint() const override;
+  std::string workers_server_missing() const override { return missing_; }
   RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) override;
   bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override;
   void leave(const RoundAssignment& round, int exit_code) override;
@@ -30,6 +31,7 @@ class LocalControlPlane final : public ControlPlane {
   std::string host_;
   std::int64_t rounds_ = 0;
   int restarts_used_ = 0;
+  std::string missing_;  // why no server was started, when the plugin is not there
   std::future<std::unique_ptr<WorkerRendezvous>> server_;
 };
 

@@ -35,6 +35,10 @@ class RpcPlugin {
 // Loads libddprun_rpc.so from beside the ddprun executable (or $DDPRUN_RPC_PLUGIN).
 // Thread-safe; loads once. Throws ddp::Error naming the path and dlerror().
 RpcPlugin& load_rpc_plugin();
+// Why load_rpc_plugin() will fail, found without loading it (a stat of the
+// path: microseconds, where loading gRPC costs ~15 ms): the plugin's path and
+// what is wrong with it, or an empty string when it is there to be loaded.
+std::string rpc_plugin_missing();
 
 }  // namespace ddp::launcher
 

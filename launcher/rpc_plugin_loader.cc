@@ -1,7 +1,9 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 
@@ -23,6 +25,12 @@ std::string plugin_path() {
 }
 
 }  // namespace
+
+std::string rpc_plugin_missing() {
+  const std::string path = plugin_path();
+  if (::access(path.c_str(), R_OK) == 0) return {};
+  return "the rendezvous plugin " + path + " is missing or unreadable: " + std::strerror(errno);
+}
 
 RpcPlugin& load_rpc_plugin() {
   static std::once_flag once;

@@ -51,6 +51,8 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
     env.emplace_back("DDP_ROUND", std::to_string(round));
     if (!rdzv_tls_ca.empty()) env.emplace_back("DDP_RDZV_TLS_CA", rdzv_tls_ca);
     if (!node_addr.empty()) env.emplace_back("DDP_NODE_ADDR", node_addr);
+  } else if (!rdzv_unavailable.empty()) {
+    env.emplace_back("DDP_RDZV_UNAVAILABLE", rdzv_unavailable);
   }
   return env;
 }
@@ -61,7 +63,7 @@ const std::vector<std::string>& contract_variable_names() {
       "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
       "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR",
-      "DDP_OUTPUT_PREFIXED"};
+      "DDP_OUTPUT_PREFIXED", "DDP_RDZV_UNAVAILABLE"};
   return names;
 }
 
@@ -101,6 +103,7 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.max_restarts = optional_int("TORCHELASTIC_MAX_RESTARTS", 0, 0, kMaxInt);
   env.run_id = optional_str("DDP_RUN_ID", optional_str("TORCHELASTIC_RUN_ID", ""));
   env.rdzv_endpoint = optional_str("DDP_RDZV_ENDPOINT", "");
+  env.rdzv_unavailable = optional_str("DDP_RDZV_UNAVAILABLE", "");
   env.rdzv_token = optional_str("DDP_RDZV_TOKEN", "");
   env.rdzv_tls_ca = optional_str("DDP_RDZV_TLS_CA", "");
   env.node_addr = optional_str("DDP_NODE_ADDR", "");

@@ -236,5 +236,28 @@ TEST(CollectiveSettings, UnknownBackendIsAnErrorNamingTheVariable) {
       << r.out << r.err;
 }
 
+// A broken installation (no libddprun_rpc.so beside ddprun): a worker that
+// needs the store fails at once naming the missing file, long before its
+// 30 s connect timeout, and one that does not need it runs as usual.
+TEST(CollectiveSettings, AMissingRpcPluginFailsStoreUsersAtOnceNamingIt) {
+  const std::string missing = "/nonexistent/libddprun_rpc.so";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = ddprun(2, {"all"}, worker_env({{"DDPRUN_RPC_PLUGIN", missing}}), 60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_LT(took, 20s) << r.out << r.err;
+  EXPECT_NE(r.err.find("ddprun could not start the workers' rendezvous server, which libddp needs: "
+                       "the rendezvous plugin " +
+                       missing + " is missing or unreadable"),
+            std::string::npos)
+      << r.out << r.err;
+  auto plain = run_process({kDdprun, "--nproc_per_node=2", "/bin/sh", "-c", "echo ran"},
+                           worker_env({{"DDPRUN_RPC_PLUGIN", missing}}), 30s);
+  ASSERT_TRUE(plain.exited) << plain.out << plain.err;
+  EXPECT_EQ(plain.code, 0) << plain.out << plain.err;
+  EXPECT_NE(plain.out.find("[rank 1] ran"), std::string::npos) << plain.out;
+}
+
 }  // namespace
 }  // namespace ddp::testing

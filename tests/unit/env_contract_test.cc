@@ -40,7 +40,13 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.output_prefixed = true;
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
-  for (const auto& name : contract_variable_names()) EXPECT_TRUE(vars.count(name)) << name;
+  for (const auto& name : contract_variable_names()) {
+    // DDP_RDZV_UNAVAILABLE stands in for the endpoint when there is none.
+    if (name != "DDP_RDZV_UNAVAILABLE") {
+      EXPECT_TRUE(vars.count(name)) << name;
+    }
+  }
+  EXPECT_FALSE(vars.count("DDP_RDZV_UNAVAILABLE"));
   auto back = parse(vars);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->rank, 5);
@@ -82,6 +88,16 @@ TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({}))
 TEST(EnvContract, RdzvVariablesOnlyWrittenWithAnEndpoint) {
   WorkerEnv env;
   for (const auto& [name, value] : env.to_env()) EXPECT_EQ(name.rfind("DDP_RDZV", 0), std::string::npos);
+}
+
+TEST(EnvContract, WithoutAServerTheReasonIsWrittenInsteadOfTheEndpoint) {
+  WorkerEnv env;
+  env.rdzv_unavailable = "the rendezvous plugin /x/libddprun_rpc.so is missing";
+  auto pairs = env.to_env();
+  std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
+  EXPECT_EQ(vars["DDP_RDZV_UNAVAILABLE"], env.rdzv_unavailable);
+  EXPECT_FALSE(vars.count("DDP_RDZV_ENDPOINT"));
+  EXPECT_EQ(parse(vars)->rdzv_unavailable, env.rdzv_unavailable);
 }
 
 TEST(EnvContract, MalformedValuesNameTheVariable) {

@@ -71,6 +71,10 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
     g_group = ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
     return g_group;
   }
+  if (env->rdzv_endpoint.empty() && !env->rdzv_unavailable.empty()) {
+    throw Error("ddprun could not start the workers' rendezvous server, which libddp needs: " +
+                env->rdzv_unavailable);
+  }
   if (env->rdzv_endpoint.empty()) {
     throw Error("DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
   }

@@ -28,6 +28,10 @@ struct WorkerEnv {
   std::string run_id;        // TORCHELASTIC_RUN_ID and DDP_RUN_ID
   // ddprun's control plane; empty when the job has no rendezvous server.
   std::string rdzv_endpoint;  // DDP_RDZV_ENDPOINT, HOST:PORT
+  // DDP_RDZV_UNAVAILABLE: why ddprun could not start the workers' server, so
+  // that a worker needing it fails at once saying so (written only when set
+  // and rdzv_endpoint is empty).
+  std::string rdzv_unavailable;
   std::string rdzv_token;     // DDP_RDZV_TOKEN
   long round = 0;             // DDP_ROUND
   std::string rdzv_tls_ca;    // DDP_RDZV_TLS_CA: PEM CA of a TLS rendezvous (written only when set)
