@@ -258,9 +258,10 @@ TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) 
   expect_resumed_run_repeats(kSmall + kAdam, kSmall + kAdam + std::vector<std::string>{"--shard_optimizer"});
 }
 
-// --exchange activations (row_exchange.h): each rank computes its rows of
-// every weight gradient from every rank's layer inputs and output gradients
-// and updates them in the node's one copy of the weights. The same update as
+// --exchange activations (row_exchange.h): the ranks compute the rows of
+// every weight gradient from every rank's layer inputs and output gradients,
+// in units that whichever rank is free claims, and update them in the node's
+// one copy of the weights. The same update as
 // exchanging gradients, its sums added in another order: 1e-4 relative, as
 // between world sizes.
 struct ExchangeCase {
@@ -303,6 +304,30 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
   expect_same_curve(losses(gradients.out), losses(rows.out), 1e-4, "activations vs gradients");
 }
 
+// A rank that hangs (stopped, not dead: ddprun sees nothing) while the others
+// wait for its rows: they name it after the group's timeout, and ddprun then
+// stops the job, the hung rank included.
+TEST(Train, TheActivationExchangeNamesAHungRankAfterTheGroupsTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_process({kDdprun, "--nproc_per_node=2", "--shutdown_timeout", "1", kTrain, "--hidden",
+                        "64", "--layers", "3", "--steps", "40", "--exchange", "activations",
+                        "--stall_at_step", "5"},
+                       {{"DDP_BACKEND", "\x01"},
+                        {"DDP_TIMEOUT_S", "3"},
+                        {"DDP_LOG_LEVEL", "\x01"},
+                        {"OPENBLAS_NUM_THREADS", "1"}},
+                       60s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_LT(took, 30s) << r.out << r.err;
+  EXPECT_NE(r.err.find("rank 1 did not publish its layer gradients within the group's timeout of "
+                       "3000 ms"),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
                          ::testing::Values(ExchangeCase{1, "sgd", "classification", 1},
                                            ExchangeCase{2, "sgd", "classification", 1},
@@ -314,8 +339,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
                                   "_" + info.param.task + "_acc" + std::to_string(info.param.accumulate);
                          });
 
-// Its checkpoint holds every rank's rows of Adam's moments (summed together
-// before rank 0 writes): resumed, it repeats the uninterrupted run exactly.
+// Its checkpoint holds the node's one copy of Adam's moments, whichever rank
+// updated which rows: resumed, it repeats the uninterrupted run exactly.
 TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes) {
   const auto exchange = kSmall + kAdam + std::vector<std::string>{"--exchange", "activations"};
   expect_resumed_run_repeats(exchange, exchange);

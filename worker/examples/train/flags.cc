@@ -62,7 +62,8 @@ void validate(const Config& c) {
     if (c.shard_optimizer) {
       throw ddp::Error(
           "--shard_optimizer with --exchange activations: the exchange already shards the "
-          "optimizer (each rank updates its rows of every layer); give one of them");
+          "optimizer (the ranks update the weights' rows in units, one copy per node); give one "
+          "of them");
     }
     if (c.compression != "none") {
       throw ddp::Error("--compression " + c.compression +
@@ -184,8 +185,9 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--exchange", c.exchange,
                  "What goes between the ranks: gradients (GradSync's all-reduce) or activations "
                  "(every rank's layer inputs and output gradients, in memory the node's ranks "
-                 "share; each rank computes and updates its rows of every layer: the same "
-                 "update, far less traffic; one node with shm)")
+                 "share; the ranks compute and update the weight gradients' rows in units that "
+                 "whichever rank is free claims: the same update, far less traffic; one node "
+                 "with shm)")
       ->check(CLI::IsMember({"gradients", "activations"}))
       ->capture_default_str();
   app.add_option("--backend", c.backend,
@@ -208,6 +210,10 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->capture_default_str();
   app.add_option("--crash_at_step,--crash-at-step", c.crash_at_step,
                  "Testing: the last rank SIGKILLs itself after this step (first attempt only)")
+      ->check(at_least<std::int64_t>(0));
+  app.add_option("--stall_at_step,--stall-at-step", c.stall_at_step,
+                 "Testing: the last rank stops itself (SIGSTOP) after this step (first attempt "
+                 "only): alive but silent, as a hung rank is")
       ->check(at_least<std::int64_t>(0));
 
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());

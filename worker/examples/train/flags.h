@@ -47,8 +47,9 @@ struct Config {
   std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline
   // What crosses between the ranks: "gradients" (GradSync's all-reduce) or
   // "activations" (row_exchange.h: every rank's layer inputs and output
-  // gradients, in memory the ranks of one node share; each rank computes and
-  // updates its rows of every layer). CPU path, one node (shm) only.
+  // gradients, in memory the ranks of one node share; the ranks compute and
+  // update the weight gradients' rows in units that whichever rank is free
+  // claims). CPU path, one node (shm) only.
   std::string exchange = "gradients";
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
   // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
@@ -64,6 +65,7 @@ struct Config {
   // Fault injection for restart tests: the last rank SIGKILLs itself after
   // this step, in the first attempt only (TORCHELASTIC_RESTART_COUNT = 0).
   std::int64_t crash_at_step = 0;
+  std::int64_t stall_at_step = 0;  // testing: the last rank stops (SIGSTOP) after this step
 };
 
 struct ParseResult {

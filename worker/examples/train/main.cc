@@ -152,11 +152,17 @@ std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
 }
 
 void maybe_crash(const Config& c, std::int64_t step, int rank, int world) {
-  if (c.crash_at_step == 0 || step != c.crash_at_step || rank != world - 1) return;
+  if (rank != world - 1 || step == 0) return;
   const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (attempt != nullptr && std::string(attempt) != "0") return;
-  ddp::log::warn("--crash_at_step {}: killing this rank (SIGKILL)", step);
-  ::kill(::getpid(), SIGKILL);
+  if (step == c.crash_at_step) {
+    ddp::log::warn("--crash_at_step {}: killing this rank (SIGKILL)", step);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (step == c.stall_at_step) {
+    ddp::log::warn("--stall_at_step {}: stopping this rank (SIGSTOP)", step);
+    ::kill(::getpid(), SIGSTOP);
+  }
 }
 
 int run(const Config& c) {
