@@ -45,7 +45,9 @@ void serve(const WorkerEnv& env, Clock::time_point deadline) {
     if (poll(&p, 1, remaining_ms(deadline)) <= 0) {
       std::string missing;
       for (int r = 0; r < env.world_size; ++r) {
-        if (!arrived[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        if (arrived[r]) continue;
+        if (!missing.empty()) missing += ',';
+        missing += std::to_string(r);
       }
       for (int c : peers) close(c);
       close(fd);
