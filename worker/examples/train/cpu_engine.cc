@@ -120,7 +120,6 @@ class CpuEngine final : public Engine {
       for (std::size_t p = 0; p < model_.num_tensors(); ++p) owned.push_back(shards_->owned(p));
       sync.set_needed_gradients(std::move(owned));
     }
-    group_ = &sync.group();
   }
   void gather_state() override {
     if (!shards_) return;  // the exchange's state is one copy for the node already
@@ -160,7 +159,6 @@ class CpuEngine final : public Engine {
   Mlp model_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<ddp::ParamShards> shards_;  // with --shard_optimizer, after prepare()
-  ddp::ProcessGroup* group_ = nullptr;        // after prepare()
   // --exchange activations, after prepare(): the node-wide memory, the units
   // of the weight gradients, and the micro-batch whose units are still to do.
   struct Pending {

@@ -360,9 +360,8 @@ int run(const Config& c) {
     double figures[2] = {ex->backward_ms, ex->waited_ms};
     pg->all_reduce(figures, 2, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
     // Each rank's share of the units: how the claiming balanced the ranks.
-    std::vector<double> taken(static_cast<std::size_t>(world), 0.0);
-    taken[static_cast<std::size_t>(rank)] = ex->units_taken;
-    pg->all_reduce(taken.data(), taken.size(), ddp::DType::kFloat64, ddp::ReduceOp::kSum);
+    std::vector<double> taken(static_cast<std::size_t>(world));
+    pg->all_gather(&ex->units_taken, taken.data(), 1, ddp::DType::kFloat64);
     std::string shares;
     for (int r = 0; r < world; ++r) {
       shares += fmt::format("{}{:.1f}", r == 0 ? "" : "/", taken[static_cast<std::size_t>(r)]);
