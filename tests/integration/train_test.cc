@@ -44,20 +44,22 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
   return a;
 }
 
+// `env` replaces the defaults below (e.g. a shorter DDP_TIMEOUT_S).
 ProcessResult ddprun(const std::vector<std::string>& launcher_args,
-                     const std::vector<std::string>& train_args) {
+                     const std::vector<std::string>& train_args,
+                     const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> argv = {kDdprun};
   argv = argv + launcher_args;
   argv.push_back(kTrain);
   argv = argv + train_args;
-  return run_process(argv,
-                     {{"DDP_BACKEND", "\x01"},
-                      {"DDP_DEBUG", "\x01"},
-                      {"DDP_TIMEOUT_S", "30"},
-                      {"DDP_GLOO_IFACE", "\x01"},
-                      {"DDP_LOG_LEVEL", "\x01"},
-                      {"OPENBLAS_NUM_THREADS", "1"}},
-                     120s);
+  std::map<std::string, std::string> full = {{"DDP_BACKEND", "\x01"},
+                                             {"DDP_DEBUG", "\x01"},
+                                             {"DDP_TIMEOUT_S", "30"},
+                                             {"DDP_GLOO_IFACE", "\x01"},
+                                             {"DDP_LOG_LEVEL", "\x01"},
+                                             {"OPENBLAS_NUM_THREADS", "1"}};
+  for (const auto& [name, value] : env) full[name] = value;
+  return run_process(argv, full, 120s);
 }
 
 ProcessResult train_on(int nproc, const std::vector<std::string>& args) {
@@ -309,14 +311,10 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
 // stops the job, the hung rank included.
 TEST(Train, TheActivationExchangeNamesAHungRankAfterTheGroupsTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "--shutdown_timeout", "1", kTrain, "--hidden",
-                        "64", "--layers", "3", "--steps", "40", "--exchange", "activations",
-                        "--stall_at_step", "5"},
-                       {{"DDP_BACKEND", "\x01"},
-                        {"DDP_TIMEOUT_S", "3"},
-                        {"DDP_LOG_LEVEL", "\x01"},
-                        {"OPENBLAS_NUM_THREADS", "1"}},
-                       60s);
+  auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
+                  {"--hidden", "64", "--layers", "3", "--steps", "40", "--exchange", "activations",
+                   "--stall_at_step", "5"},
+                  {{"DDP_TIMEOUT_S", "3"}});
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
@@ -349,11 +347,10 @@ TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterrup
 // No room in the shared segment for the weights and rows: every rank fails
 // with the reason and the setting to change (no hang, no fallback).
 TEST(Train, TheActivationExchangeSaysWhenTheSegmentHasNoRoom) {
-  auto r = run_process({kDdprun, "--nproc_per_node=2", kTrain, "--input_dim", "1024", "--hidden",
-                        "1024", "--layers", "1", "--steps", "2", "--exchange", "activations"},
-                       {{"DDP_BACKEND", "\x01"}, {"DDP_SHM_ARENA_MB", "1"}, {"OPENBLAS_NUM_THREADS", "1"},
-                        {"DDP_TIMEOUT_S", "30"}},
-                       120s);
+  auto r = ddprun({"--nproc_per_node=2"},
+                  {"--input_dim", "1024", "--hidden", "1024", "--layers", "1", "--steps", "2",
+                   "--exchange", "activations"},
+                  {{"DDP_SHM_ARENA_MB", "1"}});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("--exchange activations: the 2 ranks cannot share"), std::string::npos) << r.err;
