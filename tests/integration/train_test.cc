@@ -287,7 +287,7 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
   expect_ok(gradients);
   auto rows = train_on(p.ranks, args + std::vector<std::string>{"--exchange", "activations"});
   expect_ok(rows);
-  EXPECT_NE(rows.out.find("(activation exchange: rows per rank)"), std::string::npos) << rows.out;
+  EXPECT_NE(rows.out.find("(activation exchange: weight-gradient rows in claimed units)"), std::string::npos) << rows.out;
   EXPECT_NE(rows.out.find("summary: activation exchange, mean per backward pass over " +
                           std::to_string(30 * p.accumulate) + " and " + std::to_string(p.ranks) +
                           " rank(s)"),

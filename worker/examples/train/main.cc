@@ -230,7 +230,7 @@ int run(const Config& c) {
       c.dataset_size, step_samples, c.batch_size, world, c.accumulate, plan->steps_per_epoch(),
       total_steps, optimizer_name(c.optimizer), c.lr,
       c.shard_optimizer             ? " (sharded: ZeRO)"
-      : c.exchange == "activations" ? " (activation exchange: rows per rank)"
+      : c.exchange == "activations" ? " (activation exchange: weight-gradient rows in claimed units)"
                                     : "",
       engine->description());
 
