@@ -95,6 +95,8 @@ struct Config {
   // 0: one bucket for everything, reduced when the backward pass ends (no overlap).
   std::vector<double> caps_mib = {1, 4, 25, 100, 0};
   std::vector<double> inline_caps_mib = {4, 25};  // the same, with CommMode::kInline
+  bool shared = true;  // also CommMode::kShared (no buckets: its cap column reads "-")
+  double shared_block_kib = 256;
   double first_mib = 1;
   ddp::Compression compression = ddp::Compression::kNone;
 };
@@ -156,21 +158,26 @@ class Mlp {
     for (std::size_t k = 0; k < dz_.size(); ++k) dz_[k] = (z_[L][k] - target_[k]) * inv_b;
     const float scale = sync ? sync->grad_scale() : 1.0f;
     if (sync) sync->begin_backward();
+    const bool shared = sync && sync->comm_mode() == ddp::CommMode::kShared;
     for (int l = L - 1; l >= 0; --l) {
-      float* gb = sync ? sync->grad_view(2 * l + 1) : own_gb_[l].data();
-      float* gw = sync ? sync->grad_view(2 * l) : own_gw_[l].data();
-      for (int j = 0; j < W; ++j) gb[j] = 0;
-      for (int i = 0; i < B; ++i) {
-        const float* row = dz_.data() + static_cast<std::size_t>(i) * W;
-        for (int j = 0; j < W; ++j) gb[j] += row[j];
+      if (shared) {
+        // The shared sum: each block of rows is set or added to by the GEMM
+        // itself (beta 0 or 1), no pass of its own.
+        sync->contribute(2 * l + 1, [&](const ddp::GradBlock& b) {
+          float* gb = static_cast<float*>(b.data);
+          if (!b.accumulate) std::fill(gb, gb + b.rows, 0.0f);
+          for (int i = 0; i < B; ++i) {
+            const float* row = dz_.data() + static_cast<std::size_t>(i) * W + b.row_begin;
+            for (int j = 0; j < b.rows; ++j) gb[j] += row[j] * b.scale;
+          }
+        });
+        sync->contribute(2 * l, [&](const ddp::GradBlock& b) {
+          gemm(true, false, static_cast<int>(b.rows), W, B, b.scale, dz_.data() + b.row_begin, W,
+               z_[l].data(), W, b.accumulate ? 1.0f : 0.0f, static_cast<float*>(b.data), W);
+        });
+      } else {
+        write_layer_grads(sync, l, scale);
       }
-      if (scale != 1.0f) {
-        for (int j = 0; j < W; ++j) gb[j] *= scale;
-      }
-      if (sync) sync->mark_ready(2 * l + 1);
-      gemm(true, false, W, W, B, scale, dz_.data(), W, z_[l].data(), W, 0.0f, gw,
-           W);  // dW = dz^T x
-      if (sync) sync->mark_ready(2 * l);
       if (l == 0) break;
       gemm(false, false, B, W, W, 1.0f, dz_.data(), W, w_[l].data(), W, 0.0f, dh_.data(),
            W);  // dx = dz W
@@ -190,6 +197,26 @@ class Mlp {
   }
 
  private:
+  // Layer l's gradients into GradSync's views (or this process's own
+  // buffers), each parameter marked ready as soon as it is written.
+  void write_layer_grads(ddp::GradSync* sync, int l, float scale) {
+    const int B = c_.batch, W = c_.width;
+    float* gb = sync ? sync->grad_view(2 * l + 1) : own_gb_[l].data();
+    float* gw = sync ? sync->grad_view(2 * l) : own_gw_[l].data();
+    for (int j = 0; j < W; ++j) gb[j] = 0;
+    for (int i = 0; i < B; ++i) {
+      const float* row = dz_.data() + static_cast<std::size_t>(i) * W;
+      for (int j = 0; j < W; ++j) gb[j] += row[j];
+    }
+    if (scale != 1.0f) {
+      for (int j = 0; j < W; ++j) gb[j] *= scale;
+    }
+    if (sync) sync->mark_ready(2 * l + 1);
+    gemm(true, false, W, W, B, scale, dz_.data(), W, z_[l].data(), W, 0.0f, gw,
+         W);  // dW = dz^T x
+    if (sync) sync->mark_ready(2 * l);
+  }
+
   Config c_;
   std::vector<std::vector<float>> w_, b_, own_gw_, own_gb_, z_;
   std::vector<float> dz_, dh_, target_;
@@ -243,11 +270,15 @@ int main(int argc, char** argv) {
       c.caps_mib = parse_list(argv[i + 1]);
     } else if (flag == "--inline_caps") {
       c.inline_caps_mib = parse_list(argv[i + 1]);
+    } else if (flag == "--shared_block_kib") {
+      c.shared_block_kib = std::atof(argv[i + 1]);
+    } else if (flag == "--shared") {
+      c.shared = std::atoi(argv[i + 1]) != 0;
     } else {
       std::fprintf(stderr,
                    "usage: gradsync_bench [--layers N] [--width N] [--batch N] [--rounds N] "
                    "[--steps N] [--warmup N] [--first MiB] [--caps MiB,MiB,...] "
-                   "[--inline_caps MiB,...] [--compression none|fp16|bf16]\n");
+                   "[--inline_caps MiB,...] [--shared 0|1] [--shared_block_kib KiB] [--compression none|fp16|bf16]\n");
       return 64;
     }
   }
@@ -283,6 +314,13 @@ int main(int argc, char** argv) {
   std::vector<std::pair<double, ddp::CommMode>> configs;
   for (double cap : c.caps_mib) configs.emplace_back(cap, ddp::CommMode::kOverlap);
   for (double cap : c.inline_caps_mib) configs.emplace_back(cap, ddp::CommMode::kInline);
+  // The shared sum needs memory every rank maps: ranks of one node under shm.
+  const bool shared_possible = n == 1 || pg->backend_name() == "shm";
+  if (c.shared && shared_possible) configs.emplace_back(-1, ddp::CommMode::kShared);
+  if (c.shared && !shared_possible && rank == 0) {
+    std::printf("# comm_mode shared skipped: backend %s (it needs the ranks of one node under shm)\n",
+                pg->backend_name().c_str());
+  }
   for (auto [cap, mode] : configs) {
     ddp::GradSyncOptions options;
     options.comm_mode = mode;
@@ -292,7 +330,8 @@ int main(int argc, char** argv) {
       options.bucket_cap_bytes = options.first_bucket_bytes = std::size_t{1} << 40;
     }
     options.prescaled_grads = true;
-    options.compression = c.compression;
+    options.shared_block_bytes = static_cast<std::size_t>(c.shared_block_kib * 1024);
+    options.compression = mode == ddp::CommMode::kShared ? ddp::Compression::kNone : c.compression;
     options.log_every = 0;
     syncs.push_back(std::make_unique<ddp::GradSync>(*pg, model.params(), options));
   }
@@ -382,7 +421,9 @@ int main(int argc, char** argv) {
         std::snprintf(ratio, sizeof ratio, "%.2f", row.exposed / allreduce_ms);
       }
       char cap[32];
-      if (row.cap_mib == 0) {
+      if (row.mode == ddp::CommMode::kShared) {
+        std::snprintf(cap, sizeof cap, "-");
+      } else if (row.cap_mib == 0) {
         std::snprintf(cap, sizeof cap, "no-overlap");
       } else {
         std::snprintf(cap, sizeof cap, "%g", row.cap_mib);
@@ -404,23 +445,28 @@ int main(int argc, char** argv) {
         if (r.cap_mib == 25 && r.mode == ddp::CommMode::kOverlap) dflt = &r;
       }
       if (!best) best = least = &rows[0];
+      auto name = [](const Row& r) {
+        if (r.mode == ddp::CommMode::kShared) return std::string("shared sum");
+        char text[64];
+        std::snprintf(text, sizeof text, "cap %g MiB %s", r.cap_mib, ddp::comm_mode_name(r.mode));
+        return std::string(text);
+      };
       if (n == 1) {
         std::printf(
             "targets: n/a with one rank (no communication); GradSync step %.3fx single-process\n",
             best->step / single_ms);
       } else {
         const double ratio = best->step / single_ms;
-        std::printf("target step <= 1.04x single-process: %s (best: cap %g MiB %s, %.3fx",
-                    ratio <= 1.04 ? "MET" : "NOT MET", best->cap_mib, ddp::comm_mode_name(best->mode),
-                    ratio);
+        std::printf("target step <= 1.04x single-process: %s (best: %s, %.3fx",
+                    ratio <= 1.04 ? "MET" : "NOT MET", name(*best).c_str(), ratio);
         if (dflt) std::printf("; 25 MiB overlapped: %.3fx", dflt->step / single_ms);
         std::printf(")\n");
         const double exposed_ratio = least->exposed / allreduce_ms;
         std::printf(
-            "target exposed communication < 0.5x standalone all_reduce: %s (best: cap %g MiB %s, "
+            "target exposed communication < 0.5x standalone all_reduce: %s (best: %s, "
             "%.2f ms of %.2f ms, %.2fx",
-            exposed_ratio < 0.5 ? "MET" : "NOT MET", least->cap_mib, ddp::comm_mode_name(least->mode),
-            least->exposed, allreduce_ms, exposed_ratio);
+            exposed_ratio < 0.5 ? "MET" : "NOT MET", name(*least).c_str(), least->exposed,
+            allreduce_ms, exposed_ratio);
         if (dflt) std::printf("; 25 MiB overlapped: %.2fx", dflt->exposed / allreduce_ms);
         std::printf(")\n");
       }

@@ -1,6 +1,7 @@
 #include "ddp/grad_sync.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -8,7 +9,9 @@
 
 #include "ddp/common/error.h"
 #include "ddp/log.h"
+#include "cpus.h"
 #include "helpers_internal.h"
+#include "shared_sum.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -327,7 +330,11 @@ std::vector<std::pair<std::string, std::int64_t>> option_values(const GradSyncOp
           {"find_unused_parameters", o.find_unused_parameters ? 1 : 0},
           {"prescaled_grads", o.prescaled_grads ? 1 : 0},
           {"rebuild_buckets", o.rebuild_buckets ? 1 : 0},
-          {"broadcast_chunk_bytes", static_cast<std::int64_t>(o.broadcast_chunk_bytes)}};
+          {"broadcast_chunk_bytes", static_cast<std::int64_t>(o.broadcast_chunk_bytes)},
+          // overlap and inline issue the same collectives, so ranks may mix
+          // them; the shared sum issues none and must be everybody's.
+          {"comm_mode", o.comm_mode == CommMode::kShared ? 1 : 0},
+          {"shared_block_bytes", static_cast<std::int64_t>(o.shared_block_bytes)}};
 }
 
 std::string encode_record(const std::string& problem, const GradSyncOptions& o) {
@@ -356,6 +363,7 @@ OptionsRecord decode_record(const std::string& bytes) {
 
 std::string show_option(const std::string& name, std::int64_t value) {
   if (name == "compression") return name + "=" + compression_name(static_cast<Compression>(value));
+  if (name == "comm_mode") return std::string("comm_mode=") + (value ? "shared" : "overlap or inline");
   if (name == "find_unused_parameters" || name == "prescaled_grads" || name == "rebuild_buckets") {
     return name + "=" + (value ? "true" : "false");
   }
@@ -372,6 +380,7 @@ const char* comm_mode_name(CommMode mode) {
   switch (mode) {
     case CommMode::kOverlap: return "overlap";
     case CommMode::kInline: return "inline";
+    case CommMode::kShared: return "shared";
   }
   return "?";
 }
@@ -452,6 +461,16 @@ void GradSync::validate_locally(std::string* problem) const {
   if (c < static_cast<int>(Compression::kNone) || c > static_cast<int>(Compression::kBf16)) {
     fail("unknown compression (" + std::to_string(c) + ")");
   }
+  const int m = static_cast<int>(o.comm_mode);
+  if (m < static_cast<int>(CommMode::kOverlap) || m > static_cast<int>(CommMode::kShared)) {
+    fail("unknown comm_mode (" + std::to_string(m) + ")");
+  }
+  const bool shared = o.comm_mode == CommMode::kShared;
+  if (shared && o.compression != Compression::kNone) {
+    fail(std::string("compression ") + compression_name(o.compression) +
+         " does not apply to comm_mode shared: nothing goes on a wire (use none)");
+  }
+  if (shared && o.shared_block_bytes == 0) fail("shared_block_bytes must be > 0");
   const bool nccl = group_->backend_name() == "nccl" && group_->size() > 1;
   std::map<std::string, std::size_t> names;
   bool any_host = false, any_device = false;
@@ -478,6 +497,10 @@ void GradSync::validate_locally(std::string* problem) const {
     }
     if (p.device >= 0) {
       any_device = true;
+      if (shared) {
+        fail(who + " is on cuda:" + std::to_string(p.device) +
+             ", but comm_mode shared sums host memory");
+      }
       if (group_->size() > 1 && !nccl) {
         fail(who + " is on cuda:" + std::to_string(p.device) + ", but backend " +
              group_->backend_name() + " reduces host memory");
@@ -563,6 +586,10 @@ void GradSync::init() {
   known_zero_.assign(n, 1);
   record_order_ = options_.rebuild_buckets;
   inline_ = options_.comm_mode == CommMode::kInline;
+  if (options_.comm_mode == CommMode::kShared) {
+    init_shared_sum();
+    return;
+  }
 
   std::vector<LayoutParam> lp;
   for (const auto& p : params_) lp.push_back({p.count(), p.dtype, p.device});
@@ -580,6 +607,44 @@ void GradSync::init() {
         mib(options_.first_bucket_bytes), mib(options_.bucket_cap_bytes),
         compression_name(options_.compression), group_->backend_name(), group_->size(),
         inline_ ? "inline (on the caller's thread)" : "overlapped (on the group's thread)");
+  }
+}
+
+void GradSync::init_shared_sum() {
+  std::vector<detail::SumParam> sp;
+  for (const auto& p : params_) {
+    const std::int64_t rows = p.shape.empty() ? 1 : std::max<std::int64_t>(p.shape[0], 1);
+    sp.push_back({p.count(), dtype_size(p.dtype), rows, p.requires_grad});
+  }
+  const int world = group_->size();
+  detail::SumLayout layout = detail::make_sum_layout(sp, world, options_.shared_block_bytes);
+  const std::size_t bytes = detail::SharedSum::bytes_needed(layout, world);
+  if (world == 1) {
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    shared_memory_ = std::shared_ptr<void>(std::aligned_alloc(64, std::max<std::size_t>(rounded, 64)), std::free);
+    if (!shared_memory_) throw Error("GradSync: could not allocate " + mib(bytes) + " for the shared sum");
+    std::memset(shared_memory_.get(), 0, bytes);
+  } else {
+    shared_memory_ = group_->allocate_node_shared(bytes);  // collective; nullptr on every rank alike
+    if (!shared_memory_) {
+      throw Error("GradSync: comm_mode shared needs " + mib(bytes) +
+                  " of memory that every rank maps: the ranks of one node under the shm backend, "
+                  "with room in its segment; this group (backend " + group_->backend_name() + ", " +
+                  std::to_string(world) +
+                  " ranks) has none (use comm_mode overlap or inline)");
+    }
+  }
+  shared_sum_ = std::make_unique<detail::SharedSum>(
+      std::move(layout), shared_memory_.get(), group_->rank(), world, group_->timeout(),
+      cpus_available() < world,
+      [this](std::size_t p) { return "'" + params_[p].name + "' (index " + std::to_string(p) + ")"; });
+  record_order_ = false;
+  rebuilt_ = true;  // no buckets to rebuild
+  if (group_->rank() == 0) {
+    log::info("GradSync: {} parameters in a shared sum of {} ({} blocks of rows), {} ranks: no "
+              "collectives, the ranks add their gradients into one node-shared buffer",
+              params_.size(), mib(shared_sum_->layout().buffer_bytes),
+              shared_sum_->layout().blocks.size(), world);
   }
 }
 
@@ -664,6 +729,9 @@ std::size_t GradSync::checked_trainable(std::size_t index, const char* what) con
 
 void* GradSync::grad(std::size_t index) {
   checked_trainable(index, "grad");
+  // The last synced window's sum (window synced_iterations_ - 1; the same
+  // buffer parity as synced_iterations_ + 1, which reads zeros before any).
+  if (shared()) return shared_sum_->result(index, synced_iterations_ + 1);
   const BucketSlot& slot = layout_.slot(index);
   return buckets_[layout_.bucket_of[index]]->data() +
          slot.offset * dtype_size(params_[index].dtype);
@@ -767,6 +835,10 @@ void GradSync::copy_in(std::size_t index, const void* src, bool accumulate) {
     throw Error(std::string("GradSync: ") + what + ": source of parameter '" + p.name +
                 "' is null");
   }
+  if (shared()) {
+    contribute_copy(index, src);
+    return;
+  }
   if (device_buckets_ && accumulate) {
     throw Error("GradSync: add_grad: parameter '" + p.name +
                 "' has a device bucket; accumulate into grad() with your own kernels");
@@ -801,6 +873,7 @@ void GradSync::copy_in(std::size_t index, const void* src, bool accumulate) {
 
 void GradSync::zero_grad() {
   require_between_iterations("zero_grad");
+  if (shared()) return;  // every window's sum starts from zero by itself
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     const LayoutBucket& lb = layout_.buckets[b];
     zero_bytes(buckets_[b]->data(), lb.bytes());
@@ -811,6 +884,11 @@ void GradSync::zero_grad() {
 
 void GradSync::mark_ready(std::size_t index) {
   checked_trainable(index, "mark_ready");
+  if (shared()) {
+    throw Error("GradSync: mark_ready: parameter '" + params_[index].name +
+                "': comm_mode shared adds gradients up as they are written; hand it over with "
+                "contribute() (or add_grad()/set_grad()), not through its view");
+  }
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   begin_iteration_locked(now);
@@ -830,6 +908,121 @@ void GradSync::mark_ready(std::size_t index) {
   Bucket& bucket = *buckets_[layout_.bucket_of[index]];
   if (--bucket.pending == 0) launch_ready_locked(false);
   poll_completions_locked(now);
+}
+
+// ------------------------------------------------------------ the shared sum (CommMode::kShared)
+
+void GradSync::contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) {
+  checked_trainable(index, "contribute");
+  if (!shared()) {
+    throw Error(std::string("GradSync: contribute: parameter '") + params_[index].name +
+                "': contribute() hands gradients to comm_mode shared; this GradSync's comm_mode is " +
+                comm_mode_name(options_.comm_mode) + " (write grad() and call mark_ready())");
+  }
+  std::uint64_t window = 0, window_round = 0;
+  {
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shared_broken_.empty()) throw Error("GradSync: contribute: " + shared_broken_);
+    begin_iteration_locked(now);
+    if (marked_[index]) {
+      throw Error("GradSync: contribute: parameter '" + params_[index].name + "' (index " +
+                  std::to_string(index) + ") was already handed over in iteration " +
+                  std::to_string(iterations_ + 1) +
+                  "; call finish() at the end of every iteration (no_sync ones too)");
+    }
+    marked_[index] = 1;
+    marked_window_[index] = 1;
+    known_zero_[index] = 0;
+    window = synced_iterations_;
+    window_round = window_round_;
+  }
+  const GradParam& p = params_[index];
+  const std::size_t row_elements =
+      shared_sum_->layout().row_bytes[index] / dtype_size(p.dtype);
+  const float scale = grad_scale();
+  double waited = 0;
+  try {
+    waited = shared_sum_->contribute(index, window, window_round, [&](const detail::BlockWrite& b) {
+      write(GradBlock{b.data, b.row_begin, b.rows, row_elements, !b.first, scale});
+    });
+  } catch (const detail::SharedSumTimeout& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_broken_ = e.what();
+    throw;
+  }
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  shared_wait_ms_ += waited;
+  last_mark_ = std::max(last_mark_, now);
+  have_last_mark_ = true;
+}
+
+void GradSync::contribute_copy(std::size_t index, const void* src) {
+  const GradParam& p = params_[index];
+  const std::size_t element = dtype_size(p.dtype);
+  contribute(index, [&](const GradBlock& b) {
+    const std::size_t first = static_cast<std::size_t>(b.row_begin) * b.row_elements;
+    copy_scaled(b.data, static_cast<const char*>(src) + first * element,
+                static_cast<std::size_t>(b.rows) * b.row_elements, p.dtype, b.scale, b.accumulate);
+  });
+}
+
+void GradSync::finish_shared(Clock::time_point enter, std::unique_lock<std::mutex>& lock) {
+  if (!shared_broken_.empty()) {
+    record_iteration_locked(false, enter, enter);
+    throw Error("GradSync: finish: " + shared_broken_);
+  }
+  const bool sync = iteration_sync_;
+  const std::uint64_t window = synced_iterations_, round = iterations_;
+  // Parameters not handed over count as zero contributions, so that no rank
+  // waits for them; without find_unused_parameters they void the window.
+  std::vector<std::size_t> unmarked;
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    if (params_[p].requires_grad && !marked_[p]) unmarked.push_back(p);
+  }
+  double waited = 0;
+  try {
+    for (std::size_t p : unmarked) {
+      if (sync && !options_.find_unused_parameters) shared_sum_->flag_missing(p, window);
+      const std::size_t row_bytes = shared_sum_->layout().row_bytes[p];
+      shared_wait_ms_ += shared_sum_->contribute(p, window, window_round_, [&](const detail::BlockWrite& b) {
+        if (b.first) std::memset(b.data, 0, static_cast<std::size_t>(b.rows) * row_bytes);
+      });
+    }
+    shared_sum_->publish_rounds(round + 1);
+    if (sync) waited = shared_sum_->wait_rounds(round + 1);
+  } catch (const detail::SharedSumTimeout& e) {
+    shared_broken_ = e.what();
+    record_iteration_locked(sync, enter, Clock::now());
+    throw;
+  }
+  (void)waited;  // inside the finish() time that the statistics count
+  std::vector<std::size_t> invalid;
+  if (sync) {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (params_[p].requires_grad && shared_sum_->missing(p, window)) invalid.push_back(p);
+    }
+  }
+  record_iteration_locked(sync, enter, Clock::now());
+  if (sync) window_round_ = iterations_;  // the next window begins with the next round
+  const std::uint64_t iteration = iterations_;
+  lock.unlock();
+  log_iteration(last_);
+  if (invalid.empty()) return;
+  std::vector<std::size_t> mine;
+  if (!options_.find_unused_parameters) mine = unmarked;
+  if (!mine.empty()) {
+    throw Error("GradSync: iteration " + std::to_string(iteration) +
+                ": parameters never handed over on rank " + std::to_string(group_->rank()) + ": " +
+                param_list(mine) +
+                "; contribute every parameter that has a gradient, or set find_unused_parameters "
+                "to count them as zero (every rank's gradients of this iteration are invalid)");
+  }
+  throw Error("GradSync: iteration " + std::to_string(iteration) + ": " + param_list(invalid) +
+              " had no valid gradient from some rank (never handed over there, or its write "
+              "failed; that rank's error names it): every rank's gradients of this iteration are "
+              "invalid");
 }
 
 void GradSync::launch_ready_locked(bool status) {
@@ -953,6 +1146,10 @@ void GradSync::finish() {
   const auto enter = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   begin_iteration_locked(enter);
+  if (shared()) {
+    finish_shared(enter, lock);
+    return;
+  }
   poll_completions_locked(enter);
   if (!iteration_sync_) {
     std::fill(marked_.begin(), marked_.end(), 0);
@@ -1080,10 +1277,21 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
   const auto end = have_last_mark_ ? std::max(last_mark_, start) : start;
   // Inline collectives run inside mark_ready calls are communication, not compute.
   s.backward_compute_ms = std::max(0.0, ms(end - start) - (inline_ms_ - inline_finish_ms_));
+  if (shared()) {
+    // Waiting for blocks other ranks held is not compute; nothing else is
+    // communication (the sum is made by the writes themselves).
+    s.backward_compute_ms = std::max(0.0, ms(end - start) - shared_wait_ms_);
+  }
+  if (synced && shared()) {
+    s.exposed_comm_ms = ms(done - enter) + shared_wait_ms_;
+    s.comm_ms = s.exposed_comm_ms;
+  }
   if (synced) {
-    // Inline collectives hide behind nothing: the ones run inside mark_ready
-    // calls are exposed as well as whatever finish() waited for.
-    s.exposed_comm_ms = ms(done - enter) + (inline_ms_ - inline_finish_ms_);
+    if (!shared()) {
+      // Inline collectives hide behind nothing: the ones run inside mark_ready
+      // calls are exposed as well as whatever finish() waited for.
+      s.exposed_comm_ms = ms(done - enter) + (inline_ms_ - inline_finish_ms_);
+    }
     s.inline_comm_ms = inline_ms_;
     s.buckets = launched_count_;
     s.bytes_on_wire = wire_bytes_;
@@ -1122,6 +1330,7 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
   }
   inline_error_ = nullptr;
   inline_ms_ = inline_finish_ms_ = 0;
+  shared_wait_ms_ = 0;
   next_launch_ = 0;
   oldest_unfinished_ = 0;
   in_iteration_ = false;
@@ -1171,6 +1380,9 @@ void GradSync::maybe_rebuild() {
 void GradSync::set_first_bucket_bytes(std::size_t bytes) {
   require_between_iterations("set_first_bucket_bytes");
   if (bytes == 0) throw Error("GradSync: set_first_bucket_bytes: bytes must be > 0");
+  if (shared()) {
+    throw Error("GradSync: set_first_bucket_bytes: comm_mode shared has no buckets");
+  }
   options_.first_bucket_bytes = bytes;
   std::vector<LayoutParam> lp;
   for (const auto& p : params_) lp.push_back({p.count(), p.dtype, p.device});
@@ -1227,6 +1439,12 @@ void GradSync::log_iteration(const IterationStats& s) const {
   if (!s.synced) {
     log::info("GradSync iteration {} (no_sync): backward {:.2f} ms, no communication", s.iteration,
               s.backward_compute_ms);
+    return;
+  }
+  if (shared()) {
+    log::info("GradSync iteration {}: backward {:.2f} ms (the sum made inside it), waiting for "
+              "other ranks {:.2f} ms (shared sum, no collectives)",
+              s.iteration, s.backward_compute_ms, s.exposed_comm_ms);
     return;
   }
   log::info(

@@ -90,6 +90,38 @@
 // ranks wait for each other. Either way, errors of the collectives are
 // thrown by finish(); after one, an inline iteration issues no further
 // collectives (so a dead peer costs one timeout, not one per bucket).
+// kShared (ranks of one node under shm, or a world of one): no collective
+// at all. The ranks add their gradients straight into one node-shared sum,
+// block of rows by block of rows, each block held by one rank at a time: the
+// first rank to reach a block in a window sets it, the others add to it (a
+// GEMM's beta = 0 or 1), so the reduction happens inside the writes that
+// produce the gradients. See "The shared sum" below.
+//
+// The shared sum (CommMode::kShared). Gradients are handed over with
+// contribute(index, write) instead of view writes plus mark_ready() (which
+// throws in this mode): write(block) is called once per block of the
+// parameter's rows (rows = shape[0]; a scalar is one row) and must store
+// (block.accumulate false) or add (true) grad_scale() times this rank's
+// gradient of those rows at block.data; contribute() marks the parameter
+// ready. add_grad()/set_grad() are contribute() with a copy (both ADD this
+// rank's contribution: a window's sum starts from zero by itself, so
+// zero_grad() has nothing to do). Gradients must be float32/float64/
+// float16/bfloat16 in host memory; compression is refused. After finish()
+// of a synced iteration, grad()/grad_view() point at the window's mean in
+// node-shared memory, read-only, the same bytes on every rank, valid until
+// this rank's next contribute()/add_grad()/set_grad()/finish() (two buffers
+// alternate between windows; before the first synced finish() they read
+// zeros). Accumulation (no_sync) adds into the same sum: every iteration
+// of a window contributes, only the synced finish() waits. A parameter not
+// contributed by finish() counts as a zero contribution (so nobody waits for
+// it); without find_unused_parameters the synced finish() then throws on
+// every rank, naming it. layout() is empty (no buckets), set_first_bucket_bytes()
+// throws, set_needed_gradients() changes nothing (every element is summed).
+// Waiting for blocks or for other ranks times out after the group's timeout,
+// naming the rank waited for. Statistics: exposed_comm_ms = comm_ms = the
+// time spent waiting for other ranks (blocks they held, and in finish());
+// overlap_ms, buckets and bytes_on_wire are 0: the reduction's own cost is
+// inside the writes, i.e. inside backward_compute_ms.
 //
 // Statistics (stats()), per iteration, like torch DDP's logging data:
 //   backward_compute_ms  begin_backward() (else the iteration's first
@@ -115,6 +147,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -130,12 +163,16 @@
 
 namespace ddp {
 
+namespace detail {
+class SharedSum;
+}
+
 enum class Compression : int { kNone, kFp16, kBf16 };
 const char* compression_name(Compression compression);  // "none", "fp16", "bf16"
 
 // Where bucket all-reduces run (see "Communication").
-enum class CommMode : int { kOverlap, kInline };
-const char* comm_mode_name(CommMode mode);  // "overlap", "inline"
+enum class CommMode : int { kOverlap, kInline, kShared };
+const char* comm_mode_name(CommMode mode);  // "overlap", "inline", "shared"
 
 // A parameter: what every rank must agree on (name, shape, dtype), where its
 // memory is, and whether it has a gradient.
@@ -147,6 +184,18 @@ struct GradParam {
   bool requires_grad = true;        // false: frozen (checked and broadcast, no gradient)
 
   std::size_t count() const;
+};
+
+// One block of a parameter's gradient handed to contribute()'s writer
+// (CommMode::kShared): rows [row_begin, row_begin + rows), row_elements
+// elements each, of the parameter's dtype, at `data` inside the node's sum.
+struct GradBlock {
+  void* data = nullptr;
+  std::int64_t row_begin = 0;
+  std::int64_t rows = 0;
+  std::size_t row_elements = 0;
+  bool accumulate = false;  // false: store scale * gradient; true: add it
+  float scale = 1.0f;       // grad_scale(): 1 / world_size
 };
 
 struct GradSyncOptions {
@@ -161,6 +210,10 @@ struct GradSyncOptions {
   // Rank 0 logs statistics at iterations 1-10, then every log_every (0: never after 10).
   int log_every = 100;
   CommMode comm_mode = CommMode::kOverlap;
+  // kShared: parameters are cut into blocks of rows of about this size (at
+  // most 2 x world_size blocks each), so ranks that reach a parameter together
+  // add to different blocks.
+  std::size_t shared_block_bytes = std::size_t{256} << 10;
   // Largest collective prepare() issues (like torch DDP's 250 MiB).
   std::size_t broadcast_chunk_bytes = std::size_t{250} << 20;
 };
@@ -234,6 +287,15 @@ class GradSync {
   void add_grad(std::size_t index, const void* src);
   // Zeroes every gradient. REQUIRES: between iterations.
   void zero_grad();
+
+  // CommMode::kShared: adds this rank's gradient of parameter `index` to the
+  // node's sum, calling write() once per block of rows (see "The shared
+  // sum"), and marks the parameter ready. May wait for blocks other ranks
+  // hold. Throws ddp::Error in other modes, when the parameter was already
+  // handed over in this iteration, is frozen or out of range (naming it), or
+  // when a block stays held past the group's timeout (naming the holder);
+  // write()'s exceptions propagate (the iteration is then lost).
+  void contribute(std::size_t index, const std::function<void(const GradBlock&)>& write);
 
   // Optional: marks the start of this iteration's backward pass (stats).
   void begin_backward();
@@ -321,6 +383,10 @@ class GradSync {
   void log_iteration(const IterationStats& s) const;
   void zero_bytes(void* p, std::size_t bytes);
   std::string param_list(const std::vector<std::size_t>& indices) const;
+  void init_shared_sum();
+  void contribute_copy(std::size_t index, const void* src);
+  void finish_shared(Clock::time_point enter, std::unique_lock<std::mutex>& lock);
+  bool shared() const { return shared_sum_ != nullptr; }
 
   std::shared_ptr<ProcessGroup> owned_group_;
   ProcessGroup* group_;
@@ -358,6 +424,13 @@ class GradSync {
   IterationStats last_;
   IterationStats sum_;
   std::uint64_t iterations_ = 0, synced_iterations_ = 0;
+
+  // CommMode::kShared: the node's sum and its memory.
+  std::shared_ptr<void> shared_memory_;
+  std::unique_ptr<detail::SharedSum> shared_sum_;
+  std::uint64_t window_round_ = 0;  // the round (iteration index) the current window began at
+  double shared_wait_ms_ = 0;       // this iteration's waits for blocks other ranks held
+  std::string shared_broken_;       // a wait timed out: the sums are lost from then on
 };
 
 }  // namespace ddp
