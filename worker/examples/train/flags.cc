@@ -70,6 +70,17 @@ void validate(const Config& c) {
                        " with --exchange activations: no gradients go between the ranks");
     }
   }
+  if (c.comm_mode == "shared") {
+    if (c.exchange == "activations") {
+      throw ddp::Error(
+          "--comm_mode shared with --exchange activations: the exchange moves no gradients "
+          "(GradSync is left out of its backward pass); give one of them");
+    }
+    if (c.compression != "none") {
+      throw ddp::Error("--compression " + c.compression +
+                       " with --comm_mode shared: the shared sum puts nothing on a wire");
+    }
+  }
   if (!c.backend.empty()) {
     if (auto problem = backend_problem(c, c.backend, "--backend " + c.backend); !problem.empty())
       throw ddp::Error(problem);
@@ -90,6 +101,11 @@ std::string gpu_path_missing() {
 }
 
 std::string backend_problem(const Config& c, const std::string& backend, const std::string& named) {
+  if (c.comm_mode == "shared" && (backend == "gloo" || backend == "nccl")) {
+    return "--comm_mode shared with " + named +
+           ": the shared sum needs the ranks' host memory in one node-shared segment (backend "
+           "shm, or auto on one node)";
+  }
   if (backend == "auto" || backend == "shm" || backend == "gloo") return "";
   if (backend != "nccl")
     return named + ": unknown backend: use auto, shm, gloo (CPU) or nccl (GPU)";
@@ -174,9 +190,11 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->check(CLI::IsMember({"none", "fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--comm_mode,--comm-mode", c.comm_mode,
-                 "Where GradSync's all-reduces run: overlap (a communication thread, beside the "
-                 "backward pass) or inline (the compute thread, between layers)")
-      ->check(CLI::IsMember({"overlap", "inline"}))
+                 "How GradSync averages gradients: overlap (all-reduces on a communication "
+                 "thread, beside the backward pass), inline (all-reduces on the compute thread, "
+                 "between layers) or shared (no all-reduce: the ranks of one node add their "
+                 "gradients into one node-shared sum as backward's GEMMs write them; shm only)")
+      ->check(CLI::IsMember({"overlap", "inline", "shared"}))
       ->capture_default_str();
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
                "ZeRO: each rank reduces the gradients of and updates its 1/N of the parameters, "

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -50,6 +51,11 @@ class GradSyncSink final : public GradSink {
   explicit GradSyncSink(ddp::GradSync& sync) : sync_(sync) {}
   float* grad(std::size_t param) override { return sync_.grad_view(param); }
   void ready(std::size_t param) override { sync_.mark_ready(param); }
+  bool sums_in_place() const override { return sync_.comm_mode() == ddp::CommMode::kShared; }
+  void contribute(std::size_t param,
+                  const std::function<void(const ddp::GradBlock&)>& write) override {
+    sync_.contribute(param, write);
+  }
 
  private:
   ddp::GradSync& sync_;
@@ -217,8 +223,9 @@ int run(const Config& c) {
   sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
                              : c.compression == "bf16" ? ddp::Compression::kBf16
                                                        : ddp::Compression::kNone;
-  sync_options.comm_mode =
-      c.comm_mode == "inline" ? ddp::CommMode::kInline : ddp::CommMode::kOverlap;
+  sync_options.comm_mode = c.comm_mode == "inline"   ? ddp::CommMode::kInline
+                           : c.comm_mode == "shared" ? ddp::CommMode::kShared
+                                                     : ddp::CommMode::kOverlap;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   ddp::GradSync sync(pg, engine->grad_params(), sync_options);
 
@@ -353,6 +360,8 @@ int run(const Config& c) {
         stats.synced_iterations, world, timing[0], timing[1], timing[2], overlap_pct, timing[3],
         sync.comm_mode() == ddp::CommMode::kInline
             ? fmt::format("inline on the compute thread {:.2f} ms", timing[4])
+        : sync.comm_mode() == ddp::CommMode::kShared
+            ? std::string("shared sum: no collectives, communication = waiting for other ranks")
             : std::string("on the group's thread"),
         stats.last.buckets, static_cast<double>(stats.last.bytes_on_wire) / 1e6);
   }

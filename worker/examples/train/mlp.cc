@@ -149,14 +149,30 @@ void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
     const float* in = l == 0 ? x_ : out_[l - 1];
     // dLoss/db = scale * (column sums of dz), as a GEMV with a vector of ones.
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
-    cblas_sgemv(CblasRowMajor, CblasTrans, batch, n_out, scale, dz_.data(), n_out, ones_.data(), 1,
-                beta, sink.grad(bias), 1);
-    sink.ready(bias);
-    // dLoss/dW = scale * dz^T in   [n_out x n_in].
     const std::size_t weight = 2 * static_cast<std::size_t>(l);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, scale, dz_.data(),
-                n_out, in, n_in, beta, sink.grad(weight), n_in);
-    sink.ready(weight);
+    if (sink.sums_in_place()) {
+      // The same GEMV and GEMM per block of rows (output units), their beta
+      // saying whether this rank is the block's first writer: the sum over
+      // ranks is made by the writes themselves.
+      sink.contribute(bias, [&](const ddp::GradBlock& b) {
+        cblas_sgemv(CblasRowMajor, CblasTrans, batch, static_cast<int>(b.rows), scale,
+                    dz_.data() + b.row_begin, n_out, ones_.data(), 1, b.accumulate ? 1.0f : 0.0f,
+                    static_cast<float*>(b.data), 1);
+      });
+      sink.contribute(weight, [&](const ddp::GradBlock& b) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(b.rows), n_in, batch,
+                    scale, dz_.data() + b.row_begin, n_out, in, n_in, b.accumulate ? 1.0f : 0.0f,
+                    static_cast<float*>(b.data), n_in);
+      });
+    } else {
+      cblas_sgemv(CblasRowMajor, CblasTrans, batch, n_out, scale, dz_.data(), n_out, ones_.data(),
+                  1, beta, sink.grad(bias), 1);
+      sink.ready(bias);
+      // dLoss/dW = scale * dz^T in   [n_out x n_in].
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, scale, dz_.data(),
+                  n_out, in, n_in, beta, sink.grad(weight), n_in);
+      sink.ready(weight);
+    }
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.
     input_grad(dz_.data(), data_[weight], in, batch, n_out, n_in, dz_next_.data());

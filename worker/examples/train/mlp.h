@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/error.h"
 #include "ddp/grad_sync.h"
 #include "row_exchange.h"
 
@@ -29,6 +30,17 @@ class GradSink {
   virtual float* grad(std::size_t param) = 0;
   // param's gradient is complete.
   virtual void ready(std::size_t param) = 0;
+  // true: gradients are handed over with contribute() instead (GradSync's
+  // shared sum), block of rows by block of rows.
+  virtual bool sums_in_place() const { return false; }
+  // write(block) must store (block.accumulate false) or add (true) the
+  // block's rows of param's gradient at block.data; the parameter is then complete.
+  virtual void contribute(std::size_t param,
+                          const std::function<void(const ddp::GradBlock&)>& write) {
+    (void)param;
+    (void)write;
+    throw ddp::Error("GradSink: this sink does not sum in place");
+  }
 };
 
 class Mlp {
@@ -66,7 +78,9 @@ class Mlp {
   float* output_grad();
   // Back-propagates output_grad() through the last forward. Each gradient is
   // scale * dLoss/dParam, written (accumulate = false) or added (true) into
-  // sink.grad(p), then sink.ready(p) is called.
+  // sink.grad(p), then sink.ready(p) is called. With sink.sums_in_place(),
+  // each gradient goes to sink.contribute() instead, each block of rows set
+  // or added to as the block says (`accumulate` is then the sum's business).
   void backward(GradSink& sink, float scale, bool accumulate);
 
   // The activation exchange (row_exchange.h). After bind_exchange(blocks),
