@@ -111,7 +111,11 @@
 // node-shared memory, read-only, the same bytes on every rank, valid until
 // this rank's next contribute()/add_grad()/set_grad()/finish() (two buffers
 // alternate between windows; before the first synced finish() they read
-// zeros). Accumulation (no_sync) adds into the same sum: every iteration
+// zeros). Every rank reads the same bytes, so replicas never drift apart;
+// but which rank adds to a block first varies from run to run (and a GEMM
+// that adds rounds differently from one that stores), so results agree with
+// the all-reduce's, and between runs, to float rounding, not bit for bit.
+// Accumulation (no_sync) adds into the same sum: every iteration
 // of a window contributes, only the synced finish() waits. A parameter not
 // contributed by finish() counts as a zero contribution (so nobody waits for
 // it); without find_unused_parameters the synced finish() then throws on
