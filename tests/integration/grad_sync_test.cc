@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "shm_segments.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -17,11 +20,17 @@ using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = GRAD_SYNC_WORKER_PATH;
 
-ProcessResult ddprun(int nproc, const std::string& mode) {
-  return run_process({kDdprun, "--nproc_per_node=" + std::to_string(nproc), kWorker, mode},
-                     {{"DDP_BACKEND", "gloo"},
+ProcessResult ddprun(int nproc, const std::string& mode, const std::string& backend = "gloo",
+                     const std::string& timeout_s = "30",
+                     const std::vector<std::string>& launcher_args = {}) {
+  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  argv.push_back(kWorker);
+  argv.push_back(mode);
+  return run_process(argv,
+                     {{"DDP_BACKEND", backend},
                       {"DDP_DEBUG", "\x01"},
-                      {"DDP_TIMEOUT_S", "30"},
+                      {"DDP_TIMEOUT_S", timeout_s},
                       {"DDP_GLOO_IFACE", "\x01"},
                       {"DDP_LOG_LEVEL", "\x01"}},
                      90s);
@@ -75,6 +84,55 @@ TEST(GradSyncProcesses, AParameterOneRankNeverMarksFailsEveryRankPromptly) {
   EXPECT_NE(other.find("another rank had parameters that were never marked ready"),
             std::string::npos)
       << r.out;
+}
+
+// CommMode::kShared across processes (shm): the mean of every hand-over path,
+// an accumulation window, prepare() from rank 0.
+class SharedWorkers : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedWorkers, ShardedGradientsSumToTheWholeBatchGradientInTheSharedSum) {
+  const int n = GetParam();
+  auto r = ddprun(n, "shared", n == 1 ? "gloo" : "shm");
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(line_starting(r, rank, "GRADSYNC"),
+              "GRADSYNC SHARED OK rank=" + std::to_string(rank) + " world=" + std::to_string(n))
+        << r.out << r.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GradSync, SharedWorkers, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "nproc" + std::to_string(info.param);
+                         });
+
+TEST(GradSyncProcesses, CApiContributesToTheSharedSum) {
+  auto r = ddprun(2, "capi_shared", "shm");
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_LT(r.seconds, 20.0) << "a failed writer must not leave the other rank waiting";
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(line_starting(r, rank, "GRADSYNC"),
+              "GRADSYNC CAPI SHARED OK rank=" + std::to_string(rank))
+        << r.out << r.err;
+  }
+}
+
+// A rank killed while it holds a block: the survivor names it when its wait
+// times out, ddprun reports the killed rank, nothing is left in /dev/shm.
+TEST(GradSyncProcesses, ARankKilledInsideTheSharedSumIsNamedAndNothingIsLeftBehind) {
+  const std::string run_id = "sharedkill" + std::to_string(getpid());
+  auto r = ddprun(2, "shared_kill", "shm", "3", {"--run_id=" + run_id, "--shutdown_timeout=20"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_LT(r.seconds, 15.0) << r.out << r.err;
+  const auto line = line_starting(r, 0, "EXPECTED ERROR");
+  EXPECT_NE(line.find("rank 1 held rows [0, "), std::string::npos) << r.out << r.err;
+  EXPECT_NE(line.find("timeout of 3000 ms"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("worker failed: rank 1 (local rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 }  // namespace

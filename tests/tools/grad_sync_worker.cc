@@ -7,11 +7,23 @@
 //           accumulation; prints "GRADSYNC CAPI OK rank=R".
 //   unused  rank 1 never marks 'fc2.bias': every rank prints
 //           "EXPECTED ERROR rank=R: <error>" and exits 0.
+//   shared  equiv with CommMode::kShared (run it under shm): gradients handed
+//           over block by block and with set_grad, an accumulation window;
+//           prints "GRADSYNC SHARED OK rank=R world=N".
+//   capi_shared  the C API's DDP_COMM_SHARED: ddp_grad_sync_contribute with
+//           a writer, accumulation, a writer that fails on rank 1; prints
+//           "GRADSYNC CAPI SHARED OK rank=R".
+//   shared_kill  rank 1 kills itself (SIGKILL) while it holds a block of the
+//           shared sum; the others ignore SIGTERM and print "EXPECTED ERROR
+//           rank=R: <error>" when their wait times out.
 // A failed check prints "GRADSYNC FAILED rank=R: <what>" on stderr, exit 1.
+
+#include <signal.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +36,8 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: grad_sync_worker equiv|capi|unused\n");
+  std::fprintf(stderr,
+               "usage: grad_sync_worker equiv|capi|unused|shared|capi_shared|shared_kill\n");
   return 64;
 }
 
@@ -173,12 +186,189 @@ void run_unused(ddp::ProcessGroup& pg) {
   }
 }
 
+// Hands gradient g over block by block, as a GEMM with beta would.
+void contribute_blocks(ddp::GradSync& sync, std::size_t p, const std::vector<double>& g) {
+  sync.contribute(p, [&](const ddp::GradBlock& b) {
+    float* out = static_cast<float*>(b.data);
+    const std::size_t first = static_cast<std::size_t>(b.row_begin) * b.row_elements;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(b.rows) * b.row_elements; ++i) {
+      const float v = b.scale * static_cast<float>(g[first + i]);
+      out[i] = b.accumulate ? out[i] + v : v;
+    }
+  });
+}
+
+ddp::GradSyncOptions shared_options() {
+  ddp::GradSyncOptions options;
+  options.comm_mode = ddp::CommMode::kShared;
+  options.shared_block_bytes = 64;  // several blocks per weight
+  options.log_every = 0;
+  return options;
+}
+
+void run_shared(ddp::ProcessGroup& pg) {
+  const int world = pg.size(), batch = 12 * world, shard = 12;
+  const Mlp model = make_mlp(kSizes, 3);
+  Mlp mine = model;
+  if (pg.rank() != 0) {
+    for (auto& b : mine.b) {
+      for (auto& v : b) v -= pg.rank();
+    }
+  }
+  ddp::GradSync sync(pg, params(), shared_options());
+  std::vector<std::vector<float>> values;
+  for (int l = 0; l < kLayers; ++l) {
+    values.emplace_back(mine.w[l].begin(), mine.w[l].end());
+    values.emplace_back(mine.b[l].begin(), mine.b[l].end());
+  }
+  std::vector<void*> data;
+  for (auto& v : values) data.push_back(v.data());
+  sync.prepare(data);
+  for (int l = 0; l < kLayers; ++l) {
+    for (std::size_t i = 0; i < model.b[l].size(); ++i) {
+      if (values[2 * l + 1][i] != static_cast<float>(model.b[l][i]))
+        fail("prepare: fc" + std::to_string(l + 1) + ".bias");
+    }
+  }
+  for (int it = 0; it < 4; ++it) {
+    // Iteration 3 (it == 2) is a window of two micro-batches, each half the shard.
+    const auto samples = make_batch(model, batch, 70 + it);
+    const int micro = it == 2 ? 2 : 1;
+    for (int m = 0; m < micro; ++m) {
+      const int from = pg.rank() * shard + m * shard / micro;
+      auto local = mlp_grads(model, samples, from, from + shard / micro);
+      std::optional<ddp::GradSync::NoSync> no_sync;
+      if (m + 1 < micro) no_sync.emplace(sync);
+      sync.begin_backward();
+      for (int l = kLayers - 1; l >= 0; --l) {
+        for (int p : {2 * l, 2 * l + 1}) {
+          // Micro-batch gradients are means over their half: halve them to sum to the shard's.
+          if (micro > 1) {
+            for (auto& v : local[p]) v /= micro;
+          }
+          if (it == 1) {
+            std::vector<float> f(local[p].begin(), local[p].end());
+            sync.set_grad(p, f.data());
+          } else {
+            contribute_blocks(sync, p, local[p]);
+          }
+        }
+      }
+      sync.finish();
+    }
+    auto whole = mlp_grads(model, samples, 0, batch);
+    for (std::size_t p = 0; p < whole.size(); ++p) {
+      expect_close(sync.grad_view(p), whole[p],
+                   "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);
+    }
+  }
+  std::printf("GRADSYNC SHARED OK rank=%d world=%d\n", pg.rank(), world);
+}
+
+struct CWriterData {
+  float value;
+  int fail_with;
+};
+
+int c_writer(const ddp_grad_block_t* block, void* user) {
+  const auto* d = static_cast<const CWriterData*>(user);
+  if (d->fail_with != 0) return d->fail_with;
+  float* out = static_cast<float*>(block->data);
+  for (int64_t i = 0; i < block->rows * static_cast<int64_t>(block->row_elements); ++i)
+    out[i] = block->accumulate ? out[i] + block->scale * d->value : block->scale * d->value;
+  return 0;
+}
+
+void run_capi_shared() {
+  C_CHECK(ddp_init(nullptr));
+  const int rank = ddp_rank(), world = ddp_world_size();
+  ddp_param_t ps[2] = {{"w", 100, DDP_FLOAT32, -1, 1}, {"b", 3, DDP_FLOAT64, -1, 1}};
+  ddp_grad_sync_options_t options;
+  C_CHECK(ddp_grad_sync_default_options(&options));
+  if (options.shared_block_bytes != 256 * 1024) fail("C API default shared_block_bytes");
+  options.comm_mode = DDP_COMM_SHARED;
+  options.shared_block_bytes = 64;
+  options.log_every = 0;
+  ddp_grad_sync* gs = nullptr;
+  C_CHECK(ddp_grad_sync_create(ps, 2, &options, &gs));
+  // Two micro-steps, the first without sync. Rank r adds (r + 1) * (step + 1).
+  for (int step = 0; step < 2; ++step) {
+    if (step == 0) C_CHECK(ddp_grad_sync_no_sync_begin(gs));
+    CWriterData d{static_cast<float>((rank + 1) * (step + 1)), 0};
+    std::vector<double> b(3, (rank + 1) * (step + 1));
+    C_CHECK(ddp_grad_sync_add_grad(gs, 1, b.data()));
+    C_CHECK(ddp_grad_sync_contribute(gs, 0, c_writer, &d));
+    C_CHECK(ddp_grad_sync_finish(gs));
+    if (step == 0) C_CHECK(ddp_grad_sync_no_sync_end(gs));
+  }
+  const double want = 3.0 * (world + 1) / 2;
+  void* g = nullptr;
+  C_CHECK(ddp_grad_sync_grad(gs, 0, &g));
+  for (int i = 0; i < 100; ++i) {
+    if (std::abs(static_cast<float*>(g)[i] - want) > 1e-5)
+      fail("C API shared mean of w: " + std::to_string(static_cast<float*>(g)[i]));
+  }
+  C_CHECK(ddp_grad_sync_grad(gs, 1, &g));
+  for (int i = 0; i < 3; ++i) {
+    if (std::abs(static_cast<double*>(g)[i] - want) > 1e-12) fail("C API shared mean of b");
+  }
+  // A writer that fails on rank 1: that rank's contribute fails naming it,
+  // and every rank's finish() fails without waiting for the timeout.
+  CWriterData bad{1.0f, rank == 1 ? 5 : 0};
+  const int contributed = ddp_grad_sync_contribute(gs, 0, c_writer, &bad);
+  if (rank == 1 && (contributed == 0 || std::strstr(ddp_last_error(), "returned 5") == nullptr))
+    fail(std::string("C API failing writer: ") + ddp_last_error());
+  if (rank != 1 && contributed != 0) fail(std::string("C API writer: ") + ddp_last_error());
+  std::vector<double> b(3, 1.0);
+  C_CHECK(ddp_grad_sync_add_grad(gs, 1, b.data()));
+  if (ddp_grad_sync_finish(gs) == 0) fail("C API finish after a failed writer succeeded");
+  if (std::strstr(ddp_last_error(), "'w' (index 0)") == nullptr)
+    fail(std::string("C API finish error: ") + ddp_last_error());
+  if (ddp_grad_sync_mark_ready(gs, 0) == 0 ||
+      std::strstr(ddp_last_error(), "contribute()") == nullptr) {
+    fail(std::string("C API mark_ready in shared mode: ") + ddp_last_error());
+  }
+  C_CHECK(ddp_grad_sync_destroy(gs));
+  C_CHECK(ddp_shutdown());
+  std::printf("GRADSYNC CAPI SHARED OK rank=%d\n", rank);
+}
+
+void run_shared_kill(ddp::ProcessGroup& pg) {
+  // The survivors must live to report: ddprun's SIGKILL comes only after its
+  // shutdown timeout.
+  signal(SIGTERM, SIG_IGN);
+  ddp::GradSyncOptions options = shared_options();
+  options.shared_block_bytes = 1 << 20;  // one block per parameter: the others must wait for it
+  ddp::GradSync sync(pg, params(), options);
+  const std::vector<float> ones(200, 1.0f);
+  for (int it = 0;; ++it) {
+    try {
+      for (std::size_t p = 0; p < sync.num_params(); ++p) {
+        sync.contribute(p, [&](const ddp::GradBlock& b) {
+          if (it == 2 && pg.rank() == 1) raise(SIGKILL);
+          float* out = static_cast<float*>(b.data);
+          for (std::size_t i = 0; i < static_cast<std::size_t>(b.rows) * b.row_elements; ++i)
+            out[i] = b.accumulate ? out[i] + b.scale : b.scale;
+        });
+      }
+      sync.finish();
+    } catch (const ddp::Error& e) {
+      std::printf("EXPECTED ERROR rank=%d: %s\n", pg.rank(), e.what());
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) return usage();
   const std::string mode = argv[1];
-  if (mode != "equiv" && mode != "capi" && mode != "unused") return usage();
+  if (mode != "equiv" && mode != "capi" && mode != "unused" && mode != "shared" &&
+      mode != "capi_shared" && mode != "shared_kill") {
+    return usage();
+  }
   int rank = 0;
   try {
     rank = ddp::rank();
@@ -186,9 +376,15 @@ int main(int argc, char** argv) {
       run_capi();
       return 0;
     }
+    if (mode == "capi_shared") {
+      run_capi_shared();
+      return 0;
+    }
     auto pg = ddp::init();
     if (mode == "equiv") run_equiv(*pg);
     if (mode == "unused") run_unused(*pg);
+    if (mode == "shared") run_shared(*pg);
+    if (mode == "shared_kill") run_shared_kill(*pg);
     ddp::shutdown();
     return 0;
   } catch (const CheckFailed& f) {

@@ -158,7 +158,8 @@ void fill_stats(const ddp::IterationStats& s, ddp_grad_sync_stats_t* out) {
 }  // namespace
 
 static_assert(DDP_COMM_OVERLAP == static_cast<int>(ddp::CommMode::kOverlap) &&
-              DDP_COMM_INLINE == static_cast<int>(ddp::CommMode::kInline));
+              DDP_COMM_INLINE == static_cast<int>(ddp::CommMode::kInline) &&
+              DDP_COMM_SHARED == static_cast<int>(ddp::CommMode::kShared));
 
 extern "C" {
 
@@ -173,6 +174,7 @@ int ddp_grad_sync_default_options(ddp_grad_sync_options_t* out) {
     out->prescaled_grads = d.prescaled_grads ? 1 : 0;
     out->log_every = d.log_every;
     out->comm_mode = static_cast<int>(d.comm_mode);
+    out->shared_block_bytes = d.shared_block_bytes;
     return 0;
   });
 }
@@ -206,10 +208,11 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
       o.find_unused_parameters = options->find_unused_parameters != 0;
       o.prescaled_grads = options->prescaled_grads != 0;
       o.log_every = options->log_every;
-      if (options->comm_mode < DDP_COMM_OVERLAP || options->comm_mode > DDP_COMM_INLINE) {
+      if (options->comm_mode < DDP_COMM_OVERLAP || options->comm_mode > DDP_COMM_SHARED) {
         throw ddp::Error("comm_mode " + std::to_string(options->comm_mode) + " is not a DDP_COMM_* value");
       }
       o.comm_mode = static_cast<ddp::CommMode>(options->comm_mode);
+      if (options->shared_block_bytes != 0) o.shared_block_bytes = options->shared_block_bytes;
     }
     auto handle = std::make_unique<ddp_grad_sync>();
     handle->sync = std::make_unique<ddp::GradSync>(ddp::default_group(), std::move(list), o);
@@ -298,6 +301,24 @@ int ddp_grad_sync_layout_version(ddp_grad_sync* gs, int* out) {
 int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_begin_backward", [&] {
     checked(gs).begin_backward();
+    return 0;
+  });
+}
+
+int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_writer write,
+                             void* user) {
+  return guarded("ddp_grad_sync_contribute", [&] {
+    ddp::GradSync& sync = checked(gs);
+    if (write == nullptr) throw ddp::Error("write is NULL");
+    sync.contribute(index, [&](const ddp::GradBlock& b) {
+      const ddp_grad_block_t block{b.data, b.row_begin, b.rows, b.row_elements,
+                                   b.accumulate ? 1 : 0, b.scale};
+      if (const int code = write(&block, user); code != 0) {
+        throw ddp::Error("the writer of parameter '" + sync.param(index).name + "' returned " +
+                         std::to_string(code) + " for its rows [" + std::to_string(b.row_begin) +
+                         ", " + std::to_string(b.row_begin + b.rows) + ")");
+      }
+    });
     return 0;
   });
 }

@@ -12,6 +12,7 @@
 #define DDP_DDP_C_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__)
 #define DDP_C_API __attribute__((visibility("default")))
@@ -86,8 +87,10 @@ typedef struct {
 } ddp_param_t;
 
 enum { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16 = 1, DDP_COMPRESS_BF16 = 2 };
-/* Where bucket all-reduces run (GradSync's CommMode). */
-enum { DDP_COMM_OVERLAP = 0, DDP_COMM_INLINE = 1 };
+/* How gradients are averaged (GradSync's CommMode): bucket all-reduces on the
+ * group's thread or on the caller's, or the shared sum (ranks of one node
+ * under shm: gradients handed over with ddp_grad_sync_contribute). */
+enum { DDP_COMM_OVERLAP = 0, DDP_COMM_INLINE = 1, DDP_COMM_SHARED = 2 };
 
 typedef struct {
   size_t bucket_cap_bytes;    /* default 25 MiB */
@@ -97,7 +100,24 @@ typedef struct {
   int prescaled_grads;        /* 1: gradient writes already carry 1/world_size */
   int log_every;              /* rank 0 logs stats at iterations 1-10, then every log_every */
   int comm_mode;              /* DDP_COMM_* (default DDP_COMM_OVERLAP) */
+  size_t shared_block_bytes;  /* DDP_COMM_SHARED: block size (default 256 KiB; 0: the default) */
 } ddp_grad_sync_options_t;
+
+/* One block of a gradient handed to a writer (DDP_COMM_SHARED): rows
+ * [row_begin, row_begin + rows) of row_elements elements each (a C API
+ * parameter is one-dimensional: one element per row) at `data`, inside the
+ * node's sum. accumulate 0: store scale * gradient; 1: add it. */
+typedef struct {
+  void* data;
+  int64_t row_begin;
+  int64_t rows;
+  size_t row_elements;
+  int accumulate;
+  float scale; /* 1 / world_size */
+} ddp_grad_block_t;
+/* Returns 0, or non-zero to fail the hand-over (the iteration is then lost
+ * on every rank, and ddp_grad_sync_contribute fails). */
+typedef int (*ddp_grad_block_writer)(const ddp_grad_block_t* block, void* user);
 
 typedef struct {
   unsigned long long iteration; /* 1-based count of finish() calls */
@@ -130,6 +150,13 @@ DDP_C_API int ddp_grad_sync_set_grad(ddp_grad_sync* gs, size_t index, const void
 DDP_C_API int ddp_grad_sync_add_grad(ddp_grad_sync* gs, size_t index, const void* src);
 DDP_C_API int ddp_grad_sync_zero_grad(ddp_grad_sync* gs);
 DDP_C_API int ddp_grad_sync_begin_backward(ddp_grad_sync* gs);
+/* DDP_COMM_SHARED: adds this rank's gradient of parameter `index` to the
+ * node's sum, calling write(block, user) once per block (GradSync::contribute),
+ * and marks it ready. Fails in other modes, for a parameter already handed
+ * over, when write() returns non-zero, or when a block stays held by another
+ * rank past the group's timeout (naming it). */
+DDP_C_API int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_writer write,
+                                       void* user);
 /* Fails (naming the parameter) when it was already marked in this iteration. */
 DDP_C_API int ddp_grad_sync_mark_ready(ddp_grad_sync* gs, size_t index);
 /* Collective (synced iterations): waits; gradients hold the mean over ranks.
