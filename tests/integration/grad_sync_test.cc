@@ -119,17 +119,19 @@ TEST(GradSyncProcesses, CApiContributesToTheSharedSum) {
   }
 }
 
-// A rank killed while it holds a block: the survivor names it when its wait
-// times out, ddprun reports the killed rank, nothing is left in /dev/shm.
+// A rank killed while it holds a block: the survivor names it long before the
+// 30 s timeout (it watches the holder's process), ddprun reports the killed
+// rank, nothing is left in /dev/shm.
 TEST(GradSyncProcesses, ARankKilledInsideTheSharedSumIsNamedAndNothingIsLeftBehind) {
   const std::string run_id = "sharedkill" + std::to_string(getpid());
-  auto r = ddprun(2, "shared_kill", "shm", "3", {"--run_id=" + run_id, "--shutdown_timeout=20"});
+  auto r = ddprun(2, "shared_kill", "shm", "30", {"--run_id=" + run_id, "--shutdown_timeout=20"});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_LT(r.seconds, 15.0) << r.out << r.err;
+  EXPECT_LT(r.seconds, 10.0) << r.out << r.err;
   const auto line = line_starting(r, 0, "EXPECTED ERROR");
-  EXPECT_NE(line.find("rank 1 held rows [0, "), std::string::npos) << r.out << r.err;
-  EXPECT_NE(line.find("timeout of 3000 ms"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(line.find("rank 1 (pid "), std::string::npos) << r.out << r.err;
+  EXPECT_NE(line.find("same node) exited while it held rows [0, "), std::string::npos)
+      << r.out << r.err;
   EXPECT_NE(r.err.find("worker failed: rank 1 (local rank 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});

@@ -1,7 +1,11 @@
 #include "shared_sum.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstring>
@@ -92,6 +96,7 @@ SharedSum::SharedSum(SumLayout layout, void* memory, int rank, int world,
   states_at_ = 2 * layout_.buffer_bytes;
   rounds_at_ = states_at_ + layout_.blocks.size() * kLine;
   missing_at_ = rounds_at_ + static_cast<std::size_t>(world_) * kLine;
+  pid_of(rank_).store(static_cast<std::int64_t>(getpid()), std::memory_order_relaxed);
 }
 
 std::atomic<std::uint64_t>& SharedSum::state(std::size_t block) const {
@@ -101,6 +106,22 @@ std::atomic<std::uint64_t>& SharedSum::state(std::size_t block) const {
 std::atomic<std::uint64_t>& SharedSum::rounds_of(int rank) const {
   return *reinterpret_cast<std::atomic<std::uint64_t>*>(memory_ + rounds_at_ +
                                                         static_cast<std::size_t>(rank) * kLine);
+}
+
+std::atomic<std::int64_t>& SharedSum::pid_of(int rank) const {
+  // Beside the rank's round count, on its line (written once, by that rank).
+  return *reinterpret_cast<std::atomic<std::int64_t>*>(
+      memory_ + rounds_at_ + static_cast<std::size_t>(rank) * kLine + sizeof(std::uint64_t));
+}
+
+bool SharedSum::exited(int rank, Clock::time_point since, Clock::time_point& checked) const {
+  const auto now = Clock::now();
+  // Only once a wait is long, and then every 10 ms: kill() is a system call.
+  if (now - since < kYieldFor || now - checked < std::chrono::milliseconds(10)) return false;
+  checked = now;
+  const std::int64_t pid = pid_of(rank).load(std::memory_order_relaxed);
+  if (pid <= 0 || pid == static_cast<std::int64_t>(getpid())) return false;  // ranks as threads
+  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
 std::atomic<std::uint64_t>& SharedSum::missing_word(std::size_t param, std::uint64_t window) const {
@@ -169,6 +190,7 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
     if (left == 0 || progressed) continue;
     // Every block still to do is held by another rank.
     const auto since = Clock::now();
+    auto checked = since;
     int spins = 0;
     for (;;) {
       bool free_block = false;
@@ -185,6 +207,17 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
         holder = v & kHolderMask;
       }
       if (free_block) break;
+      const int holder_rank = static_cast<int>(holder) - 1;
+      if (exited(holder_rank, since, checked)) {
+        const SumBlock& b = layout_.blocks[ids[held]];
+        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder_rank) + " (pid " +
+                               std::to_string(pid_of(holder_rank).load()) +
+                               ", same node) exited while it held rows [" +
+                               std::to_string(b.row_begin) + ", " +
+                               std::to_string(b.row_begin + b.rows) + ") of parameter " +
+                               name_(param) + "; rank " + std::to_string(rank_) +
+                               " was waiting to add its gradient");
+      }
       if (Clock::now() - since > timeout_) {
         const SumBlock& b = layout_.blocks[ids[held]];
         throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder - 1) + " held rows [" +
@@ -211,9 +244,17 @@ void SharedSum::publish_rounds(std::uint64_t rounds) {
 
 double SharedSum::wait_rounds(std::uint64_t rounds) {
   const auto since = Clock::now();
+  auto checked = since;
   int spins = 0;
   for (int r = 0; r < world_; ++r) {
     while (rounds_of(r).load(std::memory_order_acquire) < rounds) {
+      if (exited(r, since, checked)) {
+        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(r) + " (pid " +
+                               std::to_string(pid_of(r).load()) +
+                               ", same node) exited before it finished adding its gradients of "
+                               "iteration " + std::to_string(rounds) + "; rank " +
+                               std::to_string(rank_) + " was waiting for it");
+      }
       if (Clock::now() - since > timeout_) {
         std::string late;
         for (int q = 0; q < world_; ++q) {

@@ -40,8 +40,8 @@
 
 namespace ddp::detail {
 
-// A wait of the shared sum passed the timeout (the message names the rank
-// waited for): the sums of this window are lost on every rank.
+// A wait of the shared sum passed the timeout, or the rank waited for exited
+// (the message names it): the sums of this window are lost on every rank.
 class SharedSumTimeout : public Error {
  public:
   using Error::Error;
@@ -105,8 +105,8 @@ class SharedSum {
   // Adds this rank's contribution to parameter `param` in the window whose
   // index is `window` and whose first round is `window_round`: write() runs
   // once per block while this rank holds it. Returns the milliseconds spent
-  // waiting for blocks other ranks held. Throws ddp::Error naming the holder
-  // when a block stays held past the timeout (the rest of the parameter is
+  // waiting for blocks other ranks held. Throws SharedSumTimeout naming the
+  // holder when its process exits or the block stays held past the timeout (the rest of the parameter is
   // then never added by this rank: the sum is lost for every rank). When
   // write() throws, the rest of the parameter's blocks count as zeros (set to
   // zero where this rank is first), the parameter is flagged missing for the
@@ -117,8 +117,9 @@ class SharedSum {
   // This rank has contributed everything of its first `rounds` rounds.
   void publish_rounds(std::uint64_t rounds);
   // Waits until every rank's contributions of the first `rounds` rounds are
-  // in every block; returns the milliseconds waited. Throws ddp::Error
-  // naming the ranks that have not published `rounds` within the timeout.
+  // in every block; returns the milliseconds waited. Throws SharedSumTimeout
+  // naming a rank that exited, or the ranks that have not published `rounds`
+  // within the timeout.
   double wait_rounds(std::uint64_t rounds);
 
   // Parameter `param`'s sum in the buffer of window `window` (windows
@@ -133,6 +134,11 @@ class SharedSum {
  private:
   std::atomic<std::uint64_t>& state(std::size_t block) const;
   std::atomic<std::uint64_t>& rounds_of(int rank) const;
+  std::atomic<std::int64_t>& pid_of(int rank) const;
+  // Whether `rank`'s process has exited (checked only once a wait that began
+  // at `since` is long, at most every 10 ms, `checked` keeping the last time).
+  bool exited(int rank, std::chrono::steady_clock::time_point since,
+              std::chrono::steady_clock::time_point& checked) const;
   std::atomic<std::uint64_t>& missing_word(std::size_t param, std::uint64_t window) const;
   void pause(int& spins, std::chrono::steady_clock::time_point since) const;
 
