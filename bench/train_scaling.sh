@@ -51,7 +51,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 # name: extra train flags for a 2-rank configuration
 CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer"
          "2 shard+inl:--shard_optimizer --comm_mode inline" "2 act-exch:--exchange activations"
-         "2 shared:--comm_mode shared")
+         "2 shared:--comm_mode shared" "2 shared+sh:--comm_mode shared --shard_optimizer")
 if [ -n "${ONLY:-}" ]; then
   chosen=()
   for config in "${CONFIGS[@]}"; do
