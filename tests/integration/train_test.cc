@@ -317,21 +317,29 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
 // A rank that hangs (stopped, not dead: ddprun sees nothing) while the others
 // wait for its rows: they name it after the group's timeout, and ddprun then
 // stops the job, the hung rank included.
-TEST(Train, TheActivationExchangeNamesAHungRankAfterTheGroupsTimeout) {
+// Two ranks, 40 steps, a 3 s group timeout; rank 1 stops itself (SIGSTOP) at
+// step 5. The job must end (non-zero, well within 30 s) without going on.
+ProcessResult run_with_a_stopped_rank(const std::vector<std::string>& mode) {
   const auto start = std::chrono::steady_clock::now();
   auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
-                  {"--hidden", "64", "--layers", "3", "--steps", "40", "--exchange", "activations",
-                   "--stall_at_step", "5"},
+                  std::vector<std::string>{"--hidden", "64", "--layers", "3", "--steps", "40",
+                                           "--stall_at_step", "5"} +
+                      mode,
                   {{"DDP_TIMEOUT_S", "3"}});
   const auto took = std::chrono::steady_clock::now() - start;
-  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_LT(took, 30s) << r.out << r.err;
+  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
+  return r;
+}
+
+TEST(Train, TheActivationExchangeNamesAHungRankAfterTheGroupsTimeout) {
+  auto r = run_with_a_stopped_rank({"--exchange", "activations"});
   EXPECT_NE(r.err.find("rank 1 did not publish its layer gradients within the group's timeout of "
                        "3000 ms"),
             std::string::npos)
       << r.out << r.err;
-  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
@@ -438,20 +446,11 @@ TEST(Train, ASharedSumRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes
 // A stopped rank: the other waits for its gradients in finish(), names it
 // after the group's timeout, and ddprun stops the job, the stopped rank included.
 TEST(Train, TheSharedSumNamesAHungRankAfterTheGroupsTimeout) {
-  const auto start = std::chrono::steady_clock::now();
-  auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
-                  {"--hidden", "64", "--layers", "3", "--steps", "40", "--comm_mode", "shared",
-                   "--stall_at_step", "5"},
-                  {{"DDP_TIMEOUT_S", "3"}});
-  const auto took = std::chrono::steady_clock::now() - start;
-  ASSERT_TRUE(r.exited) << r.out << r.err;
-  EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_LT(took, 30s) << r.out << r.err;
+  auto r = run_with_a_stopped_rank({"--comm_mode", "shared"});
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex("rank 1 \\(finished [0-9]+\\) did not finish adding its gradients of "
                         "iteration [0-9]+ within the group's timeout of 3000 ms")))
       << r.out << r.err;
-  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
 }
 
 // Over Gloo there is no memory the ranks share: a flag error, before any collective.

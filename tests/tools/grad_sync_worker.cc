@@ -127,6 +127,23 @@ void run_equiv(ddp::ProcessGroup& pg) {
     if ((call) != 0) fail(std::string(#call) + ": " + ddp_last_error()); \
   } while (0)
 
+// The C API modes' parameters, w (100 float32) and b (3 float64), after
+// rank r added (r + 1) * (step + 1) over steps 0 and 1: the mean over ranks
+// of 3 (r + 1) = 3 (world + 1) / 2 everywhere.
+void expect_c_means(ddp_grad_sync* gs, int world, const std::string& what) {
+  const double want = 3.0 * (world + 1) / 2;
+  void* g = nullptr;
+  C_CHECK(ddp_grad_sync_grad(gs, 0, &g));
+  for (int i = 0; i < 100; ++i) {
+    if (std::abs(static_cast<float*>(g)[i] - want) > 1e-5)
+      fail(what + " mean of w: " + std::to_string(static_cast<float*>(g)[i]));
+  }
+  C_CHECK(ddp_grad_sync_grad(gs, 1, &g));
+  for (int i = 0; i < 3; ++i) {
+    if (std::abs(static_cast<double*>(g)[i] - want) > 1e-12) fail(what + " mean of b");
+  }
+}
+
 void run_capi() {
   C_CHECK(ddp_init(nullptr));
   const int rank = ddp_rank(), world = ddp_world_size();
@@ -150,18 +167,7 @@ void run_capi() {
     C_CHECK(ddp_grad_sync_finish(gs));
     if (step == 0) C_CHECK(ddp_grad_sync_no_sync_end(gs));
   }
-  // mean over ranks of 3 (r + 1) = 3 (world + 1) / 2.
-  const double want = 3.0 * (world + 1) / 2;
-  void* g = nullptr;
-  C_CHECK(ddp_grad_sync_grad(gs, 0, &g));
-  for (int i = 0; i < 100; ++i) {
-    if (std::abs(static_cast<float*>(g)[i] - want) > 1e-5)
-      fail("C API mean of w: " + std::to_string(static_cast<float*>(g)[i]));
-  }
-  C_CHECK(ddp_grad_sync_grad(gs, 1, &g));
-  for (int i = 0; i < 3; ++i) {
-    if (std::abs(static_cast<double*>(g)[i] - want) > 1e-12) fail("C API mean of b");
-  }
+  expect_c_means(gs, world, "C API");
   ddp_grad_sync_stats_t last;
   C_CHECK(ddp_grad_sync_stats(gs, &last, nullptr));
   if (last.synced != 1 || last.iteration != 2) fail("C API stats");
@@ -301,17 +307,7 @@ void run_capi_shared() {
     C_CHECK(ddp_grad_sync_finish(gs));
     if (step == 0) C_CHECK(ddp_grad_sync_no_sync_end(gs));
   }
-  const double want = 3.0 * (world + 1) / 2;
-  void* g = nullptr;
-  C_CHECK(ddp_grad_sync_grad(gs, 0, &g));
-  for (int i = 0; i < 100; ++i) {
-    if (std::abs(static_cast<float*>(g)[i] - want) > 1e-5)
-      fail("C API shared mean of w: " + std::to_string(static_cast<float*>(g)[i]));
-  }
-  C_CHECK(ddp_grad_sync_grad(gs, 1, &g));
-  for (int i = 0; i < 3; ++i) {
-    if (std::abs(static_cast<double*>(g)[i] - want) > 1e-12) fail("C API shared mean of b");
-  }
+  expect_c_means(gs, world, "C API shared");
   // A writer that fails on rank 1: that rank's contribute fails naming it,
   // and every rank's finish() fails without waiting for the timeout.
   CWriterData bad{1.0f, rank == 1 ? 5 : 0};

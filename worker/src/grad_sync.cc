@@ -882,6 +882,18 @@ void GradSync::zero_grad() {
   std::fill(known_zero_.begin(), known_zero_.end(), 1);
 }
 
+void GradSync::mark_once_locked(std::size_t index, const char* what, const char* done) {
+  if (marked_[index]) {
+    throw Error(std::string("GradSync: ") + what + ": parameter '" + params_[index].name +
+                "' (index " + std::to_string(index) + ") was already " + done + " in iteration " +
+                std::to_string(iterations_ + 1) +
+                "; call finish() at the end of every iteration (no_sync ones too)");
+  }
+  marked_[index] = 1;
+  marked_window_[index] = 1;
+  known_zero_[index] = 0;
+}
+
 void GradSync::mark_ready(std::size_t index) {
   checked_trainable(index, "mark_ready");
   if (shared()) {
@@ -892,15 +904,7 @@ void GradSync::mark_ready(std::size_t index) {
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   begin_iteration_locked(now);
-  if (marked_[index]) {
-    throw Error("GradSync: mark_ready: parameter '" + params_[index].name + "' (index " +
-                std::to_string(index) + ") was already marked ready in iteration " +
-                std::to_string(iterations_ + 1) +
-                "; call finish() at the end of every iteration (no_sync ones too)");
-  }
-  marked_[index] = 1;
-  marked_window_[index] = 1;
-  known_zero_[index] = 0;
+  mark_once_locked(index, "mark_ready", "marked ready");
   if (record_order_) observed_order_.push_back(index);
   last_mark_ = now;
   have_last_mark_ = true;
@@ -925,15 +929,7 @@ void GradSync::contribute(std::size_t index, const std::function<void(const Grad
     std::lock_guard<std::mutex> lock(mu_);
     if (!shared_broken_.empty()) throw Error("GradSync: contribute: " + shared_broken_);
     begin_iteration_locked(now);
-    if (marked_[index]) {
-      throw Error("GradSync: contribute: parameter '" + params_[index].name + "' (index " +
-                  std::to_string(index) + ") was already handed over in iteration " +
-                  std::to_string(iterations_ + 1) +
-                  "; call finish() at the end of every iteration (no_sync ones too)");
-    }
-    marked_[index] = 1;
-    marked_window_[index] = 1;
-    known_zero_[index] = 0;
+    mark_once_locked(index, "contribute", "handed over");
     window = synced_iterations_;
     window_round = window_round_;
   }

@@ -387,6 +387,9 @@ class GradSync {
   void log_iteration(const IterationStats& s) const;
   void zero_bytes(void* p, std::size_t bytes);
   std::string param_list(const std::vector<std::size_t>& indices) const;
+  // Marks parameter `index` handed over in this iteration; throws (naming
+  // it, `what` the caller, `done` the past tense) when it already was.
+  void mark_once_locked(std::size_t index, const char* what, const char* done);
   void init_shared_sum();
   void contribute_copy(std::size_t index, const void* src);
   void finish_shared(Clock::time_point enter, std::unique_lock<std::mutex>& lock);
