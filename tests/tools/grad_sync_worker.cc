@@ -67,6 +67,28 @@ void expect_close(const float* got, const std::vector<double>& want, const std::
   }
 }
 
+// prepare() with this rank's weights `mine` (rank 0's are `model`'s): every
+// rank must then hold `model`'s values.
+void prepare_from_rank0(ddp::GradSync& sync, const Mlp& model, const Mlp& mine) {
+  std::vector<std::vector<float>> values;
+  for (int l = 0; l < kLayers; ++l) {
+    values.emplace_back(mine.w[l].begin(), mine.w[l].end());
+    values.emplace_back(mine.b[l].begin(), mine.b[l].end());
+  }
+  std::vector<void*> data;
+  for (auto& v : values) data.push_back(v.data());
+  sync.prepare(data);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string layer = "prepare: fc" + std::to_string(l + 1);
+    for (std::size_t i = 0; i < model.w[l].size(); ++i) {
+      if (values[2 * l][i] != static_cast<float>(model.w[l][i])) fail(layer + ".weight");
+    }
+    for (std::size_t i = 0; i < model.b[l].size(); ++i) {
+      if (values[2 * l + 1][i] != static_cast<float>(model.b[l][i])) fail(layer + ".bias");
+    }
+  }
+}
+
 void run_equiv(ddp::ProcessGroup& pg) {
   const int world = pg.size(), batch = 12 * world;
   const Mlp model = make_mlp(kSizes, 3);
@@ -82,20 +104,7 @@ void run_equiv(ddp::ProcessGroup& pg) {
   options.first_bucket_bytes = 64;
   options.log_every = 0;
   ddp::GradSync sync(pg, params(), options);
-  std::vector<std::vector<float>> values;
-  for (int l = 0; l < kLayers; ++l) {
-    values.emplace_back(mine.w[l].begin(), mine.w[l].end());
-    values.emplace_back(mine.b[l].begin(), mine.b[l].end());
-  }
-  std::vector<void*> data;
-  for (auto& v : values) data.push_back(v.data());
-  sync.prepare(data);
-  for (int l = 0; l < kLayers; ++l) {
-    for (std::size_t i = 0; i < model.w[l].size(); ++i) {
-      if (values[2 * l][i] != static_cast<float>(model.w[l][i]))
-        fail("prepare: fc" + std::to_string(l + 1) + ".weight");
-    }
-  }
+  prepare_from_rank0(sync, model, mine);
   const int shard = batch / world;
   for (int it = 0; it < 3; ++it) {
     const auto samples = make_batch(model, batch, 50 + it);
@@ -222,20 +231,7 @@ void run_shared(ddp::ProcessGroup& pg) {
     }
   }
   ddp::GradSync sync(pg, params(), shared_options());
-  std::vector<std::vector<float>> values;
-  for (int l = 0; l < kLayers; ++l) {
-    values.emplace_back(mine.w[l].begin(), mine.w[l].end());
-    values.emplace_back(mine.b[l].begin(), mine.b[l].end());
-  }
-  std::vector<void*> data;
-  for (auto& v : values) data.push_back(v.data());
-  sync.prepare(data);
-  for (int l = 0; l < kLayers; ++l) {
-    for (std::size_t i = 0; i < model.b[l].size(); ++i) {
-      if (values[2 * l + 1][i] != static_cast<float>(model.b[l][i]))
-        fail("prepare: fc" + std::to_string(l + 1) + ".bias");
-    }
-  }
+  prepare_from_rank0(sync, model, mine);
   for (int it = 0; it < 4; ++it) {
     // Iteration 3 (it == 2) is a window of two micro-batches, each half the shard.
     const auto samples = make_batch(model, batch, 70 + it);
