@@ -243,7 +243,7 @@ struct Row {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Config c;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -475,4 +475,13 @@ int main(int argc, char** argv) {
   }
   ddp::shutdown();
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gradsync_bench: error: %s\n", e.what());
+    return 1;
+  }
 }

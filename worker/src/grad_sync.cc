@@ -629,8 +629,8 @@ void GradSync::init_shared_sum() {
     if (!shared_memory_) {
       throw Error("GradSync: comm_mode shared needs " + mib(bytes) +
                   " of memory that every rank maps: the ranks of one node under the shm backend, "
-                  "with room in its segment; this group (backend " + group_->backend_name() + ", " +
-                  std::to_string(world) +
+                  "with room in its segment (DDP_SHM_ARENA_MB); this group (backend " +
+                  group_->backend_name() + ", " + std::to_string(world) +
                   " ranks) has none (use comm_mode overlap or inline)");
     }
   }
