@@ -119,7 +119,10 @@
 // of a window contributes, only the synced finish() waits. A parameter not
 // contributed by finish() counts as a zero contribution (so nobody waits for
 // it); without find_unused_parameters the synced finish() then throws on
-// every rank, naming it. layout() is empty (no buckets), set_first_bucket_bytes()
+// every rank, naming it. The sum's memory (2 x the gradients, from
+// ProcessGroup::allocate_node_shared) stays the group's until the group is
+// destroyed, so create one shared-sum GradSync per group and model, not one
+// per step. layout() is empty (no buckets), set_first_bucket_bytes()
 // throws, set_needed_gradients() changes nothing (every element is summed).
 // Waiting for blocks or for other ranks times out after the group's timeout,
 // naming the rank waited for. Statistics: exposed_comm_ms = comm_ms = the
