@@ -977,7 +977,6 @@ void GradSync::finish_shared(Clock::time_point enter, std::unique_lock<std::mute
   for (std::size_t p = 0; p < params_.size(); ++p) {
     if (params_[p].requires_grad && !marked_[p]) unmarked.push_back(p);
   }
-  double waited = 0;
   try {
     for (std::size_t p : unmarked) {
       if (sync && !options_.find_unused_parameters) shared_sum_->flag_missing(p, window);
@@ -987,13 +986,12 @@ void GradSync::finish_shared(Clock::time_point enter, std::unique_lock<std::mute
       });
     }
     shared_sum_->publish_rounds(round + 1);
-    if (sync) waited = shared_sum_->wait_rounds(round + 1);
+    if (sync) shared_sum_->wait_rounds(round + 1);  // its time is inside finish()'s, which counts
   } catch (const detail::SharedSumTimeout& e) {
     shared_broken_ = e.what();
     record_iteration_locked(sync, enter, Clock::now());
     throw;
   }
-  (void)waited;  // inside the finish() time that the statistics count
   std::vector<std::size_t> invalid;
   if (sync) {
     for (std::size_t p = 0; p < params_.size(); ++p) {
