@@ -124,8 +124,10 @@
 // destroyed, so create one shared-sum GradSync per group and model, not one
 // per step. layout() is empty (no buckets), set_first_bucket_bytes()
 // throws, set_needed_gradients() changes nothing (every element is summed).
-// Waiting for blocks or for other ranks times out after the group's timeout,
-// naming the rank waited for. Statistics: exposed_comm_ms = comm_ms = the
+// Waiting for blocks or for other ranks fails at once, naming the rank
+// waited for, when that rank's process has exited, and after the group's
+// timeout when it is stopped or stuck; after such a failure every later
+// contribute()/finish() throws (the sum is lost). Statistics: exposed_comm_ms = comm_ms = the
 // time spent waiting for other ranks (blocks they held, and in finish());
 // overlap_ms, buckets and bytes_on_wire are 0: the reduction's own cost is
 // inside the writes, i.e. inside backward_compute_ms.
