@@ -136,6 +136,23 @@ void input_grad(const float* dz, const float* w, const float* relu_out, int batc
   }
 }
 
+// Rows [first, first + rows) of a layer's gradients over `samples` samples,
+// dz holding their output gradients (samples x n_out) and in their inputs
+// (samples x n_in), stored (beta 0) or added (beta 1) at `out`, which points
+// at the first of those rows:
+//   bias:   out[r] = scale * (column sums of dz), a GEMV with a vector of ones;
+//   weight: out[r] = scale * dz[:, r]^T in   (rows x n_in).
+void bias_grad_rows(const float* dz, const float* ones, int samples, int n_out, int first, int rows,
+                    float scale, float beta, float* out) {
+  cblas_sgemv(CblasRowMajor, CblasTrans, samples, rows, scale, dz + first, n_out, ones, 1, beta, out,
+              1);
+}
+void weight_grad_rows(const float* dz, const float* in, int samples, int n_out, int n_in, int first,
+                      int rows, float scale, float beta, float* out) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, n_in, samples, scale, dz + first, n_out,
+              in, n_in, beta, out, n_in);
+}
+
 }  // namespace
 
 void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
@@ -147,30 +164,26 @@ void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
   for (int l = num_layers() - 1; l >= 0; --l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
     const float* in = l == 0 ? x_ : out_[l - 1];
-    // dLoss/db = scale * (column sums of dz), as a GEMV with a vector of ones.
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
     const std::size_t weight = 2 * static_cast<std::size_t>(l);
+    const float* dz = dz_.data();
     if (sink.sums_in_place()) {
-      // The same GEMV and GEMM per block of rows (output units), their beta
-      // saying whether this rank is the block's first writer: the sum over
-      // ranks is made by the writes themselves.
+      // Per block of rows (output units), beta saying whether this rank is the
+      // block's first writer: the sum over ranks is made by the writes themselves.
       sink.contribute(bias, [&](const ddp::GradBlock& b) {
-        cblas_sgemv(CblasRowMajor, CblasTrans, batch, static_cast<int>(b.rows), scale,
-                    dz_.data() + b.row_begin, n_out, ones_.data(), 1, b.accumulate ? 1.0f : 0.0f,
-                    static_cast<float*>(b.data), 1);
+        bias_grad_rows(dz, ones_.data(), batch, n_out, static_cast<int>(b.row_begin),
+                       static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
+                       static_cast<float*>(b.data));
       });
       sink.contribute(weight, [&](const ddp::GradBlock& b) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(b.rows), n_in, batch,
-                    scale, dz_.data() + b.row_begin, n_out, in, n_in, b.accumulate ? 1.0f : 0.0f,
-                    static_cast<float*>(b.data), n_in);
+        weight_grad_rows(dz, in, batch, n_out, n_in, static_cast<int>(b.row_begin),
+                         static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
+                         static_cast<float*>(b.data));
       });
     } else {
-      cblas_sgemv(CblasRowMajor, CblasTrans, batch, n_out, scale, dz_.data(), n_out, ones_.data(),
-                  1, beta, sink.grad(bias), 1);
+      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, sink.grad(bias));
       sink.ready(bias);
-      // dLoss/dW = scale * dz^T in   [n_out x n_in].
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, scale, dz_.data(),
-                  n_out, in, n_in, beta, sink.grad(weight), n_in);
+      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, sink.grad(weight));
       sink.ready(weight);
     }
     if (l == 0) break;
@@ -226,13 +239,11 @@ int Mlp::weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<f
     ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, update != nullptr));
     // The unit's rows of layer l's gradients: a sum over all_rows samples of
     // every rank's output gradients (columns `rows` of them) and inputs.
-    const float* dz = ex.grads[l] + rows.begin;
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1, weight = bias - 1;
-    cblas_sgemv(CblasRowMajor, CblasTrans, all_rows, rows.size(), scale, dz, n_out, ones_.data(), 1,
-                beta, grads[bias] + rows.begin, 1);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows.size(), n_in, all_rows, scale, dz,
-                n_out, ex.inputs[l], n_in, beta,
-                grads[weight] + static_cast<std::size_t>(rows.begin) * n_in, n_in);
+    bias_grad_rows(ex.grads[l], ones_.data(), all_rows, n_out, rows.begin, rows.size(), scale, beta,
+                   grads[bias] + rows.begin);
+    weight_grad_rows(ex.grads[l], ex.inputs[l], all_rows, n_out, n_in, rows.begin, rows.size(),
+                     scale, beta, grads[weight] + static_cast<std::size_t>(rows.begin) * n_in);
     if (update) update(unit);
     ++taken;
   }
