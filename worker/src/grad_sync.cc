@@ -882,6 +882,14 @@ void GradSync::zero_grad() {
   std::fill(known_zero_.begin(), known_zero_.end(), 1);
 }
 
+std::vector<std::size_t> GradSync::unmarked_locked() const {
+  std::vector<std::size_t> unmarked;
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    if (params_[p].requires_grad && !marked_[p]) unmarked.push_back(p);
+  }
+  return unmarked;
+}
+
 void GradSync::mark_once_locked(std::size_t index, const char* what, const char* done) {
   if (marked_[index]) {
     throw Error(std::string("GradSync: ") + what + ": parameter '" + params_[index].name +
@@ -973,10 +981,7 @@ void GradSync::finish_shared(Clock::time_point enter, std::unique_lock<std::mute
   const std::uint64_t window = synced_iterations_, round = iterations_;
   // Parameters not handed over count as zero contributions, so that no rank
   // waits for them; without find_unused_parameters they void the window.
-  std::vector<std::size_t> unmarked;
-  for (std::size_t p = 0; p < params_.size(); ++p) {
-    if (params_[p].requires_grad && !marked_[p]) unmarked.push_back(p);
-  }
+  const std::vector<std::size_t> unmarked = unmarked_locked();
   try {
     for (std::size_t p : unmarked) {
       if (sync && !options_.find_unused_parameters) shared_sum_->flag_missing(p, window);
@@ -1156,10 +1161,7 @@ void GradSync::finish() {
 
   // Parameters never marked ready: zeros (unless accumulated in an earlier
   // no_sync step), so every bucket can still be reduced and no rank hangs.
-  std::vector<std::size_t> unmarked;
-  for (std::size_t p = 0; p < params_.size(); ++p) {
-    if (params_[p].requires_grad && !marked_[p]) unmarked.push_back(p);
-  }
+  const std::vector<std::size_t> unmarked = unmarked_locked();
   for (std::size_t p : unmarked) {
     if (!marked_window_[p]) {
       zero_bytes(grad(p), params_[p].count() * dtype_size(params_[p].dtype));
@@ -1269,23 +1271,16 @@ void GradSync::record_iteration_locked(bool synced, Clock::time_point enter,
   s.synced = synced;
   const auto start = have_backward_start_ ? backward_start_ : enter;
   const auto end = have_last_mark_ ? std::max(last_mark_, start) : start;
-  // Inline collectives run inside mark_ready calls are communication, not compute.
-  s.backward_compute_ms = std::max(0.0, ms(end - start) - (inline_ms_ - inline_finish_ms_));
-  if (shared()) {
-    // Waiting for blocks other ranks held is not compute; nothing else is
-    // communication (the sum is made by the writes themselves).
-    s.backward_compute_ms = std::max(0.0, ms(end - start) - shared_wait_ms_);
-  }
-  if (synced && shared()) {
-    s.exposed_comm_ms = ms(done - enter) + shared_wait_ms_;
-    s.comm_ms = s.exposed_comm_ms;
-  }
+  // Communication inside the backward window, which nothing hides: inline
+  // collectives run inside mark_ready calls, or (shared sum) waits for blocks
+  // other ranks held. It is not compute, and it is exposed as well as
+  // whatever finish() waited for.
+  const double in_backward = shared() ? shared_wait_ms_ : inline_ms_ - inline_finish_ms_;
+  s.backward_compute_ms = std::max(0.0, ms(end - start) - in_backward);
   if (synced) {
-    if (!shared()) {
-      // Inline collectives hide behind nothing: the ones run inside mark_ready
-      // calls are exposed as well as whatever finish() waited for.
-      s.exposed_comm_ms = ms(done - enter) + (inline_ms_ - inline_finish_ms_);
-    }
+    s.exposed_comm_ms = ms(done - enter) + in_backward;
+    // The shared sum runs no collective: its communication is its waiting.
+    if (shared()) s.comm_ms = s.exposed_comm_ms;
     s.inline_comm_ms = inline_ms_;
     s.buckets = launched_count_;
     s.bytes_on_wire = wire_bytes_;

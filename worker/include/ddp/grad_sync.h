@@ -395,6 +395,8 @@ class GradSync {
   // Marks parameter `index` handed over in this iteration; throws (naming
   // it, `what` the caller, `done` the past tense) when it already was.
   void mark_once_locked(std::size_t index, const char* what, const char* done);
+  // Trainable parameters not marked (handed over) in this iteration.
+  std::vector<std::size_t> unmarked_locked() const;
   void init_shared_sum();
   void contribute_copy(std::size_t index, const void* src);
   void finish_shared(Clock::time_point enter, std::unique_lock<std::mutex>& lock);
