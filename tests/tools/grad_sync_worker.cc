@@ -15,7 +15,7 @@
 //           "GRADSYNC CAPI SHARED OK rank=R".
 //   shared_kill  rank 1 kills itself (SIGKILL) while it holds a block of the
 //           shared sum; the others ignore SIGTERM and print "EXPECTED ERROR
-//           rank=R: <error>" when their wait times out.
+//           rank=R: <error>" when their wait for that block fails.
 // A failed check prints "GRADSYNC FAILED rank=R: <what>" on stderr, exit 1.
 
 #include <signal.h>
@@ -332,12 +332,19 @@ void run_shared_kill(ddp::ProcessGroup& pg) {
   ddp::GradSyncOptions options = shared_options();
   options.shared_block_bytes = 1 << 20;  // one block per parameter: the others must wait for it
   ddp::GradSync sync(pg, params(), options);
-  const std::vector<float> ones(200, 1.0f);
   for (int it = 0;; ++it) {
     try {
+      // In iteration 3 rank 1 dies holding the first parameter's block. The
+      // barrier (rank 1's inside its writer) makes sure it holds the block
+      // before the others reach it, so they find a dead holder every time.
+      const bool dying = it == 2 && pg.rank() == 1;
+      if (it == 2 && !dying) pg.barrier();
       for (std::size_t p = 0; p < sync.num_params(); ++p) {
         sync.contribute(p, [&](const ddp::GradBlock& b) {
-          if (it == 2 && pg.rank() == 1) raise(SIGKILL);
+          if (dying) {
+            pg.barrier();
+            raise(SIGKILL);
+          }
           float* out = static_cast<float*>(b.data);
           for (std::size_t i = 0; i < static_cast<std::size_t>(b.rows) * b.row_elements; ++i)
             out[i] = b.accumulate ? out[i] + b.scale : b.scale;
