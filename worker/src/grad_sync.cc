@@ -9,7 +9,6 @@
 
 #include "ddp/common/error.h"
 #include "ddp/log.h"
-#include "cpus.h"
 #include "helpers_internal.h"
 #include "shared_sum.h"
 
@@ -636,7 +635,7 @@ void GradSync::init_shared_sum() {
   }
   shared_sum_ = std::make_unique<detail::SharedSum>(
       std::move(layout), shared_memory_.get(), group_->rank(), world, group_->timeout(),
-      cpus_available() < world,
+      shm::WaitPolicy::for_ranks(world),
       [this](std::size_t p) { return "'" + params_[p].name + "' (index " + std::to_string(p) + ")"; });
   record_order_ = false;
   rebuilt_ = true;  // no buckets to rebuild

@@ -1,11 +1,8 @@
 #include "shared_sum.h"
 
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include <algorithm>
 #include <cstring>
@@ -21,7 +18,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kLine = 64;
 constexpr std::uint64_t kHolderMask = 0xffff;
 constexpr std::uint64_t kOne = std::uint64_t{1} << 16;  // one contribution
-constexpr int kSpins = 2000;                          // pause rounds before yielding (~10-20 us)
 constexpr auto kYieldFor = std::chrono::milliseconds(2);  // then yield, then sleep in short slices
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -79,14 +75,14 @@ std::size_t SharedSum::bytes_needed(const SumLayout& layout, int world) {
 }
 
 SharedSum::SharedSum(SumLayout layout, void* memory, int rank, int world,
-                     std::chrono::milliseconds timeout, bool oversubscribed,
+                     std::chrono::milliseconds timeout, shm::WaitPolicy policy,
                      std::function<std::string(std::size_t)> name)
     : layout_(std::move(layout)),
       memory_(static_cast<char*>(memory)),
       rank_(rank),
       world_(world),
       timeout_(timeout),
-      oversubscribed_(oversubscribed),
+      policy_(policy),
       name_(std::move(name)) {
   if (memory_ == nullptr) throw Error("shared sum: no memory");
   if (world_ < 1 || world_ > static_cast<int>(kHolderMask) - 1 || rank_ < 0 || rank_ >= world_) {
@@ -121,7 +117,7 @@ bool SharedSum::exited(int rank, Clock::time_point since, Clock::time_point& che
   checked = now;
   const std::int64_t pid = pid_of(rank).load(std::memory_order_relaxed);
   if (pid <= 0 || pid == static_cast<std::int64_t>(getpid())) return false;  // ranks as threads
-  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  return shm::proc_says_dead(static_cast<pid_t>(pid));
 }
 
 std::atomic<std::uint64_t>& SharedSum::missing_word(std::size_t param, std::uint64_t window) const {
@@ -131,11 +127,11 @@ std::atomic<std::uint64_t>& SharedSum::missing_word(std::size_t param, std::uint
       memory_ + missing_at_ + (param * 2 + window % 2) * sizeof(std::uint64_t));
 }
 
-void SharedSum::pause(int& spins, Clock::time_point since) const {
-  if (!oversubscribed_ && spins < kSpins) {
-    ++spins;
+void SharedSum::pause(Clock::time_point since) const {
+  const auto waited = Clock::now() - since;
+  if (!policy_.oversubscribed && waited < policy_.spin) {
     cpu_relax();
-  } else if (Clock::now() - since < kYieldFor) {
+  } else if (waited < kYieldFor) {
     sched_yield();
   } else {
     // A peer that is this slow is descheduled or busy elsewhere: stop taking
@@ -191,7 +187,6 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
     // Every block still to do is held by another rank.
     const auto since = Clock::now();
     auto checked = since;
-    int spins = 0;
     for (;;) {
       bool free_block = false;
       std::size_t held = m;
@@ -227,7 +222,7 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
                     " waited to add its gradient (is rank " + std::to_string(holder - 1) +
                     " stopped or dead?)");
       }
-      pause(spins, since);
+      pause(since);
     }
     waited += ms(Clock::now() - since);
   }
@@ -245,7 +240,6 @@ void SharedSum::publish_rounds(std::uint64_t rounds) {
 double SharedSum::wait_rounds(std::uint64_t rounds) {
   const auto since = Clock::now();
   auto checked = since;
-  int spins = 0;
   for (int r = 0; r < world_; ++r) {
     while (rounds_of(r).load(std::memory_order_acquire) < rounds) {
       if (exited(r, since, checked)) {
@@ -268,7 +262,7 @@ double SharedSum::wait_rounds(std::uint64_t rounds) {
                     " within the group's timeout of " + std::to_string(timeout_.count()) +
                     " ms; rank " + std::to_string(rank_) + " waited for it");
       }
-      pause(spins, since);
+      pause(since);
     }
   }
   return ms(Clock::now() - since);

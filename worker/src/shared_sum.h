@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "shm/sync.h"
 
 namespace ddp::detail {
 
@@ -95,10 +96,11 @@ class SharedSum {
 
   // `memory`: bytes_needed() zeroed bytes that every rank maps (private
   // memory for a world of one), 64-byte aligned, outliving this object.
-  // `name(p)` names parameter p in errors. `oversubscribed`: more ranks than
-  // cores, so waiting yields at once instead of spinning.
+  // `name(p)` names parameter p in errors. Waiting follows `policy` (the shm
+  // backend's: spin for policy.spin, or yield at once when oversubscribed),
+  // then yields, then sleeps in short slices.
   SharedSum(SumLayout layout, void* memory, int rank, int world, std::chrono::milliseconds timeout,
-            bool oversubscribed, std::function<std::string(std::size_t)> name);
+            shm::WaitPolicy policy, std::function<std::string(std::size_t)> name);
 
   const SumLayout& layout() const { return layout_; }
 
@@ -140,13 +142,13 @@ class SharedSum {
   bool exited(int rank, std::chrono::steady_clock::time_point since,
               std::chrono::steady_clock::time_point& checked) const;
   std::atomic<std::uint64_t>& missing_word(std::size_t param, std::uint64_t window) const;
-  void pause(int& spins, std::chrono::steady_clock::time_point since) const;
+  void pause(std::chrono::steady_clock::time_point since) const;
 
   SumLayout layout_;
   char* memory_;
   int rank_, world_;
   std::chrono::milliseconds timeout_;
-  bool oversubscribed_;
+  shm::WaitPolicy policy_;
   std::function<std::string(std::size_t)> name_;
   std::size_t states_at_ = 0, rounds_at_ = 0, missing_at_ = 0;  // byte offsets into memory_
 };

@@ -30,7 +30,8 @@ inline void cpu_relax() {
 #endif
 }
 
-// A /proc answer for when pidfds are unavailable: gone, zombie or dead counts as dead.
+}  // namespace
+
 bool proc_says_dead(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -42,8 +43,6 @@ bool proc_says_dead(pid_t pid) {
   char state = line[close + 2];
   return state == 'Z' || state == 'X';
 }
-
-}  // namespace
 
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
   if (timeout.count() <= 0) return;

@@ -89,6 +89,10 @@ class PhaseSync {
   std::uint32_t phase_ = 0;
 };
 
+// Whether process `pid` has exited, asked of kill() and /proc (for when no
+// pidfd is at hand): gone, a zombie or dead counts as exited.
+bool proc_says_dead(pid_t pid);
+
 // Blocks until `word` satisfies `done` (checked on every change), sleeping on
 // the futex in slices of `slice`; returns false at `deadline`.
 template <class Done>
