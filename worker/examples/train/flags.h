@@ -44,7 +44,7 @@ struct Config {
   // parameters (and keeps only that shard's optimizer state current), then
   // the shards are all-gathered. Same results; CPU path only.
   bool shard_optimizer = false;
-  std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline
+  std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline, shared
   // What crosses between the ranks: "gradients" (GradSync's all-reduce) or
   // "activations" (row_exchange.h: every rank's layer inputs and output
   // gradients, in memory the ranks of one node share; the ranks compute and
