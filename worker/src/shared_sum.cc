@@ -24,13 +24,6 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 
@@ -130,7 +123,7 @@ std::atomic<std::uint64_t>& SharedSum::missing_word(std::size_t param, std::uint
 void SharedSum::pause(Clock::time_point since) const {
   const auto waited = Clock::now() - since;
   if (!policy_.oversubscribed && waited < policy_.spin) {
-    cpu_relax();
+    shm::cpu_relax();
   } else if (waited < kYieldFor) {
     sched_yield();
   } else {

@@ -13,9 +13,6 @@
 #include <fstream>
 #include <thread>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "backend.h"  // PeerExitedError
 #include "cpus.h"
@@ -23,12 +20,6 @@
 
 namespace ddp::shm {
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 }  // namespace
 

@@ -24,6 +24,15 @@ namespace ddp::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 
+// One spin-wait pause: tells the core this thread is waiting on memory.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // One rank's counter and the count of peers asleep on it, on separate lines
 // (the counter is written by its rank, `sleepers` by the others).
 struct alignas(kCacheLine) PhaseWord {
