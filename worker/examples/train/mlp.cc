@@ -236,15 +236,21 @@ int Mlp::weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<f
     const ExchangeUnit& unit = units[static_cast<std::size_t>(*index)];
     const int l = unit.layer, n_in = dims_[l], n_out = dims_[l + 1];
     const RowRange rows = unit.rows;
-    ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, update != nullptr));
-    // The unit's rows of layer l's gradients: a sum over all_rows samples of
-    // every rank's output gradients (columns `rows` of them) and inputs.
+    // The unit's rows of layer l's gradients, once every rank's output
+    // gradients of the layer are in: a sum over all_rows samples of every
+    // rank's output gradients (columns `rows` of them) and inputs.
+    ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, false));
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1, weight = bias - 1;
     bias_grad_rows(ex.grads[l], ones_.data(), all_rows, n_out, rows.begin, rows.size(), scale, beta,
                    grads[bias] + rows.begin);
     weight_grad_rows(ex.grads[l], ex.inputs[l], all_rows, n_out, n_in, rows.begin, rows.size(),
                      scale, beta, grads[weight] + static_cast<std::size_t>(rows.begin) * n_in);
-    if (update) update(unit);
+    if (update) {
+      // Only now wait for the others to finish reading the layer's weights:
+      // a rank ahead computes the gradient meanwhile instead of waiting.
+      ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, true));
+      update(unit);
+    }
     ++taken;
   }
   ++rows_done_;
