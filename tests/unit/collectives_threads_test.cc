@@ -4,6 +4,7 @@
 // collective, dtype, op, root and awkward count for worlds of 2, 3 and 4.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "error_of.h"
 #include "thread_ranks.h"
@@ -668,6 +669,30 @@ TEST(ProcessGroupErrors, RootOutsideTheWorldIsRejectedBeforeAnythingRuns) {
             std::string::npos);
   // The group still works.
   pg->barrier();
+}
+
+// SIGPIPE: ignored by a group of several ranks when it had its default action
+// (a Gloo write to a peer that exited must fail the collective, not kill the
+// rank), left alone when the program chose its own.
+void record_sigpipe(int) {}
+
+void* sigpipe_handler() {
+  struct sigaction current {};
+  EXPECT_EQ(sigaction(SIGPIPE, nullptr, &current), 0);
+  return reinterpret_cast<void*>(current.sa_handler);
+}
+
+TEST(ProcessGroupSignals, SeveralRanksIgnoreSigpipeOnlyWhereItHadItsDefaultAction) {
+  signal(SIGPIPE, SIG_DFL);
+  world_of_one();
+  EXPECT_EQ(sigpipe_handler(), reinterpret_cast<void*>(SIG_DFL)) << "a world of one has no sockets";
+  on_ranks(2, [](ProcessGroup& pg) { pg.barrier(); });
+  EXPECT_EQ(sigpipe_handler(), reinterpret_cast<void*>(SIG_IGN));
+
+  signal(SIGPIPE, record_sigpipe);
+  on_ranks(2, [](ProcessGroup& pg) { pg.barrier(); });
+  EXPECT_EQ(sigpipe_handler(), reinterpret_cast<void*>(record_sigpipe));
+  signal(SIGPIPE, SIG_IGN);
 }
 
 }  // namespace

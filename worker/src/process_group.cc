@@ -1,5 +1,7 @@
 #include "ddp/process_group.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -49,6 +51,19 @@ struct BlockingCall {
   ~BlockingCall() { t_blocking_call = false; }
 };
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that exited would
+// kill this rank with SIGPIPE instead of failing the collective with an error
+// naming the peer. Python ignores SIGPIPE at start-up, which is why torch's
+// Gloo ranks never see it; a C++ program gets the default (terminate), so it
+// is ignored here unless the program chose a disposition itself.
+void ignore_sigpipe_unless_chosen() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shared_ptr<Store> store,
@@ -81,6 +96,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, con
     throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
   }
   if (b != "local" && size > 1 && !store_) throw Error("process group: the " + b + " backend needs a store");
+  if (b != "local" && size > 1) ignore_sigpipe_unless_chosen();
   if (b == "local" || size == 1) {
     backend_ = make_local_backend();
   } else if (b == "gloo") {

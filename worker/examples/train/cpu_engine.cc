@@ -23,7 +23,9 @@ class CpuEngine final : public Engine {
     opt_ = make_optimizer(c, param_counts());
   }
 
-  std::string description() const override { return "the CPU (OpenBLAS, 1 thread)"; }
+  std::string description() const override {
+    return std::string("the CPU (OpenBLAS, ") + openblas_get_corename() + " kernels, 1 thread)";
+  }
   const std::vector<int>& dims() const override { return model_.dims(); }
   std::size_t num_elements() const override { return model_.num_elements(); }
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }

@@ -63,6 +63,12 @@ class ProcessGroup {
  public:
   // Connects `size` ranks through `store` (keys are scoped by the caller).
   // Blocks until every rank has connected or the timeout passes.
+  // A group of several ranks (any backend but local) sets SIGPIPE to ignored
+  // when it still has its default action, as Python does at start-up: Gloo's
+  // socket writes raise it when a peer has exited, which would otherwise kill
+  // this rank instead of failing the collective with an error naming the peer.
+  // A disposition the program chose itself is left alone (it must then not
+  // terminate on SIGPIPE for that error to be seen).
   static std::shared_ptr<ProcessGroup> create(int rank, int size, std::shared_ptr<Store> store,
                                               const ProcessGroupOptions& options);
   ~ProcessGroup();
