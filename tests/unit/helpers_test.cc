@@ -4,6 +4,7 @@
 // process with a faked environment contract.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <atomic>
@@ -505,6 +506,25 @@ TEST(BroadcastParams, ChecksArgumentsInAWorldOfOne) {
   zero.chunk_bytes = 0;
   EXPECT_THROW(broadcast_params({{&x, 1, DType::kFloat32}}, zero), Error);
   EXPECT_THROW(sync_buffers({{nullptr, 3, DType::kFloat32}}), Error);
+}
+
+// cpus_available() follows the affinity mask (what taskset or a cpuset
+// allows), not the machine's core count: set on this thread, as
+// sched_setaffinity(0, ...) does, and restored after.
+TEST(CpusAvailable, FollowsTheAffinityMaskNotTheMachine) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  EXPECT_EQ(cpus_available(), CPU_COUNT(&before));
+  int first = 0;
+  while (!CPU_ISSET(first, &before)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const int pinned = cpus_available();
+  ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
+  EXPECT_EQ(pinned, 1);
+  EXPECT_EQ(cpus_available(), CPU_COUNT(&before));
 }
 
 }  // namespace

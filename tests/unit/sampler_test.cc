@@ -374,7 +374,10 @@ TEST(DistributedSamplerVsTorch, SameIndicesWithoutShuffleAndSameCountsWithShuffl
   const std::vector<int> replicas = {1, 2, 3, 4, 5, 8, 16};
   auto join = [](const auto& v) {
     std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    for (auto x : v) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(x);  // (not "," + to_string: g++ 12 warns falsely, -Wrestrict)
+    }
     return s;
   };
   auto r = testing::run_process({kDebianPython, "-c", kTorchScript, join(sizes), join(replicas)},

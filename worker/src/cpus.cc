@@ -1,4 +1,4 @@
-#include "cpus.h"
+#include "ddp/ddp.h"
 
 #include <sched.h>
 #include <unistd.h>

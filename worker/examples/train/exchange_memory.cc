@@ -2,13 +2,12 @@
 
 #include <sched.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/ddp.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -121,8 +120,7 @@ void ExchangeMemory::wait_for_published(std::int64_t count) {
   // cores of their own), then yield the core: with more ranks than cores the
   // rank we wait for may need this one.
   const auto start = Clock::now();
-  const bool oversubscribed =
-      static_cast<unsigned>(blocks_.world) > std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = blocks_.world > ddp::cpus_available();
   const auto timeout = group_.timeout();
   for (long spins = 0;; ++spins) {
     const int r = behind();

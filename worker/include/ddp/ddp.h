@@ -50,4 +50,12 @@ int num_nodes();
 std::string cpu_backend();
 bool is_distributed();  // world_size() > 1
 
+// How many cores this process may run on: its affinity mask (taskset, a
+// cgroup cpuset), else the online CPUs; at least 1. Not
+// std::thread::hardware_concurrency(), which counts the machine's. libddp's
+// waits spin only while the ranks of a node are no more than this (a rank
+// spinning on a core that the rank it waits for needs costs milliseconds);
+// code with waits of its own can decide the same way.
+int cpus_available();
+
 }  // namespace ddp

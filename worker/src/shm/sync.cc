@@ -13,15 +13,11 @@
 #include <fstream>
 #include <thread>
 
-
 #include "backend.h"  // PeerExitedError
-#include "cpus.h"
 #include "ddp/common/error.h"
+#include "ddp/ddp.h"
 
 namespace ddp::shm {
-namespace {
-
-}  // namespace
 
 bool proc_says_dead(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
