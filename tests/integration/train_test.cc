@@ -302,6 +302,10 @@ TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
             std::string::npos)
       << rows.out;
   EXPECT_EQ(rows.out.find("summary: gradient sync"), std::string::npos) << rows.out;
+  // GradSync only broadcasts the parameters: no bucket memory beside the exchange's.
+  EXPECT_NE(rows.out.find(" parameters (0 gradient elements, 0.00 MiB) in 0 buckets"),
+            std::string::npos)
+      << rows.out;
   // Every unit of every backward pass was taken by exactly one of the processes.
   std::smatch units;
   ASSERT_TRUE(std::regex_search(rows.out, units,

@@ -28,7 +28,15 @@ class CpuEngine final : public Engine {
   }
   const std::vector<int>& dims() const override { return model_.dims(); }
   std::size_t num_elements() const override { return model_.num_elements(); }
-  std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
+  std::vector<ddp::GradParam> grad_params() const override {
+    std::vector<ddp::GradParam> params = model_.grad_params();
+    // The activation exchange sums the gradients itself, in its own memory:
+    // GradSync only checks and broadcasts the parameters, and holds no buckets.
+    if (config_.exchange == "activations") {
+      for (ddp::GradParam& p : params) p.requires_grad = false;
+    }
+    return params;
+  }
 
   void forward(const Batch& batch) override {
     // The last micro-batch's gradient rows, before this one overwrites this
