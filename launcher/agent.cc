@@ -14,6 +14,9 @@
 #include <optional>
 #include <thread>
 
+#include <fmt/ranges.h>
+
+#include "cpu_binding.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/log.h"
@@ -144,6 +147,16 @@ int Agent::run_rounds() {
   PortReservation reservation = PortReservation::reserve(spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
+  }
+  if (spec_.bind_cores_to_rank) {
+    const std::vector<int> allowed = allowed_cpus();
+    std::string text;
+    const auto slices = cpu_slices(allowed, spec_.nproc_per_node);
+    for (std::size_t r = 0; r < slices.size(); ++r) {
+      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(slices[r], " "));
+    }
+    log.info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(),
+             spec_.nproc_per_node, text);
   }
   if (spec_.log_dir_defaulted) {
     log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
@@ -283,6 +296,10 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   std::vector<std::string> base_env = base_environment();
   if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
   const std::vector<std::string> command = spec_.command();
+  // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
+  // last attempt is followed.
+  std::vector<std::vector<int>> cpus(static_cast<std::size_t>(n));
+  if (spec_.bind_cores_to_rank) cpus = cpu_slices(allowed_cpus(), n);
 
   std::vector<Worker> workers(n);
   AttemptResult result;
@@ -353,7 +370,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         w.tees[s] = std::make_unique<StreamTee>(std::move(target));
       }
 
-      SpawnedProcess p = spawn_process(command, worker_env);
+      SpawnedProcess p = spawn_process(command, worker_env, cpus[static_cast<std::size_t>(i)]);
       guard_.watch(p.pid);
       w.pid = p.pid;
       w.fds[0] = p.stdout_fd;

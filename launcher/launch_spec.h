@@ -61,6 +61,9 @@ struct LaunchSpec {
   bool no_python = false;
   bool module = false;
   bool rank_prefix = true;
+  // --bind_cores_to_rank: each local rank runs on its own slice of ddprun's
+  // CPUs (cpu_binding.h); off: workers inherit ddprun's affinity.
+  bool bind_cores_to_rank = false;
   std::string python = "python3";  // interpreter for .py programs and -m
 
   std::string program;                    // as given

@@ -1,6 +1,7 @@
 #include "process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -14,7 +15,18 @@ namespace ddp::launcher {
 namespace {
 
 // Child side of spawn_process: async-signal-safe calls only.
-[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w) {
+[[noreturn]] void fail_child(const char* what, const char* name) {
+  const char* reason = strerror(errno);
+  const char* parts[] = {"ddprun: cannot ", what, " '", name, "': ", reason, "\n"};
+  for (const char* part : parts) {
+    ssize_t ignored = write(STDERR_FILENO, part, strlen(part));
+    (void)ignored;
+  }
+  _exit(127);
+}
+
+[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w,
+                             const cpu_set_t* cpus) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != parent) _exit(127);  // ddprun already died between fork and prctl
@@ -26,20 +38,24 @@ namespace {
   if (devnull >= 0) dup2(devnull, STDIN_FILENO);
   dup2(out_w, STDOUT_FILENO);
   dup2(err_w, STDERR_FILENO);
-  execvpe(argv[0], argv, envp);
-  const char* reason = strerror(errno);
-  const char* parts[] = {"ddprun: cannot execute '", argv[0], "': ", reason, "\n"};
-  for (const char* part : parts) {
-    ssize_t ignored = write(STDERR_FILENO, part, strlen(part));
-    (void)ignored;
+  if (cpus != nullptr && sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
+    fail_child("bind to its CPUs (--bind_cores_to_rank)", argv[0]);
   }
-  _exit(127);
+  execvpe(argv[0], argv, envp);
+  fail_child("execute", argv[0]);
 }
 
 }  // namespace
 
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                             const std::vector<int>& cpus) {
   if (argv.empty()) throw Error("spawn_process: empty command");
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) throw Error("spawn_process: CPU " + std::to_string(cpu));
+    CPU_SET(cpu, &cpu_set);
+  }
   // Everything the child needs is built before fork: no allocation after it.
   std::vector<char*> c_argv, c_env;
   for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
@@ -61,7 +77,9 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
     throw Error(std::string("fork: ") + strerror(e));
   }
-  if (pid == 0) exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1]);
+  if (pid == 0) {
+    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set);
+  }
   // Also set the group from the parent so signal_group works before the child runs.
   setpgid(pid, pid);
   close(out[1]);

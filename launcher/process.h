@@ -21,8 +21,12 @@ struct SpawnedProcess {
 // empty signal mask. Must be called from the thread that lives as long as
 // the worker (the parent-death signal follows the forking thread). Throws
 // ddp::Error when pipes or fork fail; an exec failure shows up as exit code
-// 127 with the reason on the worker's stderr.
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+// 127 with the reason on the worker's stderr. A non-empty `cpus` (CPU ids)
+// becomes the child's affinity mask before it execs; a mask the kernel
+// refuses is reported like an exec failure (exit code 127, the reason on
+// the worker's stderr).
+SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                             const std::vector<int>& cpus = {});
 
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);

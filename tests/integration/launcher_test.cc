@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
+#include <vector>
 
 #include "ddp/common/shm_names.h"
 #include "shm_segments.h"
@@ -177,6 +180,82 @@ TEST(Launcher, PrefixesEveryLineAndCanTurnItOff) {
   EXPECT_NE(r.err.find("[rank 1] err\n"), std::string::npos);
   auto plain = ddprun({"--no-prefix", "--nproc_per_node=1", "sh", "-c", "echo out"});
   EXPECT_EQ(plain.out, "out\n");
+}
+
+// "0-2,5" (a Cpus_allowed_list) as {0, 1, 2, 5}.
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    const auto dash = item.find('-');
+    const int first = std::stoi(item.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
+    for (int c = first; c <= last; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Each rank's CPUs as the kernel reports them, from "[rank R] Cpus_allowed_list:\tLIST".
+std::map<int, std::vector<int>> cpus_by_rank(const std::string& out) {
+  std::map<int, std::vector<int>> result;
+  for (const auto& line : lines_with_prefix(out, "[rank ")) {
+    const auto tab = line.find('\t');
+    if (line.find("Cpus_allowed_list:") == std::string::npos || tab == std::string::npos) continue;
+    result[std::stoi(line)] = parse_cpu_list(line.substr(tab + 1));
+  }
+  return result;
+}
+
+const std::vector<std::string> kPrintCpus = {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+
+TEST(Launcher, BindCoresToRankGivesEachLocalRankItsOwnSliceOfDdprunsCpus) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mask)) allowed.push_back(c);
+  }
+  ASSERT_FALSE(allowed.empty());
+  const int n = std::min<int>(static_cast<int>(allowed.size()), 4);
+  const std::string nproc = "--nproc_per_node=" + std::to_string(n);
+
+  // Without the flag every worker inherits ddprun's mask.
+  auto free = ddprun({nproc, kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]});
+  ASSERT_EQ(free.code, 0) << free.err;
+  const auto inherited = cpus_by_rank(free.out);
+  ASSERT_EQ(inherited.size(), static_cast<std::size_t>(n)) << free.out;
+  for (const auto& [rank, cpus] : inherited) EXPECT_EQ(cpus, allowed) << "rank " << rank;
+
+  // With it: disjoint, non-empty, ascending slices that together are ddprun's mask.
+  auto bound = ddprun({nproc, "--bind_cores_to_rank", kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]});
+  ASSERT_EQ(bound.code, 0) << bound.err;
+  EXPECT_NE(bound.err.find("--bind_cores_to_rank: " + std::to_string(allowed.size()) + " CPU(s) for " +
+                           std::to_string(n) + " local rank(s)"),
+            std::string::npos)
+      << bound.err;
+  const auto slices = cpus_by_rank(bound.out);
+  ASSERT_EQ(slices.size(), static_cast<std::size_t>(n)) << bound.out;
+  std::vector<int> together;
+  for (const auto& [rank, cpus] : slices) {
+    EXPECT_FALSE(cpus.empty()) << "rank " << rank;
+    together.insert(together.end(), cpus.begin(), cpus.end());
+  }
+  EXPECT_EQ(together, allowed) << bound.out;
+
+  // More ranks than CPUs (ddprun itself restricted with taskset): one CPU
+  // each, in turn, so every CPU carries the same number of ranks.
+  const std::vector<int> two(allowed.begin(), allowed.begin() + std::min<std::size_t>(2, allowed.size()));
+  std::string list = std::to_string(two[0]);
+  if (two.size() > 1) list += "," + std::to_string(two[1]);
+  auto over = run_process({"taskset", "-c", list, kDdprun, "--nproc_per_node=4", "--bind_cores_to_rank",
+                           kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]},
+                          {}, 30s);
+  ASSERT_EQ(over.code, 0) << over.err;
+  const auto turns = cpus_by_rank(over.out);
+  ASSERT_EQ(turns.size(), 4u) << over.out;
+  for (const auto& [rank, cpus] : turns) {
+    EXPECT_EQ(cpus, std::vector<int>{two[static_cast<std::size_t>(rank) % two.size()]}) << "rank " << rank;
+  }
 }
 
 TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {
