@@ -15,6 +15,13 @@ for n in 2 4; do
     DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
       "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" 2>/dev/null
   done
+  if [ "$n" -gt "$(nproc)" ]; then
+    echo "-- the same with more ranks than cores, each rank bound to one core in turn (ddprun --bind_cores_to_rank) --"
+    for buffers in allocated private; do
+      DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=$n --bind_cores_to_rank --no_prefix \
+        "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" 2>/dev/null
+    done
+  fi
   DDP_BACKEND=gloo "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
     "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" 2>/dev/null
 done
