@@ -316,7 +316,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", spec.bind_cores_to_rank,
                "Run each local rank on its own slice of ddprun's CPUs (round-robin, one CPU each, "
                "when ranks outnumber CPUs)")
-      ->envname("DDPRUN_BIND_CORES_TO_RANK");
+      ->envname("PET_BIND_CORES_TO_RANK");
 
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
