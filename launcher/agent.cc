@@ -297,9 +297,16 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
   const std::vector<std::string> command = spec_.command();
   // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
-  // last attempt is followed.
+  // last attempt is followed. Each rank's own mask is then only its slice, so
+  // the workers are told how many CPUs the node's ranks share
+  // (ddp::node_cpus(): whether libddp's waits may spin).
   std::vector<std::vector<int>> cpus(static_cast<std::size_t>(n));
-  if (spec_.bind_cores_to_rank) cpus = cpu_slices(allowed_cpus(), n);
+  if (spec_.bind_cores_to_rank) {
+    const std::vector<int> allowed = allowed_cpus();
+    cpus = cpu_slices(allowed, n);
+    std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_NODE_CPUS=", 0) == 0; });
+    base_env.push_back("DDP_NODE_CPUS=" + std::to_string(allowed.size()));
+  }
 
   std::vector<Worker> workers(n);
   AttemptResult result;

@@ -241,6 +241,16 @@ TEST(Launcher, BindCoresToRankGivesEachLocalRankItsOwnSliceOfDdprunsCpus) {
     together.insert(together.end(), cpus.begin(), cpus.end());
   }
   EXPECT_EQ(together, allowed) << bound.out;
+  // ... and the workers hear how many CPUs the node's ranks share (ddp::node_cpus()).
+  auto told = ddprun({nproc, "--bind_cores_to_rank", "sh", "-c", "echo NODE_CPUS=$DDP_NODE_CPUS"},
+                     {{"DDP_NODE_CPUS", "99"}});
+  ASSERT_EQ(told.code, 0) << told.err;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_NE(told.out.find("[rank " + std::to_string(rank) + "] NODE_CPUS=" +
+                            std::to_string(allowed.size()) + "\n"),
+              std::string::npos)
+        << told.out;
+  }
 
   // More ranks than CPUs (ddprun itself restricted with taskset): one CPU
   // each, in turn, so every CPU carries the same number of ranks.

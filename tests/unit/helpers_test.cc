@@ -18,6 +18,7 @@
 #include "ddp/log.h"
 #include "ddp/metrics.h"
 #include "ddp/params.h"
+#include "error_of.h"
 #include "subprocess.h"
 
 namespace ddp {
@@ -508,23 +509,34 @@ TEST(BroadcastParams, ChecksArgumentsInAWorldOfOne) {
   EXPECT_THROW(sync_buffers({{nullptr, 3, DType::kFloat32}}), Error);
 }
 
-// cpus_available() follows the affinity mask (what taskset or a cpuset
-// allows), not the machine's core count: set on this thread, as
-// sched_setaffinity(0, ...) does, and restored after.
-TEST(CpusAvailable, FollowsTheAffinityMaskNotTheMachine) {
+// node_cpus(): the affinity mask (what taskset or a cpuset allows), not the
+// machine's core count, set on this thread as sched_setaffinity(0, ...) does
+// and restored after; DDP_NODE_CPUS (ddprun --bind_cores_to_rank) over both.
+TEST(NodeCpus, FollowTheAffinityMaskUnlessDdprunSaysHowManyTheNodeSplit) {
+  ASSERT_EQ(std::getenv("DDP_NODE_CPUS"), nullptr);
   cpu_set_t before;
   ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
-  EXPECT_EQ(cpus_available(), CPU_COUNT(&before));
+  EXPECT_EQ(node_cpus(), CPU_COUNT(&before));
   int first = 0;
   while (!CPU_ISSET(first, &before)) ++first;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(first, &one);
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  const int pinned = cpus_available();
+  const int pinned = node_cpus();
+  setenv("DDP_NODE_CPUS", "6", 1);
+  const int split = node_cpus();  // a bound rank: its own mask is one CPU of six
   ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
   EXPECT_EQ(pinned, 1);
-  EXPECT_EQ(cpus_available(), CPU_COUNT(&before));
+  EXPECT_EQ(split, 6);
+  for (const char* bad : {"0", "-2", "two", "3x"}) {
+    setenv("DDP_NODE_CPUS", bad, 1);
+    EXPECT_NE(testing::error_of([] { node_cpus(); }).find("DDP_NODE_CPUS='" + std::string(bad) + "'"),
+              std::string::npos)
+        << bad;
+  }
+  unsetenv("DDP_NODE_CPUS");
+  EXPECT_EQ(node_cpus(), CPU_COUNT(&before));
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ void ExchangeMemory::wait_for_published(std::int64_t count) {
   // cores of their own), then yield the core: with more ranks than cores the
   // rank we wait for may need this one.
   const auto start = Clock::now();
-  const bool oversubscribed = blocks_.world > ddp::cpus_available();
+  const bool oversubscribed = blocks_.world > ddp::node_cpus();
   const auto timeout = group_.timeout();
   for (long spins = 0;; ++spins) {
     const int r = behind();

@@ -50,12 +50,15 @@ int num_nodes();
 std::string cpu_backend();
 bool is_distributed();  // world_size() > 1
 
-// How many cores this process may run on: its affinity mask (taskset, a
+// How many CPUs the ranks of this node share: the number ddprun
+// --bind_cores_to_rank split among them (DDP_NODE_CPUS: each rank's own mask
+// is then only its slice), else this process's affinity mask (taskset, a
 // cgroup cpuset), else the online CPUs; at least 1. Not
 // std::thread::hardware_concurrency(), which counts the machine's. libddp's
-// waits spin only while the ranks of a node are no more than this (a rank
+// waits spin only while the node's ranks are no more than this (a rank
 // spinning on a core that the rank it waits for needs costs milliseconds);
-// code with waits of its own can decide the same way.
-int cpus_available();
+// code with waits of its own can decide the same way. Throws ddp::Error
+// naming DDP_NODE_CPUS when it is set but not a whole number >= 1.
+int node_cpus();
 
 }  // namespace ddp

@@ -44,7 +44,7 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
 
 WaitPolicy WaitPolicy::for_ranks(int ranks) {
   WaitPolicy policy;
-  policy.oversubscribed = ranks > cpus_available();
+  policy.oversubscribed = ranks > node_cpus();
   if (const char* spin = std::getenv("DDP_SHM_SPIN_US"); spin != nullptr && *spin != '\0') {
     char* end = nullptr;
     long us = std::strtol(spin, &end, 10);
