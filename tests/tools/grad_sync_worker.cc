@@ -13,6 +13,10 @@
 //   capi_shared  the C API's DDP_COMM_SHARED: ddp_grad_sync_contribute with
 //           a writer, accumulation, a writer that fails on rank 1; prints
 //           "GRADSYNC CAPI SHARED OK rank=R".
+//   capi_shards  the C API's ddp_param_shards (ZeRO stage 1): every element
+//           of three parameters (odd sizes, two dtypes) updated by exactly
+//           one rank, then all-gathered; a state buffer too; bad calls fail
+//           naming what is wrong; prints "SHARDS CAPI OK rank=R node_shared=S".
 //   shared_kill  rank 1 kills itself (SIGKILL) while it holds a block of the
 //           shared sum; the others ignore SIGTERM and print "EXPECTED ERROR
 //           rank=R: <error>" when their wait for that block fails.
@@ -37,7 +41,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: grad_sync_worker equiv|capi|unused|shared|capi_shared|shared_kill\n");
+               "usage: grad_sync_worker equiv|capi|unused|shared|capi_shared|capi_shards|shared_kill\n");
   return 64;
 }
 
@@ -325,6 +329,84 @@ void run_capi_shared() {
   std::printf("GRADSYNC CAPI SHARED OK rank=%d\n", rank);
 }
 
+void run_capi_shards() {
+  C_CHECK(ddp_init(nullptr));
+  const int rank = ddp_rank(), world = ddp_world_size();
+  ddp_param_t ps[3] = {{"w", 1001, DDP_FLOAT32, -1, 1},
+                       {"b", 7, DDP_FLOAT64, -1, 1},
+                       {"frozen", 1, DDP_FLOAT32, -1, 0}};
+  ddp_param_shards* shards = nullptr;
+  C_CHECK(ddp_param_shards_create(ps, 3, &shards));
+  int node_shared = -1;
+  C_CHECK(ddp_param_shards_node_shared(shards, &node_shared));
+  // The values: element i of parameter p is 10 * p + i, written by one rank
+  // when the buffer is the node's one copy, else by every rank.
+  auto value = [](std::size_t p, std::size_t i) { return 10.0 * static_cast<double>(p) + static_cast<double>(i); };
+  std::vector<void*> data(3);
+  for (std::size_t p = 0; p < 3; ++p) C_CHECK(ddp_param_shards_data(shards, p, &data[p]));
+  if (!node_shared || rank == 0) {
+    for (std::size_t p = 0; p < 3; ++p) {
+      for (std::size_t i = 0; i < ps[p].count; ++i) {
+        if (ps[p].dtype == DDP_FLOAT64) static_cast<double*>(data[p])[i] = value(p, i);
+        else static_cast<float*>(data[p])[i] = static_cast<float>(value(p, i));
+      }
+    }
+  }
+  C_CHECK(ddp_barrier());
+  // Each rank adds 1000 * (rank + 1) to the elements it owns, and marks them
+  // in a private state buffer, then both are gathered: every element must
+  // carry exactly one owner's mark, the same on every rank.
+  std::vector<std::vector<double>> state(3);
+  std::vector<void*> state_ptrs(3);
+  for (std::size_t p = 0; p < 3; ++p) {
+    std::size_t begin = 0, end = 0;
+    C_CHECK(ddp_param_shards_owned(shards, p, &begin, &end));
+    if (begin > end || end > ps[p].count) fail("C API owned range of parameter " + std::to_string(p));
+    for (std::size_t i = begin; i < end; ++i) {
+      if (ps[p].dtype == DDP_FLOAT64) static_cast<double*>(data[p])[i] += 1000.0 * (rank + 1);
+      else static_cast<float*>(data[p])[i] += 1000.0f * static_cast<float>(rank + 1);
+    }
+    state[p].assign(ps[p].count, 0.0);
+    for (std::size_t i = begin; i < end; ++i) state[p][i] = rank + 1;
+    state_ptrs[p] = p == 1 ? state[p].data() : nullptr;  // only 'b' has state (float64, like it)
+  }
+  C_CHECK(ddp_param_shards_all_gather(shards));
+  C_CHECK(ddp_param_shards_all_gather_buffers(shards, state_ptrs.data(), 3));
+  double checksum = 0;
+  for (std::size_t p = 0; p < 3; ++p) {
+    for (std::size_t i = 0; i < ps[p].count; ++i) {
+      const double got = ps[p].dtype == DDP_FLOAT64 ? static_cast<double*>(data[p])[i]
+                                                     : static_cast<float*>(data[p])[i];
+      const double added = got - value(p, i);
+      const long owner = std::lround(added / 1000.0) - 1;
+      if (owner < 0 || owner >= world || std::fabs(added - 1000.0 * (owner + 1)) > 1e-3) {
+        fail("parameter " + std::to_string(p) + " element " + std::to_string(i) + " is " +
+             std::to_string(got) + ": not updated by exactly one rank");
+      }
+      if (p == 1 && state[p][i] != owner + 1) {
+        fail("state of 'b' element " + std::to_string(i) + " is " + std::to_string(state[p][i]) +
+             ", its owner is rank " + std::to_string(owner));
+      }
+      checksum += got * static_cast<double>(i + 1);
+    }
+  }
+  double extremes[2] = {checksum, -checksum};
+  C_CHECK(ddp_all_reduce(extremes, 2, DDP_FLOAT64, DDP_MAX));
+  if (extremes[0] != checksum || -extremes[1] != checksum) fail("the ranks hold different parameters");
+  // Misuse fails with a message naming what is wrong.
+  void* nowhere = nullptr;
+  if (ddp_param_shards_data(shards, 3, &nowhere) == 0 || std::strstr(ddp_last_error(), "3") == nullptr)
+    fail(std::string("C API data(3): ") + ddp_last_error());
+  if (ddp_param_shards_all_gather_buffers(shards, state_ptrs.data(), 2) == 0 ||
+      std::strstr(ddp_last_error(), "2 buffers for 3 parameters") == nullptr)
+    fail(std::string("C API all_gather_buffers(2): ") + ddp_last_error());
+  if (ddp_param_shards_all_gather(nullptr) == 0 || std::strstr(ddp_last_error(), "NULL") == nullptr)
+    fail(std::string("C API all_gather(NULL): ") + ddp_last_error());
+  C_CHECK(ddp_param_shards_destroy(shards));
+  C_CHECK(ddp_shutdown());
+  std::printf("SHARDS CAPI OK rank=%d node_shared=%d\n", rank, node_shared);
+}
+
 void run_shared_kill(ddp::ProcessGroup& pg) {
   // The survivors must live to report: ddprun's SIGKILL comes only after its
   // shutdown timeout.
@@ -365,7 +447,7 @@ int main(int argc, char** argv) {
   if (argc != 2) return usage();
   const std::string mode = argv[1];
   if (mode != "equiv" && mode != "capi" && mode != "unused" && mode != "shared" &&
-      mode != "capi_shared" && mode != "shared_kill") {
+      mode != "capi_shared" && mode != "capi_shards" && mode != "shared_kill") {
     return usage();
   }
   int rank = 0;
@@ -377,6 +459,10 @@ int main(int argc, char** argv) {
     }
     if (mode == "capi_shared") {
       run_capi_shared();
+      return 0;
+    }
+    if (mode == "capi_shards") {
+      run_capi_shards();
       return 0;
     }
     auto pg = ddp::init();

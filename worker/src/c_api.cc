@@ -142,6 +142,24 @@ ddp::GradSync& checked(ddp_grad_sync* gs) {
   return *gs->sync;
 }
 
+// The C parameter list as GradSync's and ParamShards' (one-dimensional).
+std::vector<ddp::GradParam> to_grad_params(const ddp_param_t* params, size_t n) {
+  if (params == nullptr && n > 0) {
+    throw ddp::Error("params is NULL for " + std::to_string(n) + " parameters");
+  }
+  std::vector<ddp::GradParam> list;
+  for (size_t i = 0; i < n; ++i) {
+    ddp::GradParam p;
+    p.name = params[i].name != nullptr ? params[i].name : "";
+    p.shape = {static_cast<std::int64_t>(params[i].count)};
+    p.dtype = to_dtype(params[i].dtype);
+    p.device = params[i].device;
+    p.requires_grad = params[i].requires_grad != 0;
+    list.push_back(std::move(p));
+  }
+  return list;
+}
+
 void fill_stats(const ddp::IterationStats& s, ddp_grad_sync_stats_t* out) {
   if (out == nullptr) return;
   out->iteration = s.iteration;
@@ -184,18 +202,7 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
   return guarded("ddp_grad_sync_create", [&] {
     if (out == nullptr) throw ddp::Error("out is NULL");
     *out = nullptr;
-    if (params == nullptr && n > 0)
-      throw ddp::Error("params is NULL for " + std::to_string(n) + " parameters");
-    std::vector<ddp::GradParam> list;
-    for (size_t i = 0; i < n; ++i) {
-      ddp::GradParam p;
-      p.name = params[i].name != nullptr ? params[i].name : "";
-      p.shape = {static_cast<std::int64_t>(params[i].count)};
-      p.dtype = to_dtype(params[i].dtype);
-      p.device = params[i].device;
-      p.requires_grad = params[i].requires_grad != 0;
-      list.push_back(std::move(p));
-    }
+    std::vector<ddp::GradParam> list = to_grad_params(params, n);
     ddp::GradSyncOptions o;
     if (options != nullptr) {
       if (options->compression < DDP_COMPRESS_NONE || options->compression > DDP_COMPRESS_BF16) {
@@ -364,6 +371,91 @@ int ddp_grad_sync_stats(ddp_grad_sync* gs, ddp_grad_sync_stats_t* last,
 int ddp_grad_sync_destroy(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_destroy", [&] {
     delete gs;
+    return 0;
+  });
+}
+
+}  // extern "C"
+
+// ---- ParamShards (appended) ----
+
+#include "ddp/param_shards.h"
+
+struct ddp_param_shards {
+  std::unique_ptr<ddp::ParamShards> shards;
+};
+
+namespace {
+
+ddp::ParamShards& checked(ddp_param_shards* ps) {
+  if (ps == nullptr || !ps->shards) throw ddp::Error("the ddp_param_shards handle is NULL");
+  return *ps->shards;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ddp_param_shards_create(const ddp_param_t* params, size_t n, ddp_param_shards** out) {
+  return guarded("ddp_param_shards_create", [&] {
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = nullptr;
+    auto handle = std::make_unique<ddp_param_shards>();
+    handle->shards = std::make_unique<ddp::ParamShards>(ddp::default_group(), to_grad_params(params, n));
+    *out = handle.release();
+    return 0;
+  });
+}
+
+int ddp_param_shards_data(ddp_param_shards* ps, size_t index, void** out) {
+  return guarded("ddp_param_shards_data", [&] {
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = checked(ps).data(index);
+    return 0;
+  });
+}
+
+int ddp_param_shards_owned(ddp_param_shards* ps, size_t index, size_t* begin, size_t* end) {
+  return guarded("ddp_param_shards_owned", [&] {
+    if (begin == nullptr || end == nullptr) throw ddp::Error("begin or end is NULL");
+    const ddp::ElementRange mine = checked(ps).owned(index);
+    *begin = mine.begin;
+    *end = mine.end;
+    return 0;
+  });
+}
+
+int ddp_param_shards_node_shared(ddp_param_shards* ps, int* out) {
+  return guarded("ddp_param_shards_node_shared", [&] {
+    if (out == nullptr) throw ddp::Error("out is NULL");
+    *out = checked(ps).node_shared() ? 1 : 0;
+    return 0;
+  });
+}
+
+int ddp_param_shards_all_gather(ddp_param_shards* ps) {
+  return guarded("ddp_param_shards_all_gather", [&] {
+    checked(ps).all_gather();
+    return 0;
+  });
+}
+
+int ddp_param_shards_all_gather_buffers(ddp_param_shards* ps, void* const* buffers, size_t n) {
+  return guarded("ddp_param_shards_all_gather_buffers", [&] {
+    ddp::ParamShards& shards = checked(ps);
+    if (n != shards.num_params()) {
+      throw ddp::Error(std::to_string(n) + " buffers for " + std::to_string(shards.num_params()) +
+                       " parameters");
+    }
+    if (buffers == nullptr && n > 0) throw ddp::Error("buffers is NULL");
+    shards.all_gather(std::vector<void*>(buffers, buffers + n));
+    return 0;
+  });
+}
+
+int ddp_param_shards_destroy(ddp_param_shards* ps) {
+  return guarded("ddp_param_shards_destroy", [&] {
+    delete ps;
     return 0;
   });
 }

@@ -40,9 +40,9 @@ enum {
 enum { DDP_SUM = 0, DDP_AVG = 1, DDP_MIN = 2, DDP_MAX = 3, DDP_PRODUCT = 4 };
 
 /* Creates the default group from the environment (ddp::init()). `backend`:
- * "gloo", "nccl", "local", or NULL/"" for the default (DDP_BACKEND, else nccl
- * when a GPU is visible, else gloo). Calling it again returns 0 and keeps the
- * existing group. */
+ * "shm", "gloo", "nccl", "local", or NULL/"" for the default (DDP_BACKEND,
+ * else nccl when a GPU is visible, else shm when some node runs several
+ * ranks, else gloo). Calling it again returns 0 and keeps the existing group. */
 DDP_C_API int ddp_init(const char* backend_or_null);
 
 /* This process's rank, world size and local rank from the environment
@@ -185,6 +185,43 @@ DDP_C_API int ddp_grad_sync_stats(ddp_grad_sync* gs, ddp_grad_sync_stats_t* last
                                   ddp_grad_sync_stats_t* mean);
 /* Waits for collectives in flight and frees everything. NULL is fine. */
 DDP_C_API int ddp_grad_sync_destroy(ddp_grad_sync* gs);
+
+/* ---- Sharded parameters (ddp::ParamShards, see ddp/param_shards.h) ----
+ * ZeRO stage 1 over the default group: the parameters live in one buffer
+ * (with shm on one node, ONE copy that every rank of the node maps); each
+ * rank runs the optimizer only on the elements it owns, then all_gather hands
+ * every rank the others' updated elements:
+ *   ddp_param_shards_create(params, n, &ps);                     (collective)
+ *   copy the values into ddp_param_shards_data(ps, i) (when node-shared: on
+ *   one rank, then ddp_barrier()) and compute with them there
+ *   each step: ... ddp_grad_sync_finish(gs); update the elements
+ *   ddp_param_shards_owned() names; ddp_param_shards_all_gather(ps); (collective)
+ * The parameters' count and dtype are used (any DDP_* dtype); device and
+ * requires_grad are not (host memory; frozen parameters are sharded too).
+ * REQUIRES: ddp_init(). */
+typedef struct ddp_param_shards ddp_param_shards;
+
+/* Collective: every rank with the same parameters, at the same point. */
+DDP_C_API int ddp_param_shards_create(const ddp_param_t* params, size_t n, ddp_param_shards** out);
+/* *out = parameter `index`'s values (its count elements of its dtype), valid
+ * until ddp_param_shards_destroy. */
+DDP_C_API int ddp_param_shards_data(ddp_param_shards* ps, size_t index, void** out);
+/* Elements [*begin, *end) of parameter `index` are this rank's to update
+ * (possibly none: *begin == *end). */
+DDP_C_API int ddp_param_shards_owned(ddp_param_shards* ps, size_t index, size_t* begin, size_t* end);
+/* *out = 1 when the buffer is one copy shared by the node's ranks (then write
+ * only owned elements between all_gathers), else 0. */
+DDP_C_API int ddp_param_shards_node_shared(ddp_param_shards* ps, int* out);
+/* Collective: every rank's owned elements of every parameter to every rank. */
+DDP_C_API int ddp_param_shards_all_gather(ddp_param_shards* ps);
+/* Collective: the same for other parameter-shaped buffers (an optimizer's
+ * state, e.g. before rank 0 saves it): buffers[i] holds parameter i's count
+ * elements of its dtype, or is NULL on every rank alike; n must be the number
+ * of parameters. */
+DDP_C_API int ddp_param_shards_all_gather_buffers(ddp_param_shards* ps, void* const* buffers, size_t n);
+/* Frees the handle (the node-shared buffer stays until the group goes). NULL
+ * is fine. */
+DDP_C_API int ddp_param_shards_destroy(ddp_param_shards* ps);
 
 #ifdef __cplusplus
 } /* extern "C" */
