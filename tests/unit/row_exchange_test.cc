@@ -233,7 +233,7 @@ TEST_P(WeightRows, TheRanksLeaveTheWholeBatchGradientInTheSharedBuffers) {
   const std::vector<ExchangeUnit> units = exchange_units(dims, world, 4);
   std::barrier all(world);
   std::vector<std::atomic<int>> updated(units.size());
-  std::atomic<int> units_taken{0}, early_updates{0};
+  std::atomic<int> units_taken{0}, early_updates{0}, wrong_rows{0};
   int waits_before = 0;  // set by rank 0 between the micro-batches
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r) {
@@ -258,7 +258,14 @@ TEST_P(WeightRows, TheRanksLeaveTheWholeBatchGradientInTheSharedBuffers) {
         const float* out = model.forward(mine, batch);
         fake_output_grad(out, batch, dims.back(), model.output_grad());
         model.backward_chain();
-        const std::function<void(const ExchangeUnit&)> update = [&](const ExchangeUnit& unit) {
+        const Mlp::UnitUpdate update = [&](const ExchangeUnit& unit, const float* weight_rows,
+                                           const float* bias_rows) {
+          // Accumulated: the rows handed over are those of the shared buffers.
+          const std::size_t weight = 2 * static_cast<std::size_t>(unit.layer);
+          const std::size_t row = static_cast<std::size_t>(unit.rows.begin);
+          if (weight_rows != grads[weight] + row * static_cast<std::size_t>(dims[unit.layer]) ||
+              bias_rows != grads[weight + 1] + row)
+            wrong_rows++;
           // Every rank is past the chain step that read this layer's weights
           // (row_exchange.h: its publish number layers - layer + 1).
           const int past = unit.layer > 0 ? layers - unit.layer + 1 : layers;
@@ -290,12 +297,76 @@ TEST_P(WeightRows, TheRanksLeaveTheWholeBatchGradientInTheSharedBuffers) {
 
   EXPECT_EQ(units_taken.load(), 2 * static_cast<int>(units.size()));
   EXPECT_EQ(early_updates.load(), 0);
+  EXPECT_EQ(wrong_rows.load(), 0);
   for (std::size_t u = 0; u < units.size(); ++u) EXPECT_EQ(updated[u].load(), 1) << "unit " << u;
   for (std::size_t p = 0; p < expected.values.size(); ++p) {
     for (std::size_t i = 0; i < expected.values[p].size(); ++i) {
       const std::string what = "param " + std::to_string(p) + " element " + std::to_string(i);
       expect_close(once.values[p][i], expected.values[p][i], what);
       expect_close(got.values[p][i], 2 * expected.values[p][i], what + " (accumulated)");
+    }
+  }
+}
+
+// Without accumulation the update is the gradient's only reader: the rows it
+// is handed are the whole batch's gradient, from a buffer of the rank's own,
+// and the shared gradient buffers are left as they were.
+TEST_P(WeightRows, WithAnUpdateAndNoAccumulationTheRowsGoToTheUpdateOnly) {
+  openblas_set_num_threads(1);
+  const int world = GetParam(), batch = 3;
+  const std::vector<int> dims = {6, 9, 70, 5};
+  const float scale = 0.5f;
+  const std::vector<float> x = inputs(world * batch, dims[0]);
+  Mlp whole(dims, 11);
+  const float* whole_out = whole.forward(x.data(), world * batch);
+  fake_output_grad(whole_out, world * batch, dims.back(), whole.output_grad());
+  Gradients expected(whole);
+  whole.backward(expected, scale, false);
+
+  SharedBlocks shared(dims, world, batch);
+  std::vector<std::vector<float>> weights;
+  std::vector<float*> weight_pointers;
+  for (std::size_t p = 0; p < whole.num_tensors(); ++p) {
+    weights.emplace_back(whole.data(p), whole.data(p) + whole.count(p));
+    weight_pointers.push_back(weights.back().data());
+  }
+  constexpr float kUntouched = 12345.0f;
+  Gradients buffers(whole), handed(whole);
+  for (auto& g : buffers.values) std::fill(g.begin(), g.end(), kUntouched);
+  std::vector<float*> grads;
+  for (auto& g : buffers.values) grads.push_back(g.data());
+  const std::vector<ExchangeUnit> units = exchange_units(dims, world, 4);
+  std::barrier all(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      ExchangeBlocks blocks = shared.for_rank(r, all);
+      Mlp model(dims, 11);
+      model.bind(weight_pointers, false);
+      model.bind_exchange(&blocks);
+      const float* out = model.forward(x.data() + static_cast<std::size_t>(r) * batch * dims[0], batch);
+      fake_output_grad(out, batch, dims.back(), model.output_grad());
+      model.backward_chain();
+      model.weight_rows(units, grads, scale, false,
+                        [&](const ExchangeUnit& unit, const float* weight_rows, const float* bias_rows) {
+                          const std::size_t w = 2 * static_cast<std::size_t>(unit.layer);
+                          const std::size_t width = static_cast<std::size_t>(dims[unit.layer]);
+                          const std::size_t begin = static_cast<std::size_t>(unit.rows.begin);
+                          const std::size_t rows = static_cast<std::size_t>(unit.rows.size());
+                          std::copy(weight_rows, weight_rows + rows * width,
+                                    handed.values[w].begin() + static_cast<long>(begin * width));
+                          std::copy(bias_rows, bias_rows + rows,
+                                    handed.values[w + 1].begin() + static_cast<long>(begin));
+                        });
+      blocks.wait_for_all();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (std::size_t p = 0; p < expected.values.size(); ++p) {
+    for (std::size_t i = 0; i < expected.values[p].size(); ++i) {
+      const std::string what = "param " + std::to_string(p) + " element " + std::to_string(i);
+      expect_close(handed.values[p][i], expected.values[p][i], what);
+      EXPECT_EQ(buffers.values[p][i], kUntouched) << what;
     }
   }
 }

@@ -68,15 +68,14 @@ class CpuEngine final : public Engine {
       // Every unit's rows updated as soon as they are summed, then everyone's
       // rows are in place before anyone's next forward.
       opt_->begin_step();
-      const std::vector<float*>& grads = exchange_->grads();
       const std::vector<int>& dims = model_.dims();
-      weight_rows([&](const ExchangeUnit& unit) {
+      weight_rows([&](const ExchangeUnit& unit, const float* weight_rows, const float* bias_rows) {
         const std::size_t weight = 2 * static_cast<std::size_t>(unit.layer), bias = weight + 1;
         const auto width = static_cast<std::size_t>(dims[unit.layer]);
         const auto begin = static_cast<std::size_t>(unit.rows.begin);
         const auto end = static_cast<std::size_t>(unit.rows.end);
-        opt_->update_range(weight, model_.data(weight), grads[weight], begin * width, end * width);
-        opt_->update_range(bias, model_.data(bias), grads[bias], begin, end);
+        opt_->update_elements(weight, model_.data(weight), weight_rows, begin * width, end * width);
+        opt_->update_elements(bias, model_.data(bias), bias_rows, begin, end);
       });
       wait_for_all();
       return;
@@ -157,7 +156,7 @@ class CpuEngine final : public Engine {
   void wait_for_all() { exchange_->blocks().wait_for_all(); }
   // The pending micro-batch's weight gradient units (row_exchange.h), this
   // rank's share of them, timed into backward_ms_.
-  void weight_rows(const std::function<void(const ExchangeUnit&)>& update) {
+  void weight_rows(const Mlp::UnitUpdate& update) {
     const auto start = Clock::now();
     units_taken_ += model_.weight_rows(units_, exchange_->grads(), pending_->scale,
                                        pending_->accumulate, update);

@@ -96,17 +96,23 @@ class Mlp {
   // Instead of backward(): this rank's output gradients of every layer,
   // published (blocks->publish) as they are written. Never waits.
   void backward_chain();
+  // update(unit, weight_rows, bias_rows): the unit's gradient rows, row
+  // unit.rows.begin first (weight: rows x dims[l] floats; bias: rows floats).
+  using UnitUpdate =
+      std::function<void(const ExchangeUnit& unit, const float* weight_rows, const float* bias_rows)>;
   // Collective over the blocks' ranks, after backward_chain(): claims units of
-  // `units` (exchange_units()) until none is left; for each it writes
-  // (accumulate: adds) scale * the sum over EVERY rank's batch of dLoss/dParam
-  // into the unit's rows of grads[2l] and grads[2l+1] (parameter p's buffer,
-  // count(p) floats, in memory every rank maps), then calls update(unit) if
-  // given, once every rank is done reading the unit's weights (the optimizer
-  // may then write them). Waits only for data it needs (blocks->
-  // wait_for_published). Returns the number of units this rank took.
+  // `units` (exchange_units()) until none is left; for each it computes scale
+  // * the sum over EVERY rank's batch of dLoss/dParam for the unit's rows and
+  // calls update() with them if given, once every rank is done reading the
+  // unit's weights (the optimizer may then write them). The rows are written
+  // (accumulate: added) into grads[2l] and grads[2l+1] (parameter p's buffer,
+  // count(p) floats, in memory every rank maps), except with an update and
+  // without accumulate: then nothing else reads them, and they go to a buffer
+  // of this rank's instead (grads is left as it was). Waits only for data it
+  // needs (blocks->wait_for_published). Returns the number of units this
+  // rank took.
   int weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<float*>& grads,
-                  float scale, bool accumulate,
-                  const std::function<void(const ExchangeUnit&)>& update = nullptr);
+                  float scale, bool accumulate, const UnitUpdate& update = nullptr);
 
  private:
   std::vector<int> dims_;
@@ -120,6 +126,7 @@ class Mlp {
   const ExchangeBlocks* exchange_ = nullptr;
   std::int64_t chains_ = 0;       // backward_chain() calls since bind_exchange()
   std::int64_t rows_done_ = 0;    // weight_rows() calls since bind_exchange()
+  std::vector<float> unit_grads_;  // weight_rows(): a unit's gradient rows that only its update reads
 };
 
 }  // namespace train

@@ -18,11 +18,11 @@ class Sgd final : public Optimizer {
     if (momentum_ != 0.0f) add_state_group();
   }
 
-  void update_range(std::size_t param, float* p_, const float* g_, std::size_t begin,
-                    std::size_t end) override {
+  void update_elements(std::size_t param, float* p_, const float* g_, std::size_t begin,
+                       std::size_t end) override {
     // restrict: the three arrays never overlap, which lets the loops vectorize.
     float* __restrict p = p_ + begin;
-    const float* __restrict g = g_ + begin;
+    const float* __restrict g = g_;
     const std::size_t n = end - begin;
     const float lr = lr_, mu = momentum_;
     if (state_groups() == 0) {
@@ -50,10 +50,10 @@ class Adam final : public Optimizer {
     add_state_group();  // v
   }
 
-  void update_range(std::size_t param, float* p_, const float* g_, std::size_t begin,
-                    std::size_t end) override {
+  void update_elements(std::size_t param, float* p_, const float* g_, std::size_t begin,
+                       std::size_t end) override {
     float* __restrict p = p_ + begin;
-    const float* __restrict g = g_ + begin;
+    const float* __restrict g = g_;
     const std::size_t n = end - begin;
     const double t = static_cast<double>(steps_);
     const auto step_size = static_cast<float>(lr_ / (1.0 - std::pow(beta1_, t)));

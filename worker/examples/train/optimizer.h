@@ -32,8 +32,15 @@ class Optimizer {
   // The same for elements [begin, end) only (a shard, ddp::ParamShards):
   // data and grad point at the parameter's first element; the state of the
   // other elements is left as it is.
-  virtual void update_range(std::size_t param, float* data, const float* grad, std::size_t begin,
-                            std::size_t end) = 0;
+  void update_range(std::size_t param, float* data, const float* grad, std::size_t begin,
+                    std::size_t end) {
+    update_elements(param, data, grad + begin, begin, end);
+  }
+  // The same with the gradient of exactly those elements: grad_of_range[k] is
+  // element begin + k's (the activation exchange's gradient rows, computed
+  // into a small buffer of their own).
+  virtual void update_elements(std::size_t param, float* data, const float* grad_of_range,
+                               std::size_t begin, std::size_t end) = 0;
   // The state shaped like the parameters, in groups of one float buffer per
   // parameter (SGD with momentum: one group; Adam: m, then v; plain SGD: none).
   std::vector<std::vector<void*>> param_shaped_state();
