@@ -71,6 +71,17 @@ void expect_close(const float* got, const std::vector<double>& want, const std::
   }
 }
 
+// After finish() of iteration `it`: every gradient is the whole batch's
+// (`batch` samples), as one process computes it.
+void expect_whole_batch_gradient(ddp::GradSync& sync, const Mlp& model,
+                                 const ddp::testing::Batch& samples, int batch, int it) {
+  const auto whole = mlp_grads(model, samples, 0, batch);
+  for (std::size_t p = 0; p < whole.size(); ++p) {
+    expect_close(sync.grad_view(p), whole[p],
+                 "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);
+  }
+}
+
 // prepare() with this rank's weights `mine` (rank 0's are `model`'s): every
 // rank must then hold `model`'s values.
 void prepare_from_rank0(ddp::GradSync& sync, const Mlp& model, const Mlp& mine) {
@@ -126,11 +137,7 @@ void run_equiv(ddp::ProcessGroup& pg) {
       }
     }
     sync.finish();
-    auto whole = mlp_grads(model, samples, 0, batch);
-    for (std::size_t p = 0; p < whole.size(); ++p) {
-      expect_close(sync.grad_view(p), whole[p],
-                   "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);
-    }
+    expect_whole_batch_gradient(sync, model, samples, batch, it);
   }
   std::printf("GRADSYNC OK rank=%d world=%d\n", pg.rank(), world);
 }
@@ -262,11 +269,7 @@ void run_shared(ddp::ProcessGroup& pg) {
       }
       sync.finish();
     }
-    auto whole = mlp_grads(model, samples, 0, batch);
-    for (std::size_t p = 0; p < whole.size(); ++p) {
-      expect_close(sync.grad_view(p), whole[p],
-                   "iteration " + std::to_string(it + 1) + " " + sync.param(p).name);
-    }
+    expect_whole_batch_gradient(sync, model, samples, batch, it);
   }
   std::printf("GRADSYNC SHARED OK rank=%d world=%d\n", pg.rank(), world);
 }
