@@ -148,16 +148,6 @@ int Agent::run_rounds() {
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
-  if (spec_.bind_cores_to_rank) {
-    const std::vector<int> allowed = allowed_cpus();
-    std::string text;
-    const auto slices = cpu_slices(allowed, spec_.nproc_per_node);
-    for (std::size_t r = 0; r < slices.size(); ++r) {
-      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(slices[r], " "));
-    }
-    log.info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(),
-             spec_.nproc_per_node, text);
-  }
   if (spec_.log_dir_defaulted) {
     log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
   }
@@ -306,6 +296,12 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     cpus = cpu_slices(allowed, n);
     std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_NODE_CPUS=", 0) == 0; });
     base_env.push_back("DDP_NODE_CPUS=" + std::to_string(allowed.size()));
+    std::string text;
+    for (std::size_t r = 0; r < cpus.size(); ++r) {
+      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(cpus[r], " "));
+    }
+    launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(), n,
+                        text);
   }
 
   std::vector<Worker> workers(n);
