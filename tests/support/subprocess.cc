@@ -46,6 +46,22 @@ std::vector<std::string> lines_with_prefix(const std::string& text, const std::s
   return lines;
 }
 
+// DDP_TEST_BIN_DIR: where the programs a test names by their build-tree path
+// (DDPRUN_PATH, TRAIN_PATH, ...) are found instead, e.g. the bin/ folder of a
+// bundle (scripts/gpu-bundle.sh) carried to a machine without this build tree.
+// An argument under the build tree is replaced by the file of the same name in
+// that folder, when it is there and executable; anything else is left alone.
+namespace {
+std::string relocated(const std::string& arg) {
+  const char* dir = std::getenv("DDP_TEST_BIN_DIR");
+  if (dir == nullptr || *dir == '\0') return arg;
+  const std::string build_dir = std::string(DDP_TEST_BUILD_DIR) + "/";
+  if (arg.rfind(build_dir, 0) != 0) return arg;
+  const std::string candidate = std::string(dir) + "/" + arg.substr(arg.rfind('/') + 1);
+  return ::access(candidate.c_str(), X_OK) == 0 ? candidate : arg;
+}
+}  // namespace
+
 bool process_alive(pid_t pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return false;
@@ -80,7 +96,9 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::map<std:
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
   std::vector<char*> c_argv, c_env;
-  for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  std::vector<std::string> args;
+  for (const auto& a : argv) args.push_back(relocated(a));
+  for (const auto& a : args) c_argv.push_back(const_cast<char*>(a.c_str()));
   c_argv.push_back(nullptr);
   for (const auto& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
   c_env.push_back(nullptr);
