@@ -144,7 +144,10 @@ int Agent::run() {
 
 int Agent::run_rounds() {
   auto& log = launcher_log();
-  PortReservation reservation = PortReservation::reserve(spec_.master_port);
+  // MASTER_PORT is offered by the node that becomes group rank 0; the static
+  // form knows which that is, so the others need no (possibly taken) port.
+  const bool static_non_zero = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
+  PortReservation reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
@@ -172,18 +175,35 @@ int Agent::run_rounds() {
   node.address = node_address_;
   node.master_port = reservation.port();
 
+  // A signal during a join (or between rounds) ends ddprun at once; the
+  // server withdraws the node, so the others see it leave.
+  int join_signal = 0;
+  JoinWait wait;
+  wait.fd = signal_fd_;
+  wait.interrupted = [&]() {
+    signalfd_siginfo info{};
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      if (info.ssi_signo != SIGCHLD) join_signal = static_cast<int>(info.ssi_signo);
+    }
+    return join_signal != 0;
+  };
+  wait.notice = [&](const std::string& line) { log.warn("{}", line); };
   for (;;) {
     RoundAssignment round;
     try {
-      round = control_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s));
+      round = control_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s), wait);
+    } catch (const JoinInterrupted& e) {
+      log.warn("received {} while waiting for {}; left the rendezvous", signal_name(join_signal), e.what());
+      return 128 + join_signal;
     } catch (const Error& e) {
       log.error("error: {}", e.what());
       return 1;
     }
     if (spec_.multi_node()) {
-      log.info("round {}: node rank {} of {}, ranks {}-{} of {}", round.round, round.group_rank,
-               round.group_world_size, round.global_rank_offset,
-               round.global_rank_offset + spec_.nproc_per_node - 1, round.world_size);
+      log.info("round {}: {} node(s), world size {}; this node is node rank {} with ranks {}-{} ({})",
+               round.round, round.group_world_size, round.world_size, round.group_rank,
+               round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
+               round.reason.empty() ? "first round" : "after: " + round.reason);
     }
     AttemptResult result = run_attempt(round, rdzv_target);
     if (result.signal != 0) {
@@ -206,7 +226,7 @@ int Agent::run_rounds() {
     if (result.first_failure) {
       log.error("{}", result.failure_report);
       if (!result.can_restart) {
-        control_->linger(round);
+        linger(round);
         return result.first_failure->launcher_exit_code();
       }
       log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -216,7 +236,7 @@ int Agent::run_rounds() {
       if (result.remote_end->succeeded) return 0;
       log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
       if (!result.remote_end->can_restart) {
-        control_->linger(round);
+        linger(round);
         return 1;
       }
       log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -226,6 +246,20 @@ int Agent::run_rounds() {
     bool restart = false;
     int code = finish_after_success(round, &restart);
     if (!restart) return code;
+  }
+}
+
+void Agent::linger(const RoundAssignment& round) {
+  const auto until = Clock::now() + control_->linger_time(round);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0) return;
+    pollfd pfd{signal_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
+    signalfd_siginfo info{};
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      if (info.ssi_signo != SIGCHLD) return;  // the outcome is already decided: leave now
+    }
   }
 }
 
@@ -256,7 +290,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
     if (!(pfds[0].revents & POLLIN)) continue;
     if (auto end = monitor->ended()) {
       if (end->succeeded) {
-        control_->linger(round);
+        linger(round);
         return 0;
       }
       log.error("round {} ended on another node: {}", round.round, end->reason);
@@ -265,7 +299,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
         *restart = true;
         return 0;
       }
-      control_->linger(round);
+      linger(round);
       return 1;
     }
     // This node's work is done; a vanished server can no longer change that, but
@@ -444,9 +478,10 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     }
   };
 
-  // Single-node rounds need no heartbeats: the server lives in this process.
+  // Single-node jobs need no heartbeats (the server lives in this process);
+  // an elastic job's round of one node does: a scale-up ends it.
   std::unique_ptr<RoundWatch> monitor;
-  if (round.group_world_size > 1) monitor = control_->watch(round);
+  if (spec_.multi_node()) monitor = control_->watch(round);
   std::vector<pollfd> pfds;
   std::vector<std::pair<int, int>> owners;  // (worker index, stream) per pollfd after the first two
   const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));

@@ -31,17 +31,18 @@ class ControlPlane {
   // Why the workers have no rendezvous server at worker_endpoint() (empty
   // when they have one): they then get it as DDP_RDZV_UNAVAILABLE instead.
   virtual std::string workers_server_missing() const { return {}; }
-  // Blocks until this node has its place in the next round.
-  virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) = 0;
+  // Blocks until this node has its place in the next round; `wait` lets a
+  // signal end the wait (JoinInterrupted, the node withdrawn).
+  virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) = 0;
   // A local worker failed; returns whether another round will be formed.
   virtual bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) = 0;
   // Every local worker succeeded.
   virtual void leave(const RoundAssignment& round, int exit_code) = 0;
   // Heartbeats for a round (nullptr when the node is alone and needs none).
   virtual std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) = 0;
-  // The job's outcome is decided: a host keeps answering long enough for the
-  // other nodes' next heartbeat to learn it.
-  virtual void linger(const RoundAssignment& /*round*/) {}
+  // The job's outcome is decided: how long a host keeps answering so that the
+  // other nodes' next heartbeat learns it (the agent waits, answering signals).
+  virtual std::chrono::milliseconds linger_time(const RoundAssignment& /*round*/) const { return {}; }
 };
 
 }  // namespace ddp::launcher

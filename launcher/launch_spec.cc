@@ -7,9 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "ddp/common/endpoint.h"
@@ -117,16 +119,72 @@ void ensure_writable_dir(const std::string& flag, const std::string& dir) {
   }
 }
 
+// --rdzv_backend and the static form's endpoint (torchrun's rules, see
+// RdzvBackend). The static form without --rdzv_endpoint finds the rendezvous
+// at MASTER_ADDR:MASTER_PORT+1, leaving MASTER_PORT to the program's own store.
+void apply_backend(LaunchSpec& spec, const std::string& text, const std::string& nnodes_text,
+                   bool master_port_given) {
+  if (text == "etcd" || text == "etcd-v2" || text == "etcd_v2") {
+    throw Error("--rdzv_backend=" + text +
+                " is not supported: ddprun serves the rendezvous itself; use --rdzv_backend=c10d "
+                "with --rdzv_endpoint=HOST:PORT of one of the nodes (or static with --node_rank)");
+  }
+  if (text == "static") {
+    spec.rdzv_backend = RdzvBackend::kStatic;
+  } else if (text == "c10d") {
+    spec.rdzv_backend = RdzvBackend::kC10d;
+  } else if (text.empty()) {
+    spec.rdzv_backend = spec.node_rank >= 0 ? RdzvBackend::kStatic : RdzvBackend::kC10d;
+  } else {
+    throw Error("--rdzv_backend=" + text + ": expected static or c10d");
+  }
+  if (!spec.multi_node()) return;
+  if (spec.rdzv_backend == RdzvBackend::kStatic) {
+    if (spec.node_rank < 0) {
+      throw Error("--rdzv_backend=static with --nnodes=" + nnodes_text +
+                  " needs --node_rank (0 on the node at --master_addr); or use --rdzv_backend=c10d "
+                  "to have ranks assigned");
+    }
+    if (spec.min_nodes != spec.nnodes) {
+      throw Error("--nnodes=" + nnodes_text + " is elastic: use --rdzv_backend=c10d (static needs a fixed size)");
+    }
+    if (spec.rdzv_conf.is_host.has_value()) {
+      throw Error("--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
+    }
+    if (spec.rdzv_endpoint.empty()) {
+      if (!master_port_given) spec.master_port = 29500;  // torchrun's default
+      if (spec.master_port == 0 || spec.master_port >= 65535) {
+        throw Error("--master_port=" + std::to_string(spec.master_port) +
+                    ": the static form needs a port below 65535 (the rendezvous listens on the next one)");
+      }
+      const bool ipv6 = spec.master_addr.find(':') != std::string::npos;
+      spec.rdzv_endpoint = (ipv6 ? "[" + spec.master_addr + "]" : spec.master_addr) + ":" +
+                           std::to_string(spec.master_port + 1);
+    }
+    return;
+  }
+  if (spec.rdzv_endpoint.empty()) {
+    throw Error("--rdzv_backend=c10d with --nnodes=" + nnodes_text +
+                " needs --rdzv_endpoint HOST[:PORT] (the node that hosts the rendezvous; default port 29400)");
+  }
+}
+
 }  // namespace
 
 RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
+  double read_timeout = conf.read_timeout_s, close_timeout = 0, keep_alive_attempts = 0;
+  bool heartbeat_timeout_given = false;
   // Durations in seconds (> 0, the last call may be 0) and sizes in bytes/counts (>= 1).
   const std::map<std::string, double*> seconds = {
       {"join_timeout", &conf.join_timeout_s},
+      {"timeout", &conf.join_timeout_s},  // torchrun's name
       {"last_call_timeout", &conf.last_call_timeout_s},
       {"heartbeat_interval", &conf.heartbeat_interval_s},
-      {"heartbeat_timeout", &conf.heartbeat_timeout_s}};
+      {"keep_alive_interval", &conf.heartbeat_interval_s},  // torchrun's name
+      {"heartbeat_timeout", &conf.heartbeat_timeout_s},
+      {"read_timeout", &read_timeout},
+      {"close_timeout", &close_timeout}};
   const std::map<std::string, long long*> sizes = {
       {"max_key_bytes", &conf.max_key_bytes},
       {"max_value_bytes", &conf.max_value_bytes},
@@ -139,6 +197,19 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     auto eq = item.find('=');
     if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "is_host") {
+      // torchrun's spellings of a boolean.
+      std::string v = value;
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y" || v == "on") {
+        conf.is_host = true;
+      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n" || v == "off") {
+        conf.is_host = false;
+      } else {
+        throw Error("--rdzv_conf: is_host=" + value + " is not a boolean (1/0, true/false)");
+      }
+      continue;
+    }
     double number = 0;
     try {
       size_t used = 0;
@@ -147,12 +218,19 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     } catch (const std::exception&) {
       throw Error("--rdzv_conf: " + key + "=" + value + " is not a number");
     }
-    if (auto it = seconds.find(key); it != seconds.end()) {
+    if (key == "keep_alive_max_attempt") {
+      if (!(number >= 1 && number <= 1000000) || number != static_cast<long long>(number)) {
+        throw Error("--rdzv_conf: keep_alive_max_attempt=" + value + " must be a whole number >= 1");
+      }
+      keep_alive_attempts = number;
+    } else if (auto it = seconds.find(key); it != seconds.end()) {
       bool may_be_zero = key == "last_call_timeout";
       if (!(number >= 0) || (!may_be_zero && number == 0) || number > 365 * 86400.0) {
         throw Error("--rdzv_conf: " + key + "=" + value + " is out of range (seconds)");
       }
       *it->second = number;
+      if (key == "heartbeat_timeout") heartbeat_timeout_given = true;
+      if (key == "close_timeout") conf.close_timeout_s = number;
     } else if (auto sz = sizes.find(key); sz != sizes.end()) {
       if (!(number >= 1) || number > 1024.0 * 1024 * 1024 || number != static_cast<long long>(number)) {
         throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
@@ -160,9 +238,17 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       *sz->second = static_cast<long long>(number);
     } else {
       throw Error("--rdzv_conf: unknown key '" + key +
-                  "' (known: join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout, "
-                  "max_key_bytes, max_value_bytes, max_keys, max_message_bytes)");
+                  "' (known: join_timeout or timeout, last_call_timeout, close_timeout, read_timeout, "
+                  "is_host, heartbeat_interval or keep_alive_interval, heartbeat_timeout, "
+                  "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_message_bytes)");
     }
+  }
+  conf.read_timeout_s = read_timeout;
+  if (keep_alive_attempts > 0) {
+    if (heartbeat_timeout_given) {
+      throw Error("--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");
+    }
+    conf.heartbeat_timeout_s = conf.heartbeat_interval_s * keep_alive_attempts;
   }
   if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
     throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");
@@ -251,7 +337,12 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
 
   LaunchSpec spec;
   std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id, rdzv_conf_text;
+  std::string backend_text;
   bool no_prefix = false;
+  // torchrun flags with nothing to do here: accepted, so that a copied
+  // command line runs, with one line saying why they change nothing.
+  std::string start_method, logs_specs, numa_binding, line_prefix;
+  bool run_path = false;
   app.add_option("--nproc_per_node,--nproc-per-node", spec.nproc_per_node_text,
                  "Workers on this node: N, auto (GPUs, else CPUs), cpu, gpu")
       ->envname("PET_NPROC_PER_NODE");
@@ -262,12 +353,23 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", spec.rdzv_endpoint,
                  "Rendezvous HOST[:PORT] (default port 29400; single node: 127.0.0.1 on a free port)")
       ->envname("PET_RDZV_ENDPOINT");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend_text,
+                 "static (node rank 0 hosts the rendezvous) or c10d (the node at the endpoint's "
+                 "address hosts it, ranks assigned); default: static with --node_rank, else c10d")
+      ->envname("PET_RDZV_BACKEND");
   app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf_text,
-                 "join_timeout=S,last_call_timeout=S,heartbeat_interval=S,heartbeat_timeout=S")
+                 "key=value,...: join_timeout (timeout), last_call_timeout, close_timeout, read_timeout, "
+                 "is_host, heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
+                 "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_message_bytes")
       ->envname("PET_RDZV_CONF");
   app.add_option("--rdzv_token,--rdzv-token", spec.rdzv_token,
-                 "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN)")
+                 "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN); the same on "
+                 "every node. Visible to other users in ps: prefer DDP_RDZV_TOKEN")
       ->envname("DDP_RDZV_TOKEN");
+  std::string token_file;
+  app.add_option("--rdzv_token_file,--rdzv-token-file", token_file,
+                 "Read the rendezvous token from this file (first line), kept out of ps")
+      ->envname("DDP_RDZV_TOKEN_FILE");
   app.add_option("--local_addr,--local-addr", spec.local_addr,
                  "Address advertised to other nodes (default: the one that routes to the endpoint)")
       ->envname("PET_LOCAL_ADDR");
@@ -302,7 +404,9 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_option("--local_ranks_filter,--local-ranks-filter", filter_text,
                  "Show only these local ranks on the console, e.g. 0,2")
       ->envname("PET_LOCAL_RANKS_FILTER");
-  app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id, "Job id (default: a unique id)")
+  app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id,
+                 "Job id, the same on every node (or PET_RDZV_ID; default: 'none' with several nodes, "
+                 "else a unique id)")
       ->envname("PET_RUN_ID");
   app.add_option("--role", spec.role, "ROLE_NAME given to workers")->envname("PET_ROLE");
   app.add_flag("--no_python,--no-python", spec.no_python,
@@ -313,6 +417,18 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_flag("--no_prefix,--no-prefix", no_prefix,
                "Do not prefix worker output lines with [rank N]")
       ->envname("PET_NO_PREFIX");
+  app.add_option("--start_method,--start-method", start_method, "torchrun's; no effect (workers are exec'd)")
+      ->envname("PET_START_METHOD");
+  app.add_option("--logs_specs,--logs-specs", logs_specs, "torchrun's; no effect (see --log_dir)")
+      ->envname("PET_LOGS_SPECS");
+  app.add_option("--log_line_prefix_template,--log-line-prefix-template", line_prefix,
+                 "torchrun's; no effect (lines are prefixed [rank N]; see --no_prefix)")
+      ->envname("PET_LOG_LINE_PREFIX_TEMPLATE");
+  app.add_flag("--run_path,--run-path", run_path, "torchrun's; no effect (PROGRAM is run as given)")
+      ->envname("PET_RUN_PATH");
+  app.add_option("--numa_binding,--numa-binding", numa_binding,
+                 "torchrun's; not implemented (see --bind_cores_to_rank)")
+      ->envname("PET_NUMA_BINDING");
   app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", spec.bind_cores_to_rank,
                "Run each local rank on its own slice of ddprun's CPUs (round-robin, one CPU each, "
                "when ranks outnumber CPUs)")
@@ -373,28 +489,35 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   if (spec.standalone && spec.multi_node()) {
     throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" + nnodes_text);
   }
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
+  }
   spec.rdzv_conf = parse_rdzv_conf(rdzv_conf_text);
+  apply_backend(spec, backend_text, nnodes_text, app.count("--master_port") > 0 ||
+                                                     std::getenv("PET_MASTER_PORT") != nullptr);
   if (spec.rdzv_endpoint.empty()) {
-    if (spec.multi_node()) {
-      throw Error("--nnodes=" + nnodes_text + " needs --rdzv_endpoint HOST[:PORT] (node 0's address)");
-    }
     spec.rdzv_host = "127.0.0.1";
     spec.rdzv_port = 0;
   } else {
     Endpoint ep = parse_endpoint(spec.rdzv_endpoint, 29400, "--rdzv_endpoint");
     spec.rdzv_host = ep.host;
     spec.rdzv_port = ep.port;
-    if (ep.port == 0 && !spec.hosts_rendezvous()) {
-      throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint + ": port 0 only works on the node that hosts it");
+    if (ep.port == 0 && spec.multi_node()) {
+      throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint +
+                  ": port 0 cannot be found by the other nodes; give a port (default 29400)");
     }
   }
-  if (spec.rdzv_token.empty()) {
-    if (spec.multi_node()) {
-      throw Error("--nnodes=" + nnodes_text +
-                  " needs --rdzv_token (or DDP_RDZV_TOKEN), the same secret on every node");
+  if (!token_file.empty()) {
+    if (!spec.rdzv_token.empty()) throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
+    std::ifstream in(token_file);
+    if (!in) throw Error("--rdzv_token_file=" + token_file + ": cannot read file");
+    std::getline(in, spec.rdzv_token);
+    while (!spec.rdzv_token.empty() && std::isspace(static_cast<unsigned char>(spec.rdzv_token.back()))) {
+      spec.rdzv_token.pop_back();
     }
-    spec.rdzv_token = random_hex(32);
+    if (spec.rdzv_token.empty()) throw Error("--rdzv_token_file=" + token_file + ": the first line is empty");
   }
+  if (spec.rdzv_token.empty() && !spec.multi_node()) spec.rdzv_token = random_hex(32);
   if (spec.tls_cert.empty() != spec.tls_key.empty()) {
     throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
   }
@@ -402,9 +525,6 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
                                    {"--rdzv_tls_key", spec.tls_key},
                                    {"--rdzv_tls_ca", spec.tls_ca}}) {
     if (!path.empty() && access(path.c_str(), R_OK) != 0) throw Error(flag + "=" + path + ": cannot read file");
-  }
-  if (spec.master_port < 0 || spec.master_port > 65535) {
-    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
   }
   if (spec.master_addr.empty()) throw Error("--master_addr is empty");
   if (spec.max_restarts < 0) {
@@ -422,7 +542,12 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     spec.local_ranks_filter = parse_rank_list("--local_ranks_filter", filter_text, spec.nproc_per_node);
   }
   spec.rank_prefix = !no_prefix;
-  if (run_id.empty()) run_id = random_hex(12);
+  if (run_id.empty()) {
+    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) run_id = id;
+  }
+  // torchrun's default id is "none", so the same command works on every node;
+  // a single node's id only has to be unique (it names shm segments and logs).
+  if (run_id.empty()) run_id = spec.multi_node() ? "none" : random_hex(12);
   if (run_id.find('/') != std::string::npos || run_id == "." || run_id == "..") {
     throw Error("--run_id=" + run_id + ": must not contain '/' or be '.' or '..'");
   }
@@ -438,6 +563,24 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     spec.log_dir_defaulted = true;
   }
   if (!spec.log_dir.empty()) ensure_writable_dir("--log_dir", spec.log_dir);
+  if (!start_method.empty()) {
+    spec.notices.push_back("--start_method=" + start_method +
+                           " has no effect: ddprun always starts each worker as a new process (fork + exec)");
+  }
+  if (!logs_specs.empty()) {
+    spec.notices.push_back("--logs_specs=" + logs_specs + " has no effect: per-rank logs are set with --log_dir, "
+                           "--redirects and --tee");
+  }
+  if (!line_prefix.empty()) {
+    spec.notices.push_back("--log_line_prefix_template has no effect: lines are prefixed with [rank N] "
+                           "(--no_prefix turns that off)");
+  }
+  if (run_path) spec.notices.push_back("--run_path has no effect: PROGRAM is run as given");
+  if (!numa_binding.empty()) {
+    spec.notices.push_back("--numa_binding=" + numa_binding +
+                           " is not implemented; workers keep ddprun's NUMA policy (--bind_cores_to_rank "
+                           "gives each local rank its own CPUs)");
+  }
   if (check_program_exists) check_program(spec);
   return {spec, "", 0};
 }

@@ -21,10 +21,29 @@ struct RdzvConf {
   long long max_value_bytes = 4 << 20;
   long long max_keys = 100000;
   long long max_message_bytes = 8 << 20;  // gRPC messages the server accepts
+  // torchrun's is_host: whether this node hosts the c10d rendezvous
+  // (nullopt: the node whose address matches the endpoint's host does).
+  std::optional<bool> is_host;
+  // torchrun's close_timeout: how long the host keeps answering once the
+  // job's outcome is known, so the other nodes' heartbeats learn it.
+  std::optional<double> close_timeout_s;
+  // torchrun's read_timeout: bound of the agent's short rendezvous calls
+  // (reporting a failure, leaving).
+  double read_timeout_s = 60;
 };
 
 // Throws ddp::Error naming --rdzv_conf and the key when malformed or unknown.
+// torchrun's keys are accepted with their meaning: timeout (= join_timeout),
+// last_call_timeout, close_timeout, read_timeout, is_host,
+// keep_alive_interval (= heartbeat_interval) and keep_alive_max_attempt
+// (heartbeat_timeout = interval x attempts).
 RdzvConf parse_rdzv_conf(const std::string& text);
+
+// --rdzv_backend: both are served by ddprun's gRPC rendezvous; the name only
+// says how its host is found. kStatic: node rank 0 hosts it and every node
+// gives --node_rank. kC10d: the node whose address matches the endpoint's
+// host hosts it (or rdzv_conf is_host), and node ranks are assigned.
+enum class RdzvBackend { kStatic, kC10d };
 
 struct LaunchSpec {
   int nproc_per_node = 1;
@@ -32,15 +51,28 @@ struct LaunchSpec {
   int min_nodes = 1;  // --nnodes=MIN:MAX (both equal for a fixed size)
   int nnodes = 1;     // MAX
   int node_rank = -1;  // -1: assigned by the rendezvous (0 on a single node)
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   bool multi_node() const { return nnodes > 1; }
-  // This agent runs the rendezvous server in-process: single node, or node rank 0.
-  bool hosts_rendezvous() const { return !multi_node() || node_rank == 0; }
+  // This agent must run the rendezvous server in-process: a single node, the
+  // static form's node rank 0, or a c10d node told so by is_host=1.
+  bool hosts_rendezvous() const {
+    if (!multi_node()) return true;
+    if (rdzv_backend == RdzvBackend::kStatic) return node_rank == 0;
+    return rdzv_conf.is_host.value_or(false);
+  }
+  // A c10d node without is_host: it hosts the rendezvous when the endpoint's
+  // host is one of its own addresses, else (or when another agent on this
+  // machine already listens there) it is a client, like torchrun.
+  bool guesses_host() const {
+    return multi_node() && rdzv_backend == RdzvBackend::kC10d && !rdzv_conf.is_host.has_value();
+  }
 
   // Rendezvous. Single-node jobs default to 127.0.0.1 on a free port.
   std::string rdzv_endpoint;  // HOST:PORT as given ("" = default)
   std::string rdzv_host;      // parsed
   int rdzv_port = 0;
-  std::string rdzv_token;     // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs
+  std::string rdzv_token;     // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs;
+                              // empty: a multi-node job without authentication
   RdzvConf rdzv_conf;
   std::string local_addr;     // advertised to peers ("" = the address that routes to the endpoint)
   std::string tls_cert, tls_key, tls_ca;
@@ -65,6 +97,9 @@ struct LaunchSpec {
   // CPUs (cpu_binding.h); off: workers inherit ddprun's affinity.
   bool bind_cores_to_rank = false;
   std::string python = "python3";  // interpreter for .py programs and -m
+
+  // One line each for accepted torchrun flags that change nothing here.
+  std::vector<std::string> notices;
 
   std::string program;                    // as given
   std::vector<std::string> program_args;  // passed untouched

@@ -20,7 +20,7 @@ class LocalControlPlane final : public ControlPlane {
 
   std::string worker_endpoint() const override;
   std::string workers_server_missing() const override { return missing_; }
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) override;
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) override;
   bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override;
   void leave(const RoundAssignment& round, int exit_code) override;
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;

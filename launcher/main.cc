@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
     std::fputs(parsed.message.c_str(), stdout);
     return parsed.exit_code;
   }
+  if (!daemon) {
+    for (const auto& notice : parsed.spec->notices) ddp::launcher_log().info("{}", notice);
+  }
 
   // Writing to a closed console or a dead guard must not kill the supervisor.
   signal(SIGPIPE, SIG_IGN);

@@ -1,10 +1,14 @@
 // The rpc plugin (libddprun_rpc.so): the multi-node control plane over gRPC,
 // the single-node workers' server, and the `rendezvous` / `health` subcommands.
 
+#include <poll.h>
+
+#include <algorithm>
 #include <thread>
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/grpc_logging.h"
+#include "ddp/common/log.h"
 #include "ddp/common/rendezvous_client.h"
 #include "heartbeat_monitor.h"
 #include "rendezvous_service.h"
@@ -48,26 +52,26 @@ class HeartbeatWatch final : public RoundWatch {
 class RemoteControlPlane final : public ControlPlane {
  public:
   explicit RemoteControlPlane(const LaunchSpec& spec) : spec_(spec) {
+    auto& log = launcher_log();
     Endpoint endpoint{spec.rdzv_host, spec.rdzv_port};
-    if (spec.hosts_rendezvous()) {
-      ServerOptions options;
-      options.host = "::";  // every interface: the other nodes connect from elsewhere
-      options.port = spec.rdzv_port;
-      options.tls_cert = spec.tls_cert;
-      options.tls_key = spec.tls_key;
-      options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
-      auto config = server_config(spec, spec.min_nodes, spec.nnodes);
+    const bool guessed = spec.guesses_host() && is_local_host(spec.rdzv_host);
+    if (spec.hosts_rendezvous() || guessed) {
       try {
-        server_ = std::make_unique<RendezvousServer>(config, options);
+        server_ = start_server(spec);
+        endpoint.port = server_->port();
+        log.info("hosting the rendezvous on port {} ({}; run id '{}')", endpoint.port,
+                 guessed ? "this node has the endpoint's address" : "this node's role", spec.run_id);
       } catch (const Error& e) {
-        options.host = "0.0.0.0";  // a host without IPv6
-        try {
-          server_ = std::make_unique<RendezvousServer>(config, options);
-        } catch (const Error&) {
-          throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint + ": " + e.what());
-        }
+        if (!guessed) throw;
+        // torchrun's rule: another agent on this machine got there first.
+        log.info("joining the rendezvous at {} as a client (not hosting it here: {})", endpoint.to_string(),
+                 e.what());
       }
-      endpoint.port = server_->port();
+    }
+    if (spec.rdzv_token.empty() && (server_ || spec.node_rank <= 0)) {
+      log.warn("the rendezvous at {} is unauthenticated: anyone who can reach it can join or read its store; "
+               "set DDP_RDZV_TOKEN (or --rdzv_token_file) to the same secret on every node to require one",
+               endpoint.to_string());
     }
     // TLS certificates name a host, so the client keeps the endpoint's name.
     endpoint_ = endpoint.to_string();
@@ -77,11 +81,28 @@ class RemoteControlPlane final : public ControlPlane {
 
   std::string worker_endpoint() const override { return endpoint_; }
 
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout) override {
-    return client_->join(node, timeout);
+  // A full round answers UNAVAILABLE: ask again each second, saying so once,
+  // until the join timeout; a signal ends the wait at once.
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool told = false;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      try {
+        return client_->join(node, std::max(left, std::chrono::milliseconds(1)), wait);
+      } catch (const RpcError& e) {
+        if (e.code() != static_cast<int>(RpcCode::kUnavailable) || left <= std::chrono::seconds(1)) throw;
+        if (!told) launcher_log().warn("waiting for a place: {}", e.what());
+        told = true;
+      }
+      pollfd pfd{wait.fd, POLLIN, 0};
+      if (::poll(&pfd, wait.fd >= 0 ? 1 : 0, 1000) > 0 && wait.interrupted && wait.interrupted()) {
+        throw JoinInterrupted("a place in a round at the rendezvous " + endpoint_);
+      }
+    }
   }
   bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override {
-    return client_->report_failure(round.round, round.group_rank, report, exit_code);
+    return client_->report_failure(round.round, round.group_rank, report, exit_code, short_deadline());
   }
   void leave(const RoundAssignment& round, int exit_code) override {
     client_->leave(round.round, round.group_rank, exit_code);
@@ -89,12 +110,36 @@ class RemoteControlPlane final : public ControlPlane {
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override {
     return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf);
   }
-  void linger(const RoundAssignment& round) override {
-    if (!server_ || round.group_world_size <= 1) return;
-    std::this_thread::sleep_for(to_ms(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
+  std::chrono::milliseconds linger_time(const RoundAssignment& round) const override {
+    if (!server_ || round.group_world_size <= 1) return {};
+    return to_ms(spec_.rdzv_conf.close_timeout_s.value_or(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
   }
 
  private:
+  static std::unique_ptr<RendezvousServer> start_server(const LaunchSpec& spec) {
+    ServerOptions options;
+    options.host = "::";  // every interface: the other nodes connect from elsewhere
+    options.port = spec.rdzv_port;
+    options.tls_cert = spec.tls_cert;
+    options.tls_key = spec.tls_key;
+    options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
+    auto config = server_config(spec, spec.min_nodes, spec.nnodes);
+    try {
+      return std::make_unique<RendezvousServer>(config, options);
+    } catch (const Error& e) {
+      options.host = "0.0.0.0";  // a host without IPv6
+      try {
+        return std::make_unique<RendezvousServer>(config, options);
+      } catch (const Error&) {
+        throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint + ": " + e.what());
+      }
+    }
+  }
+  // A stopping node reports within a bound: the server may be unreachable.
+  std::chrono::milliseconds short_deadline() const {
+    return to_ms(std::min(spec_.rdzv_conf.read_timeout_s, spec_.rdzv_conf.heartbeat_timeout_s));
+  }
+
   const LaunchSpec& spec_;
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;

@@ -24,7 +24,8 @@ grpc::Status to_grpc(const Status& s) {
       grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
       grpc::StatusCode::INVALID_ARGUMENT,   grpc::StatusCode::RESOURCE_EXHAUSTED,
       grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
-      grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED};
+      grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED,
+      grpc::StatusCode::UNAVAILABLE};
   return s.ok() ? grpc::Status::OK : grpc::Status(kMap[static_cast<int>(s.code)], s.message);
 }
 
@@ -222,9 +223,15 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   args.hostname = req->hostname();
   args.address = req->address();
   args.master_port = req->master_port();
+  const std::uint64_t before = state_.version();
   auto ticket = state_.join(auth_of(req->auth()), args, now());
   if (!ticket.ok()) {
-    lock.unlock();
+    // A refused join may have discarded the forming round: its joiners hear now.
+    if (state_.version() != before) {
+      wake(lock, {kJoinTopic});
+    } else {
+      lock.unlock();
+    }
     return answer(ctx, to_grpc(ticket.status));
   }
   JoinTicket t = ticket.value;
@@ -241,6 +248,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     resp->set_master_addr(j.master_addr);
     resp->set_master_port(j.master_port);
     resp->set_restart_count(j.restart_count);
+    resp->set_reason(j.reason);
     return grpc::Status::OK;
   };
   return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt, {kJoinTopic});

@@ -82,6 +82,13 @@ std::string format_ranks(const std::vector<int>& sorted) {
 
 // Compares every byte whatever the first difference, so response time does
 // not reveal how much of a guessed token was right.
+// The head of a (possibly multi-line, 27 KB) failure report, for one line.
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() > 300) line = line.substr(0, 297) + "...";
+  return line;
+}
+
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
@@ -108,6 +115,8 @@ const char* code_name(Code code) {
       return "FAILED_PRECONDITION";
     case Code::kAborted:
       return "ABORTED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
   }
   return "UNKNOWN";
 }
@@ -117,7 +126,7 @@ RendezvousState::RendezvousState(RendezvousConfig config) : config_(std::move(co
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw Error("rendezvous config: " + what);
   };
-  require(!c.run_id.empty() && !c.token.empty(), "the run id and the token must not be empty");
+  require(!c.run_id.empty(), "the run id must not be empty");
   require(c.min_nodes >= 1, cat("min nodes ", c.min_nodes, " must be at least 1"));
   require(c.max_nodes >= c.min_nodes,
           cat("max nodes ", c.max_nodes, " is below min nodes ", c.min_nodes));
@@ -149,8 +158,17 @@ std::string RendezvousState::nnodes_flag() const {
 }
 
 Status RendezvousState::check_auth(const Auth& auth) const {
-  if (!same_secret(auth.token, config_.token)) {
-    return error(Code::kUnauthenticated, "wrong or missing rendezvous token");
+  if (config_.token.empty()) {
+    if (!auth.token.empty()) {
+      return error(Code::kUnauthenticated,
+                   "this node has a rendezvous token but the rendezvous runs without one: give "
+                   "every node the same DDP_RDZV_TOKEN (or --rdzv_token), or none");
+    }
+  } else if (!same_secret(auth.token, config_.token)) {
+    return error(Code::kUnauthenticated,
+                 auth.token.empty() ? "missing rendezvous token: the rendezvous requires one (set "
+                                      "DDP_RDZV_TOKEN or --rdzv_token on every node)"
+                                    : "wrong rendezvous token");
   }
   if (auth.run_id != config_.run_id) {
     return error(Code::kInvalidArgument, "run id ", quote(auth.run_id),
@@ -162,7 +180,17 @@ Status RendezvousState::check_auth(const Auth& auth) const {
 // --- Membership and rounds --------------------------------------------------
 
 Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args, TimePoint now) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+  if (Status s = check_auth(auth); !s.ok()) {
+    // A misconfigured node of this job (another run id, or a token where the
+    // server has none) fails the forming round at once: the others would
+    // otherwise wait out the join timeout for a node that cannot come. Only
+    // for requests the server cannot take for an intruder's: with a token
+    // configured, a request without it is refused and changes nothing.
+    if (s.code != Code::kUnauthenticated || config_.token.empty()) {
+      fail_forming_for(s, host_of(args));
+    }
+    return {s};
+  }
   tick(now);
   const std::string host = cat("host ", quote(host_of(args)));
   if (args.local_world_size < 1) {
@@ -173,6 +201,9 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
     return {error(Code::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
                   " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag())};
   }
+  if (phase() == Phase::kRunning) {
+    if (Status s = admit_during_round(args); !s.ok()) return {s};
+  }
   switch (phase()) {
     case Phase::kSucceeded:
       return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
@@ -181,24 +212,20 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
       return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
                     " failed with no restarts left (max ", config_.max_restarts,
                     "): ", rounds_.back().reason)};
-    case Phase::kRunning: {
-      const auto size = rounds_.back().members.size();
-      if (size >= static_cast<std::size_t>(config_.max_nodes)) {
-        return {error(Code::kResourceExhausted, host, " cannot join: more nodes than ",
-                      nnodes_flag(), " (round ", current_round(), " already has ", size, ")")};
-      }
-      return {error(Code::kFailedPrecondition, host, " cannot join: round ", current_round(),
-                    " is already running with ", size,
-                    " nodes; nodes join the next round after a restart")};
-    }
+    case Phase::kRunning:  // admit_during_round() ended the round or refused
     case Phase::kForming:
       break;
   }
   std::int64_t world_size = args.local_world_size;
   for (const Member& m : forming_.members) {
     if (args.node_rank >= 0 && m.args.node_rank == args.node_rank) {
-      return {error(Code::kInvalidArgument, "node rank ", args.node_rank, " already joined (host ",
-                    quote(host_of(m.args)), "); ", host, " cannot take it")};
+      // Two nodes of one job claim a rank: a configuration error that no
+      // waiting can fix, so every joiner hears of it now.
+      Status why = error(Code::kInvalidArgument, "node rank ", args.node_rank,
+                         " was given to two nodes: host ", quote(host_of(m.args)), " and ", host,
+                         "; give each node its own --node_rank (or none, for assigned ranks)");
+      discard_round(why);
+      return {why};
     }
     world_size += m.args.local_world_size;
   }
@@ -215,6 +242,44 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
   changed();
   maybe_close_round(now);  // closes at once when this was the max_nodes-th join
   return {{}, JoinTicket{id}};
+}
+
+// A join while a round runs. The node may be one of the round's own,
+// relaunched after its agent died (same explicit node rank, or same host and
+// address for an assigned rank): the round has lost that agent, so it ends
+// as a failure (one restart) and the node joins the next. Else, an elastic
+// round with room grows: it ends without using a restart and the next round
+// takes the newcomer (torchrun's scale-up). A full round keeps running and the
+// node is told to wait (kUnavailable: the agent asks again).
+Status RendezvousState::admit_during_round(const JoinArgs& args) {
+  Round& running = rounds_.back();
+  const int size = static_cast<int>(running.members.size());
+  for (int i = 0; i < size; ++i) {
+    const JoinArgs& was = running.members[i].args;
+    const bool same_rank = args.node_rank >= 0 && was.node_rank == args.node_rank;
+    const bool same_host = args.node_rank < 0 && was.node_rank < 0 && was.hostname == args.hostname &&
+                           was.address == args.address;
+    if (!running.members[i].left && (same_rank || same_host)) {
+      end_round(running, cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
+                true);
+      return {};
+    }
+  }
+  if (size < config_.max_nodes) {
+    end_round(running,
+              cat("scale-up: host ", quote(host_of(args)), " arrived while round ", current_round(),
+                  " ran with ", size, " of at most ", config_.max_nodes, " nodes"),
+              false);
+    return {};
+  }
+  return error(Code::kUnavailable, "round ", current_round(), " is full (", size, " nodes, ",
+               nnodes_flag(), "): host ", quote(host_of(args)),
+               " waits for a place in a later round");
+}
+
+void RendezvousState::fail_forming_for(const Status& why, const std::string& host) {
+  if (forming_.members.empty()) return;
+  discard_round({why.code, cat("host ", quote(host), " was refused: ", why.message)});
 }
 
 void RendezvousState::maybe_close_round(TimePoint now) {
@@ -297,6 +362,7 @@ void RendezvousState::close_round(TimePoint now) {
   result.master_addr = master.address.empty() ? master.hostname : master.address;
   result.master_port = master.master_port;
   result.restart_count = restarts_used_;
+  result.reason = last_end_reason_;
   for (const Member& m : round.members) {
     join_tickets_[m.ticket] = Result<JoinResult>{{}, result};
     ++result.group_rank;
@@ -353,12 +419,13 @@ std::string RendezvousState::describe_node(const Round& round, int group_rank) c
   return cat("node ", group_rank, " (host ", quote(host_of(round.members[group_rank].args)), ")");
 }
 
-void RendezvousState::end_round(Round& round, std::string reason) {
+void RendezvousState::end_round(Round& round, std::string reason, bool uses_restart) {
   if (round.ended) return;
   round.ended = true;
   round.reason = std::move(reason);
-  round.can_restart = restarts_used_ < config_.max_restarts;
-  if (round.can_restart) ++restarts_used_;
+  round.can_restart = !uses_restart || restarts_used_ < config_.max_restarts;
+  if (uses_restart && round.can_restart) ++restarts_used_;
+  last_end_reason_ = first_line(round.reason);
   changed();
 }
 

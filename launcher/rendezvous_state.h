@@ -42,11 +42,20 @@
 // whose restart_count is the number of restarts used. Otherwise the job has
 // failed and every later join is refused with the round's reason.
 //
-// Joining while a round runs is refused: kResourceExhausted when it already
-// has max_nodes ("more nodes than --nnodes=2"), kFailedPrecondition when an
-// elastic round formed with fewer. Formed rounds never change membership
-// (torchrun instead lets a late elastic node trigger a re-rendezvous); a node
-// that missed a round joins the next one, formed after a failure.
+// Joining while a round runs (torchrun's elastic membership):
+//   - a node of the round relaunched by its scheduler (the same explicit node
+//     rank, or for an assigned rank the same hostname and address) ends the
+//     round as a failure, using one restart; the newcomer waits in the next;
+//   - else, when the round has fewer than max_nodes, it ends without using a
+//     restart (scale-up) and the next round takes the newcomer;
+//   - else the round is full: kUnavailable, and the node asks again later.
+// Every round's JoinResult says why the round before it ended.
+//
+// Authentication. With an empty token the server is unauthenticated; a
+// request that carries a token is then refused (the nodes disagree). A join
+// refused for its run id, or for a token where the server has none, also
+// discards the forming round: the cause is known, so no node waits out its
+// join timeout. A join without the configured token changes nothing.
 
 #include <chrono>
 #include <cstddef>
@@ -73,6 +82,7 @@ enum class Code {
   kNotFound,
   kFailedPrecondition,
   kAborted,
+  kUnavailable,  // try again later (a full round)
 };
 const char* code_name(Code code);  // "UNAUTHENTICATED", as gRPC spells it
 
@@ -135,6 +145,7 @@ struct JoinResult {
   std::string master_addr;     // address (else hostname) of group rank 0
   int master_port = 0;         // master_port of group rank 0
   int restart_count = 0;       // restarts used before this round
+  std::string reason;          // why the previous round ended (first line); empty for the first
 };
 
 struct HeartbeatReply {
@@ -313,7 +324,10 @@ class RendezvousState {
   void close_round(TimePoint now);
   void discard_round(const Status& why);
   std::string join_timeout_message() const;
-  void end_round(Round& round, std::string reason);
+  // uses_restart=false: a scale-up, which torchrun does not count either.
+  void end_round(Round& round, std::string reason, bool uses_restart = true);
+  Status admit_during_round(const JoinArgs& args);
+  void fail_forming_for(const Status& why, const std::string& host);
   void expire_heartbeats(TimePoint now);
   void expire_barriers(TimePoint now);
   void withdraw(const std::string& name, int rank);
@@ -323,6 +337,7 @@ class RendezvousState {
   std::uint64_t version_ = 0;
   std::uint64_t next_id_ = 1;  // tickets and arrivals
   int restarts_used_ = 0;
+  std::string last_end_reason_;  // of the last ended round, for the next JoinResult
 
   Forming forming_;
   std::vector<Round> rounds_;  // round N is rounds_[N - 1]

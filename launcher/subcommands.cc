@@ -69,7 +69,10 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
 
   auto& log = launcher_log();
   try {
-    if (token.empty()) throw Error("--rdzv_token (or DDP_RDZV_TOKEN) is required");
+    if (token.empty()) {
+      log.warn("no --rdzv_token (or DDP_RDZV_TOKEN): the rendezvous is unauthenticated; anyone who can reach "
+               "it can join or read its store");
+    }
     if (port < 0 || port > 65535) throw Error("--port=" + std::to_string(port) + " is not a TCP port");
     if (max_restarts < 0) throw Error("--max_restarts must be >= 0");
     RdzvConf conf = parse_rdzv_conf(conf_text);

@@ -95,3 +95,34 @@ std::string local_address_towards(const Endpoint& remote) {
 }
 
 }  // namespace ddp
+
+namespace ddp {
+
+bool is_local_host(const std::string& host) {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && host == name) return true;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  bool local = false;
+  for (addrinfo* ai = res; ai != nullptr && !local; ai = ai->ai_next) {
+    // Binding succeeds only to an address of this machine (EADDRNOTAVAIL
+    // otherwise), in whichever network namespace ddprun runs.
+    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage addr{};
+    std::memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    if (addr.ss_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in*>(&addr)->sin_port = 0;
+    }
+    local = bind(fd, reinterpret_cast<sockaddr*>(&addr), ai->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return local;
+}
+
+}  // namespace ddp

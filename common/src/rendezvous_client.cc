@@ -1,6 +1,12 @@
 #include "ddp/common/rendezvous_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -42,6 +48,7 @@ std::string code_text(grpc::StatusCode code) {
 }  // namespace
 
 struct RendezvousClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Rendezvous::Stub> stub;
   v1::Auth auth;
 
@@ -82,14 +89,16 @@ RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_
   // Each worker and agent gets its own connection (no sharing of subchannels
   // across clients in one process, which would serialise their waits).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  impl_->stub = v1::Rendezvous::NewStub(grpc::CreateCustomChannel(endpoint, creds, args));
+  impl_->channel = grpc::CreateCustomChannel(endpoint, creds, args);
+  impl_->stub = v1::Rendezvous::NewStub(impl_->channel);
   impl_->auth.set_run_id(std::move(run_id));
   impl_->auth.set_token(std::move(token));
 }
 
 RendezvousClient::~RendezvousClient() = default;
 
-RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::milliseconds timeout) {
+RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::milliseconds timeout,
+                                       const JoinWait& wait) {
   v1::JoinRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_node_rank(node.node_rank);
@@ -99,9 +108,51 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
   req.set_master_port(node.master_port);
   v1::JoinResponse resp;
   grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout + kRpcSlack);
-  ctx.set_wait_for_ready(true);  // retry an unreachable server with backoff until the deadline
-  grpc::Status status = impl_->stub->Join(&ctx, req, &resp);
+  Impl::deadline(ctx, timeout + kRpcSlack);  // retries an unreachable server with backoff until then
+
+  // The call runs on gRPC's threads; this thread waits on an eventfd the
+  // callback writes, beside the caller's fd (a signalfd), so a signal can
+  // cancel the join at once. The callback always runs, cancelled or not, and
+  // is waited for before anything it touches goes out of scope.
+  int done_fd = eventfd(0, EFD_CLOEXEC);
+  if (done_fd < 0) throw Error(std::string("eventfd: ") + std::strerror(errno));
+  grpc::Status status;
+  impl_->stub->async()->Join(&ctx, &req, &resp, [&status, done_fd](grpc::Status s) {
+    status = std::move(s);
+    const std::uint64_t one = 1;
+    ssize_t ignored = ::write(done_fd, &one, sizeof one);
+    (void)ignored;
+  });
+  auto await_done = [&](int ms) {
+    pollfd pfd{done_fd, POLLIN, 0};
+    return ::poll(&pfd, 1, ms) > 0;
+  };
+  const auto started = std::chrono::steady_clock::now();
+  bool noticed = false, interrupted = false;
+  for (;;) {
+    pollfd pfds[2] = {{done_fd, POLLIN, 0}, {wait.fd, POLLIN, 0}};
+    int ready = ::poll(pfds, wait.fd >= 0 ? 2 : 1, 1000);
+    if (ready > 0 && (pfds[0].revents & POLLIN)) break;
+    if (ready > 0 && (pfds[1].revents & POLLIN) && wait.interrupted && wait.interrupted()) {
+      interrupted = true;
+      ctx.TryCancel();
+      while (!await_done(1000)) {
+      }
+      break;
+    }
+    if (!noticed && wait.notice && std::chrono::steady_clock::now() - started > 5s &&
+        impl_->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      noticed = true;
+      wait.notice("the rendezvous at " + endpoint_ +
+                  " is not reachable yet; retrying until the join timeout");
+    }
+  }
+  ::close(done_fd);
+  if (interrupted) {
+    const bool reached = impl_->channel->GetState(false) == GRPC_CHANNEL_READY;
+    throw JoinInterrupted(reached ? "the other nodes to join at the rendezvous " + endpoint_
+                                  : "the rendezvous at " + endpoint_ + " to become reachable");
+  }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && status.error_message() == "Deadline Exceeded") {
     throw RpcError(static_cast<int>(status.error_code()),
                    "rendezvous " + endpoint_ + ": Join: no answer within the join timeout (" +
@@ -118,6 +169,7 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
   a.master_addr = resp.master_addr();
   a.master_port = resp.master_port();
   a.restart_count = resp.restart_count();
+  a.reason = resp.reason();
   return a;
 }
 
@@ -133,7 +185,8 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
 }
 
-bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code) {
+bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
+                                      std::chrono::milliseconds deadline) {
   v1::ReportFailureRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
@@ -142,7 +195,7 @@ bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const 
   req.set_exit_code(exit_code);
   v1::ReportFailureResponse resp;
   grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
+  Impl::deadline(ctx, deadline);
   impl_->check(impl_->stub->ReportFailure(&ctx, req, &resp), "ReportFailure", endpoint_);
   return resp.can_restart();
 }

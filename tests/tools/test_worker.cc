@@ -36,6 +36,8 @@ int usage() {
                "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
                "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
                "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n"
+               "  rdzv-at-size N            hold while GROUP_WORLD_SIZE < N, then rdzv\n"
+               "  rdzv-at-restart N         hold while TORCHELASTIC_RESTART_COUNT < N, then rdzv\n"
                "  shm-leak HOW [DIR]        create a 1 MiB shm segment named as libddp does, print\n"
                "                            'SHM STALE <n>' (segments of this run from other rounds)\n"
                "                            and 'SHM <name>', write DIR/pid_<rank>, then HOW:\n"
@@ -123,6 +125,19 @@ int main(int argc, char** argv) {
     ddp::examples::tcp_barrier(*env, 20000);
     std::printf("barrier passed\n");
     return 0;
+  }
+  // Holds (like a long training step) until the job has grown to N nodes, or
+  // has been restarted N times; then does what "rdzv" does.
+  if ((mode == "rdzv-at-size" || mode == "rdzv-at-restart") && argc == 3 && env) {
+    const int n = std::atoi(argv[2]);
+    const int have = mode == "rdzv-at-size" ? env->group_world_size : env->restart_count;
+    if (have < n) {
+      std::printf("holding in round %ld (nodes=%d restart=%d)\n", env->round, env->group_world_size,
+                  env->restart_count);
+      std::fflush(stdout);
+      wait_forever();
+    }
+    mode = "rdzv";
   }
   if (mode == "rdzv") {
     if (!env || env->rdzv_endpoint.empty()) {

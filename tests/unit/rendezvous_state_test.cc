@@ -140,12 +140,17 @@ TEST_F(RendezvousStateTest, MasterAddressAndPortComeFromGroupRankZero) {
   EXPECT_EQ(r.master_port, 31000);
 }
 
-TEST_F(RendezvousStateTest, JoinRejectsDuplicateNodeRank) {
+TEST_F(RendezvousStateTest, DuplicateNodeRankFailsTheFormingRoundForEveryJoiner) {
   RendezvousState s(make_config(3, 3));
-  join(s, node("first", 1, 1));
+  auto first = join(s, node("first", 1, 1));
   auto r = s.join(kAuth, node("second", 1, 1), now);
   EXPECT_EQ(r.status.code, Code::kInvalidArgument);
-  EXPECT_THAT(r.status.message, HasSubstr("node rank 1 already joined (host 'first')"));
+  EXPECT_THAT(r.status.message, HasSubstr("node rank 1 was given to two nodes: host 'first' and host 'second'"));
+  // The node already waiting hears it at once instead of at its join timeout.
+  auto a = answer(s, first);
+  EXPECT_EQ(a.status.code, Code::kInvalidArgument);
+  EXPECT_EQ(a.status.message, r.status.message);
+  EXPECT_FALSE(s.next_deadline().has_value());
 }
 
 TEST_F(RendezvousStateTest, JoinRejectsBadNodeRankAndLocalWorldSize) {
@@ -162,11 +167,16 @@ TEST_F(RendezvousStateTest, JoinRejectsBadNodeRankAndLocalWorldSize) {
 
 TEST_F(RendezvousStateTest, JoinRejectsWrongToken) {
   RendezvousState s(make_config(2, 2));
+  auto waiting = join(s, node("a"));
+  const auto version = s.version();
   auto r = s.join(Auth{"run1", "guess"}, node("h"), now);
   EXPECT_EQ(r.status.code, Code::kUnauthenticated);
-  EXPECT_EQ(r.status.message, "wrong or missing rendezvous token");
-  EXPECT_EQ(s.version(), 0u);
-  EXPECT_FALSE(s.next_deadline().has_value());
+  EXPECT_EQ(r.status.message, "wrong rendezvous token");
+  auto missing = s.join(Auth{"run1", ""}, node("h"), now);
+  EXPECT_THAT(missing.status.message, HasSubstr("missing rendezvous token"));
+  // A request without the token may be anyone's: it changes nothing.
+  EXPECT_EQ(s.version(), version);
+  EXPECT_FALSE(s.join_status(waiting, now).has_value());
 }
 
 TEST_F(RendezvousStateTest, JoinRejectsMismatchedRunId) {
@@ -177,22 +187,102 @@ TEST_F(RendezvousStateTest, JoinRejectsMismatchedRunId) {
   EXPECT_EQ(s.version(), 0u);
 }
 
-TEST_F(RendezvousStateTest, JoinRejectsMoreNodesThanMax) {
+TEST_F(RendezvousStateTest, MismatchedRunIdFailsTheFormingRoundAtOnce) {
   RendezvousState s(make_config(2, 2));
-  form(s, 2);
-  auto r = s.join(kAuth, node("third"), now);
-  EXPECT_EQ(r.status.code, Code::kResourceExhausted);
-  EXPECT_THAT(r.status.message, HasSubstr("more nodes than --nnodes=2"));
+  auto waiting = join(s, node("a"));
+  auto r = s.join(Auth{"other", "secret"}, node("b"), now);
+  EXPECT_EQ(r.status.code, Code::kInvalidArgument);
+  auto a = answer(s, waiting);
+  EXPECT_EQ(a.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(a.status.message, HasSubstr("host 'b' was refused: run id 'other' does not match"));
 }
 
-TEST_F(RendezvousStateTest, JoinRejectsLateNodeWhileElasticRoundRuns) {
-  RendezvousState s(make_config(1, 3));
+TEST_F(RendezvousStateTest, UnauthenticatedServerTakesTokenlessRequestsAndRefusesATokenAtOnce) {
+  RendezvousConfig c = make_config(2, 2);
+  c.token = "";
+  RendezvousState s(c);
+  auto waiting = s.join(Auth{"run1", ""}, node("a"), now);
+  ASSERT_TRUE(waiting.ok()) << waiting.status.message;
+  ASSERT_TRUE(s.set(Auth{"run1", ""}, "k", "v").ok());
+  auto r = s.join(Auth{"run1", "secret"}, node("b"), now);
+  EXPECT_EQ(r.status.code, Code::kUnauthenticated);
+  EXPECT_THAT(r.status.message, HasSubstr("runs without one"));
+  // The nodes disagree: the waiting one is told now.
+  auto a = answer(s, waiting.value);
+  EXPECT_EQ(a.status.code, Code::kUnauthenticated);
+  EXPECT_THAT(a.status.message, HasSubstr("host 'b' was refused"));
+}
+
+TEST_F(RendezvousStateTest, FullRoundAsksANewNodeToWait) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  const auto version = s.version();
+  auto r = s.join(kAuth, node("third"), now);
+  EXPECT_EQ(r.status.code, Code::kUnavailable);
+  EXPECT_THAT(r.status.message, HasSubstr("round 1 is full (2 nodes, --nnodes=2)"));
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.version(), version);
+}
+
+TEST_F(RendezvousStateTest, RelaunchedNodeEndsTheRoundUsingOneRestartAndJoinsTheNext) {
+  RendezvousState s(make_config(2, 2, 1));
+  auto t0 = join(s, node("a", 1, 0));
+  auto t1 = join(s, node("b", 1, 1));
+  joined(s, t0);
+  joined(s, t1);
+  JoinArgs again = node("b-new-pod", 1, 1);  // the same node rank from a new agent
+  auto t1b = join(s, again);
+  EXPECT_EQ(s.restarts_used(), 1);
+  auto hb = s.heartbeat(kAuth, 1, 0, now);
+  EXPECT_TRUE(hb.value.round_ended);
+  EXPECT_TRUE(hb.value.can_restart);
+  EXPECT_THAT(hb.value.reason, HasSubstr("node 1 (host 'b') was relaunched"));
+  auto t0b = join(s, node("a", 1, 0));
+  JoinResult r = joined(s, t0b);
+  EXPECT_EQ(r.round, 2);
+  EXPECT_EQ(r.restart_count, 1);
+  EXPECT_THAT(r.reason, HasSubstr("was relaunched"));
+  EXPECT_EQ(joined(s, t1b).group_rank, 1);
+  // No restart left: a second relaunch ends the job, and the newcomer hears why.
+  auto refused = s.join(kAuth, node("b-third-pod", 1, 1), now);
+  EXPECT_EQ(refused.status.code, Code::kFailedPrecondition);
+  EXPECT_THAT(refused.status.message, HasSubstr("no restarts left"));
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+}
+
+TEST_F(RendezvousStateTest, RelaunchOfAnAssignedRankIsKnownByHostAndAddress) {
+  RendezvousState s(make_config(2, 2, 1));
+  form(s, 2);
+  join(s, node("host1"));  // same hostname and address as a member
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kForming);
+  EXPECT_EQ(s.restarts_used(), 1);
+}
+
+TEST_F(RendezvousStateTest, ElasticRoundWithRoomScalesUpWithoutUsingARestart) {
+  RendezvousState s(make_config(1, 3));  // no restarts at all
   auto t = join(s, node("a"));
   advance(30s);
   joined(s, t);
-  auto r = s.join(kAuth, node("late"), now);
-  EXPECT_EQ(r.status.code, Code::kFailedPrecondition);
-  EXPECT_THAT(r.status.message, HasSubstr("round 1 is already running"));
+  auto late = join(s, node("late"));
+  EXPECT_EQ(s.restarts_used(), 0);
+  auto hb = s.heartbeat(kAuth, 1, 0, now);
+  EXPECT_TRUE(hb.value.round_ended);
+  EXPECT_TRUE(hb.value.can_restart);
+  EXPECT_THAT(hb.value.reason, HasSubstr("scale-up: host 'late' arrived while round 1 ran with 1 of at most 3"));
+  auto a = join(s, node("a"));
+  advance(30s);  // last call: a third node may still come
+  JoinResult r = joined(s, a);
+  EXPECT_EQ(r.round, 2);
+  EXPECT_EQ(r.group_world_size, 2);
+  EXPECT_EQ(r.restart_count, 0);
+  EXPECT_THAT(r.reason, HasSubstr("scale-up"));
+  EXPECT_EQ(joined(s, late).round, 2);
+}
+
+TEST_F(RendezvousStateTest, FirstRoundHasNoReason) {
+  RendezvousState s(make_config(1, 1));
+  auto t = join(s, node("a"));
+  EXPECT_EQ(joined(s, t).reason, "");
 }
 
 TEST_F(RendezvousStateTest, JoinRejectsWorldSizeOverTheLimit) {
@@ -575,7 +665,7 @@ TEST_F(RendezvousStateTest, EveryOperationRejectsWrongTokenAndChangesNothing) {
       // Late enough that a tick would expire both nodes' heartbeats.
       Status status = op(s, bad, now + 1h);
       EXPECT_EQ(status.code, Code::kUnauthenticated) << name;
-      EXPECT_EQ(status.message, "wrong or missing rendezvous token") << name;
+      EXPECT_THAT(status.message, HasSubstr("rendezvous token")) << name;
       EXPECT_EQ(s.version(), version) << name;
       EXPECT_EQ(s.next_deadline(), deadline) << name;
       EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning) << name;
@@ -781,8 +871,11 @@ TEST(RendezvousConfigTest, ConstructorRejectsInconsistentConfig) {
   c = make_config(1, 1, -1);
   EXPECT_THROW(RendezvousState{c}, ddp::Error);
   c = make_config(1, 1);
-  c.token = "";
+  c.run_id = "";
   EXPECT_THROW(RendezvousState{c}, ddp::Error);
+  c = make_config(1, 1);
+  c.token = "";  // an unauthenticated rendezvous
+  EXPECT_NO_THROW(RendezvousState{c});
   c = make_config(1, 1);
   c.join_timeout = std::chrono::hours(24 * 366);
   EXPECT_THROW(RendezvousState{c}, ddp::Error);

@@ -24,4 +24,9 @@ Endpoint parse_endpoint(const std::string& text, int default_port, const std::st
 // resolved or routed.
 std::string local_address_towards(const Endpoint& remote);
 
+// Whether `host` names this machine: its hostname, or a name or address that
+// resolves to one of its own addresses (loopback included). torchrun's rule
+// for which node hosts a c10d rendezvous. Resolution failure: false.
+bool is_local_host(const std::string& host);
+
 }  // namespace ddp

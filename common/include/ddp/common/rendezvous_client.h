@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,9 +73,13 @@ class RendezvousClient {
   // --- membership (node agents) -------------------------------------------
   // Blocks until the round closes; retries an unreachable server with
   // backoff until `timeout`.
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout);
+  // `wait` lets a signal cut the wait short (JoinInterrupted).
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait = {});
   RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout);
-  bool report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code);
+  // `deadline` bounds the call (a node stopping must not wait long for an
+  // unreachable server).
+  bool report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
+                      std::chrono::milliseconds deadline = std::chrono::seconds(30));
   void leave(std::int64_t round, int group_rank, int exit_code);
 
   // --- store ------------------------------------------------------------------

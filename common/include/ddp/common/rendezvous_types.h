@@ -3,7 +3,10 @@
 // its control planes and the gRPC client (no gRPC here).
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "ddp/common/error.h"
 
 namespace ddp {
 
@@ -24,6 +27,7 @@ struct RoundAssignment {
   std::string master_addr;
   int master_port = 0;
   int restart_count = 0;
+  std::string reason;  // why the previous round ended; empty for the first round
 };
 
 struct RoundStatus {
@@ -31,6 +35,23 @@ struct RoundStatus {
   bool succeeded = false;  // ended because every node finished with exit code 0
   bool can_restart = false;
   std::string reason;
+};
+
+// A join given up because the caller was interrupted (a signal): the server
+// has withdrawn the node. The message says what the join was waiting for.
+class JoinInterrupted : public Error {
+ public:
+  explicit JoinInterrupted(const std::string& message) : Error(message) {}
+};
+
+// How a blocking join may be cut short. Whenever `fd` is readable,
+// `interrupted()` is called; true cancels the join (JoinInterrupted).
+// `notice` (optional) receives one line when the server has not been
+// reachable for a few seconds.
+struct JoinWait {
+  int fd = -1;
+  std::function<bool()> interrupted;
+  std::function<void(const std::string&)> notice;
 };
 
 }  // namespace ddp

@@ -1,0 +1,39 @@
+#pragma once
+// Test hosts in network namespaces: N hosts, each a namespace with one
+// interface (eth0, 198.18.0.<i+1>/24, the range set aside for network
+// benchmarks) on a bridge that lives in a namespace of its own, so nothing in
+// the machine's own namespace changes. Taking a host's link down partitions
+// it. Everything is removed by the destructor, also when a test fails;
+// namespaces left by a test binary that was killed are removed by the next.
+
+#include <string>
+#include <vector>
+
+namespace ddp::testing {
+
+class NetnsHosts {
+ public:
+  // Why hosts cannot be made here (not root, no `ip`, no namespaces), or "".
+  static std::string unavailable();
+
+  explicit NetnsHosts(int count);  // throws std::runtime_error naming the failed command
+  ~NetnsHosts();
+  NetnsHosts(const NetnsHosts&) = delete;
+  NetnsHosts& operator=(const NetnsHosts&) = delete;
+
+  int size() const { return static_cast<int>(hosts_.size()); }
+  std::string address(int host) const;  // "198.18.0.<host+1>"
+  // argv run inside the host's namespace (`ip netns exec NAME argv...`).
+  std::vector<std::string> on(int host, const std::vector<std::string>& argv) const;
+  // Takes the host's link down (a partition) or up again.
+  void set_link(int host, bool up) const;
+
+ private:
+  void remove_all();
+
+  std::string prefix_;
+  std::string switch_;
+  std::vector<std::string> hosts_;
+};
+
+}  // namespace ddp::testing
