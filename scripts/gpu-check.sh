@@ -108,6 +108,9 @@ if [ -f "$BUNDLE/host-libs.txt" ]; then
   done < "$BUNDLE/host-libs.txt"
 fi
 
+# Then the caller's own path: the driver's libcuda may be found only through it.
+[ -z "$HOST_LD" ] || BUNDLE_LD+=":$HOST_LD"
+
 if [ "$PRINT_ENV" = 1 ]; then
   printf 'export DDP_HOST_LD_LIBRARY_PATH=%q\n' "$HOST_LD"
   printf 'export LD_LIBRARY_PATH=%q\n' "$BUNDLE_LD"
@@ -147,9 +150,11 @@ echo "gpu-check: bundle $BUNDLE, logs in $LOGS"
 # ------------------------------------------------------------------ the GPU
 NGPU=0
 NO_GPU=""
-if ! command -v nvidia-smi >/dev/null 2>&1; then
+SMI=$(command -v nvidia-smi 2>/dev/null || true)
+[ -n "$SMI" ] || [ ! -x /usr/local/nvidia/bin/nvidia-smi ] || SMI=/usr/local/nvidia/bin/nvidia-smi
+if [ -z "$SMI" ]; then
   NO_GPU="no GPU: nvidia-smi not found"
-elif ! nvidia-smi -L > "$LOGS/nvidia-smi-L.txt" 2>&1; then
+elif ! "$SMI" -L > "$LOGS/nvidia-smi-L.txt" 2>&1; then
   NO_GPU="no GPU: nvidia-smi -L failed: $(last_words "$LOGS/nvidia-smi-L.txt")"
 else
   NGPU=$(grep -c '^GPU [0-9]' "$LOGS/nvidia-smi-L.txt" || true)
@@ -161,8 +166,8 @@ else
   [ "$NGPU" -gt 0 ] || NO_GPU="no GPU: nvidia-smi -L lists none visible"
 fi
 if [ "$NGPU" -gt 0 ]; then
-  nvidia-smi > "$LOGS/nvidia-smi.txt" 2>&1 || true
-  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  "$SMI" > "$LOGS/nvidia-smi.txt" 2>&1 || true
+  driver=$("$SMI" --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
   cuda=$(grep -o 'CUDA Version: [0-9.]*' "$LOGS/nvidia-smi.txt" | head -1 | cut -d' ' -f3)
   while IFS= read -r line; do echo "gpu-check: $line"; done < "$LOGS/nvidia-smi-L.txt"
   info gpu "$NGPU visible; driver ${driver:-?}, CUDA ${cuda:-?} (driver's); $(head -1 "$LOGS/nvidia-smi-L.txt")"
