@@ -134,7 +134,9 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
   } else if (text == "c10d") {
     spec.rdzv_backend = RdzvBackend::kC10d;
   } else if (text.empty()) {
-    spec.rdzv_backend = spec.node_rank >= 0 ? RdzvBackend::kStatic : RdzvBackend::kC10d;
+    // Static needs a node rank and a fixed size; anything else is elastic.
+    spec.rdzv_backend = spec.node_rank >= 0 && spec.min_nodes == spec.nnodes ? RdzvBackend::kStatic
+                                                                            : RdzvBackend::kC10d;
   } else {
     throw Error("--rdzv_backend=" + text + ": expected static or c10d");
   }

@@ -42,7 +42,9 @@ RdzvConf parse_rdzv_conf(const std::string& text);
 // --rdzv_backend: both are served by ddprun's gRPC rendezvous; the name only
 // says how its host is found. kStatic: node rank 0 hosts it and every node
 // gives --node_rank. kC10d: the node whose address matches the endpoint's
-// host hosts it (or rdzv_conf is_host), and node ranks are assigned.
+// host hosts it (or rdzv_conf is_host), and node ranks are assigned (a
+// --node_rank given anyway is kept). Without --rdzv_backend: static when
+// --node_rank is given and --nnodes is fixed, else c10d.
 enum class RdzvBackend { kStatic, kC10d };
 
 struct LaunchSpec {

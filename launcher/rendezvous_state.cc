@@ -191,6 +191,7 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
     }
     return {s};
   }
+  if (misconfigured_) return {*misconfigured_};
   tick(now);
   const std::string host = cat("host ", quote(host_of(args)));
   if (args.local_world_size < 1) {
@@ -224,7 +225,7 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
       Status why = error(Code::kInvalidArgument, "node rank ", args.node_rank,
                          " was given to two nodes: host ", quote(host_of(m.args)), " and ", host,
                          "; give each node its own --node_rank (or none, for assigned ranks)");
-      discard_round(why);
+      fail_forming(why);
       return {why};
     }
     world_size += m.args.local_world_size;
@@ -278,8 +279,14 @@ Status RendezvousState::admit_during_round(const JoinArgs& args) {
 }
 
 void RendezvousState::fail_forming_for(const Status& why, const std::string& host) {
-  if (forming_.members.empty()) return;
-  discard_round({why.code, cat("host ", quote(host), " was refused: ", why.message)});
+  if (phase() != Phase::kForming) return;
+  fail_forming({why.code, cat("host ", quote(host), " was refused: ", why.message)});
+}
+
+void RendezvousState::fail_forming(const Status& why) {
+  // Remembered: a node of the job that joins later hears it too.
+  misconfigured_ = why;
+  discard_round(why);
 }
 
 void RendezvousState::maybe_close_round(TimePoint now) {

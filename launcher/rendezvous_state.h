@@ -55,7 +55,8 @@
 // request that carries a token is then refused (the nodes disagree). A join
 // refused for its run id, or for a token where the server has none, also
 // discards the forming round: the cause is known, so no node waits out its
-// join timeout. A join without the configured token changes nothing.
+// join timeout; every later join is refused with the same reason. A join
+// without the configured token changes nothing.
 
 #include <chrono>
 #include <cstddef>
@@ -328,6 +329,7 @@ class RendezvousState {
   void end_round(Round& round, std::string reason, bool uses_restart = true);
   Status admit_during_round(const JoinArgs& args);
   void fail_forming_for(const Status& why, const std::string& host);
+  void fail_forming(const Status& why);
   void expire_heartbeats(TimePoint now);
   void expire_barriers(TimePoint now);
   void withdraw(const std::string& name, int rank);
@@ -338,6 +340,7 @@ class RendezvousState {
   std::uint64_t next_id_ = 1;  // tickets and arrivals
   int restarts_used_ = 0;
   std::string last_end_reason_;  // of the last ended round, for the next JoinResult
+  std::optional<Status> misconfigured_;  // the job's nodes disagree: every later join is refused
 
   Forming forming_;
   std::vector<Round> rounds_;  // round N is rounds_[N - 1]

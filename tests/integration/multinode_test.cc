@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "shm_segments.h"
 #include "subprocess.h"
@@ -445,14 +446,132 @@ TEST(MultiNodeTrain, TheActivationExchangeIsRefusedAcrossNodes) {
 }
 #endif
 
-TEST(MultiNode, MultiNodeNeedsEndpointAndToken) {
+TEST(MultiNode, MultiNodeNeedsAnEndpointOrAStaticNodeRank) {
   auto no_ep = run_process({kDdprun, "--nnodes=2", kWorker, "env"}, kToken);
   EXPECT_EQ(no_ep.code, 2);
   EXPECT_NE(no_ep.err.find("--rdzv_endpoint"), std::string::npos) << no_ep.err;
-  auto no_token = run_process({kDdprun, "--nnodes=2", "--rdzv_endpoint=127.0.0.1:1", kWorker, "env"},
-                              {{"DDP_RDZV_TOKEN", "\x01"}});
-  EXPECT_EQ(no_token.code, 2);
-  EXPECT_NE(no_token.err.find("--rdzv_token"), std::string::npos) << no_token.err;
+  auto static_without_rank = run_process({kDdprun, "--nnodes=2", "--rdzv_backend=static", kWorker, "env"}, kToken);
+  EXPECT_EQ(static_without_rank.code, 2);
+  EXPECT_NE(static_without_rank.err.find("needs --node_rank"), std::string::npos) << static_without_rank.err;
+  auto etcd = run_process({kDdprun, "--nnodes=2", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=127.0.0.1:2379",
+                           kWorker, "env"}, kToken);
+  EXPECT_EQ(etcd.code, 2);
+  EXPECT_NE(etcd.err.find("--rdzv_backend=etcd-v2 is not supported"), std::string::npos) << etcd.err;
+  EXPECT_NE(etcd.err.find("c10d"), std::string::npos) << etcd.err;
+}
+
+TEST(MultiNode, WithoutATokenTheJobRunsUnauthenticatedAndSaysSo) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> no_token = {{"DDP_RDZV_TOKEN", "\x01"}};
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"}, {}, no_token);
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"}, {}, no_token);
+  auto r0 = n0->wait(30s), r1 = n1->wait(30s);
+  ASSERT_EQ(r0.code, 0) << r0.err;
+  ASSERT_EQ(r1.code, 0) << r1.err;
+  EXPECT_NE(r0.err.find("is unauthenticated"), std::string::npos) << r0.err;
+  EXPECT_NE(r0.err.find("DDP_RDZV_TOKEN"), std::string::npos) << r0.err;
+  EXPECT_EQ(ranks_ok(r0.out).size() + ranks_ok(r1.out).size(), 2u);
+}
+
+// Node 0 hosts (its own join follows the line at once).
+void wait_hosting(Subprocess& node) {
+  ASSERT_TRUE(wait_until([&] { return node.read_err().find("hosting the rendezvous") != std::string::npos; }, 10s))
+      << node.read_err();
+  std::this_thread::sleep_for(300ms);
+}
+
+TEST(MultiNode, ATokenOnOneNodeOnlyFailsBothAtOnce) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  // Node 0 hosts without a token; node 1 has one: both hear it within seconds.
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"}, {}, {{"DDP_RDZV_TOKEN", "\x01"}});
+  wait_hosting(*n0);
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"});
+  auto r0 = n0->wait(15s), r1 = n1->wait(15s);
+  ASSERT_TRUE(r0.exited && r1.exited) << r0.err << r1.err;
+  EXPECT_EQ(r0.code, 1) << r0.err;
+  EXPECT_EQ(r1.code, 1) << r1.err;
+  EXPECT_NE(r1.err.find("runs without one"), std::string::npos) << r1.err;
+  EXPECT_NE(r0.err.find("was refused"), std::string::npos) << r0.err;
+  EXPECT_LT(r0.seconds, 10.0);
+}
+
+TEST(MultiNode, TwoNodesWithOneRankFailBothAtOnce) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto n0 = agent(ep, 3, 0, 1, {kWorker, "rdzv"});
+  wait_hosting(*n0);
+  auto a = agent(ep, 3, 1, 1, {kWorker, "rdzv"});
+  auto b = agent(ep, 3, 1, 1, {kWorker, "rdzv"});
+  for (auto* n : {n0.get(), a.get(), b.get()}) {
+    auto r = n->wait(15s);
+    ASSERT_TRUE(r.exited) << r.err;
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("node rank 1 was given to two nodes"), std::string::npos) << r.err;
+  }
+}
+
+TEST(MultiNode, RunIdThatDiffersBetweenNodesFailsBothAtOnce) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"}, {}, kToken, "job-a");
+  wait_hosting(*n0);
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"}, {}, kToken, "job-b");
+  auto r0 = n0->wait(15s), r1 = n1->wait(15s);
+  ASSERT_TRUE(r0.exited && r1.exited) << r0.err << r1.err;
+  EXPECT_EQ(r0.code, 1);
+  EXPECT_EQ(r1.code, 1);
+  EXPECT_NE(r1.err.find("run id 'job-b' does not match this server's run 'job-a'"), std::string::npos) << r1.err;
+  EXPECT_NE(r0.err.find("run id 'job-b'"), std::string::npos) << r0.err;
+}
+
+TEST(MultiNode, SameC10dCommandOnOneMachineFindsOneHost) {
+  // Every agent is on the endpoint's machine: the first to listen hosts, the
+  // others become clients (torchrun's rule), with assigned ranks.
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kDdprun, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + ep,
+                                 "--rdzv_id=same", "--nproc_per_node=1", kFastConf, kWorker, "rdzv"},
+        kToken));
+  }
+  int hosting = 0;
+  std::set<int> all;
+  for (auto& n : nodes) {
+    auto r = n->wait(30s);
+    ASSERT_EQ(r.code, 0) << r.err;
+    hosting += r.err.find("hosting the rendezvous") != std::string::npos;
+    auto ranks = ranks_ok(r.out);
+    all.insert(ranks.begin(), ranks.end());
+  }
+  EXPECT_EQ(hosting, 1);
+  EXPECT_EQ(all, (std::set<int>{0, 1}));
+}
+
+TEST(MultiNode, SignalsDuringAJoinEndDdprunWithinASecond) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    // Node 0 hosts and waits for a node that never comes.
+    std::string ep = "127.0.0.1:" + std::to_string(free_port());
+    auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"});
+    ASSERT_TRUE(wait_until([&] { return n0->read_err().find("hosting the rendezvous") != std::string::npos; }, 10s));
+    const auto sent = std::chrono::steady_clock::now();
+    kill(n0->pid(), sig);
+    auto r = n0->wait(5s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    ASSERT_TRUE(r.exited);
+    EXPECT_EQ(r.code, 128 + sig) << r.err;
+    EXPECT_LT(took, 1.0) << r.err;
+    EXPECT_NE(r.err.find(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " while waiting for the other nodes"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+TEST(MultiNode, TorchrunFlagsWithoutEffectAreAcceptedWithANotice) {
+  auto r = run_process({kDdprun, "--start_method=spawn", "--logs-specs=x", "--run_path", "--nproc_per_node=1",
+                        kWorker, "exit", "0"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("--start_method=spawn has no effect"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--logs_specs=x has no effect"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--run_path has no effect"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -151,6 +151,9 @@ TEST_F(RendezvousStateTest, DuplicateNodeRankFailsTheFormingRoundForEveryJoiner)
   EXPECT_EQ(a.status.code, Code::kInvalidArgument);
   EXPECT_EQ(a.status.message, r.status.message);
   EXPECT_FALSE(s.next_deadline().has_value());
+  // A node of the job that comes later is told too, instead of waiting.
+  auto late = s.join(kAuth, node("third", 1, 0), now);
+  EXPECT_EQ(late.status.message, r.status.message);
 }
 
 TEST_F(RendezvousStateTest, JoinRejectsBadNodeRankAndLocalWorldSize) {
@@ -184,7 +187,10 @@ TEST_F(RendezvousStateTest, JoinRejectsMismatchedRunId) {
   auto r = s.join(Auth{"other", "secret"}, node("h"), now);
   EXPECT_EQ(r.status.code, Code::kInvalidArgument);
   EXPECT_EQ(r.status.message, "run id 'other' does not match this server's run 'run1'");
-  EXPECT_EQ(s.version(), 0u);
+  // The job's nodes disagree: one that joins later is told at once.
+  auto later = s.join(kAuth, node("h2"), now);
+  EXPECT_EQ(later.status.code, Code::kInvalidArgument);
+  EXPECT_THAT(later.status.message, HasSubstr("host 'h' was refused: run id 'other'"));
 }
 
 TEST_F(RendezvousStateTest, MismatchedRunIdFailsTheFormingRoundAtOnce) {
