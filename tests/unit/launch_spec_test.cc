@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ddp/common/error.h"
 #include "failure_report.h"
@@ -72,6 +73,118 @@ TEST(LaunchSpec, PetEnvironmentFallbacks) {
   EXPECT_EQ(spec.nproc_per_node, 5);
   EXPECT_EQ(spec.max_restarts, 4);
   EXPECT_EQ(cli_wins.nproc_per_node, 2);
+}
+
+TEST(LaunchSpec, TorchrunStaticFormFindsTheRendezvousNextToMasterPort) {
+  auto n0 = parse({"--nnodes=2", "--node_rank=0", "--master_addr=10.1.2.3", "--master_port=29600", "prog"});
+  EXPECT_EQ(n0.rdzv_backend, RdzvBackend::kStatic);
+  EXPECT_EQ(n0.rdzv_host, "10.1.2.3");
+  EXPECT_EQ(n0.rdzv_port, 29601);
+  EXPECT_EQ(n0.master_port, 29600);
+  EXPECT_TRUE(n0.hosts_rendezvous());
+  EXPECT_EQ(n0.run_id, "none");  // torchrun's default: the same on every node
+  EXPECT_EQ(n0.rdzv_token, "");  // no token: unauthenticated, as torchrun
+  auto n1 = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "prog"});
+  EXPECT_FALSE(n1.hosts_rendezvous());
+  EXPECT_EQ(n1.master_port, 29500);  // torchrun's default port
+  EXPECT_EQ(n1.rdzv_port, 29501);
+  auto v6 = parse({"--nnodes=2", "--node_rank=1", "--master_addr=fd00::1", "prog"});
+  EXPECT_EQ(v6.rdzv_host, "fd00::1");
+  EXPECT_EQ(v6.rdzv_endpoint, "[fd00::1]:29501");
+}
+
+TEST(LaunchSpec, TorchrunC10dFormAndItsDefaults) {
+  auto c = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head:29400", "--rdzv_id=job", "prog"});
+  EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
+  EXPECT_EQ(c.node_rank, -1);
+  EXPECT_EQ(c.run_id, "job");
+  EXPECT_TRUE(c.guesses_host());
+  EXPECT_FALSE(c.hosts_rendezvous());
+  // No backend and no node rank, or an elastic size: c10d.
+  EXPECT_EQ(parse({"--nnodes=2", "--rdzv_endpoint=h", "prog"}).rdzv_backend, RdzvBackend::kC10d);
+  EXPECT_EQ(parse({"--nnodes=1:2", "--node_rank=0", "--rdzv_endpoint=h", "prog"}).rdzv_backend, RdzvBackend::kC10d);
+  auto host = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--rdzv_conf=is_host=true", "prog"});
+  EXPECT_TRUE(host.hosts_rendezvous());
+  EXPECT_FALSE(host.guesses_host());
+  auto client = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--rdzv_conf=is_host=0", "prog"});
+  EXPECT_FALSE(client.hosts_rendezvous());
+  EXPECT_FALSE(client.guesses_host());
+  // A single node keeps a unique id.
+  EXPECT_NE(parse({"prog"}).run_id, "none");
+}
+
+TEST(LaunchSpec, RunIdComesFromRdzvIdRunIdOrTheirVariables) {
+  setenv("PET_RDZV_ID", "from-rdzv-id", 1);
+  auto rdzv_id = parse({"--nnodes=2", "--rdzv_endpoint=h", "prog"});
+  setenv("PET_RUN_ID", "from-run-id", 1);
+  auto run_id = parse({"--nnodes=2", "--rdzv_endpoint=h", "prog"});
+  auto flag = parse({"--nnodes=2", "--rdzv_endpoint=h", "--rdzv-id=flag", "prog"});
+  unsetenv("PET_RDZV_ID");
+  unsetenv("PET_RUN_ID");
+  EXPECT_EQ(rdzv_id.run_id, "from-rdzv-id");
+  EXPECT_EQ(run_id.run_id, "from-run-id");
+  EXPECT_EQ(flag.run_id, "flag");
+}
+
+TEST(LaunchSpec, BackendsAndStaticFormErrors) {
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=h", "p"})
+                .find("--rdzv_backend=etcd is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_backend=zk", "p"}).find("--rdzv_backend=zk: expected static or c10d"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=static", "p"}).find("needs --node_rank"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=1:2", "--rdzv_backend=static", "--node_rank=0", "p"}).find("use --rdzv_backend=c10d"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "p"}).find("needs --rdzv_endpoint"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=h:0", "p"}).find("port 0"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=65535", "p"}).find("--master_port=65535"),
+            std::string::npos);
+}
+
+TEST(LaunchSpec, TorchrunRdzvConfKeys) {
+  RdzvConf c = parse_rdzv_conf("timeout=90,keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=7,"
+                               "close_timeout=3,is_host=yes,last_call_timeout=1");
+  EXPECT_DOUBLE_EQ(c.join_timeout_s, 90);
+  EXPECT_DOUBLE_EQ(c.heartbeat_interval_s, 2);
+  EXPECT_DOUBLE_EQ(c.heartbeat_timeout_s, 8);  // interval x attempts
+  EXPECT_DOUBLE_EQ(c.read_timeout_s, 7);
+  EXPECT_EQ(c.close_timeout_s, 3.0);
+  EXPECT_EQ(c.is_host, true);
+  EXPECT_DOUBLE_EQ(c.last_call_timeout_s, 1);
+  EXPECT_EQ(parse_rdzv_conf("is_host=False").is_host, false);
+  EXPECT_FALSE(parse_rdzv_conf("").is_host.has_value());
+  auto error = [](const std::string& text) {
+    try {
+      parse_rdzv_conf(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_NE(error("is_host=maybe").find("is_host=maybe is not a boolean"), std::string::npos);
+  EXPECT_NE(error("keep_alive_max_attempt=0").find("keep_alive_max_attempt=0"), std::string::npos);
+  EXPECT_NE(error("keep_alive_max_attempt=3,heartbeat_timeout=9").find("not both"), std::string::npos);
+}
+
+TEST(LaunchSpec, TorchrunFlagsWithoutEffectGiveNotices) {
+  auto spec = parse({"--start-method=forkserver", "--numa-binding=node", "--log-line-prefix-template=x", "prog"});
+  ASSERT_EQ(spec.notices.size(), 3u);
+  EXPECT_NE(spec.notices[0].find("--start_method=forkserver has no effect"), std::string::npos);
+  EXPECT_NE(spec.notices[2].find("--numa_binding=node is not implemented"), std::string::npos);
+  EXPECT_TRUE(parse({"prog"}).notices.empty());
+}
+
+TEST(LaunchSpec, TokenFromAFile) {
+  char path[] = "/tmp/ddprun-token-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
+  close(fd);
+  auto spec = parse({"--nnodes=2", "--rdzv_endpoint=h", std::string("--rdzv_token_file=") + path, "prog"});
+  EXPECT_EQ(spec.rdzv_token, "s3cret");
+  EXPECT_NE(error_of({"--rdzv_token=a", std::string("--rdzv_token_file=") + path, "p"}).find("both given"),
+            std::string::npos);
+  unlink(path);
+  EXPECT_NE(error_of({std::string("--rdzv_token_file=") + path, "p"}).find("cannot read"), std::string::npos);
 }
 
 TEST(LaunchSpec, ErrorsNameTheFlag) {
