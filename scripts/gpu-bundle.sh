@@ -314,7 +314,7 @@ if [ "$verify" = 1 ]; then
       grep -E '^\[  FAILED  \]' "$log/$t.out" >&2 || tail -30 "$log/$t.out" >&2
       die "verify: $t from the bundle failed (log: $log/$t.out)"
     fi
-    note "verify: $t: $(grep -E '^\[  PASSED  \]' "$log/$t.out" | tail -1)$(grep -E '^\[  SKIPPED \] [0-9]' "$log/$t.out" | sed 's/^\[  SKIPPED \]/, skipped/' | tail -1)"
+    note "verify: $t: $(grep -E '^\[  PASSED  \]' "$log/$t.out" | tail -1)$(grep -E '^\[  SKIPPED \] [0-9]' "$log/$t.out" | sed 's/^\[  SKIPPED \]/, skipped/; s/, listed below://' | tail -1)"
   done
   packed
   note "verify: passed (the bundle is packed again: $(du -sb "$DIR" | cut -f1) bytes)"

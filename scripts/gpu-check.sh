@@ -218,12 +218,15 @@ GPU_TESTS=(
 )
 for entry in "${GPU_TESTS[@]}"; do
   read -r binary tests <<<"$entry"
-  brun "$BIN/$binary" --gtest_list_tests > "$LOGS/$binary.list" 2>&1 || true
+  listed=1
+  brun "$BIN/$binary" --gtest_list_tests > "$LOGS/$binary.list" 2>&1 || listed=0
   run=()
   for t in $tests; do
     name=${t%=*} need=${t#*=}
     suite=${name%%.*} test=${name#*.}
-    if ! awk -v s="$suite." -v t="  $test" '$0 == s {in_s = 1; next} /^[^ ]/ {in_s = 0} in_s && $0 == t {found = 1} END {exit !found}' "$LOGS/$binary.list"; then
+    if [ "$listed" = 0 ]; then
+      fail "gtest/$name" "$binary does not start: $(last_words "$LOGS/$binary.list")"
+    elif ! awk -v s="$suite." -v t="  $test" '$0 == s {in_s = 1; next} /^[^ ]/ {in_s = 0} in_s && $0 == t {found = 1} END {exit !found}' "$LOGS/$binary.list"; then
       fail "gtest/$name" "$binary has no test $name (renamed? update gpu-check.sh)"
     elif [ -n "$NO_GPU" ]; then
       skip "gtest/$name" "$NO_GPU"
