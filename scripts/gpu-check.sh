@@ -139,8 +139,19 @@ brun() {
   env LD_LIBRARY_PATH="$BUNDLE_LD" DDP_HOST_LD_LIBRARY_PATH="$HOST_LD" DDP_PYTHON="$BIN/host-python" \
     PYTHON="$PYTHON" DDP_TEST_BIN_DIR="$BIN" timeout "$TIMEOUT" "$@"
 }
-# torchrun of the same interpreter, with the caller's environment.
-torchrun_cmd() { timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run ${TORCHRUN_ARGS:-} "$@"; }
+# torchrun of the same interpreter, with the caller's environment. Without
+# TORCHRUN_ARGS a failed start is tried once more with the flags Debian's
+# torch 1.13 needs to start (--redirects 9:1 --tee 9:1); a torchrun that
+# starts never sees them.
+torchrun_cmd() {
+  if [ -n "${TORCHRUN_ARGS+set}" ]; then
+    timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run $TORCHRUN_ARGS "$@"
+  elif ! timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run "$@"; then
+    echo "gpu-check: torchrun failed; once more with --redirects 9:1 --tee 9:1"
+    TORCHRUN_T0=$(now)   # the launch that counts
+    timeout "$TIMEOUT" "$PYTHON" -m torch.distributed.run --redirects 9:1 --tee 9:1 "$@"
+  fi
+}
 now() { date +%s.%N; }
 
 echo "gpu-check: bundle $BUNDLE, logs in $LOGS"
@@ -268,7 +279,7 @@ fi
 # ------------------------------------------------------------------ PyTorch DDP
 # torch_check NAME BACKEND NPROC: the same script under ddprun and under torchrun.
 torch_check() {
-  local name=$1 backend=$2 n=$3 t0 t1 verdict
+  local name=$1 backend=$2 n=$3 t0 verdict
   local dlog=$LOGS/$name.ddprun.log tlog=$LOGS/$name.torchrun.log
   t0=$(now)
   if ! brun "$BIN/ddprun" --nproc_per_node="$n" "$BUNDLE/py/torch_ddp_check.py" --backend "$backend" > "$dlog" 2>&1; then
@@ -277,12 +288,12 @@ torch_check() {
   fi
   local args=("$n" "$dlog" "$t0")
   if [ "$HAVE_TORCHRUN" = 1 ]; then
-    t1=$(now)
+    TORCHRUN_T0=$(now)
     if ! torchrun_cmd --nproc_per_node="$n" "$BUNDLE/py/torch_ddp_check.py" --backend "$backend" > "$tlog" 2>&1; then
       fail "$name" "under torchrun: $(last_words "$tlog") (log: $tlog)"
       return
     fi
-    args+=("$tlog" "$t1")
+    args+=("$tlog" "$TORCHRUN_T0")
   fi
   if verdict=$("$PYTHON" "$BUNDLE/py/check_reports.py" torch "${args[@]}"); then
     pass "$name"
