@@ -117,6 +117,17 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
+// Drains the signalfd; returns the first pending signal that asks ddprun to
+// stop (anything but SIGCHLD), or 0.
+int read_stop_signal(int signal_fd) {
+  int stop = 0;
+  signalfd_siginfo info{};
+  while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+    if (info.ssi_signo != SIGCHLD && stop == 0) stop = static_cast<int>(info.ssi_signo);
+  }
+  return stop;
+}
+
 std::string local_hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -181,10 +192,7 @@ int Agent::run_rounds() {
   JoinWait wait;
   wait.fd = signal_fd_;
   wait.interrupted = [&]() {
-    signalfd_siginfo info{};
-    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-      if (info.ssi_signo != SIGCHLD) join_signal = static_cast<int>(info.ssi_signo);
-    }
+    join_signal = read_stop_signal(signal_fd_);
     return join_signal != 0;
   };
   wait.notice = [&](const std::string& line) { log.warn("{}", line); };
@@ -256,10 +264,7 @@ void Agent::linger(const RoundAssignment& round) {
     if (left <= 0) return;
     pollfd pfd{signal_fd_, POLLIN, 0};
     if (poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
-    signalfd_siginfo info{};
-    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-      if (info.ssi_signo != SIGCHLD) return;  // the outcome is already decided: leave now
-    }
+    if (read_stop_signal(signal_fd_) != 0) return;  // the outcome is already decided: leave now
   }
 }
 
@@ -279,12 +284,9 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
     pollfd pfds[2] = {{monitor->event_fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
     if (poll(pfds, 2, -1) < 0 && errno != EINTR) return 1;
     if (pfds[1].revents & POLLIN) {
-      signalfd_siginfo info{};
-      while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-        if (info.ssi_signo != SIGCHLD) {
-          log.warn("received {} while waiting for the other nodes", signal_name(static_cast<int>(info.ssi_signo)));
-          return 128 + static_cast<int>(info.ssi_signo);
-        }
+      if (int sig = read_stop_signal(signal_fd_); sig != 0) {
+        log.warn("received {} while waiting for the other nodes", signal_name(sig));
+        return 128 + sig;
       }
     }
     if (!(pfds[0].revents & POLLIN)) continue;

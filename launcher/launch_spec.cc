@@ -175,7 +175,7 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
 
 RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
-  double read_timeout = conf.read_timeout_s, close_timeout = 0, keep_alive_attempts = 0;
+  double close_timeout = 0, keep_alive_attempts = 0;  // 0: not given (both must be > 0)
   bool heartbeat_timeout_given = false;
   // Durations in seconds (> 0, the last call may be 0) and sizes in bytes/counts (>= 1).
   const std::map<std::string, double*> seconds = {
@@ -185,7 +185,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       {"heartbeat_interval", &conf.heartbeat_interval_s},
       {"keep_alive_interval", &conf.heartbeat_interval_s},  // torchrun's name
       {"heartbeat_timeout", &conf.heartbeat_timeout_s},
-      {"read_timeout", &read_timeout},
+      {"read_timeout", &conf.read_timeout_s},
       {"close_timeout", &close_timeout}};
   const std::map<std::string, long long*> sizes = {
       {"max_key_bytes", &conf.max_key_bytes},
@@ -232,7 +232,6 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       }
       *it->second = number;
       if (key == "heartbeat_timeout") heartbeat_timeout_given = true;
-      if (key == "close_timeout") conf.close_timeout_s = number;
     } else if (auto sz = sizes.find(key); sz != sizes.end()) {
       if (!(number >= 1) || number > 1024.0 * 1024 * 1024 || number != static_cast<long long>(number)) {
         throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
@@ -245,7 +244,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
                   "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_message_bytes)");
     }
   }
-  conf.read_timeout_s = read_timeout;
+  if (close_timeout > 0) conf.close_timeout_s = close_timeout;
   if (keep_alive_attempts > 0) {
     if (heartbeat_timeout_given) {
       throw Error("--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");

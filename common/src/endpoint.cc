@@ -94,10 +94,6 @@ std::string local_address_towards(const Endpoint& remote) {
   return result;
 }
 
-}  // namespace ddp
-
-namespace ddp {
-
 bool is_local_host(const std::string& host) {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) == 0 && host == name) return true;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "netns_hosts.h"
+#include "rdzv_output.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -42,15 +43,6 @@ class MultiHost : public ::testing::Test {
     return std::make_unique<Subprocess>(hosts.on(host, args), env);
   }
 };
-
-std::set<int> ranks_ok(const std::string& out) {
-  std::set<int> ranks;
-  for (const auto& line : lines_with_prefix(out, "[rank ")) {
-    auto pos = line.find("RDZV OK rank=");
-    if (pos != std::string::npos) ranks.insert(std::stoi(line.substr(pos + 13)));
-  }
-  return ranks;
-}
 
 std::string env_of(const std::string& out, int rank, const std::string& name) {
   for (const auto& line : lines_with_prefix(out, "[rank " + std::to_string(rank) + "] ENV " + name + "=")) {

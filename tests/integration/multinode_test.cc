@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "shm_segments.h"
+#include "rdzv_output.h"
 #include "subprocess.h"
 #include "test_pki.h"
 
@@ -86,15 +87,6 @@ struct Daemon {
   }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
 };
-
-std::set<int> ranks_ok(const std::string& out) {
-  std::set<int> ranks;
-  for (const auto& line : lines_with_prefix(out, "[rank ")) {
-    auto pos = line.find("RDZV OK rank=");
-    if (pos != std::string::npos) ranks.insert(std::stoi(line.substr(pos + 13)));
-  }
-  return ranks;
-}
 
 TEST(MultiNode, TwoNodesGetGlobalRanksAndShareStoreAndBarriers) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());
