@@ -205,6 +205,7 @@ int Agent::run_rounds() {
       return 128 + join_signal;
     } catch (const Error& e) {
       log.error("error: {}", e.what());
+      linger();  // a hosting node: the others' joins learn the reason too
       return 1;
     }
     if (spec_.multi_node()) {
@@ -234,7 +235,7 @@ int Agent::run_rounds() {
     if (result.first_failure) {
       log.error("{}", result.failure_report);
       if (!result.can_restart) {
-        linger(round);
+        linger();
         return result.first_failure->launcher_exit_code();
       }
       log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -244,7 +245,7 @@ int Agent::run_rounds() {
       if (result.remote_end->succeeded) return 0;
       log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
       if (!result.remote_end->can_restart) {
-        linger(round);
+        linger();
         return 1;
       }
       log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -257,8 +258,8 @@ int Agent::run_rounds() {
   }
 }
 
-void Agent::linger(const RoundAssignment& round) {
-  const auto until = Clock::now() + control_->linger_time(round);
+void Agent::linger() {
+  const auto until = Clock::now() + control_->linger_time();
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
     if (left <= 0) return;
@@ -292,7 +293,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
     if (!(pfds[0].revents & POLLIN)) continue;
     if (auto end = monitor->ended()) {
       if (end->succeeded) {
-        linger(round);
+        linger();
         return 0;
       }
       log.error("round {} ended on another node: {}", round.round, end->reason);
@@ -301,7 +302,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
         *restart = true;
         return 0;
       }
-      linger(round);
+      linger();
       return 1;
     }
     // This node's work is done; a vanished server can no longer change that, but

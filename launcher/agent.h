@@ -42,7 +42,7 @@ class Agent {
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
   // Keeps a hosted rendezvous answering for control_->linger_time(); a signal cuts it short.
-  void linger(const RoundAssignment& round);
+  void linger();
 
   const LaunchSpec& spec_;
   OrphanGuard& guard_;

@@ -40,9 +40,11 @@ class ControlPlane {
   virtual void leave(const RoundAssignment& round, int exit_code) = 0;
   // Heartbeats for a round (nullptr when the node is alone and needs none).
   virtual std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) = 0;
-  // The job's outcome is decided: how long a host keeps answering so that the
-  // other nodes' next heartbeat learns it (the agent waits, answering signals).
-  virtual std::chrono::milliseconds linger_time(const RoundAssignment& /*round*/) const { return {}; }
+  // The job's outcome is decided here (it succeeded, a round failed for good,
+  // or the server refused a join): how long a host keeps answering so that
+  // the other nodes' next heartbeat or join learns it (the agent waits,
+  // answering signals).
+  virtual std::chrono::milliseconds linger_time() const { return {}; }
 };
 
 }  // namespace ddp::launcher

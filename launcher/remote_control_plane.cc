@@ -91,7 +91,11 @@ class RemoteControlPlane final : public ControlPlane {
       try {
         return client_->join(node, std::max(left, std::chrono::milliseconds(1)), wait);
       } catch (const RpcError& e) {
-        if (e.code() != static_cast<int>(RpcCode::kUnavailable) || left <= std::chrono::seconds(1)) throw;
+        // Only the server's "round is full" is a reason to wait; a transport
+        // UNAVAILABLE (the server went away mid-join) is an error like any other.
+        const bool full = e.code() == static_cast<int>(RpcCode::kUnavailable) &&
+                          std::string(e.what()).find(" is full (") != std::string::npos;
+        if (!full || left <= std::chrono::seconds(1)) throw;
         if (!told) launcher_log().warn("waiting for a place: {}", e.what());
         told = true;
       }
@@ -110,8 +114,8 @@ class RemoteControlPlane final : public ControlPlane {
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override {
     return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf);
   }
-  std::chrono::milliseconds linger_time(const RoundAssignment& round) const override {
-    if (!server_ || round.group_world_size <= 1) return {};
+  std::chrono::milliseconds linger_time() const override {
+    if (!server_) return {};
     return to_ms(spec_.rdzv_conf.close_timeout_s.value_or(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
   }
 
