@@ -205,7 +205,7 @@ int Agent::run_rounds() {
       return 128 + join_signal;
     } catch (const Error& e) {
       log.error("error: {}", e.what());
-      linger();  // a hosting node: the others' joins learn the reason too
+      linger(Linger::kFullTime);  // a hosting node: the others' joins learn the reason too
       return 1;
     }
     if (spec_.multi_node()) {
@@ -235,7 +235,7 @@ int Agent::run_rounds() {
     if (result.first_failure) {
       log.error("{}", result.failure_report);
       if (!result.can_restart) {
-        linger();
+        linger(Linger::kUntilDelivered);
         return result.first_failure->launcher_exit_code();
       }
       log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -245,7 +245,7 @@ int Agent::run_rounds() {
       if (result.remote_end->succeeded) return 0;
       log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
       if (!result.remote_end->can_restart) {
-        linger();
+        linger(Linger::kUntilDelivered);
         return 1;
       }
       log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
@@ -258,13 +258,16 @@ int Agent::run_rounds() {
   }
 }
 
-void Agent::linger() {
-  const auto until = Clock::now() + control_->linger_time();
+void Agent::linger(Linger until) {
+  const auto deadline = Clock::now() + control_->linger_time();
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (until == Linger::kUntilDelivered && control_->outcome_delivered()) return;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return;
+    // Nodes hear the outcome within a few ms (held heartbeats): look often.
     pollfd pfd{signal_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
+    const int step = until == Linger::kUntilDelivered ? std::min<long>(left, 5) : left;
+    if (poll(&pfd, 1, step) <= 0) continue;
     if (read_stop_signal(signal_fd_) != 0) return;  // the outcome is already decided: leave now
   }
 }
@@ -293,7 +296,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
     if (!(pfds[0].revents & POLLIN)) continue;
     if (auto end = monitor->ended()) {
       if (end->succeeded) {
-        linger();
+        linger(Linger::kUntilDelivered);
         return 0;
       }
       log.error("round {} ended on another node: {}", round.round, end->reason);
@@ -302,7 +305,7 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
         *restart = true;
         return 0;
       }
-      linger();
+      linger(Linger::kUntilDelivered);
       return 1;
     }
     // This node's work is done; a vanished server can no longer change that, but

@@ -41,8 +41,11 @@ class Agent {
   int run_rounds();
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
-  // Keeps a hosted rendezvous answering for control_->linger_time(); a signal cuts it short.
-  void linger();
+  // Keeps a hosted rendezvous answering for control_->linger_time(), or,
+  // kUntilDelivered, until every node of the round has heard how it ended;
+  // a signal cuts it short.
+  enum class Linger { kFullTime, kUntilDelivered };
+  void linger(Linger until);
 
   const LaunchSpec& spec_;
   OrphanGuard& guard_;

@@ -45,6 +45,9 @@ class ControlPlane {
   // the other nodes' next heartbeat or join learns it (the agent waits,
   // answering signals).
   virtual std::chrono::milliseconds linger_time() const { return {}; }
+  // Whether every node of the last round has heard how it ended: a host may
+  // then stop lingering early.
+  virtual bool outcome_delivered() const { return true; }
 };
 
 }  // namespace ddp::launcher

@@ -20,6 +20,7 @@ HeartbeatMonitor::~HeartbeatMonitor() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  canceller_.cancel();  // a held heartbeat in flight
   cv_.notify_all();
   thread_.join();
   close(event_fd_);
@@ -43,14 +44,19 @@ void HeartbeatMonitor::loop() {
   while (!stop_) {
     lock.unlock();
     std::optional<RoundStatus> status;
+    const auto sent = Clock::now();
     try {
-      // One RPC may take at most an interval, so a hung server is noticed in time.
-      status = client_.heartbeat(round_, group_rank_, std::max(interval_, std::chrono::milliseconds(200)));
+      // The server holds the answer for up to an interval and answers at once
+      // when the round ends; beyond that one RPC may take at most another
+      // interval, so a hung server is noticed in time.
+      status = client_.heartbeat(round_, group_rank_, std::max(interval_, std::chrono::milliseconds(200)),
+                                 interval_, &canceller_);
       last_ok = Clock::now();
     } catch (const RpcError& e) {
       last_error = e.what();
     }
     lock.lock();
+    if (stop_) break;
     if (status && status->round_ended) {
       ended_ = status;
       break;
@@ -60,7 +66,9 @@ void HeartbeatMonitor::loop() {
               std::to_string(timeout_.count() / 1000.0).substr(0, 5) + " s): " + last_error;
       break;
     }
-    cv_.wait_for(lock, interval_, [this] { return stop_; });
+    // After a held answer this is due already; a server that answered at
+    // once (or an error) waits out the rest of the interval.
+    cv_.wait_until(lock, sent + interval_, [this] { return stop_; });
   }
   if (ended_ || !lost_.empty()) {
     uint64_t one = 1;

@@ -42,6 +42,7 @@ class HeartbeatMonitor {
   bool stop_ = false;
   std::optional<RoundStatus> ended_;
   std::string lost_;
+  CallCanceller canceller_;
   std::thread thread_;
 };
 

@@ -114,6 +114,7 @@ class RemoteControlPlane final : public ControlPlane {
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override {
     return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf);
   }
+  bool outcome_delivered() const override { return !server_ || server_->service().outcome_delivered(); }
   std::chrono::milliseconds linger_time() const override {
     if (!server_) return {};
     return to_ms(spec_.rdzv_conf.close_timeout_s.value_or(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));

@@ -39,7 +39,9 @@ TimePoint deadline_after(std::int64_t timeout_ms) {
 }
 
 // Waiter topics (see RendezvousService::Waiter).
+// "j": membership: the forming round, and the running round's end.
 const char kJoinTopic[] = "j";
+constexpr std::chrono::milliseconds kMaxHeartbeatHold{10000};
 std::string key_topic(const std::string& key) { return "k:" + key; }
 std::string barrier_topic(const std::string& name) { return "b:" + name; }
 
@@ -90,6 +92,11 @@ void RendezvousService::stop() {
 RendezvousState::Phase RendezvousService::phase() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.phase();
+}
+
+bool RendezvousService::outcome_delivered() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.outcome_delivered();
 }
 
 grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
@@ -224,6 +231,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   args.address = req->address();
   args.master_port = req->master_port();
   const std::uint64_t before = state_.version();
+  const bool was_running = state_.phase() == RendezvousState::Phase::kRunning;
   auto ticket = state_.join(auth_of(req->auth()), args, now());
   if (!ticket.ok()) {
     // A refused join may have discarded the forming round: its joiners hear now.
@@ -233,6 +241,11 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
       lock.unlock();
     }
     return answer(ctx, to_grpc(ticket.status));
+  }
+  if (was_running && state_.phase() != RendezvousState::Phase::kRunning) {
+    // The join ended the running round (a relaunch, a scale-up): its nodes' held heartbeats hear now.
+    wake(lock, {kJoinTopic});
+    lock.lock();
   }
   JoinTicket t = ticket.value;
   Poll poll = [this, t, resp](TimePoint at) -> std::optional<grpc::Status> {
@@ -259,14 +272,30 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        v1::HeartbeatResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now());
-  if (r.ok()) {
-    resp->set_round_ended(r.value.round_ended);
-    resp->set_reason(r.value.reason);
-    resp->set_can_restart(r.value.can_restart);
-    resp->set_succeeded(r.value.round_ended && r.value.reason.empty());
+  auto fill = [resp](const HeartbeatReply& reply) {
+    resp->set_round_ended(reply.round_ended);
+    resp->set_reason(reply.reason);
+    resp->set_can_restart(reply.can_restart);
+    resp->set_succeeded(reply.round_ended && reply.reason.empty());
+  };
+  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0) {
+    if (r.ok()) fill(r.value);
+    lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
+    return answer(ctx, to_grpc(r.status));
   }
-  lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
-  return answer(ctx, to_grpc(r.status));
+  // Held until the round ends (a membership change) or the hold passes.
+  const auto until = now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req->hold_ms()),
+                                                                 kMaxHeartbeatHold);
+  Poll poll = [this, fill, until, round = req->round(), rank = req->group_rank()](
+                  TimePoint at) -> std::optional<grpc::Status> {
+    if (auto end = state_.round_end(round, rank, at)) {
+      fill(*end);
+      return grpc::Status::OK;
+    }
+    if (at >= until) return grpc::Status::OK;  // still running
+    return std::nullopt;
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, until, {kJoinTopic});
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,

@@ -39,6 +39,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Finishes every waiter with UNAVAILABLE and stops the timer thread.
   void stop();
   RendezvousState::Phase phase();
+  bool outcome_delivered();  // see RendezvousState::outcome_delivered
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext*, const v1::HeartbeatRequest*,

@@ -443,9 +443,28 @@ Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t
   auto found = find_member(round, group_rank);
   if (!found.ok()) return {found.status};
   Round& r = *found.value;
-  if (r.ended) return {{}, HeartbeatReply{true, r.reason, r.can_restart}};
+  if (r.ended) {
+    r.members[group_rank].informed = true;
+    return {{}, HeartbeatReply{true, r.reason, r.can_restart}};
+  }
   r.members[group_rank].last_seen = now;
   return {};
+}
+
+std::optional<HeartbeatReply> RendezvousState::round_end(std::int64_t round, int group_rank, TimePoint now) {
+  tick(now);
+  auto found = find_member(round, group_rank);
+  if (!found.ok()) return HeartbeatReply{true, found.status.message, false};
+  Round& r = *found.value;
+  if (!r.ended) return std::nullopt;
+  r.members[group_rank].informed = true;
+  return HeartbeatReply{true, r.reason, r.can_restart};
+}
+
+bool RendezvousState::outcome_delivered() const {
+  if (rounds_.empty() || !rounds_.back().ended) return false;
+  const auto& members = rounds_.back().members;
+  return std::all_of(members.begin(), members.end(), [](const Member& m) { return m.informed; });
 }
 
 Result<FailureReply> RendezvousState::report_failure(const Auth& auth, std::int64_t round,
@@ -456,6 +475,7 @@ Result<FailureReply> RendezvousState::report_failure(const Auth& auth, std::int6
   auto found = find_member(round, group_rank);
   if (!found.ok()) return {found.status};
   Round& r = *found.value;
+  r.members[group_rank].informed = true;  // the reporter knows
   end_round(r, !report.empty() ? report
                                : cat(describe_node(r, group_rank),
                                      " reported a failure, exit code ", exit_code));
@@ -472,6 +492,7 @@ Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_ra
   if (r.members[group_rank].left) return {};
   r.members[group_rank].left = true;
   if (exit_code != 0) {
+    r.members[group_rank].informed = true;  // it failed: it knows
     end_round(r, cat(describe_node(r, group_rank), " left with exit code ", exit_code));
   } else if (!r.ended && std::all_of(r.members.begin(), r.members.end(),
                                      [](const Member& m) { return m.left; })) {
@@ -486,8 +507,9 @@ void RendezvousState::expire_heartbeats(TimePoint now) {
   Round& r = rounds_.back();
   int silent = -1;  // the longest silent node, the lowest group rank on ties
   for (int i = 0; i < static_cast<int>(r.members.size()); ++i) {
-    const Member& m = r.members[i];
+    Member& m = r.members[i];
     if (m.left || now < m.last_seen + config_.heartbeat_timeout) continue;
+    m.informed = true;  // gone: nobody to tell
     if (silent < 0 || m.last_seen < r.members[silent].last_seen) silent = i;
   }
   if (silent < 0) return;

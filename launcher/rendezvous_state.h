@@ -204,8 +204,18 @@ class RendezvousState {
   // silent for heartbeat_timeout (since its last heartbeat, or since the round
   // formed) ends the round. For an ended round, says why it ended.
   // Errors: kNotFound (no such formed round), kInvalidArgument (group rank).
+  // A node told of the end counts as informed (see outcome_delivered).
   Result<HeartbeatReply> heartbeat(const Auth& auth, std::int64_t round, int group_rank,
                                    TimePoint now);
+  // For a heartbeat the service holds until the round ends: the end once it
+  // has come (the node is then informed), nullopt while the round runs.
+  // Records no liveness: only a heartbeat's arrival does.
+  std::optional<HeartbeatReply> round_end(std::int64_t round, int group_rank, TimePoint now);
+  // Whether the last formed round has ended and every node of it has heard
+  // so (by a heartbeat's answer, or by reporting the failure itself) or is
+  // gone (ended the round by its silence): a hosting node may then stop
+  // serving without leaving anyone to learn the outcome from a dead server.
+  bool outcome_delivered() const;
   // Ends the round with `report` as its reason unless it has already ended
   // (the first failure wins). An empty report gets a generic reason.
   Result<FailureReply> report_failure(const Auth& auth, std::int64_t round, int group_rank,
@@ -280,6 +290,7 @@ class RendezvousState {
     std::uint64_t ticket = 0;
     TimePoint last_seen{};
     bool left = false;
+    bool informed = false;  // heard how its round ended, or is gone (nobody to tell)
   };
   struct Round {
     std::vector<Member> members;  // indexed by group rank

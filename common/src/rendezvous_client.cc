@@ -20,6 +20,7 @@ using namespace std::chrono_literals;
 // Slack between an operation's own timeout (enforced by the server, which
 // then names what was missing) and the RPC deadline (the network's bound).
 constexpr auto kRpcSlack = 2s;
+constexpr auto kEagerReconnect = 2s;  // how long a join retries a refused connection eagerly
 constexpr auto kUnaryDeadline = 30s;
 
 std::string read_pem(const std::string& path, const std::string& flag) {
@@ -130,8 +131,15 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
   const auto started = std::chrono::steady_clock::now();
   bool noticed = false, interrupted = false;
   for (;;) {
+    // gRPC waits at least 100 ms between connection attempts (its backoff
+    // floor), and the nodes of a job start together, a few ms before the host
+    // listens: early in a join, a refused connection is retried every 10 ms.
+    const bool early = std::chrono::steady_clock::now() - started < kEagerReconnect;
+    if (early && impl_->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      grpc::experimental::ChannelResetConnectionBackoff(impl_->channel.get());
+    }
     pollfd pfds[2] = {{done_fd, POLLIN, 0}, {wait.fd, POLLIN, 0}};
-    int ready = ::poll(pfds, wait.fd >= 0 ? 2 : 1, 1000);
+    int ready = ::poll(pfds, wait.fd >= 0 ? 2 : 1, early ? 10 : 1000);
     if (ready > 0 && (pfds[0].revents & POLLIN)) break;
     if (ready > 0 && (pfds[1].revents & POLLIN) && wait.interrupted && wait.interrupted()) {
       interrupted = true;
@@ -173,15 +181,40 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
   return a;
 }
 
-RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout) {
+void CallCanceller::cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) static_cast<grpc::ClientContext*>(context_)->TryCancel();
+}
+
+bool CallCanceller::attach(void* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  context_ = context;
+  return true;
+}
+
+void CallCanceller::detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  context_ = nullptr;
+}
+
+RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout,
+                                        std::chrono::milliseconds hold, CallCanceller* canceller) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  req.set_hold_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(hold.count(), 0)));
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);  // fail fast: silence is the signal
-  impl_->check(impl_->stub->Heartbeat(&ctx, req, &resp), "Heartbeat", endpoint_);
+  ctx.set_deadline(std::chrono::system_clock::now() + hold + timeout);  // fail fast: silence is the signal
+  if (canceller != nullptr && !canceller->attach(&ctx)) {
+    throw RpcError(static_cast<int>(RpcCode::kCancelled), "rendezvous " + endpoint_ + ": Heartbeat: cancelled");
+  }
+  grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
+  if (canceller != nullptr) canceller->detach();
+  impl_->check(status, "Heartbeat", endpoint_);
   return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
 }
 

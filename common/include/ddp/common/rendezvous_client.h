@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,23 @@ struct CompareSetOutcome {
   std::string current;
 };
 
+// Lets one thread cut short another's call in flight (the call then throws
+// RpcError kCancelled). Thread-safe; once cancelled, calls that start later
+// are cancelled at once.
+class CallCanceller {
+ public:
+  void cancel();
+
+ private:
+  friend class RendezvousClient;
+  // Registers a call's context (a grpc::ClientContext); false once cancelled.
+  bool attach(void* context);
+  void detach();
+  std::mutex mu_;
+  void* context_ = nullptr;
+  bool cancelled_ = false;
+};
+
 class RendezvousClient {
  public:
   // `endpoint` is HOST:PORT ("[::1]:29400" for IPv6). Connecting is lazy,
@@ -75,7 +93,11 @@ class RendezvousClient {
   // backoff until `timeout`.
   // `wait` lets a signal cut the wait short (JoinInterrupted).
   RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait = {});
-  RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout);
+  // `hold` > 0 asks the server to hold the answer until the round ends or
+  // `hold` passes (a server that does not hold answers at once); the call
+  // fails after hold + `timeout`. `canceller` may cut it short.
+  RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout,
+                        std::chrono::milliseconds hold = {}, CallCanceller* canceller = nullptr);
   // `deadline` bounds the call (a node stopping must not wait long for an
   // unreachable server).
   bool report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
