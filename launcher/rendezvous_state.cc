@@ -56,6 +56,11 @@ std::string host_of(const JoinArgs& args) {
   return args.hostname.empty() ? args.address : args.hostname;
 }
 
+// Who a joiner is across its retries.
+std::string identity_of(const JoinArgs& args) {
+  return cat(args.hostname, '\n', args.address, '\n', args.node_rank);
+}
+
 // "rank 3" / "ranks 0-2, 5" from inclusive ranges; long lists are cut, since
 // a barrier may span a million ranks.
 std::string format_ranks(const std::vector<std::pair<int, int>>& ranges, long count) {
@@ -203,8 +208,12 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
                   " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag())};
   }
   if (phase() == Phase::kRunning) {
-    if (Status s = admit_during_round(args); !s.ok()) return {s};
+    if (Status s = admit_during_round(args); !s.ok()) {
+      if (s.code == Code::kUnavailable) waiting_for_place_.insert(identity_of(args));
+      return {s};
+    }
   }
+  waiting_for_place_.erase(identity_of(args));  // it hears the answer now
   switch (phase()) {
     case Phase::kSucceeded:
       return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
@@ -463,6 +472,7 @@ std::optional<HeartbeatReply> RendezvousState::round_end(std::int64_t round, int
 
 bool RendezvousState::outcome_delivered() const {
   if (rounds_.empty() || !rounds_.back().ended) return false;
+  if (!waiting_for_place_.empty()) return false;  // they ask again each second
   const auto& members = rounds_.back().members;
   return std::all_of(members.begin(), members.end(), [](const Member& m) { return m.informed; });
 }

@@ -213,7 +213,8 @@ class RendezvousState {
   std::optional<HeartbeatReply> round_end(std::int64_t round, int group_rank, TimePoint now);
   // Whether the last formed round has ended and every node of it has heard
   // so (by a heartbeat's answer, or by reporting the failure itself) or is
-  // gone (ended the round by its silence): a hosting node may then stop
+  // gone (ended the round by its silence), and every node told to wait for
+  // a place in a full round has asked again since: a hosting node may then stop
   // serving without leaving anyone to learn the outcome from a dead server.
   bool outcome_delivered() const;
   // Ends the round with `report` as its reason unless it has already ended
@@ -351,6 +352,8 @@ class RendezvousState {
   std::uint64_t next_id_ = 1;  // tickets and arrivals
   int restarts_used_ = 0;
   std::string last_end_reason_;  // of the last ended round, for the next JoinResult
+  // Joiners told that the round is full (by identity_of) that have not asked again since.
+  std::set<std::string> waiting_for_place_;
   std::optional<Status> misconfigured_;  // the job's nodes disagree: every later join is refused
 
   Forming forming_;

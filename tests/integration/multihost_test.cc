@@ -215,6 +215,38 @@ TEST_F(MultiHost, RelaunchedNodeRejoinsWithinTheRestartBudget) {
   EXPECT_NE(r1.out.find("RDZV OK rank=1 world=2 group=1 round=2 restart=1"), std::string::npos) << r1.out;
 }
 
+TEST_F(MultiHost, AHostArrivingAtAFullRoundWaitsForAPlaceAndSaysSo) {
+  NetnsHosts hosts(3);
+  const std::vector<std::string> args = {"--nnodes=2", "--rdzv_backend=c10d",
+                                         "--rdzv_endpoint=" + hosts.address(0) + ":29400", "--nproc_per_node=1",
+                                         kFastConf};
+  auto with = [&](std::vector<std::string> program) {
+    auto all = args;
+    all.insert(all.end(), program.begin(), program.end());
+    return all;
+  };
+  std::vector<std::unique_ptr<Subprocess>> running;
+  for (int i = 0; i < 2; ++i) running.push_back(ddprun(hosts, i, with({"/bin/sh", "-c", "sleep 3"})));
+  for (auto& n : running) {
+    ASSERT_TRUE(wait_until([&] { return n->read_err().find("round 1:") != std::string::npos; }, 20s)) << n->read_err();
+  }
+  auto late = ddprun(hosts, 2, with({kWorker, "env"}));
+  ASSERT_TRUE(wait_until([&] { return late->read_err().find("waiting for a place") != std::string::npos; }, 10s))
+      << late->read_err();
+  EXPECT_NE(late->read_err().find("round 1 is full (2 nodes, --nnodes=2)"), std::string::npos) << late->read_err();
+  for (auto& n : running) {
+    auto r = n->wait(20s);
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+  // The job is over: the host of the rendezvous stays until the late host has
+  // asked again and heard so; it stops without running anything.
+  auto r = late->wait(20s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("has already completed"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("ENV RANK="), std::string::npos) << "the late host ran workers:\n" << r.out;
+}
+
 TEST_F(MultiHost, SigtermDuringAJoinEndsDdprunAtOnce) {
   NetnsHosts hosts(2);
   // Host 1 waits for a rendezvous host that never comes up.

@@ -559,6 +559,23 @@ TEST(MultiNode, SignalsDuringAJoinEndDdprunWithinASecond) {
   }
 }
 
+TEST(MultiNode, ANodeWaitingForAnUnreachableServerSaysSoAndStopsOnSigterm) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());  // nobody listens
+  auto n1 = agent(ep, 2, 1, 1, {kWorker, "env"});
+  ASSERT_TRUE(wait_until([&] { return n1->read_err().find("is not reachable yet") != std::string::npos; }, 15s))
+      << n1->read_err();
+  EXPECT_NE(n1->read_err().find("the rendezvous at " + ep + " is not reachable yet; retrying until the join timeout"),
+            std::string::npos)
+      << n1->read_err();
+  kill(n1->pid(), SIGTERM);
+  auto r = n1->wait(5s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
+  EXPECT_NE(r.err.find("received SIGTERM while waiting for the rendezvous at " + ep + " to become reachable"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(MultiNode, TorchrunFlagsWithoutEffectAreAcceptedWithANotice) {
   auto r = run_process({kDdprun, "--start_method=spawn", "--logs-specs=x", "--run_path", "--nproc_per_node=1",
                         kWorker, "exit", "0"});

@@ -425,6 +425,62 @@ TEST(RendezvousServiceTest, JoinOfTwoNodesAssignsRanksOffsetsAndGroupRankZerosMa
   EXPECT_NE(std::string(err->what()).find("round 1 is full"), std::string::npos) << err->what();
 }
 
+// Two nodes joined into one round of make_config(2, 2).
+std::pair<RoundAssignment, RoundAssignment> form_two(RendezvousClient& a, RendezvousClient& b) {
+  auto ja = std::async(std::launch::async, [&] { return a.join({0, 1, "node-a", "10.0.0.1", 29501}, 10s); });
+  auto jb = std::async(std::launch::async, [&] { return b.join({1, 1, "node-b", "10.0.0.2", 0}, 10s); });
+  return {ja.get(), jb.get()};
+}
+
+TEST(RendezvousServiceTest, AHeldHeartbeatIsAnsweredWhenAnotherNodeFails) {
+  Harness h(make_config(2, 2));
+  auto a = h.client(), b = h.client();
+  auto [ra, rb] = form_two(*a, *b);
+  // Not ended: the server holds the answer for the hold, then says "runs".
+  auto start = Clock::now();
+  EXPECT_FALSE(a->heartbeat(ra.round, ra.group_rank, 5s, 300ms).round_ended);
+  EXPECT_GE(ms_since(start), 250) << "the server did not hold the heartbeat";
+  // A failure elsewhere answers a held heartbeat at once, not after its 20 s hold.
+  auto held = std::async(std::launch::async, [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
+  ASSERT_EQ(held.wait_for(200ms), std::future_status::timeout) << "answered before the round ended";
+  start = Clock::now();
+  b->report_failure(rb.round, rb.group_rank, "node-b: rank 1 exited with code 3", 3);
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  RoundStatus end = held.get();
+  EXPECT_LT(ms_since(start), 10000);
+  EXPECT_TRUE(end.round_ended);
+  EXPECT_FALSE(end.succeeded);
+  EXPECT_THAT(end.reason, HasSubstr("rank 1 exited with code 3"));
+  EXPECT_TRUE(h.server.service().outcome_delivered());
+}
+
+TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
+  Harness h(make_config(2, 2));
+  auto a = h.client(), b = h.client();
+  auto [ra, rb] = form_two(*a, *b);
+  CallCanceller canceller;
+  auto cancelled = std::async(std::launch::async, [&, ra = ra] {
+    return rpc_error_of([&] { a->heartbeat(ra.round, ra.group_rank, 5s, 20s, &canceller); });
+  });
+  ASSERT_EQ(cancelled.wait_for(200ms), std::future_status::timeout);
+  canceller.cancel();
+  ASSERT_EQ(cancelled.wait_for(10s), std::future_status::ready);
+  auto err = cancelled.get();
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), code(RpcCode::kCancelled)) << err->what();
+
+  auto held = std::async(std::launch::async, [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
+  a->leave(ra.round, ra.group_rank, 0);
+  ASSERT_EQ(held.wait_for(200ms), std::future_status::timeout) << "answered before every node left";
+  EXPECT_FALSE(h.server.service().outcome_delivered());
+  b->leave(rb.round, rb.group_rank, 0);
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(held.get().succeeded);
+  EXPECT_FALSE(h.server.service().outcome_delivered()) << "node b has not heard yet";
+  EXPECT_TRUE(b->heartbeat(rb.round, rb.group_rank, 5s).succeeded);
+  EXPECT_TRUE(h.server.service().outcome_delivered());
+}
+
 TEST(RendezvousServiceTest, ElasticJoinClosesAtTheLastCallWithTheNodesPresent) {
   RendezvousConfig config = make_config(1, 3);
   config.last_call_timeout = 300ms;

@@ -285,6 +285,64 @@ TEST_F(RendezvousStateTest, ElasticRoundWithRoomScalesUpWithoutUsingARestart) {
   EXPECT_EQ(joined(s, late).round, 2);
 }
 
+TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeHeardIt) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  EXPECT_FALSE(s.outcome_delivered());
+  EXPECT_FALSE(s.round_end(1, 0, now).has_value());  // runs: a held heartbeat keeps waiting
+  ASSERT_TRUE(s.leave(kAuth, 1, 0, 0, now).ok());
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 0, now).ok());
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kSucceeded);
+  EXPECT_FALSE(s.outcome_delivered()) << "nobody has heard of the success yet";
+  auto end = s.round_end(1, 0, now);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_TRUE(end->round_ended);
+  EXPECT_TRUE(end->reason.empty());
+  EXPECT_FALSE(s.outcome_delivered()) << "node 1 has not heard";
+  EXPECT_TRUE(s.heartbeat(kAuth, 1, 1, now).value.round_ended);
+  EXPECT_TRUE(s.outcome_delivered());
+}
+
+TEST_F(RendezvousStateTest, ANodeWaitingForAPlaceMustHearTheOutcomeToo) {
+  RendezvousState s(make_config(2, 2));
+  form(s, 2);
+  EXPECT_EQ(s.join(kAuth, node("late"), now).status.code, Code::kUnavailable);
+  ASSERT_TRUE(s.leave(kAuth, 1, 0, 0, now).ok());
+  ASSERT_TRUE(s.leave(kAuth, 1, 1, 0, now).ok());
+  s.round_end(1, 0, now);
+  s.round_end(1, 1, now);
+  EXPECT_FALSE(s.outcome_delivered()) << "the late node has not asked again";
+  auto again = s.join(kAuth, node("late"), now);
+  EXPECT_EQ(again.status.code, Code::kFailedPrecondition);
+  EXPECT_THAT(again.status.message, HasSubstr("has already completed"));
+  EXPECT_TRUE(s.outcome_delivered());
+}
+
+TEST_F(RendezvousStateTest, AFailuresReporterAndASilentNodeNeedNoTelling) {
+  RendezvousState s(make_config(3, 3));
+  form(s, 3);
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now).ok());
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 1, now).ok());
+  advance(s.config().heartbeat_timeout - 1ms);
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now).ok());
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 1, now).ok());
+  advance(2ms);
+  s.tick(now);  // node 2 fell silent: it ends the round and is gone
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+  EXPECT_FALSE(s.outcome_delivered());
+  EXPECT_TRUE(s.round_end(1, 0, now).has_value());
+  EXPECT_FALSE(s.outcome_delivered());
+  EXPECT_TRUE(s.round_end(1, 1, now).has_value());
+  EXPECT_TRUE(s.outcome_delivered());
+
+  RendezvousState t(make_config(2, 2));
+  form(t, 2);
+  ASSERT_TRUE(t.report_failure(kAuth, 1, 1, "rank 3 died", 1, now).ok());
+  EXPECT_FALSE(t.outcome_delivered());
+  EXPECT_THAT(t.round_end(1, 0, now)->reason, HasSubstr("rank 3 died"));
+  EXPECT_TRUE(t.outcome_delivered()) << "the reporter knows";
+}
+
 TEST_F(RendezvousStateTest, FirstRoundHasNoReason) {
   RendezvousState s(make_config(1, 1));
   auto t = join(s, node("a"));
