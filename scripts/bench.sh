@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-release} BUILD_TYPE=Release ./scripts/build.sh >/dev/null
 echo "== launch overhead (bench/launch_overhead.sh) =="
 bash bench/launch_overhead.sh "${BUILD_DIR:-build-release}" "${RUNS:-20}"
+echo "== multi-host launch (bench/multihost_launch.sh: 2 namespace hosts x 4 workers, ddprun vs torchrun c10d) =="
+if [ "$(id -u)" = 0 ]; then
+  bash bench/multihost_launch.sh "${BUILD_DIR:-build-release}" "${RUNS_MULTIHOST:-5}"
+else
+  echo "skipped: needs root for network namespaces"
+fi
 echo "== rendezvous (bench/rdzv_bench) =="
 "${BUILD_DIR:-build-release}/bench/rdzv_bench"
 B="${BUILD_DIR:-build-release}"
