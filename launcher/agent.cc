@@ -117,13 +117,18 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
+// SIGUSR1/SIGUSR2 are notices for the program (Slurm's --signal=USR1@90
+// before a time limit or preemption): forwarded, the job goes on.
+bool is_notice_signal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
+
 // Drains the signalfd; returns the first pending signal that asks ddprun to
-// stop (anything but SIGCHLD), or 0.
+// stop (anything but SIGCHLD and the notices), or 0.
 int read_stop_signal(int signal_fd) {
   int stop = 0;
   signalfd_siginfo info{};
   while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
-    if (info.ssi_signo != SIGCHLD && stop == 0) stop = static_cast<int>(info.ssi_signo);
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig != SIGCHLD && !is_notice_signal(sig) && stop == 0) stop = sig;
   }
   return stop;
 }
@@ -534,6 +539,16 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
           int sig = static_cast<int>(info.ssi_signo);
           if (sig == SIGCHLD) continue;  // reaped below
+          if (is_notice_signal(sig)) {
+            // To each worker itself, not its process group: children (data
+            // loaders) that do not expect it would die of it.
+            int told = 0;
+            for (auto& w : workers) {
+              if (w.running && kill(w.pid, sig) == 0) ++told;
+            }
+            launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig), told);
+            continue;
+          }
           if (result.signal == 0 && !kill_deadline) {
             result.signal = sig;
             stop_all(sig);

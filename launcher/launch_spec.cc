@@ -17,6 +17,7 @@
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
+#include "slurm_step.h"
 
 namespace ddp::launcher {
 namespace {
@@ -169,6 +170,64 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
     throw Error("--rdzv_backend=c10d with --nnodes=" + nnodes_text +
                 " needs --rdzv_endpoint HOST[:PORT] (the node that hosts the rendezvous; default port 29400)");
   }
+}
+
+// Which of the job's shape the command line, PET_* or the config file gave.
+struct GivenShape {
+  bool nnodes = false, node_rank = false, endpoint = false, master_addr = false, master_port = false,
+       run_id = false, standalone = false;
+};
+
+int count_gpus_in(const std::string& list) {
+  return list.empty() ? 0 : static_cast<int>(std::count(list.begin(), list.end(), ',')) + 1;
+}
+
+// Inside a Slurm job step, what the user did not give comes from the step:
+// the node count, the node rank, the rendezvous on the step's first host and
+// the run id; also the step's GPUs when CUDA_VISIBLE_DEVICES is unset.
+// Explicit flags and PET_* win; a single node asked for explicitly
+// (--nnodes=1, --standalone) ignores Slurm.
+void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given) {
+  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1")) return;
+  std::optional<SlurmStep> step = read_slurm_step([](const char* name) { return std::getenv(name); });
+  if (!step) return;
+  const std::string nodes = std::to_string(step->num_nodes);
+  if (given.nnodes) {
+    const std::string min_text = nnodes_text.substr(0, nnodes_text.find(':'));
+    if (parse_positive_int("--nnodes", min_text) > step->num_nodes) {
+      throw Error("--nnodes=" + nnodes_text + " needs more nodes than this Slurm step has (" + step->num_nodes_var +
+                  "=" + nodes + "): run srun -N" + min_text + ", or leave --nnodes out to take the step's");
+    }
+  } else {
+    nnodes_text = nodes;
+  }
+  std::vector<std::string> took;
+  if (!given.nnodes) took.push_back(nodes + " node(s) (" + step->num_nodes_var + ")");
+  if (!given.node_rank && nnodes_text.find(':') == std::string::npos) {
+    spec.node_rank = step->node_id;
+    took.push_back("node rank " + std::to_string(step->node_id) + " (SLURM_NODEID)");
+  }
+  if (!given.endpoint && nnodes_text != "1") {
+    if (!given.master_addr) spec.master_addr = step->first_host;
+    if (!given.master_port) spec.master_port = step->master_port();
+    const bool ipv6 = spec.master_addr.find(':') != std::string::npos;
+    spec.rdzv_endpoint = (ipv6 ? "[" + spec.master_addr + "]" : spec.master_addr) + ":" +
+                         std::to_string(spec.master_port + 1);
+    took.push_back("rendezvous at " + spec.rdzv_endpoint + " (first host of " + step->nodelist_var + "=" +
+                   step->nodelist + ", MASTER_PORT " + std::to_string(spec.master_port) + ")");
+  }
+  if (!given.run_id) {
+    run_id = step->run_id();
+    took.push_back("run id " + run_id);
+  }
+  if (std::getenv("CUDA_VISIBLE_DEVICES") == nullptr && !step->gpus.empty()) {
+    spec.cuda_visible_devices = step->gpus;
+    took.push_back("CUDA_VISIBLE_DEVICES=" + step->gpus + " (SLURM_STEP_GPUS)");
+  }
+  if (nnodes_text == "1" && spec.cuda_visible_devices.empty()) return;  // a one-node step: nothing changed
+  std::string line = "Slurm job " + step->job_id + " step " + step->step_id + ": took ";
+  for (std::size_t i = 0; i < took.size(); ++i) line += (i == 0 ? "" : ", ") + took[i];
+  spec.notices.push_back(line);
 }
 
 }  // namespace
@@ -471,7 +530,21 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   spec.program = rest.front();
   spec.program_args.assign(rest.begin() + 1, rest.end());
 
-  spec.nproc_per_node = resolve_nproc(spec.nproc_per_node_text, count_visible_gpus(), count_usable_cpus());
+  {
+    GivenShape given;
+    given.nnodes = app.count("--nnodes") > 0;
+    given.node_rank = app.count("--node_rank") > 0;
+    given.endpoint = app.count("--rdzv_endpoint") > 0;
+    given.master_addr = app.count("--master_addr") > 0;
+    given.master_port = app.count("--master_port") > 0;
+    given.run_id = app.count("--run_id") > 0 || std::getenv("PET_RDZV_ID") != nullptr;
+    given.standalone = spec.standalone;
+    apply_slurm_step(spec, nnodes_text, run_id, given);
+  }
+  spec.nproc_per_node = resolve_nproc(
+      spec.nproc_per_node_text,
+      spec.cuda_visible_devices.empty() ? count_visible_gpus() : count_gpus_in(spec.cuda_visible_devices),
+      count_usable_cpus());
   {
     auto colon = nnodes_text.find(':');
     int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
@@ -494,8 +567,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
   }
   spec.rdzv_conf = parse_rdzv_conf(rdzv_conf_text);
-  apply_backend(spec, backend_text, nnodes_text, app.count("--master_port") > 0 ||
-                                                     std::getenv("PET_MASTER_PORT") != nullptr);
+  apply_backend(spec, backend_text, nnodes_text, spec.master_port != 0 || app.count("--master_port") > 0);
   if (spec.rdzv_endpoint.empty()) {
     spec.rdzv_host = "127.0.0.1";
     spec.rdzv_port = 0;

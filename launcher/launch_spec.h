@@ -100,8 +100,12 @@ struct LaunchSpec {
   bool bind_cores_to_rank = false;
   std::string python = "python3";  // interpreter for .py programs and -m
 
-  // One line each for accepted torchrun flags that change nothing here.
+  // One line each for accepted torchrun flags that change nothing here, and
+  // for what was taken from a Slurm job step.
   std::vector<std::string> notices;
+  // The Slurm step's GPUs (SLURM_STEP_GPUS), for workers to see as
+  // CUDA_VISIBLE_DEVICES when it is unset ("": leave the environment alone).
+  std::string cuda_visible_devices;
 
   std::string program;                    // as given
   std::vector<std::string> program_args;  // passed untouched

@@ -346,7 +346,7 @@ TEST(Launcher, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
 }
 
 TEST(Launcher, ForwardedSignalsReachEveryWorkerGroup) {
-  for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
+  for (int sig : {SIGINT, SIGHUP, SIGQUIT}) {
     auto dir = make_temp_dir();
     Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=5", kWorker, "hold", dir});
     ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 2 &&
@@ -359,6 +359,37 @@ TEST(Launcher, ForwardedSignalsReachEveryWorkerGroup) {
     EXPECT_LT(r.seconds, 4.0);
     for (pid_t pid : read_pids(dir, "")) EXPECT_FALSE(process_alive(pid)) << pid;
   }
+}
+
+TEST(Launcher, Sigusr1IsForwardedToEachWorkerAndTheJobGoesOn) {
+  auto dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=2", kWorker, "on-usr1", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 10s)) << p.read_err();
+  kill(p.pid(), SIGUSR1);
+  auto r = p.wait(10s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 0) << r.err;  // the workers checkpointed and exited 0: a success
+  for (int rank : {0, 1}) {
+    // The worker got it; its child (a data loader, say) did not.
+    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " got SIGUSR1, child alive"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.err.find("forwarded SIGUSR1 to 2 worker(s); the job goes on"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launcher, Sigusr2ToAProgramThatIgnoresNoticesEndsItAsAWorkerFailure) {
+  auto dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=2", kWorker, "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 10s)) << p.read_err();
+  kill(p.pid(), SIGUSR2);
+  auto r = p.wait(10s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("forwarded SIGUSR2 to 2 worker(s)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("stopped workers after SIGUSR2"), std::string::npos) << "ddprun stopped itself:\n" << r.err;
+  EXPECT_NE(r.err.find("SIGUSR2"), std::string::npos) << r.err;  // the failure names the workers' signal
+  for (pid_t pid : read_pids(dir, "")) EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {

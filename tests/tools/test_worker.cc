@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +33,9 @@ int usage() {
                "  fail RANK CODE            RANK writes to stderr and exits CODE; others wait\n"
                "  signal RANK SIG           RANK kills itself with SIG; others wait\n"
                "  hold DIR [ignore-term]    write DIR/pid_<rank>, fork a child writing DIR/child_<rank>, wait\n"
+               "  on-usr1 DIR               fork a child (default SIGUSR1 action), write DIR/pid_<rank>,\n"
+               "                            wait for SIGUSR1, print 'rank R got SIGUSR1, child alive|dead',\n"
+               "                            end the child, exit 0 (a checkpoint before preemption)\n"
                "  binary                    write bytes 0..255 and a line without newline\n"
                "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
                "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
@@ -107,6 +111,24 @@ int main(int argc, char** argv) {
     std::printf("holding\n");
     std::fflush(stdout);
     wait_forever();
+  }
+  if (mode == "on-usr1" && argc == 3) {
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pid_t child = fork();
+    if (child == 0) wait_forever();  // SIGUSR1 would kill it
+    sigprocmask(SIG_BLOCK, &usr1, nullptr);
+    write_pid_file(std::string(argv[2]) + "/pid_" + std::to_string(rank), getpid());
+    int sig = 0;
+    sigwait(&usr1, &sig);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a child's death would show by now
+    const bool alive = kill(child, 0) == 0 && waitpid(child, nullptr, WNOHANG) == 0;
+    std::printf("rank %d got SIGUSR1, child %s\n", rank, alive ? "alive" : "dead");
+    std::fflush(stdout);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    return 0;
   }
   if (mode == "binary") {
     std::string bytes;
