@@ -13,6 +13,7 @@ PACKAGES=(
   python3 python3-torch
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -31,6 +32,17 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Packages with daemons (munge, slurmctld, slurmd) must not start them: the tests
+# run their own instances (tests/support/slurm_cluster.cc), and without an init
+# system a failed start would fail the install. A policy-rc.d that denies every
+# start does that; one already there (as in Docker images) is left alone.
+POLICY=/usr/sbin/policy-rc.d
+if [[ ! -e $POLICY ]]; then
+  printf '#!/bin/sh\n# install-deps.sh: no daemon starts during the install\nexit 101\n' |
+    $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod 755 "$POLICY"
+  trap '$SUDO rm -f "$POLICY"' EXIT
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include "subprocess.h"
@@ -40,7 +41,11 @@ void remove_stale_namespaces() {
     const auto dash = line.find('-');
     if (dash == std::string::npos) continue;
     const pid_t owner = static_cast<pid_t>(std::atol(line.substr(0, dash).c_str()));
-    if (owner > 0 && kill(owner, 0) != 0) ip({"netns", "del", name});
+    if (owner > 0 && kill(owner, 0) != 0) {
+      ip({"netns", "del", name});
+      std::error_code ignored;
+      std::filesystem::remove_all("/etc/netns/" + name, ignored);
+    }
   }
 }
 
@@ -86,7 +91,11 @@ NetnsHosts::NetnsHosts(int count) {
 NetnsHosts::~NetnsHosts() { remove_all(); }
 
 void NetnsHosts::remove_all() {
-  for (const auto& host : hosts_) ip({"netns", "del", host});
+  for (const auto& host : hosts_) {
+    ip({"netns", "del", host});
+    std::error_code ignored;
+    std::filesystem::remove_all("/etc/netns/" + host, ignored);
+  }
   hosts_.clear();
   if (!switch_.empty()) ip({"netns", "del", switch_});
   switch_.clear();
@@ -98,6 +107,17 @@ std::vector<std::string> NetnsHosts::on(int host, const std::vector<std::string>
   std::vector<std::string> full = {"ip", "netns", "exec", hosts_.at(static_cast<size_t>(host))};
   full.insert(full.end(), argv.begin(), argv.end());
   return full;
+}
+
+void NetnsHosts::name_hosts(const std::vector<std::string>& names) const {
+  std::string table = "127.0.0.1 localhost\n";
+  for (size_t i = 0; i < names.size() && i < hosts_.size(); ++i) {
+    table += address(static_cast<int>(i)) + " " + names[i] + "\n";
+  }
+  for (const auto& host : hosts_) {
+    std::filesystem::create_directories("/etc/netns/" + host);
+    write_file("/etc/netns/" + host + "/hosts", table);
+  }
 }
 
 void NetnsHosts::set_link(int host, bool up) const {
