@@ -58,6 +58,10 @@ void HeartbeatMonitor::loop() {
     lock.lock();
     if (stop_) break;
     if (status && status->round_ended) {
+      lock.unlock();
+      // Before the agent hears it (and may exit): the host waits for this.
+      client_.acknowledge_end(round_, group_rank_, std::max(interval_, std::chrono::milliseconds(200)));
+      lock.lock();
       ended_ = status;
       break;
     }

@@ -271,7 +271,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        const v1::HeartbeatRequest* req,
                                                        v1::HeartbeatResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now());
+  auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(), req->heard_end());
   auto fill = [resp](const HeartbeatReply& reply) {
     resp->set_round_ended(reply.round_ended);
     resp->set_reason(reply.reason);

@@ -446,14 +446,14 @@ void RendezvousState::end_round(Round& round, std::string reason, bool uses_rest
 }
 
 Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t round,
-                                                  int group_rank, TimePoint now) {
+                                                  int group_rank, TimePoint now, bool heard_end) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
   auto found = find_member(round, group_rank);
   if (!found.ok()) return {found.status};
   Round& r = *found.value;
   if (r.ended) {
-    r.members[group_rank].informed = true;
+    if (heard_end) r.members[group_rank].informed = true;
     return {{}, HeartbeatReply{true, r.reason, r.can_restart}};
   }
   r.members[group_rank].last_seen = now;
@@ -466,7 +466,6 @@ std::optional<HeartbeatReply> RendezvousState::round_end(std::int64_t round, int
   if (!found.ok()) return HeartbeatReply{true, found.status.message, false};
   Round& r = *found.value;
   if (!r.ended) return std::nullopt;
-  r.members[group_rank].informed = true;
   return HeartbeatReply{true, r.reason, r.can_restart};
 }
 

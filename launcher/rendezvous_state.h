@@ -204,15 +204,17 @@ class RendezvousState {
   // silent for heartbeat_timeout (since its last heartbeat, or since the round
   // formed) ends the round. For an ended round, says why it ended.
   // Errors: kNotFound (no such formed round), kInvalidArgument (group rank).
-  // A node told of the end counts as informed (see outcome_delivered).
+  // `heard_end`: the node acknowledges that it has heard the round's end
+  // (see outcome_delivered); an answer alone does not count, since a node
+  // tearing down its monitor may never read it.
   Result<HeartbeatReply> heartbeat(const Auth& auth, std::int64_t round, int group_rank,
-                                   TimePoint now);
+                                   TimePoint now, bool heard_end = false);
   // For a heartbeat the service holds until the round ends: the end once it
-  // has come (the node is then informed), nullopt while the round runs.
-  // Records no liveness: only a heartbeat's arrival does.
+  // has come, nullopt while the round runs. Records no liveness: only a
+  // heartbeat's arrival does.
   std::optional<HeartbeatReply> round_end(std::int64_t round, int group_rank, TimePoint now);
   // Whether the last formed round has ended and every node of it has heard
-  // so (by a heartbeat's answer, or by reporting the failure itself) or is
+  // so (acknowledged with a heartbeat, or reported the failure itself) or is
   // gone (ended the round by its silence), and every node told to wait for
   // a place in a full round has asked again since: a hosting node may then stop
   // serving without leaving anyone to learn the outcome from a dead server.

@@ -12,6 +12,8 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "skipped: needs root for network namespaces"
 fi
+echo "== launch under Slurm (bench/slurm_launch_bench: a 2-node test cluster, 2 workers per node, vs bare srun and torchrun) =="
+"${BUILD_DIR:-build-release}/bench/slurm_launch_bench" "${BUILD_DIR:-build-release}/launcher/ddprun" "${RUNS_SLURM:-7}"
 echo "== rendezvous (bench/rdzv_bench) =="
 "${BUILD_DIR:-build-release}/bench/rdzv_bench"
 B="${BUILD_DIR:-build-release}"

@@ -218,6 +218,18 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
 }
 
+void RendezvousClient::acknowledge_end(std::int64_t round, int group_rank, std::chrono::milliseconds timeout) {
+  v1::HeartbeatRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_round(round);
+  req.set_group_rank(group_rank);
+  req.set_heard_end(true);
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  (void)impl_->stub->Heartbeat(&ctx, req, &resp);  // the host waits at most its close_timeout anyway
+}
+
 bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
                                       std::chrono::milliseconds deadline) {
   v1::ReportFailureRequest req;

@@ -451,7 +451,9 @@ TEST(RendezvousServiceTest, AHeldHeartbeatIsAnsweredWhenAnotherNodeFails) {
   EXPECT_TRUE(end.round_ended);
   EXPECT_FALSE(end.succeeded);
   EXPECT_THAT(end.reason, HasSubstr("rank 1 exited with code 3"));
-  EXPECT_TRUE(h.server.service().outcome_delivered());
+  EXPECT_FALSE(h.server.service().outcome_delivered()) << "node a has not acknowledged";
+  a->acknowledge_end(ra.round, ra.group_rank, 5s);
+  EXPECT_TRUE(h.server.service().outcome_delivered()) << "node b reported the failure itself";
 }
 
 TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
@@ -476,8 +478,11 @@ TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
   b->leave(rb.round, rb.group_rank, 0);
   ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(held.get().succeeded);
+  a->acknowledge_end(ra.round, ra.group_rank, 5s);
   EXPECT_FALSE(h.server.service().outcome_delivered()) << "node b has not heard yet";
   EXPECT_TRUE(b->heartbeat(rb.round, rb.group_rank, 5s).succeeded);
+  EXPECT_FALSE(h.server.service().outcome_delivered()) << "an answer is not an acknowledgement";
+  b->acknowledge_end(rb.round, rb.group_rank, 5s);
   EXPECT_TRUE(h.server.service().outcome_delivered());
 }
 

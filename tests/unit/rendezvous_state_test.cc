@@ -285,7 +285,7 @@ TEST_F(RendezvousStateTest, ElasticRoundWithRoomScalesUpWithoutUsingARestart) {
   EXPECT_EQ(joined(s, late).round, 2);
 }
 
-TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeHeardIt) {
+TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeAcknowledgedIt) {
   RendezvousState s(make_config(2, 2));
   form(s, 2);
   EXPECT_FALSE(s.outcome_delivered());
@@ -298,8 +298,11 @@ TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeHeardIt) {
   ASSERT_TRUE(end.has_value());
   EXPECT_TRUE(end->round_ended);
   EXPECT_TRUE(end->reason.empty());
-  EXPECT_FALSE(s.outcome_delivered()) << "node 1 has not heard";
   EXPECT_TRUE(s.heartbeat(kAuth, 1, 1, now).value.round_ended);
+  EXPECT_FALSE(s.outcome_delivered()) << "answers alone may be lost (a node tearing down its monitor)";
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now, /*heard_end=*/true).ok());
+  EXPECT_FALSE(s.outcome_delivered()) << "node 1 has not acknowledged";
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 1, now, /*heard_end=*/true).ok());
   EXPECT_TRUE(s.outcome_delivered());
 }
 
@@ -309,8 +312,8 @@ TEST_F(RendezvousStateTest, ANodeWaitingForAPlaceMustHearTheOutcomeToo) {
   EXPECT_EQ(s.join(kAuth, node("late"), now).status.code, Code::kUnavailable);
   ASSERT_TRUE(s.leave(kAuth, 1, 0, 0, now).ok());
   ASSERT_TRUE(s.leave(kAuth, 1, 1, 0, now).ok());
-  s.round_end(1, 0, now);
-  s.round_end(1, 1, now);
+  s.heartbeat(kAuth, 1, 0, now, true);
+  s.heartbeat(kAuth, 1, 1, now, true);
   EXPECT_FALSE(s.outcome_delivered()) << "the late node has not asked again";
   auto again = s.join(kAuth, node("late"), now);
   EXPECT_EQ(again.status.code, Code::kFailedPrecondition);
@@ -330,9 +333,9 @@ TEST_F(RendezvousStateTest, AFailuresReporterAndASilentNodeNeedNoTelling) {
   s.tick(now);  // node 2 fell silent: it ends the round and is gone
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
   EXPECT_FALSE(s.outcome_delivered());
-  EXPECT_TRUE(s.round_end(1, 0, now).has_value());
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 0, now, true).ok());
   EXPECT_FALSE(s.outcome_delivered());
-  EXPECT_TRUE(s.round_end(1, 1, now).has_value());
+  ASSERT_TRUE(s.heartbeat(kAuth, 1, 1, now, true).ok());
   EXPECT_TRUE(s.outcome_delivered());
 
   RendezvousState t(make_config(2, 2));
@@ -340,6 +343,7 @@ TEST_F(RendezvousStateTest, AFailuresReporterAndASilentNodeNeedNoTelling) {
   ASSERT_TRUE(t.report_failure(kAuth, 1, 1, "rank 3 died", 1, now).ok());
   EXPECT_FALSE(t.outcome_delivered());
   EXPECT_THAT(t.round_end(1, 0, now)->reason, HasSubstr("rank 3 died"));
+  ASSERT_TRUE(t.heartbeat(kAuth, 1, 0, now, true).ok());
   EXPECT_TRUE(t.outcome_delivered()) << "the reporter knows";
 }
 

@@ -98,6 +98,9 @@ class RendezvousClient {
   // fails after hold + `timeout`. `canceller` may cut it short.
   RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout,
                         std::chrono::milliseconds hold = {}, CallCanceller* canceller = nullptr);
+  // Tells the server this node has heard that its round ended (so the host
+  // may stop serving once every node has). Best effort: errors are ignored.
+  void acknowledge_end(std::int64_t round, int group_rank, std::chrono::milliseconds timeout);
   // `deadline` bounds the call (a node stopping must not wait long for an
   // unreachable server).
   bool report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
