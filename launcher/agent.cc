@@ -413,7 +413,11 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         TeeTarget target;
         target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
         target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(w.rank) + "] " : "";
-        if (!rank_dir.empty()) target.file_fd = open_log_file(rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log"));
+        target.stop_fd = signal_fd_;
+        if (!rank_dir.empty()) {
+          target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+          target.file_fd = open_log_file(target.file_path);
+        }
         target.keep_last_lines = s == 1 ? kReportLines : 0;
         w.tees[s] = std::make_unique<StreamTee>(std::move(target));
       }

@@ -1,20 +1,32 @@
 #include "log_tee.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace ddp::launcher {
 namespace {
 
-void write_all(int fd, const char* data, size_t size) {
+// Writes everything, waiting while `fd` is full (EAGAIN) unless `stop_fd`
+// becomes readable. Returns the errno that ended it early, or 0.
+int write_all(int fd, const char* data, size_t size, int stop_fd = -1) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // console or disk gone: drop rather than block the supervisor
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pfds[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
+      if (::poll(pfds, stop_fd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR) return errno;
+      if (stop_fd >= 0 && (pfds[1].revents & POLLIN) && !(pfds[0].revents & POLLOUT)) return EAGAIN;
+      continue;
+    }
+    if (n < 0) return errno;  // console or disk gone (EPIPE, ENOSPC, EIO)
+    if (n == 0) return EIO;
     data += n;
     size -= static_cast<size_t>(n);
   }
+  return 0;
 }
 
 }  // namespace
@@ -24,7 +36,14 @@ StreamTee::~StreamTee() {
 }
 
 void StreamTee::write(const char* data, size_t size) {
-  if (target_.file_fd >= 0) write_all(target_.file_fd, data, size);
+  if (target_.file_fd >= 0 && !file_failed_) {
+    if (int err = write_all(target_.file_fd, data, size); err != 0) {
+      file_failed_ = true;  // say it once; the console still gets the lines
+      std::string warning = "[ddprun] warning: writing " + target_.file_path + " failed (" + std::strerror(err) +
+                            "); the rest of this stream is not in the file\n";
+      write_all(STDERR_FILENO, warning.data(), warning.size(), target_.stop_fd);
+    }
+  }
   splitter_.feed(data, size, [this](const std::string& line) { emit(line); });
 }
 
@@ -39,7 +58,7 @@ void StreamTee::emit(const std::string& line) {
     out += target_.prefix;
     out += line;
     out += '\n';
-    write_all(target_.console_fd, out.data(), out.size());
+    write_all(target_.console_fd, out.data(), out.size(), target_.stop_fd);
   }
   if (target_.keep_last_lines > 0) {
     last_lines_.push_back(line);

@@ -29,9 +29,16 @@ class LineSplitter {
 };
 
 struct TeeTarget {
-  int console_fd = -1;       // -1: not shown on the console
+  // -1: not shown on the console. A full console (a pipe nobody reads yet,
+  // blocking or O_NONBLOCK) is waited for: no line is dropped, and the
+  // workers feel the back-pressure through their own pipes.
+  int console_fd = -1;
+  // Readable when ddprun has been asked to stop (its signalfd; -1: none): a
+  // wait for a full console then gives up and drops the rest.
+  int stop_fd = -1;
   std::string prefix;        // e.g. "[rank 3] "; empty: no prefix
   int file_fd = -1;          // -1: no log file
+  std::string file_path;     // for the one warning when writing it fails (a full disk)
   size_t keep_last_lines = 0;  // >0: remember the last lines (stderr)
 };
 
@@ -49,6 +56,7 @@ class StreamTee {
  private:
   void emit(const std::string& line);
   TeeTarget target_;
+  bool file_failed_ = false;
   LineSplitter splitter_;
   std::deque<std::string> last_lines_;
 };

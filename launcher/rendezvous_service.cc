@@ -19,6 +19,19 @@ constexpr auto kIdleTick = 200ms;
 // Cap for waits whose request names no timeout.
 constexpr auto kMaxWait = std::chrono::hours(24);
 
+// gRPC carries a status message in trailing metadata, whose size is
+// limited (8 KiB by default): a longer one would replace the real error with
+// "received initial metadata size exceeds limit". Long texts (a Wait on
+// thousands of keys, a job's 20-line failure report) keep their head.
+constexpr std::size_t kMaxStatusMessage = 4096;
+
+std::string capped(const std::string& message) {
+  if (message.size() <= kMaxStatusMessage) return message;
+  std::size_t cut = kMaxStatusMessage;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+  return message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) + " more bytes cut)";
+}
+
 grpc::Status to_grpc(const Status& s) {
   static const grpc::StatusCode kMap[] = {
       grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
@@ -26,7 +39,7 @@ grpc::Status to_grpc(const Status& s) {
       grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
       grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED,
       grpc::StatusCode::UNAVAILABLE};
-  return s.ok() ? grpc::Status::OK : grpc::Status(kMap[static_cast<int>(s.code)], s.message);
+  return s.ok() ? grpc::Status::OK : grpc::Status(kMap[static_cast<int>(s.code)], capped(s.message));
 }
 
 Auth auth_of(const v1::Auth& a) { return {a.run_id(), a.token()}; }
@@ -353,7 +366,7 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
     }
     if (at >= deadline) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          "key '" + key + "' was not set within " + seconds_text(timeout_ms));
+                          capped("key '" + key + "' was not set within " + seconds_text(timeout_ms)));
     }
     return std::nullopt;
   };
@@ -402,7 +415,7 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
       if (g.ok() && !g.value) missing += (missing.empty() ? "'" : ", '") + k + "'";
     }
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
+                        capped("keys never set within " + seconds_text(timeout_ms) + ": " + missing));
   };
   return wait_for(ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
 }

@@ -392,6 +392,41 @@ TEST(Launcher, Sigusr2ToAProgramThatIgnoresNoticesEndsItAsAWorkerFailure) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Launcher, ANonBlockingStdoutPipeLosesNoLine) {
+  // ddprun's stdout is an O_NONBLOCK pipe whose reader starts late: the pipe
+  // fills, writes fail with EAGAIN, and every line must still arrive.
+  const std::string script =
+      "import fcntl, os, sys\n"
+      "fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)\n"
+      "os.execv(sys.argv[1], sys.argv[1:])\n";
+  auto r = run_process({"/bin/sh", "-c",
+                        "/usr/bin/python3 -c \"$0\" \"$1\" --nproc_per_node=2 --no_prefix seq 200000 | "
+                        "(sleep 1; wc -l)",
+                        script, kDdprun},
+                       {}, 60s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "400000\n") << r.err;
+}
+
+TEST(Launcher, AFullDiskForTheLogFilesIsSaidOnceAndTheConsoleKeepsEveryLine) {
+  if (geteuid() != 0) {
+    std::printf("skipped: needs root to mount a small tmpfs\n");
+    GTEST_SKIP();
+  }
+  auto dir = make_temp_dir();
+  ASSERT_EQ(run_process({"mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir}, {}, 10s).code, 0);
+  auto r = ddprun({"--nproc_per_node=1", "--run_id=full", "--log_dir=" + dir, "--no_prefix", "seq", "100000"});
+  run_process({"umount", dir}, {}, 10s);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 100000) << "the console lost lines";
+  const std::string warning = "warning: writing " + dir + "/full/attempt_0/0/stdout.log failed (No space left on device)";
+  const auto first = r.err.find(warning);
+  EXPECT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning, first + 1), std::string::npos) << "said more than once:\n" << r.err;
+}
+
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {
   auto dir = make_temp_dir();
   Subprocess p({kDdprun, "--nproc_per_node=3", kWorker, "hold", dir, "ignore-term"});

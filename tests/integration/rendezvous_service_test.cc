@@ -486,6 +486,30 @@ TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
   EXPECT_TRUE(h.server.service().outcome_delivered());
 }
 
+TEST(RendezvousServiceTest, LongErrorsKeepTheirHeadInsteadOfBecomingAMetadataError) {
+  Harness h(make_config(2, 2));
+  auto a = h.client(), b = h.client();
+  // A Wait on 2000 keys that times out names them: 90 KB of text.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 2000; ++i) keys.push_back("a/rather/long/key/name/number/" + std::to_string(i));
+  auto err = rpc_error_of([&] { a->wait(keys, 200ms); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), code(RpcCode::kDeadlineExceeded)) << std::string(err->what()).substr(0, 300);
+  EXPECT_THAT(err->what(), HasSubstr("keys never set within"));
+  EXPECT_THAT(err->what(), HasSubstr("more bytes cut)"));
+  // A join after a job whose failure report is 27 KB hears the head of it.
+  auto [ra, rb] = form_two(*a, *b);
+  std::string report = "node-b: rank 3 exited with code 1\n";
+  while (report.size() < 27000) report += "a line of the rank's stderr, quoted in the report\n";
+  b->report_failure(rb.round, rb.group_rank, report, 1);
+  err = rpc_error_of([&] { h.client()->join({-1, 1, "node-c", "10.0.0.3", 0}, 5s); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), code(RpcCode::kFailedPrecondition)) << std::string(err->what()).substr(0, 300);
+  EXPECT_THAT(err->what(), HasSubstr("failed with no restarts left"));
+  EXPECT_THAT(err->what(), HasSubstr("rank 3 exited with code 1"));
+  EXPECT_THAT(err->what(), HasSubstr("more bytes cut)"));
+}
+
 TEST(RendezvousServiceTest, ElasticJoinClosesAtTheLastCallWithTheNodesPresent) {
   RendezvousConfig config = make_config(1, 3);
   config.last_call_timeout = 300ms;
