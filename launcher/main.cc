@@ -15,9 +15,11 @@
 #include "ddp/common/log.h"
 #include "launch_spec.h"
 #include "orphan_guard.h"
+#include "process.h"
 #include "rpc_plugin.h"
 
 int main(int argc, char** argv) {
+  ddp::launcher::raise_open_file_limit();
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
   // Subcommands come first; any other first word is a program to launch.

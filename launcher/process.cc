@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,9 +26,14 @@ namespace {
   _exit(127);
 }
 
+// The open-file limit ddprun was started with (see raise_open_file_limit).
+rlimit g_started_nofile{};
+bool g_raised_nofile = false;
+
 [[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w,
                              const cpu_set_t* cpus) {
   setpgid(0, 0);
+  if (g_raised_nofile) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != parent) _exit(127);  // ddprun already died between fork and prctl
   for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
@@ -46,6 +52,14 @@ namespace {
 }
 
 }  // namespace
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  g_started_nofile = limit;
+  limit.rlim_cur = limit.rlim_max;
+  g_raised_nofile = setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
 
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                              const std::vector<int>& cpus) {

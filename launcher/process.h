@@ -31,6 +31,12 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);
 
+// Raises this process's soft open-file limit to its hard limit (a server
+// that runs out of descriptors stops accepting connections for good), and
+// remembers the old one: spawned workers get the limit ddprun was started
+// with, as under any other launcher. Call once, before spawning.
+void raise_open_file_limit();
+
 // "SIGTERM"-style name of a signal number ("signal 42" when unknown).
 std::string signal_name(int sig);
 

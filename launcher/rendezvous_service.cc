@@ -498,6 +498,12 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
   grpc::ServerBuilder builder;
   // Without this gRPC sets SO_REUSEPORT and a second server could silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A connection that never completes gRPC's handshake (a port scanner, a
+  // client holding sockets open to use up descriptors) is dropped after
+  // handshake_timeout_ms, and one idle for 10 minutes is closed (a client reconnects on its
+  // next call), so held-open connections cannot pile up.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;

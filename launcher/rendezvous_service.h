@@ -106,6 +106,8 @@ struct ServerOptions {
   int port = 0;                    // 0: pick a free port
   std::string tls_cert, tls_key;  // PEM files: serve TLS (clients are authenticated by the token)
   int max_message_bytes = 8 << 20;
+  // A connection that has not completed gRPC's handshake by then is closed.
+  int handshake_timeout_ms = 10000;
 };
 
 class RendezvousServer {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -425,6 +426,21 @@ TEST(Launcher, AFullDiskForTheLogFilesIsSaidOnceAndTheConsoleKeepsEveryLine) {
   const auto first = r.err.find(warning);
   EXPECT_NE(first, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(warning, first + 1), std::string::npos) << "said more than once:\n" << r.err;
+}
+
+TEST(Launcher, DdprunRaisesItsOpenFileLimitButWorkersGetTheOneItWasGiven) {
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max < 512) GTEST_SKIP() << "hard open-file limit below 512";
+  auto r = run_process({"/bin/sh", "-c",
+                        "ulimit -Sn 256; exec \"$0\" --nproc_per_node=1 --no_prefix /bin/sh -c "
+                        "'ulimit -Sn; grep \"Max open files\" /proc/$PPID/limits'",
+                        kDdprun},
+                       {}, 30s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "256") << r.out;
+  const std::string hard = std::to_string(limit.rlim_max);
+  EXPECT_NE(r.out.find("Max open files            " + hard), std::string::npos) << "ddprun's soft limit:\n" << r.out;
 }
 
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {

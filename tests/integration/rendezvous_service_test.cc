@@ -486,6 +486,31 @@ TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
   EXPECT_TRUE(h.server.service().outcome_delivered());
 }
 
+TEST(RendezvousServiceTest, AConnectionThatNeverSpeaksGrpcIsClosed) {
+  ServerOptions options;
+  options.handshake_timeout_ms = 300;
+  Harness h(make_config(), options);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(h.server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval five{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+  const auto start = Clock::now();
+  char buf[256];
+  ssize_t n = 0;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+  }
+  close(fd);
+  EXPECT_EQ(n, 0) << "not closed within 5 s (errno " << errno << ")";
+  EXPECT_LT(ms_since(start), 4000);
+  // The server still serves.
+  h.client()->set("after", "ok");
+  EXPECT_EQ(h.client()->get("after", 1s), "ok");
+}
+
 TEST(RendezvousServiceTest, LongErrorsKeepTheirHeadInsteadOfBecomingAMetadataError) {
   Harness h(make_config(2, 2));
   auto a = h.client(), b = h.client();
