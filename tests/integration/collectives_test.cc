@@ -158,6 +158,44 @@ TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeT
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
+// Ranks started by hand (no ddprun to report the death), sharing a standalone
+// `ddprun rendezvous` store, on gloo: the survivors name the dead rank in
+// milliseconds (its process is gone), not after the 3 s window in which the
+// others' failures are collected.
+TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
+  const std::string run_id = unique_run_id("bare");
+  Subprocess daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
+                    {{"DDP_RDZV_TOKEN", "t"}});
+  ASSERT_TRUE(wait_until([&] { return daemon.read_out().find("listening on") != std::string::npos; }, 10s))
+      << daemon.read_err();
+  const std::string out = daemon.read_out();
+  const std::string endpoint = out.substr(out.find("listening on ") + 13, out.find('\n', out.find("listening on ")) -
+                                                                           out.find("listening on ") - 13);
+  const int n = 3;
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int rank = 0; rank < n; ++rank) {
+    auto env = worker_env({{"RANK", std::to_string(rank)},
+                           {"WORLD_SIZE", std::to_string(n)},
+                           {"DDP_RDZV_ENDPOINT", endpoint},
+                           {"DDP_RUN_ID", run_id},
+                           {"DDP_RDZV_TOKEN", "t"},
+                           {"DDP_TIMEOUT_S", "30"}});
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{kWorker, "kill"}, env));
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    auto r = ranks[rank]->wait(30s);
+    ASSERT_TRUE(r.exited) << "rank " << rank;
+    if (rank == 1) continue;  // it killed itself
+    SCOPED_TRACE("rank " + std::to_string(rank) + ":\n" + r.out + r.err);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("ranks that had not arrived: 1 (pid " + std::to_string(ranks[1]->pid()) + ", exited)"),
+              std::string::npos);
+    const auto at = r.out.find("FAILED AFTER ms=");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_LT(std::stol(r.out.substr(at + 16)), 1000) << "the death took long to name";
+  }
+}
+
 TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {
   const int n = 3;
   auto dir = make_temp_dir();

@@ -1,8 +1,12 @@
 #include "ddp/process_group.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <map>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -56,6 +60,27 @@ struct BlockingCall {
 // naming the peer. Python ignores SIGPIPE at start-up, which is why torch's
 // Gloo ranks never see it; a C++ program gets the default (terminate), so it
 // is ignored here unless the program chose a disposition itself.
+// "<boot id>/<pid namespace> <pid>": two ranks whose identities agree up to
+// the space see each other's pids (same kernel, same PID namespace).
+std::string process_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (boot.empty() || n <= 0) return "unknown " + std::to_string(getpid());
+  return boot + "/" + std::string(ns, static_cast<std::size_t>(n)) + " " + std::to_string(getpid());
+}
+
+// False once `pid` has exited (gone, or a zombie its parent has not reaped).
+bool process_running(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
 void ignore_sigpipe_unless_chosen() {
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
@@ -107,6 +132,9 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, con
     backend_ = make_nccl_backend(config);
   }
   executor_ = std::make_unique<Executor>();
+  // Where this rank runs, so that after a failure the others can tell a dead
+  // rank on their machine at once (see missing_ranks).
+  if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), process_identity());
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -181,21 +209,52 @@ void ProcessGroup::check_signature(const Call& call) {
 
 std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
   // Each rank whose collective failed says so; ranks that never say so within a
-  // short window had not arrived (stuck elsewhere or dead).
+  // short window had not arrived (stuck elsewhere or dead). A rank in this
+  // process's PID namespace whose process is gone is known dead at once: no
+  // need to wait out the window for it.
   try {
     std::string key = "diag/" + std::to_string(sequence) + "/";
     store_->set(key + std::to_string(rank_), "1");
-    std::vector<std::string> missing;
-    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
+    const std::string here = process_identity();
+    const std::string here_ns = here.substr(0, here.rfind(' '));
+    std::map<int, pid_t> local_pids;  // ranks whose pid this process can check
+    std::vector<int> undecided;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      undecided.push_back(r);
       try {
-        store_->get(key + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
-      } catch (const Error&) {
-        missing.push_back(std::to_string(r));
+        const std::string there = store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
+        if (here_ns != "unknown" && there.substr(0, there.rfind(' ')) == here_ns) {
+          local_pids[r] = std::stoi(there.substr(there.rfind(' ') + 1));
+        }
+      } catch (const std::exception&) {
       }
     }
+    std::vector<std::string> missing;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
+    while (!undecided.empty()) {
+      const bool last_look = std::chrono::steady_clock::now() >= deadline;
+      std::erase_if(undecided, [&](int r) {
+        try {
+          store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
+          return true;  // it reached the collective
+        } catch (const Error&) {
+        }
+        auto pid = local_pids.find(r);
+        if (pid != local_pids.end() && !process_running(pid->second)) {
+          missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) + ", exited)");
+          return true;
+        }
+        if (!last_look) return false;
+        missing.push_back(std::to_string(r));
+        return true;
+      });
+      if (!undecided.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::sort(missing.begin(), missing.end(), [](const std::string& a, const std::string& b) {
+      return std::stoi(a) < std::stoi(b);
+    });
     if (missing.empty()) return "; every rank reached this collective";
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
