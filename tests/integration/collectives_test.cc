@@ -4,6 +4,7 @@
 // on gloo and on the default backend (shm for several ranks on this node).
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -188,12 +189,43 @@ TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
     if (rank == 1) continue;  // it killed itself
     SCOPED_TRACE("rank " + std::to_string(rank) + ":\n" + r.out + r.err);
     EXPECT_EQ(r.code, 0);
-    EXPECT_NE(r.out.find("ranks that had not arrived: 1 (pid " + std::to_string(ranks[1]->pid()) + ", exited)"),
-              std::string::npos);
+    EXPECT_NE(r.out.find("ranks that had not arrived: "), std::string::npos);
+    EXPECT_NE(r.out.find("1 (pid " + std::to_string(ranks[1]->pid()) + ", exited)"), std::string::npos);
     const auto at = r.out.find("FAILED AFTER ms=");
     ASSERT_NE(at, std::string::npos);
     EXPECT_LT(std::stol(r.out.substr(at + 16)), 1000) << "the death took long to name";
   }
+}
+
+// Without ddprun, the rank that creates the node's shared-memory segment is
+// killed during setup, before the others attach: the one that attaches later
+// fails at once naming it, and removes the segment (nothing else would).
+TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemoved) {
+  const std::string run_id = unique_run_id("setup");
+  Subprocess daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
+                    {{"DDP_RDZV_TOKEN", "t"}});
+  ASSERT_TRUE(wait_until([&] { return daemon.read_out().find("listening on") != std::string::npos; }, 10s))
+      << daemon.read_err();
+  const std::string out = daemon.read_out();
+  const auto at = out.find("listening on ") + 13;
+  const std::string endpoint = out.substr(at, out.find('\n', at) - at);
+  auto rank_env = [&](int rank) {
+    return auto_env({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"DDP_RDZV_ENDPOINT", endpoint},
+                     {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}});
+  };
+  Subprocess creator({kWorker, "all"}, rank_env(0));  // waits for rank 1 to attach
+  ASSERT_TRUE(wait_until([&] { return shm_segments_of(run_id).size() == 1; }, 20s)) << creator.read_err();
+  kill(creator.pid(), SIGKILL);
+  creator.wait(5s);
+  ASSERT_EQ(shm_segments_of(run_id).size(), 1u) << "the killed creator left its segment";
+  Subprocess late({kWorker, "all"}, rank_env(1));
+  auto r = late.wait(20s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 10.0) << "named at once, not at the 30 s timeout";
+  EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited"), std::string::npos) << r.err;
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
 TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {

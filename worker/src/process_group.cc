@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "ddp/common/error.h"
 #include "executor.h"
+#include "shm/sync.h"
 
 namespace ddp {
 
@@ -69,16 +70,6 @@ std::string process_identity() {
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   if (boot.empty() || n <= 0) return "unknown " + std::to_string(getpid());
   return boot + "/" + std::string(ns, static_cast<std::size_t>(n)) + " " + std::to_string(getpid());
-}
-
-// False once `pid` has exited (gone, or a zombie its parent has not reaped).
-bool process_running(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno != ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
 void ignore_sigpipe_unless_chosen() {
@@ -231,10 +222,17 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       }
     }
     std::vector<std::string> missing;
+    bool found_dead = false;
+    std::chrono::steady_clock::time_point dead_seen;
     const auto deadline =
         std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
     while (!undecided.empty()) {
-      const bool last_look = std::chrono::steady_clock::now() >= deadline;
+      // Once a dead rank explains the failure, ranks that have not said so
+      // within 100 ms more are named as they are rather than waited for (one
+      // may be stuck in the collective behind this very rank, and free only
+      // once it gives up).
+      const auto now = std::chrono::steady_clock::now();
+      const bool last_look = now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
       std::erase_if(undecided, [&](int r) {
         try {
           store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
@@ -242,12 +240,14 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
         } catch (const Error&) {
         }
         auto pid = local_pids.find(r);
-        if (pid != local_pids.end() && !process_running(pid->second)) {
+        if (pid != local_pids.end() && shm::proc_says_dead(pid->second)) {
           missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) + ", exited)");
+          if (!found_dead) dead_seen = std::chrono::steady_clock::now();
+          found_dead = true;
           return true;
         }
         if (!last_look) return false;
-        missing.push_back(std::to_string(r));
+        missing.push_back(std::to_string(r) + (found_dead ? " (alive; maybe still inside this collective)" : ""));
         return true;
       });
       if (!undecided.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -604,10 +604,7 @@ class ShmBackend final : public Backend {
       state_->segment = shm::Segment::attach(name, me_, local_size_);
       state_->segment->mark_attached();
       // Peers' pids are known once all attached (they are watched for death).
-      const auto want = static_cast<std::uint32_t>(local_size_);
-      if (!shm::futex_wait_until(segment().header().attached, [&](std::uint32_t n) { return n >= want; }, deadline)) {
-        throw Error("shm: not every local rank attached to segment " + name + " in time");
-      }
+      state_->segment->wait_attached_and_unlink(deadline);
     }
     state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
     std::vector<shm::Peer> peers;

@@ -106,7 +106,6 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_rank
   g.chunk_bytes = facts.chunk_bytes;
   g.arena_bytes = facts.arena_bytes;
   std::unique_ptr<Segment> segment(new Segment(name, fd, g, local_rank));
-  segment->unlinked_ = true;  // the creator removes the name
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != segment->total_ ||
       facts.total_bytes != segment->total_) {
@@ -154,7 +153,25 @@ void Segment::mark_attached() {
 
 void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point deadline) {
   const auto want = static_cast<std::uint32_t>(geometry_.local_size);
-  bool all = futex_wait_until(header().attached, [&](std::uint32_t n) { return n >= want; }, deadline);
+  bool all = false;
+  for (;;) {
+    // In slices: a rank that attached and then died (the creator, say) ends
+    // the wait at once rather than at the deadline.
+    const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    all = futex_wait_until(header().attached, [&](std::uint32_t n) { return n >= want; }, slice);
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    for (int r = 0; r < geometry_.local_size; ++r) {
+      const RankControl& peer = control(r);
+      if (r == local_rank_ || peer.attached.load(std::memory_order_acquire) == 0 || peer.pid <= 0) continue;
+      if (proc_says_dead(peer.pid)) {
+        unlink();
+        throw Error("shm: local rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid) +
+                    ") exited while the ranks of this node were attaching to segment " + name_);
+      }
+    }
+  }
+  // Every rank has mapped it (or the setup failed): nobody needs the name,
+  // and whichever rank survives removes it.
   unlink();
   if (!all) {
     std::string missing;
@@ -168,7 +185,7 @@ void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point dea
 }
 
 void Segment::unlink() {
-  if (!unlinked_) shm_unlink(name_.c_str());
+  if (!unlinked_) shm_unlink(name_.c_str());  // ENOENT: another rank removed it first
   unlinked_ = true;
 }
 

@@ -76,9 +76,11 @@ class Segment {
 
   // Records this rank as attached (pid, counter) and wakes the creator.
   void mark_attached();
-  // Creator: waits until every rank attached, then removes the name. Throws
-  // ddp::Error naming the local ranks that had not attached by `deadline`
-  // (the name is removed either way).
+  // Every rank: waits until every rank attached, then removes the name (the
+  // first to get there does; a rank that dies during setup leaves nothing
+  // behind as long as one survives). Throws ddp::Error naming the local
+  // ranks that had not attached by `deadline`, or at once one that attached
+  // and exited (the name is removed either way).
   void wait_attached_and_unlink(std::chrono::steady_clock::time_point deadline);
 
   const std::string& name() const { return name_; }
