@@ -250,6 +250,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       {"max_key_bytes", &conf.max_key_bytes},
       {"max_value_bytes", &conf.max_value_bytes},
       {"max_keys", &conf.max_keys},
+      {"max_store_bytes", &conf.max_store_bytes},
+      {"max_pending_waits", &conf.max_pending_waits},
       {"max_message_bytes", &conf.max_message_bytes}};
   std::stringstream items(text);
   std::string item;
@@ -300,7 +302,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       throw Error("--rdzv_conf: unknown key '" + key +
                   "' (known: join_timeout or timeout, last_call_timeout, close_timeout, read_timeout, "
                   "is_host, heartbeat_interval or keep_alive_interval, heartbeat_timeout, "
-                  "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_message_bytes)");
+                  "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes)");
     }
   }
   if (close_timeout > 0) conf.close_timeout_s = close_timeout;
@@ -420,7 +422,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf_text,
                  "key=value,...: join_timeout (timeout), last_call_timeout, close_timeout, read_timeout, "
                  "is_host, heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
-                 "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_message_bytes")
+                 "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes")
       ->envname("PET_RDZV_CONF");
   app.add_option("--rdzv_token,--rdzv-token", spec.rdzv_token,
                  "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN); the same on "

@@ -20,6 +20,8 @@ struct RdzvConf {
   long long max_key_bytes = 4096;
   long long max_value_bytes = 4 << 20;
   long long max_keys = 100000;
+  long long max_store_bytes = 256 << 20;  // keys and values together
+  long long max_pending_waits = 32768;    // requests the server holds at once
   long long max_message_bytes = 8 << 20;  // gRPC messages the server accepts
   // torchrun's is_host: whether this node hosts the c10d rendezvous
   // (nullopt: the node whose address matches the endpoint's host does).

@@ -107,6 +107,11 @@ RendezvousState::Phase RendezvousService::phase() {
   return state_.phase();
 }
 
+std::size_t RendezvousService::pending_waits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
 bool RendezvousService::outcome_delivered() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.outcome_delivered();
@@ -127,6 +132,20 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
     cancel();
     lock.unlock();
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    return reactor;
+  }
+  const std::size_t limit = state_.config().limits.max_pending_waits;
+  if (waiters_.size() >= limit) {
+    if (auto status = poll(now())) {  // answered at once: no room needed
+      wake(lock, topics);
+      reactor->Finish(*status);
+      return reactor;
+    }
+    cancel();
+    lock.unlock();
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "the rendezvous server holds " + std::to_string(limit) +
+                                     " waiting requests, its limit (--rdzv_conf max_pending_waits)"));
     return reactor;
   }
   if (auto status = poll(now())) {

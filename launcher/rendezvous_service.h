@@ -40,6 +40,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void stop();
   RendezvousState::Phase phase();
   bool outcome_delivered();  // see RendezvousState::outcome_delivered
+  std::size_t pending_waits();  // requests held now
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext*, const v1::HeartbeatRequest*,

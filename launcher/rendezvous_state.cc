@@ -545,20 +545,35 @@ Status RendezvousState::check_value(const std::string& key, const std::string& v
   return {};
 }
 
-Status RendezvousState::check_room(const std::string& key) const {
-  if (store_.size() >= config_.limits.max_keys && !store_.contains(key)) {
+Status RendezvousState::check_room(const std::string& key, std::size_t value_bytes) const {
+  auto it = store_.find(key);
+  if (store_.size() >= config_.limits.max_keys && it == store_.end()) {
     return error(Code::kResourceExhausted, "cannot add key ", quote(key), ": the store holds ",
-                 store_.size(), " keys, limit ", config_.limits.max_keys);
+                 store_.size(), " keys, limit ", config_.limits.max_keys, " (--rdzv_conf max_keys)");
+  }
+  const std::size_t freed = it == store_.end() ? 0 : it->first.size() + it->second.size();
+  const std::size_t after = store_bytes_ - freed + key.size() + value_bytes;
+  if (after > config_.limits.max_store_bytes && after > store_bytes_) {
+    return error(Code::kResourceExhausted, "cannot set key ", quote(key), " (", value_bytes,
+                 " bytes): the store would hold ", after, " bytes, limit ", config_.limits.max_store_bytes,
+                 " (--rdzv_conf max_store_bytes)");
   }
   return {};
 }
 
+void RendezvousState::put(const std::string& key, std::string value) {
+  auto [it, added] = store_.try_emplace(key);
+  store_bytes_ -= added ? 0 : it->first.size() + it->second.size();
+  it->second = std::move(value);
+  store_bytes_ += it->first.size() + it->second.size();
+}
+
 Status RendezvousState::set(const Auth& auth, const std::string& key, const std::string& value) {
   for (const Status& s :
-       {check_auth(auth), check_key(key), check_value(key, value), check_room(key)}) {
+       {check_auth(auth), check_key(key), check_value(key, value), check_room(key, value.size())}) {
     if (!s.ok()) return s;
   }
-  store_[key] = value;
+  put(key, value);
   changed();
   return {};
 }
@@ -574,7 +589,7 @@ Result<std::optional<std::string>> RendezvousState::get(const Auth& auth, const 
 
 Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key,
                                           std::int64_t delta) {
-  for (const Status& s : {check_auth(auth), check_key(key), check_room(key)}) {
+  for (const Status& s : {check_auth(auth), check_key(key), check_room(key, 20)}) {  // an int64's digits
     if (!s.ok()) return {s};
   }
   std::int64_t value = 0;
@@ -591,7 +606,7 @@ Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& k
     return {error(Code::kInvalidArgument, "adding ", delta, " to key ", quote(key), " (value ",
                   value, ") overflows int64")};
   }
-  store_[key] = std::to_string(sum);
+  put(key, std::to_string(sum));
   changed();
   return {{}, sum};
 }
@@ -607,8 +622,8 @@ Result<CompareSetResult> RendezvousState::compare_set(const Auth& auth, const st
   if (missing ? !expected.empty() : it->second != expected) {
     return {{}, CompareSetResult{false, missing ? "" : it->second}};
   }
-  if (Status s = check_room(key); !s.ok()) return {s};
-  store_[key] = desired;
+  if (Status s = check_room(key, desired.size()); !s.ok()) return {s};
+  put(key, desired);
   changed();
   return {{}, CompareSetResult{true, desired}};
 }
@@ -627,7 +642,10 @@ Result<bool> RendezvousState::remove(const Auth& auth, const std::string& key) {
   for (const Status& s : {check_auth(auth), check_key(key)}) {
     if (!s.ok()) return {s};
   }
-  if (store_.erase(key) == 0) return {{}, false};
+  auto it = store_.find(key);
+  if (it == store_.end()) return {{}, false};
+  store_bytes_ -= it->first.size() + it->second.size();
+  store_.erase(it);
   changed();
   return {{}, true};
 }

@@ -111,6 +111,12 @@ struct RendezvousLimits {
   std::size_t max_key_bytes = 4096;  // also bounds barrier names
   std::size_t max_value_bytes = 4u << 20;
   std::size_t max_keys = 100000;
+  // Keys and values together: the store's memory is bounded whatever the
+  // mix of sizes (max_keys x max_value_bytes alone would allow 400 GB).
+  std::size_t max_store_bytes = 256u << 20;
+  // Requests the service holds at once (waiting Gets and Waits, joins,
+  // barriers, held heartbeats): each costs a gRPC call's memory (~16 KiB).
+  std::size_t max_pending_waits = 32768;
   // Bounds a round's world size (sum of local world sizes) and a barrier's.
   int max_world_size = 1 << 20;
   std::size_t max_open_barriers = 10000;
@@ -329,7 +335,9 @@ class RendezvousState {
   Status check_auth(const Auth& auth) const;
   Status check_key(const std::string& key) const;
   Status check_value(const std::string& key, const std::string& value) const;
-  Status check_room(const std::string& key) const;
+  // Whether `key` may hold a value of `value_bytes` (count and byte limits).
+  Status check_room(const std::string& key, std::size_t value_bytes) const;
+  void put(const std::string& key, std::string value);  // keeps store_bytes_
   Result<Round*> find_member(std::int64_t round, int group_rank);
   std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"
   static std::string describe_missing(const Barrier& barrier);
@@ -363,6 +371,7 @@ class RendezvousState {
   std::map<std::uint64_t, std::optional<Result<JoinResult>>> join_tickets_;
 
   std::map<std::string, std::string> store_;
+  std::size_t store_bytes_ = 0;  // keys and values of store_
 
   std::map<std::string, Barrier> barriers_;  // open (incomplete) barriers by name
   std::map<std::uint64_t, PendingBarrier> barrier_tickets_;

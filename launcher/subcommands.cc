@@ -49,6 +49,8 @@ void apply_limits(const RdzvConf& conf, RendezvousConfig& config) {
   config.limits.max_key_bytes = static_cast<std::size_t>(conf.max_key_bytes);
   config.limits.max_value_bytes = static_cast<std::size_t>(conf.max_value_bytes);
   config.limits.max_keys = static_cast<std::size_t>(conf.max_keys);
+  config.limits.max_store_bytes = static_cast<std::size_t>(conf.max_store_bytes);
+  config.limits.max_pending_waits = static_cast<std::size_t>(conf.max_pending_waits);
 }
 
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {

@@ -511,6 +511,25 @@ TEST(RendezvousServiceTest, AConnectionThatNeverSpeaksGrpcIsClosed) {
   EXPECT_EQ(h.client()->get("after", 1s), "ok");
 }
 
+TEST(RendezvousServiceTest, WaitingRequestsAreBoundedAndTheLimitIsNamed) {
+  RendezvousConfig config = make_config();
+  config.limits.max_pending_waits = 2;
+  Harness h(config);
+  auto a = h.client(), b = h.client(), c = h.client();
+  auto wa = std::async(std::launch::async, [&] { return a->get("later", 10s); });
+  auto wb = std::async(std::launch::async, [&] { return b->get("later", 10s); });
+  ASSERT_TRUE(ddp::testing::wait_until([&] { return h.server.service().pending_waits() == 2; }, 10s));
+  auto err = rpc_error_of([&] { c->get("later", 10s); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), code(RpcCode::kResourceExhausted)) << err->what();
+  EXPECT_THAT(err->what(), HasSubstr("holds 2 waiting requests, its limit (--rdzv_conf max_pending_waits)"));
+  c->set("now", "1");
+  EXPECT_EQ(c->get("now", 1s), "1") << "a get that is answered at once needs no room";
+  c->set("later", "v");
+  EXPECT_EQ(wa.get(), "v");
+  EXPECT_EQ(wb.get(), "v");
+}
+
 TEST(RendezvousServiceTest, LongErrorsKeepTheirHeadInsteadOfBecomingAMetadataError) {
   Harness h(make_config(2, 2));
   auto a = h.client(), b = h.client();

@@ -347,6 +347,22 @@ TEST_F(RendezvousStateTest, AFailuresReporterAndASilentNodeNeedNoTelling) {
   EXPECT_TRUE(t.outcome_delivered()) << "the reporter knows";
 }
 
+TEST_F(RendezvousStateTest, TheStoresBytesAreBoundedWhateverTheMix) {
+  RendezvousConfig c = make_config(1, 1);
+  c.limits.max_store_bytes = 100;
+  RendezvousState s(c);
+  ASSERT_TRUE(s.set(kAuth, "a", std::string(59, 'x')).ok());  // 60 bytes with its key
+  auto full = s.set(kAuth, "b", std::string(59, 'y'));
+  EXPECT_EQ(full.code, Code::kResourceExhausted);
+  EXPECT_THAT(full.message, HasSubstr("the store would hold 120 bytes, limit 100 (--rdzv_conf max_store_bytes)"));
+  EXPECT_EQ(s.compare_set(kAuth, "b", "", std::string(59, 'y')).status.code, Code::kResourceExhausted);
+  ASSERT_TRUE(s.set(kAuth, "a", std::string(90, 'z')).ok()) << "a replaced value frees its old bytes";
+  EXPECT_EQ(s.add(kAuth, "counter", 1).status.code, Code::kResourceExhausted);
+  ASSERT_TRUE(s.remove(kAuth, "a").value);
+  ASSERT_TRUE(s.set(kAuth, "b", std::string(59, 'y')).ok()) << "a removed key frees its bytes";
+  EXPECT_EQ(s.add(kAuth, "counter", 5).value, 5);
+}
+
 TEST_F(RendezvousStateTest, FirstRoundHasNoReason) {
   RendezvousState s(make_config(1, 1));
   auto t = join(s, node("a"));
@@ -671,7 +687,7 @@ TEST_F(RendezvousStateTest, StoreRejectsNewKeysBeyondTheLimitButUpdatesExisting)
   ASSERT_TRUE(s.set(kAuth, "b", "1").ok());
   Status full = s.set(kAuth, "c", "1");
   EXPECT_EQ(full.code, Code::kResourceExhausted);
-  EXPECT_EQ(full.message, "cannot add key 'c': the store holds 2 keys, limit 2");
+  EXPECT_EQ(full.message, "cannot add key 'c': the store holds 2 keys, limit 2 (--rdzv_conf max_keys)");
   EXPECT_EQ(s.add(kAuth, "c", 1).status.code, Code::kResourceExhausted);
   EXPECT_EQ(s.compare_set(kAuth, "c", "", "1").status.code, Code::kResourceExhausted);
   EXPECT_TRUE(s.set(kAuth, "a", "2").ok());
