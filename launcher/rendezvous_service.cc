@@ -310,7 +310,9 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     resp->set_can_restart(reply.can_restart);
     resp->set_succeeded(reply.round_ended && reply.reason.empty());
   };
-  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0) {
+  // At the waiting-requests limit a heartbeat is answered at once, never refused.
+  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0 ||
+      waiters_.size() >= state_.config().limits.max_pending_waits) {
     if (r.ok()) fill(r.value);
     lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
     return answer(ctx, to_grpc(r.status));

@@ -525,6 +525,12 @@ TEST(RendezvousServiceTest, WaitingRequestsAreBoundedAndTheLimitIsNamed) {
   EXPECT_THAT(err->what(), HasSubstr("holds 2 waiting requests, its limit (--rdzv_conf max_pending_waits)"));
   c->set("now", "1");
   EXPECT_EQ(c->get("now", 1s), "1") << "a get that is answered at once needs no room";
+  // A node's heartbeat is never refused: at the limit it is answered at once.
+  auto n1 = h.client();
+  RoundAssignment round = n1->join({-1, 1, "node-a", "10.0.0.1", 29501}, 10s);
+  const auto start = Clock::now();
+  EXPECT_FALSE(n1->heartbeat(round.round, round.group_rank, 5s, 3s).round_ended);
+  EXPECT_LT(ms_since(start), 2000) << "held although the server was at its limit";
   c->set("later", "v");
   EXPECT_EQ(wa.get(), "v");
   EXPECT_EQ(wb.get(), "v");
