@@ -413,7 +413,6 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         TeeTarget target;
         target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
         target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(w.rank) + "] " : "";
-        target.stop_fd = signal_fd_;
         if (!rank_dir.empty()) {
           target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
           target.file_fd = open_log_file(target.file_path);
@@ -571,9 +570,13 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   }
 
   // Every worker has exited: kill what is left of their process groups (daemonised
-  // children), then drain the pipes for a bounded time.
+  // children), then drain the pipes until they end, or stay silent for
+  // 500 ms (a writer that escaped the group). Time spent waiting for a slow
+  // console does not count, so what is in the pipes is shown; a writer that
+  // never stops is cut off after 10 s.
   for (auto& w : workers) signal_group(w.pid, SIGKILL);
   auto drain_deadline = Clock::now() + std::chrono::milliseconds(500);
+  const auto drain_cap = Clock::now() + std::chrono::seconds(10);
   for (;;) {
     pfds.clear();
     owners.clear();
@@ -591,6 +594,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     for (size_t k = 0; k < pfds.size(); ++k) {
       if (pfds[k].revents != 0) pump(workers[owners[k].first], owners[k].second);
     }
+    drain_deadline = std::min(drain_cap, Clock::now() + std::chrono::milliseconds(500));
   }
   for (auto& w : workers) {
     for (int s = 0; s < 2; ++s) {

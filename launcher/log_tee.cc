@@ -1,6 +1,7 @@
 #include "log_tee.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,16 +10,28 @@
 namespace ddp::launcher {
 namespace {
 
-// Writes everything, waiting while `fd` is full (EAGAIN) unless `stop_fd`
-// becomes readable. Returns the errno that ended it early, or 0.
-int write_all(int fd, const char* data, size_t size, int stop_fd = -1) {
+// Whether a request to stop ddprun is pending. ddprun blocks its signals
+// and reads them from a signalfd, so they stay pending until then; looking
+// does not consume them.
+bool stop_requested() {
+  sigset_t pending;
+  if (sigpending(&pending) != 0) return false;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    if (sigismember(&pending, sig) == 1) return true;
+  }
+  return false;
+}
+
+// Writes everything, waiting while `fd` is full (EAGAIN), unless ddprun is
+// asked to stop meanwhile. Returns the errno that ended it early, or 0.
+int write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd pfds[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
-      if (::poll(pfds, stop_fd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR) return errno;
-      if (stop_fd >= 0 && (pfds[1].revents & POLLIN) && !(pfds[0].revents & POLLOUT)) return EAGAIN;
+      pollfd pfd{fd, POLLOUT, 0};
+      if (::poll(&pfd, 1, 100) < 0 && errno != EINTR) return errno;
+      if (!(pfd.revents & POLLOUT) && stop_requested()) return EAGAIN;
       continue;
     }
     if (n < 0) return errno;  // console or disk gone (EPIPE, ENOSPC, EIO)
@@ -41,7 +54,7 @@ void StreamTee::write(const char* data, size_t size) {
       file_failed_ = true;  // say it once; the console still gets the lines
       std::string warning = "[ddprun] warning: writing " + target_.file_path + " failed (" + std::strerror(err) +
                             "); the rest of this stream is not in the file\n";
-      write_all(STDERR_FILENO, warning.data(), warning.size(), target_.stop_fd);
+      write_all(STDERR_FILENO, warning.data(), warning.size());
     }
   }
   splitter_.feed(data, size, [this](const std::string& line) { emit(line); });
@@ -58,7 +71,7 @@ void StreamTee::emit(const std::string& line) {
     out += target_.prefix;
     out += line;
     out += '\n';
-    write_all(target_.console_fd, out.data(), out.size(), target_.stop_fd);
+    write_all(target_.console_fd, out.data(), out.size());
   }
   if (target_.keep_last_lines > 0) {
     last_lines_.push_back(line);

@@ -31,11 +31,10 @@ class LineSplitter {
 struct TeeTarget {
   // -1: not shown on the console. A full console (a pipe nobody reads yet,
   // blocking or O_NONBLOCK) is waited for: no line is dropped, and the
-  // workers feel the back-pressure through their own pipes.
+  // workers feel the back-pressure through their own pipes. Only a pending
+  // SIGINT/SIGTERM/SIGHUP/SIGQUIT (ddprun is stopping) ends the wait for an
+  // O_NONBLOCK console, dropping the rest.
   int console_fd = -1;
-  // Readable when ddprun has been asked to stop (its signalfd; -1: none): a
-  // wait for a full console then gives up and drops the rest.
-  int stop_fd = -1;
   std::string prefix;        // e.g. "[rank 3] "; empty: no prefix
   int file_fd = -1;          // -1: no log file
   std::string file_path;     // for the one warning when writing it fails (a full disk)
