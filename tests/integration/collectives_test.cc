@@ -159,19 +159,30 @@ TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeT
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
+// A standalone `ddprun rendezvous` (token "t") for ranks started by hand;
+// `endpoint` is empty when it did not come up within 10 s.
+struct StandaloneStore {
+  Subprocess daemon;
+  std::string endpoint;
+  explicit StandaloneStore(const std::string& run_id)
+      : daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
+               {{"DDP_RDZV_TOKEN", "t"}}) {
+    if (!wait_until([&] { return daemon.read_out().find("listening on ") != std::string::npos; }, 10s)) return;
+    const std::string out = daemon.read_out();
+    const auto at = out.find("listening on ") + 13;
+    endpoint = out.substr(at, out.find('\n', at) - at);
+  }
+};
+
 // Ranks started by hand (no ddprun to report the death), sharing a standalone
 // `ddprun rendezvous` store, on gloo: the survivors name the dead rank in
 // milliseconds (its process is gone), not after the 3 s window in which the
 // others' failures are collected.
 TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
   const std::string run_id = unique_run_id("bare");
-  Subprocess daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
-                    {{"DDP_RDZV_TOKEN", "t"}});
-  ASSERT_TRUE(wait_until([&] { return daemon.read_out().find("listening on") != std::string::npos; }, 10s))
-      << daemon.read_err();
-  const std::string out = daemon.read_out();
-  const std::string endpoint = out.substr(out.find("listening on ") + 13, out.find('\n', out.find("listening on ")) -
-                                                                           out.find("listening on ") - 13);
+  StandaloneStore store(run_id);
+  ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
+  const std::string& endpoint = store.endpoint;
   const int n = 3;
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int rank = 0; rank < n; ++rank) {
@@ -202,13 +213,9 @@ TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
 // fails at once naming it, and removes the segment (nothing else would).
 TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemoved) {
   const std::string run_id = unique_run_id("setup");
-  Subprocess daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
-                    {{"DDP_RDZV_TOKEN", "t"}});
-  ASSERT_TRUE(wait_until([&] { return daemon.read_out().find("listening on") != std::string::npos; }, 10s))
-      << daemon.read_err();
-  const std::string out = daemon.read_out();
-  const auto at = out.find("listening on ") + 13;
-  const std::string endpoint = out.substr(at, out.find('\n', at) - at);
+  StandaloneStore store(run_id);
+  ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
+  const std::string& endpoint = store.endpoint;
   auto rank_env = [&](int rank) {
     return auto_env({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"DDP_RDZV_ENDPOINT", endpoint},
                      {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}});

@@ -40,6 +40,13 @@ class Slurm : public ::testing::Test {
     args.insert(args.begin(), "srun");
     return run_process(cluster_->on_login(args), {}, limit);
   }
+  // Submits `script` on both nodes, one task each; its job id, or "" (a test failure).
+  std::string sbatch(const std::string& script, const std::string& output) {
+    ProcessResult submit = run_process(
+        cluster_->on_login({"sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o", output, script}), {}, 30s);
+    EXPECT_EQ(submit.code, 0) << submit.out << submit.err << cluster_->logs();
+    return submit.code == 0 ? submit.out.substr(0, submit.out.find_first_of(";\n")) : "";
+  }
   // The value of NAME that rank printed with test_worker's "env" mode.
   static std::string env_of(const std::string& out, int rank, const std::string& name) {
     auto lines = lines_with_prefix(out, "[rank " + std::to_string(rank) + "] ENV " + name + "=");
@@ -95,11 +102,8 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   std::filesystem::create_directories(dir);
   const std::string job_script = cluster_->dir() + "/job.sh";
   write_file(job_script, "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " hold " + dir + "\n");
-  ProcessResult submit = run_process(cluster_->on_login({"sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o",
-                                                         cluster_->dir() + "/job.out", job_script}),
-                                     {}, 30s);
-  ASSERT_EQ(submit.code, 0) << submit.out << submit.err << cluster_->logs();
-  std::string job = submit.out.substr(0, submit.out.find_first_of(";\n"));
+  const std::string job = sbatch(job_script, cluster_->dir() + "/job.out");
+  ASSERT_FALSE(job.empty());
   auto pid_files = [&] {
     std::set<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
@@ -154,11 +158,8 @@ TEST_F(Slurm, Sigusr1FromScancelReachesTheWorkersAndTheJobGoesOn) {
   const std::string job_script = cluster_->dir() + "/usr1.sh";
   write_file(job_script,
              "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " on-usr1 " + dir + "\n");
-  ProcessResult submit = run_process(cluster_->on_login({"sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o",
-                                                         cluster_->dir() + "/usr1.out", job_script}),
-                                     {}, 30s);
-  ASSERT_EQ(submit.code, 0) << submit.out << submit.err << cluster_->logs();
-  std::string job = submit.out.substr(0, submit.out.find_first_of(";\n"));
+  const std::string job = sbatch(job_script, cluster_->dir() + "/usr1.out");
+  ASSERT_FALSE(job.empty());
   auto workers = [&] {
     int n = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().rfind("pid_", 0) == 0;
