@@ -824,4 +824,46 @@ std::optional<TimePoint> RendezvousState::next_deadline() const {
   return next;
 }
 
+std::string RendezvousState::broken_invariant() const {
+  std::size_t bytes = 0;
+  for (const auto& [key, value] : store_) bytes += key.size() + value.size();
+  if (bytes != store_bytes_) return cat("store byte count ", store_bytes_, " but the keys and values hold ", bytes);
+  if (store_.size() > config_.limits.max_keys) return cat("store holds ", store_.size(), " keys, over max_keys");
+  if (store_bytes_ > config_.limits.max_store_bytes) return cat("store holds ", store_bytes_, " bytes, over the limit");
+  if (restarts_used_ > config_.max_restarts) return cat(restarts_used_, " restarts used, over max_restarts");
+  if (static_cast<int>(forming_.members.size()) > config_.max_nodes) {
+    return cat("forming round has ", forming_.members.size(), " nodes, over max_nodes");
+  }
+  std::set<int> claimed;
+  for (const Member& m : forming_.members) {
+    if (m.args.node_rank >= 0 && !claimed.insert(m.args.node_rank).second) {
+      return cat("node rank ", m.args.node_rank, " twice in the forming round");
+    }
+  }
+  for (std::size_t i = 0; i < rounds_.size(); ++i) {
+    const Round& r = rounds_[i];
+    if (r.members.empty() || static_cast<int>(r.members.size()) > config_.max_nodes) {
+      return cat("round ", i + 1, " has ", r.members.size(), " nodes");
+    }
+    if (i + 1 < rounds_.size() && !rounds_[i].ended) return cat("round ", i + 1, " never ended but a later one formed");
+    if (r.succeeded && !r.ended) return cat("round ", i + 1, " succeeded without ending");
+    for (std::size_t g = 0; g < r.members.size(); ++g) {
+      const int explicit_rank = r.members[g].args.node_rank;
+      if (explicit_rank >= 0 && explicit_rank != static_cast<int>(g)) {
+        return cat("round ", i + 1, ": node rank ", explicit_rank, " got group rank ", g);
+      }
+    }
+  }
+  for (const auto& [name, barrier] : barriers_) {
+    if (static_cast<int>(barrier.arrived.size()) >= barrier.world_size) {
+      return cat("barrier ", quote(name), " is complete but still open");
+    }
+    for (const auto& [rank, arrival] : barrier.arrived) {
+      if (rank < 0 || rank >= barrier.world_size) return cat("barrier ", quote(name), " holds rank ", rank);
+      if (barrier.gave_up.contains(rank)) return cat("barrier ", quote(name), ": rank ", rank, " both waits and gave up");
+    }
+  }
+  return "";
+}
+
 }  // namespace ddp::launcher

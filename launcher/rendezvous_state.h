@@ -287,6 +287,10 @@ class RendezvousState {
   // record liveness do not count: they only move deadlines later.
   std::uint64_t version() const { return version_; }
 
+  // What must hold between any two calls (for tests and the fuzzer): "" when
+  // it does, else the first broken rule. Costs a pass over the whole state.
+  std::string broken_invariant() const;
+
   Phase phase() const;
   std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }
   int restarts_used() const { return restarts_used_; }

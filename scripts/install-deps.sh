@@ -14,6 +14,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2
   slurmctld slurmd slurm-client munge
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -361,6 +361,7 @@ TEST_F(RendezvousStateTest, TheStoresBytesAreBoundedWhateverTheMix) {
   ASSERT_TRUE(s.remove(kAuth, "a").value);
   ASSERT_TRUE(s.set(kAuth, "b", std::string(59, 'y')).ok()) << "a removed key frees its bytes";
   EXPECT_EQ(s.add(kAuth, "counter", 5).value, 5);
+  EXPECT_EQ(s.broken_invariant(), "");
 }
 
 TEST_F(RendezvousStateTest, FirstRoundHasNoReason) {

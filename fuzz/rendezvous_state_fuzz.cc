@@ -1,0 +1,166 @@
+// libFuzzer target: RendezvousState driven by an arbitrary sequence of
+// requests (joins, polls, cancellations, heartbeats, failures, leaves, store
+// calls, barriers, time steps), from right and wrong callers, with small
+// limits so that every refusal path is reached. After every request the
+// state's own invariants must hold, and every join answer must fit the
+// others of its round (distinct group ranks, disjoint global rank ranges
+// inside the world size). Built and run by scripts/fuzz.sh (clang, with
+// AddressSanitizer and UndefinedBehaviorSanitizer).
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rendezvous_state.h"
+
+namespace {
+
+using namespace ddp::launcher;
+using namespace std::chrono_literals;
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "rendezvous_state_fuzz: %s\n", why.c_str());
+  std::abort();
+}
+
+struct RoundSeen {
+  int world_size = -1;
+  int group_world_size = -1;
+  std::set<int> group_ranks;
+  std::vector<std::pair<int, int>> ranges;  // [offset, offset + local world size)
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  RendezvousConfig config;
+  config.run_id = "run";
+  config.token = in.ConsumeBool() ? "secret" : "";
+  config.min_nodes = in.ConsumeIntegralInRange(1, 3);
+  config.max_nodes = in.ConsumeIntegralInRange(config.min_nodes, 4);
+  config.max_restarts = in.ConsumeIntegralInRange(0, 3);
+  config.join_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 2000));
+  config.last_call_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
+  config.heartbeat_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 1000));
+  config.limits.max_key_bytes = 16;
+  config.limits.max_value_bytes = 64;
+  config.limits.max_keys = 6;
+  config.limits.max_store_bytes = 200;
+  config.limits.max_world_size = 12;
+  config.limits.max_open_barriers = 3;
+  RendezvousState state(config);
+
+  TimePoint now{};
+  const Auth right{config.run_id, config.token};
+  std::vector<std::pair<JoinTicket, int>> joins;  // ticket, local world size
+  std::vector<BarrierTicket> arrivals;
+  std::map<std::int64_t, RoundSeen> rounds;
+  const char* const keys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16"};
+  const char* const hosts[] = {"h0", "h1", "h2", "h3"};
+
+  while (in.remaining_bytes() > 0) {
+    Auth auth = right;
+    switch (in.ConsumeIntegralInRange(0, 7)) {  // mostly the right caller
+      case 0: auth.token = "wrong"; break;
+      case 1: auth.run_id = "other"; break;
+      default: break;
+    }
+    auto pick = [&](auto& list) { return in.ConsumeIntegralInRange<std::size_t>(0, list.size() - 1); };
+    const std::string key = keys[in.ConsumeIntegralInRange(0, 4)];
+    const std::int64_t round = in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
+    const int rank = in.ConsumeIntegralInRange(-1, 4);
+    switch (in.ConsumeIntegralInRange(0, 17)) {
+      case 0: {
+        JoinArgs args;
+        args.node_rank = in.ConsumeIntegralInRange(-2, 4);
+        args.local_world_size = in.ConsumeIntegralInRange(0, 4);
+        const int host = in.ConsumeIntegralInRange(0, 3);
+        args.hostname = hosts[host];
+        args.address = in.ConsumeBool() ? std::string(hosts[host]) + ".addr" : "";
+        args.master_port = in.ConsumeIntegralInRange(0, 3);
+        auto r = state.join(auth, args, now);
+        if (r.ok()) joins.emplace_back(r.value, args.local_world_size);
+        break;
+      }
+      case 1: {
+        if (joins.empty()) break;
+        const std::size_t i = pick(joins);
+        auto answer = state.join_status(joins[i].first, now);
+        if (!answer) break;
+        if (answer->ok()) {
+          const JoinResult& j = answer->value;
+          RoundSeen& seen = rounds[j.round];
+          if (seen.world_size < 0) {
+            seen.world_size = j.world_size;
+            seen.group_world_size = j.group_world_size;
+          }
+          if (seen.world_size != j.world_size || seen.group_world_size != j.group_world_size) {
+            fail("round " + std::to_string(j.round) + ": answers disagree on the world or group size");
+          }
+          if (j.group_rank < 0 || j.group_rank >= j.group_world_size || !seen.group_ranks.insert(j.group_rank).second) {
+            fail("round " + std::to_string(j.round) + ": group rank " + std::to_string(j.group_rank) + " repeated or out of range");
+          }
+          const int lo = j.global_rank_offset, hi = lo + joins[i].second;
+          if (lo < 0 || hi > j.world_size) fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) + ") outside the world");
+          for (const auto& [a, b] : seen.ranges) {
+            if (lo < b && a < hi) fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
+          }
+          seen.ranges.emplace_back(lo, hi);
+        }
+        joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+      case 2:
+        if (!joins.empty()) {
+          const std::size_t i = pick(joins);
+          state.cancel(joins[i].first);
+          joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 3: state.heartbeat(auth, round, rank, now, in.ConsumeBool()); break;
+      case 4: state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64), in.ConsumeIntegral<int>(), now); break;
+      case 5: state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now); break;
+      case 6: state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v')); break;
+      case 7: state.get(auth, key); break;
+      case 8: state.add(auth, key, in.ConsumeIntegral<std::int64_t>()); break;
+      case 9: state.compare_set(auth, key, in.ConsumeRandomLengthString(8), in.ConsumeRandomLengthString(80)); break;
+      case 10: state.remove(auth, key); break;
+      case 11: state.check(auth, {key, "a"}); break;
+      case 12: {
+        const std::string name = in.ConsumeBool() ? "b0" : (in.ConsumeBool() ? "b1" : "b2");
+        const int world = in.ConsumeIntegralInRange(0, 5);
+        const TimePoint deadline = now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
+        auto r = state.barrier_arrive(auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now);
+        if (r.ok()) arrivals.push_back(r.value);
+        break;
+      }
+      case 13:
+        if (!arrivals.empty()) {
+          const std::size_t i = pick(arrivals);
+          if (state.barrier_status(arrivals[i], now)) arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 14:
+        if (!arrivals.empty()) {
+          const std::size_t i = pick(arrivals);
+          state.cancel(arrivals[i]);
+          arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 15:
+        now += std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 400));
+        state.tick(now);
+        break;
+      case 16: state.round_end(round, rank, now); break;
+      case 17: state.num_keys(auth); break;
+    }
+    if (std::string why = state.broken_invariant(); !why.empty()) fail(why);
+  }
+  return 0;
+}
