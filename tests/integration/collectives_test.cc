@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ddp/common/rendezvous_client.h"
 #include "shm_segments.h"
 #include "subprocess.h"
 
@@ -221,7 +222,11 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
                      {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}});
   };
   Subprocess creator({kWorker, "all"}, rank_env(0));  // waits for rank 1 to attach
-  ASSERT_TRUE(wait_until([&] { return shm_segments_of(run_id).size() == 1; }, 20s)) << creator.read_err();
+  // Killed once it has published the segment's name (libddp's key for node 0).
+  RendezvousClient store_client(endpoint, run_id, "t");
+  const std::string name_key = "pg/" + run_id + "/round0/default/shm/node0";
+  ASSERT_TRUE(wait_until([&] { return store_client.try_get(name_key).has_value(); }, 20s)) << creator.read_err();
+  ASSERT_EQ(shm_segments_of(run_id).size(), 1u);
   kill(creator.pid(), SIGKILL);
   creator.wait(5s);
   ASSERT_EQ(shm_segments_of(run_id).size(), 1u) << "the killed creator left its segment";

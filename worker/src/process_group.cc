@@ -43,9 +43,9 @@ struct Signature {
 };
 
 std::int64_t hash_name(const char* name) {
-  std::int64_t h = 1469598103934665603ll;
-  for (const char* p = name; *p; ++p) h = (h ^ *p) * 1099511628211ll;
-  return h;
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a, in unsigned arithmetic (it wraps)
+  for (const char* p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
 }
 
 // Set while a blocking call issues its collective: it may run on this thread.

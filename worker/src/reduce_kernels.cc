@@ -13,13 +13,25 @@
 namespace ddp {
 namespace {
 
+// Signed integers wrap on overflow, as in torch and NCCL (in C++ a signed
+// overflow is undefined, so the arithmetic is done unsigned).
+template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
+struct WrappingOf {
+  using type = T;
+};
+template <class T>
+struct WrappingOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using Wrapping = typename WrappingOf<T>::type;
 struct Sum {
   template <class T>
-  static T apply(T a, T b) { return a + b; }
+  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrapping<T>>(a) + static_cast<Wrapping<T>>(b)); }
 };
 struct Prod {
   template <class T>
-  static T apply(T a, T b) { return a * b; }
+  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrapping<T>>(a) * static_cast<Wrapping<T>>(b)); }
 };
 struct Min {
   template <class T>
