@@ -355,7 +355,11 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
 
   auto stop_all = [&](int sig) {
     for (auto& w : workers) {
-      if (w.running) signal_group(w.pid, sig);
+      if (!w.running) continue;
+      signal_group(w.pid, sig);
+      // A stopped worker (SIGSTOP, a debugger let go, Ctrl-Z) could not act on
+      // the signal before its grace period ends: continue it, as Slurm does.
+      if (sig != SIGKILL) signal_group(w.pid, SIGCONT);
     }
   };
   auto begin_shutdown = [&]() {

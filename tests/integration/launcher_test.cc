@@ -443,6 +443,22 @@ TEST(Launcher, DdprunRaisesItsOpenFileLimitButWorkersGetTheOneItWasGiven) {
   EXPECT_NE(r.out.find("Max open files            " + hard), std::string::npos) << "ddprun's soft limit:\n" << r.out;
 }
 
+TEST(Launcher, AStoppedWorkerIsContinuedWithTheSigtermSoItEndsWithinTheGracePeriod) {
+  auto dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=30", kWorker, "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 10s)) << p.read_err();
+  for (pid_t pid : read_pids(dir, "pid_")) kill(pid, SIGSTOP);
+  const auto sent = std::chrono::steady_clock::now();
+  kill(p.pid(), SIGTERM);
+  auto r = p.wait(40s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
+  EXPECT_LT(took, 10.0) << "the stopped workers waited for the 30 s SIGKILL:\n" << r.err;
+  for (pid_t pid : read_pids(dir, "")) EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {
   auto dir = make_temp_dir();
   Subprocess p({kDdprun, "--nproc_per_node=3", kWorker, "hold", dir, "ignore-term"});
