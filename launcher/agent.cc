@@ -98,7 +98,9 @@ void remove_leftover_segments(const std::string& run_id) {
 sigset_t forwarded_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   return set;
 }
 

@@ -160,9 +160,7 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
         throw Error("--master_port=" + std::to_string(spec.master_port) +
                     ": the static form needs a port below 65535 (the rendezvous listens on the next one)");
       }
-      const bool ipv6 = spec.master_addr.find(':') != std::string::npos;
-      spec.rdzv_endpoint = (ipv6 ? "[" + spec.master_addr + "]" : spec.master_addr) + ":" +
-                           std::to_string(spec.master_port + 1);
+      spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
     }
     return;
   }
@@ -210,9 +208,7 @@ void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& r
   if (!given.endpoint && nnodes_text != "1") {
     if (!given.master_addr) spec.master_addr = step->first_host;
     if (!given.master_port) spec.master_port = step->master_port();
-    const bool ipv6 = spec.master_addr.find(':') != std::string::npos;
-    spec.rdzv_endpoint = (ipv6 ? "[" + spec.master_addr + "]" : spec.master_addr) + ":" +
-                         std::to_string(spec.master_port + 1);
+    spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
     took.push_back("rendezvous at " + spec.rdzv_endpoint + " (first host of " + step->nodelist_var + "=" +
                    step->nodelist + ", MASTER_PORT " + std::to_string(spec.master_port) + ")");
   }
@@ -532,6 +528,10 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   spec.program = rest.front();
   spec.program_args.assign(rest.begin() + 1, rest.end());
 
+  // torchrun's PET_RDZV_ID names the run as PET_RUN_ID does.
+  if (run_id.empty()) {
+    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) run_id = id;
+  }
   {
     GivenShape given;
     given.nnodes = app.count("--nnodes") > 0;
@@ -539,7 +539,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     given.endpoint = app.count("--rdzv_endpoint") > 0;
     given.master_addr = app.count("--master_addr") > 0;
     given.master_port = app.count("--master_port") > 0;
-    given.run_id = app.count("--run_id") > 0 || std::getenv("PET_RDZV_ID") != nullptr;
+    given.run_id = !run_id.empty();
     given.standalone = spec.standalone;
     apply_slurm_step(spec, nnodes_text, run_id, given);
   }
@@ -617,9 +617,6 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     spec.local_ranks_filter = parse_rank_list("--local_ranks_filter", filter_text, spec.nproc_per_node);
   }
   spec.rank_prefix = !no_prefix;
-  if (run_id.empty()) {
-    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) run_id = id;
-  }
   // torchrun's default id is "none", so the same command works on every node;
   // a single node's id only has to be unique (it names shm segments and logs).
   if (run_id.empty()) run_id = spec.multi_node() ? "none" : random_hex(12);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "process.h"
+
 namespace ddp::launcher {
 namespace {
 
@@ -16,7 +18,7 @@ namespace {
 bool stop_requested() {
   sigset_t pending;
   if (sigpending(&pending) != 0) return false;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+  for (int sig : kStopSignals) {
     if (sigismember(&pending, sig) == 1) return true;
   }
   return false;

@@ -1,6 +1,7 @@
 #pragma once
 // Starting and signalling worker processes (Linux).
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <string>
@@ -39,5 +40,9 @@ void raise_open_file_limit();
 
 // "SIGTERM"-style name of a signal number ("signal 42" when unknown).
 std::string signal_name(int sig);
+
+// The signals that ask ddprun to stop (forwarded to the workers, which are
+// then stopped). SIGUSR1/SIGUSR2 are forwarded too, as notices: the job goes on.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 }  // namespace ddp::launcher

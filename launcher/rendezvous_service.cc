@@ -32,6 +32,10 @@ std::string capped(const std::string& message) {
   return message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) + " more bytes cut)";
 }
 
+grpc::Status error_status(grpc::StatusCode code, const std::string& message) {
+  return grpc::Status(code, capped(message));
+}
+
 grpc::Status to_grpc(const Status& s) {
   static const grpc::StatusCode kMap[] = {
       grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
@@ -39,7 +43,7 @@ grpc::Status to_grpc(const Status& s) {
       grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
       grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED,
       grpc::StatusCode::UNAVAILABLE};
-  return s.ok() ? grpc::Status::OK : grpc::Status(kMap[static_cast<int>(s.code)], capped(s.message));
+  return s.ok() ? grpc::Status::OK : error_status(kMap[static_cast<int>(s.code)], s.message);
 }
 
 Auth auth_of(const v1::Auth& a) { return {a.run_id(), a.token()}; }
@@ -134,8 +138,7 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
     return reactor;
   }
-  const std::size_t limit = state_.config().limits.max_pending_waits;
-  if (waiters_.size() >= limit) {
+  if (at_wait_limit()) {
     if (auto status = poll(now())) {  // answered at once: no room needed
       wake(lock, topics);
       reactor->Finish(*status);
@@ -144,7 +147,7 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
     cancel();
     lock.unlock();
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 "the rendezvous server holds " + std::to_string(limit) +
+                                 "the rendezvous server holds " + std::to_string(waiters_.size()) +
                                      " waiting requests, its limit (--rdzv_conf max_pending_waits)"));
     return reactor;
   }
@@ -311,8 +314,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     resp->set_succeeded(reply.round_ended && reply.reason.empty());
   };
   // At the waiting-requests limit a heartbeat is answered at once, never refused.
-  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0 ||
-      waiters_.size() >= state_.config().limits.max_pending_waits) {
+  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0 || at_wait_limit()) {
     if (r.ok()) fill(r.value);
     lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
     return answer(ctx, to_grpc(r.status));
@@ -386,8 +388,8 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
       return grpc::Status::OK;
     }
     if (at >= deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          capped("key '" + key + "' was not set within " + seconds_text(timeout_ms)));
+      return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "key '" + key + "' was not set within " + seconds_text(timeout_ms));
     }
     return std::nullopt;
   };
@@ -435,8 +437,8 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
       auto g = state_.get(auth, k);
       if (g.ok() && !g.value) missing += (missing.empty() ? "'" : ", '") + k + "'";
     }
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        capped("keys never set within " + seconds_text(timeout_ms) + ": " + missing));
+    return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
   };
   return wait_for(ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
 }

@@ -88,6 +88,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Polls the waiters of `topics`, then unlocks and finishes those answered.
   void wake(std::unique_lock<std::mutex>& lock, const Topics& topics);
   void erase_waiter(WaiterList::iterator it);
+  // Whether max_pending_waits requests are held already. Called with mu_ held.
+  bool at_wait_limit() const { return waiters_.size() >= state_.config().limits.max_pending_waits; }
   void on_cancel(WaitReactor* reactor);
   void timer_loop();
 

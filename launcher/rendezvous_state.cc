@@ -85,8 +85,6 @@ std::string format_ranks(const std::vector<int>& sorted) {
   return format_ranks(ranges, static_cast<long>(sorted.size()));
 }
 
-// Compares every byte whatever the first difference, so response time does
-// not reveal how much of a guessed token was right.
 // The head of a (possibly multi-line, 27 KB) failure report, for one line.
 std::string first_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
@@ -94,6 +92,8 @@ std::string first_line(const std::string& text) {
   return line;
 }
 
+// Compares every byte whatever the first difference, so response time does
+// not reveal how much of a guessed token was right.
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
