@@ -2,6 +2,7 @@
 
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_posix.h>
 
 #include <algorithm>
 #include <fstream>
@@ -508,8 +509,6 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     ssl.pem_key_cert_pairs.push_back(
         {read_pem(options.tls_key, "--rdzv_tls_key"), read_pem(options.tls_cert, "--rdzv_tls_cert")});
     creds = grpc::SslServerCredentials(ssl);
-  } else {
-    creds = grpc::InsecureServerCredentials();
   }
   // Debian's Abseil is built without NDEBUG, so every absl::Mutex lock inside
   // gRPC also updates the deadlock detector's process-wide lock graph; with a
@@ -521,24 +520,49 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
   grpc::ServerBuilder builder;
   // Without this gRPC sets SO_REUSEPORT and a second server could silently share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // A connection that never completes gRPC's handshake (a port scanner, a
+  // A TLS connection that never completes its handshake (a port scanner, a
   // client holding sockets open to use up descriptors) is dropped after
-  // handshake_timeout_ms, and one idle for 10 minutes is closed (a client reconnects on its
-  // next call), so held-open connections cannot pile up.
+  // handshake_timeout_ms (plaintext ones by the acceptor), and one idle for
+  // 10 minutes is closed (a client reconnects on its next call), so held-open
+  // connections cannot pile up.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
-  std::string address = host + ":" + std::to_string(options.port);
-  builder.AddListeningPort(address, creds, &port_);
   builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) {
-    service_->stop();
-    throw Error("rendezvous: cannot listen on " + address +
-                (options.port != 0 ? " (port " + std::to_string(options.port) + " in use, or not a local address)"
-                                   : " (not a local address)"));
+  if (creds == nullptr) {
+    // Plaintext: our own acceptor hands connections to the server (it keeps
+    // accepting after the descriptors run out; see connection_acceptor.h).
+    ConnectionAcceptor::Options accept_options;
+    accept_options.host = options.host;
+    accept_options.port = options.port;
+    accept_options.handshake_timeout_ms = options.handshake_timeout_ms;
+    try {
+      acceptor_ = std::make_unique<ConnectionAcceptor>(accept_options, [this](int fd) {
+        grpc::AddInsecureChannelFromFd(server_.get(), fd);
+      });
+    } catch (const Error&) {
+      service_->stop();
+      throw;
+    }
+    port_ = acceptor_->port();
+    server_ = builder.BuildAndStart();
+    if (!server_) {
+      service_->stop();
+      throw Error("rendezvous: cannot start the gRPC server");
+    }
+    acceptor_->start();
+  } else {
+    std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+    std::string address = host + ":" + std::to_string(options.port);
+    builder.AddListeningPort(address, creds, &port_);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      service_->stop();
+      throw Error("rendezvous: cannot listen on " + address +
+                  (options.port != 0 ? " (port " + std::to_string(options.port) + " in use, or not a local address)"
+                                     : " (not a local address)"));
+    }
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
 }
@@ -549,6 +573,7 @@ void RendezvousServer::shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (!server_) return;
     server_->GetHealthCheckService()->SetServingStatus(false);
+    if (acceptor_) acceptor_->stop();
     service_->stop();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   });

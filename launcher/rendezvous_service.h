@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "connection_acceptor.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rendezvous_state.h"
 
@@ -109,7 +110,8 @@ struct ServerOptions {
   int port = 0;                    // 0: pick a free port
   std::string tls_cert, tls_key;  // PEM files: serve TLS (clients are authenticated by the token)
   int max_message_bytes = 8 << 20;
-  // A connection that has not completed gRPC's handshake by then is closed.
+  // A connection that has not begun HTTP/2 (plaintext) or completed the TLS
+  // handshake by then is closed.
   int handshake_timeout_ms = 10000;
 };
 
@@ -129,6 +131,7 @@ class RendezvousServer {
  private:
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ConnectionAcceptor> acceptor_;  // plaintext only; TLS uses gRPC's
   int port_ = 0;
   std::once_flag shutdown_once_;
 };

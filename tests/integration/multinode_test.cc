@@ -74,10 +74,12 @@ std::unique_ptr<Subprocess> agent(const std::string& endpoint, int nnodes, int n
 struct Daemon {
   std::unique_ptr<Subprocess> process;
   int port = 0;
-  Daemon(int nnodes, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=mn",
+  // `wrapper` runs before ddprun (e.g. prlimit to give it a low open-file limit).
+  Daemon(int nnodes, std::vector<std::string> extra = {}, std::vector<std::string> wrapper = {}) {
+    std::vector<std::string> args = wrapper;
+    args.insert(args.end(), {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=mn",
                                      "--nnodes=" + std::to_string(nnodes),
-                                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+                                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"});
     args.insert(args.end(), extra.begin(), extra.end());
     process = std::make_unique<Subprocess>(args, kToken);
     wait_until([&] { return process->read_out().find("listening on") != std::string::npos; }, 10s);
@@ -237,6 +239,40 @@ TEST(MultiNode, HealthOfLiveAndStoppedServers) {
   EXPECT_EQ(dead.out, "UNAVAILABLE\n");
   auto bad = run_process({kDdprun, "health", "not a [endpoint"});
   EXPECT_EQ(bad.code, 2);
+}
+
+// Anyone who can reach the port can open connections until the server has no
+// descriptor left; once they close, the server must accept again (gRPC's own
+// acceptor stops for good after EMFILE).
+TEST(MultiNode, ServerAcceptsAgainAfterConnectionsUsedUpItsDescriptors) {
+  Daemon daemon(2, {}, {"prlimit", "--nofile=64:64"});
+  ASSERT_GT(daemon.port, 0) << daemon.process->read_err();
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(daemon.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      held.push_back(fd);
+    } else {
+      close(fd);
+    }
+  }
+  EXPECT_GT(held.size(), 64u) << "the listen backlog took fewer connections than the limit";
+  std::this_thread::sleep_for(500ms);  // the server has met its limit by now
+  for (int fd : held) close(fd);
+  // Serving again within a few seconds of the connections closing.
+  bool serving = wait_until([&] { return run_process({kDdprun, "health", "--timeout=1", daemon.endpoint()}).out == "SERVING\n"; },
+                            10s);
+  EXPECT_TRUE(serving) << daemon.process->read_err();
+  auto n0 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "rdzv"});
+  auto n1 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "rdzv"});
+  auto r0 = n0->wait(30s), r1 = n1->wait(30s);
+  EXPECT_EQ(r0.code, 0) << r0.err;
+  EXPECT_EQ(r1.code, 0) << r1.err;
+  EXPECT_TRUE(process_alive(daemon.process->pid()));
 }
 
 TEST(MultiNode, WrongTokenIsRefusedAndNothingRuns) {
