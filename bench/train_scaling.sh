@@ -4,7 +4,7 @@
 #
 #   bash bench/train_scaling.sh [BUILD_DIR=build-release] [REPS=5]
 #
-# Model: the shape of ../shared/peers/ddp_step.py (torch DDP's figure):
+# Model: the shape of bench/peers/ddp_step.py (torch DDP's figure):
 # 1024 inputs, 3 hidden layers of 1024, 10 classes = 3x Linear(1024,1024) +
 # Linear(1024,10), 3,159,050 parameters (12.6 MB of float32 gradients); batch
 # 64 per rank (the global batch grows with the ranks, as in weak scaling);
@@ -32,7 +32,7 @@
 # and the ratios to 1 rank. ONLY="act-exch" (names, space-separated) runs just
 # those 2-rank configurations (with 1 rank and the ceiling), for longer series. Figures are medians over the repetitions (the two
 # cores are shared with everything else, so single runs vary by +-15% and
-# more). Targets: 2 ranks >= 1.92x (issue 6) and >= 1.95x (issue 7).
+# more). Target: 2 ranks at 1.95x or more.
 set -euo pipefail
 BUILD_DIR=${1:-build-release}
 REPS=${2:-5}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds (Release) and prints every benchmark table. Run ../shared/peers beside it for peer figures.
+# Builds (Release) and prints every benchmark table (docs/PERFORMANCE.md).
+# PEERS=1 also runs the peer measurements (torchrun, torch over Gloo, OpenMPI: bench/peers/run_all.sh) after them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps-present.sh
@@ -57,3 +58,7 @@ for backend in shm gloo; do
 done
 echo "== reference trainer scaling (bench/train_scaling.sh: 2 ranks vs 1, 3.16M-parameter MLP, batch 64 per rank, 1 thread per rank) =="
 bash bench/train_scaling.sh "${BUILD_DIR:-build-release}" "${REPS:-5}"
+if [ "${PEERS:-0}" = 1 ]; then
+  echo "== peers (bench/peers/run_all.sh: torchrun, torch.distributed over Gloo, OpenMPI, memory bandwidth) =="
+  bash bench/peers/run_all.sh
+fi
