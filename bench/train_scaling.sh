@@ -21,15 +21,12 @@
 #               with shm one node-wide copy of the parameters, so nothing is
 #               gathered; the same losses to the last digit)
 #   2 shard+inl --shard_optimizer --comm_mode inline
-#   2 act-exch  --exchange activations (no gradients move: the ranks compute
-#               the weight gradients' rows from every rank's layer inputs and
-#               output gradients, in node-shared memory, in units that
-#               whichever rank is free claims, and update them in the node's
-#               one copy of the weights; the same update, summed in another
-#               order)
+#   2 shared    --comm_mode shared (GradSync's shared sum: no all-reduce,
+#               the ranks add their gradients into one node-shared buffer)
+#   2 shared+sh --comm_mode shared --shard_optimizer
 #   ceiling     two independent 1-rank trainers at once (no communication):
 #               what two processes sharing this machine reach by themselves
-# and the ratios to 1 rank. ONLY="act-exch" (names, space-separated) runs just
+# and the ratios to 1 rank. ONLY="shared" (names, space-separated) runs just
 # those 2-rank configurations (with 1 rank and the ceiling), for longer series. Figures are medians over the repetitions (the two
 # cores are shared with everything else, so single runs vary by +-15% and
 # more). Target: 2 ranks at 1.95x or more.
@@ -50,7 +47,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 # name: extra train flags for a 2-rank configuration
 CONFIGS=("2 ranks:" "2 inline:--comm_mode inline" "2 sharded:--shard_optimizer"
-         "2 shard+inl:--shard_optimizer --comm_mode inline" "2 act-exch:--exchange activations"
+         "2 shard+inl:--shard_optimizer --comm_mode inline"
          "2 shared:--comm_mode shared" "2 shared+sh:--comm_mode shared --shard_optimizer")
 if [ -n "${ONLY:-}" ]; then
   chosen=()
@@ -112,11 +109,11 @@ for config in "${CONFIGS[@]}"; do
 done
 ceiling=$(median <"$tmp/ceiling.all")
 echo "$line $(printf " %10s" "$ceiling") |$ratios $(printf " %9sx" "$(ratio "$ceiling" "$one")")"
-echo "last runs' GradSync (or exchange) figures:"
+echo "last runs' GradSync figures:"
 i=0
 for config in "${CONFIGS[@]}"; do
   i=$((i + 1))
-  grep -h "summary: gradient sync\|summary: activation exchange" "$tmp/run$i.txt" | sed "s/^/  ${config%%:*}: /"
+  grep -h "summary: gradient sync" "$tmp/run$i.txt" | sed "s/^/  ${config%%:*}: /"
 done
 loss() { sed -n 's/.*final loss \([^ ]*\).*/\1/p' "$1"; }
 if [ -z "${ONLY:-}" ]; then  # the run numbers below are those of the full set
@@ -125,7 +122,7 @@ if [ -z "${ONLY:-}" ]; then  # the run numbers below are those of the full set
   else
     echo "plain and sharded runs end with the same loss: NO ($(loss "$tmp/run1.txt") vs $(loss "$tmp/run3.txt"))"
   fi
-  echo "plain and activation-exchange final losses: $(loss "$tmp/run1.txt") and $(loss "$tmp/run5.txt") (the same sums in another order)"
+  echo "plain and shared-sum final losses: $(loss "$tmp/run1.txt") and $(loss "$tmp/run5.txt") (the same sums in another order)"
 fi
 i=0
 for config in "${CONFIGS[@]}"; do

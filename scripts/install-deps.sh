@@ -9,8 +9,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev googletest
   libgloo-dev
-  libopenblas-dev
-  python3 python3-torch
+  libopenblas-dev zlib1g-dev
+  python3 python3-torch python3-sklearn
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2
   slurmctld slurmd slurm-client munge

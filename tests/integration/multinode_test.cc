@@ -454,24 +454,6 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
   }
   EXPECT_EQ(results["sharded"], results["plain"]);
 }
-
-// --exchange activations needs the ranks to share memory: across nodes every
-// rank refuses it before any collective, naming the flag and the node count.
-TEST(MultiNodeTrain, TheActivationExchangeIsRefusedAcrossNodes) {
-  const std::string run_id = "mnexch" + std::to_string(getpid());
-  auto [r0, r1] = train_on_two_nodes({TRAIN_PATH, "--hidden", "16", "--layers", "1", "--steps", "3",
-                                      "--exchange", "activations"},
-                                     run_id);
-  ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
-  for (const auto* r : {&r0, &r1}) {
-    EXPECT_NE(r->code, 0) << r->out << r->err;
-    EXPECT_NE(r->err.find("--exchange activations: needs every rank on one node with the shm "
-                          "backend (this job: backend shm, 2 node(s)"),
-              std::string::npos)
-        << r->err;
-  }
-  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
-}
 #endif
 
 TEST(MultiNode, MultiNodeNeedsAnEndpointOrAStaticNodeRank) {

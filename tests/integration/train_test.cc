@@ -1,5 +1,7 @@
 // The reference trainer as a user runs it: ddprun starting `train` with 1 to
-// 4 ranks (Gloo over loopback), small models, a few seconds per run.
+// 4 ranks (shm, or Gloo over loopback), small models, a few seconds per run.
+// train_fault_worker (tests/tools) is train with a rank that SIGKILLs or
+// SIGSTOPs itself after a given step, for the restart and hang tests.
 //
 // Tolerances: runs with the same global batch on 1, 2 and 4 ranks sum the
 // same gradients in a different order, so their losses agree to float
@@ -22,7 +24,6 @@
 #include <filesystem>
 #include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@ namespace {
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kTrain = TRAIN_PATH;
+const std::string kFaultWorker = TRAIN_FAULT_WORKER_PATH;
 
 // A small model and run: well under a second per rank.
 const std::vector<std::string> kSmall = {"--hidden", "64", "--layers",    "3",
@@ -47,10 +49,11 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
 // `env` replaces the defaults below (e.g. a shorter DDP_TIMEOUT_S).
 ProcessResult ddprun(const std::vector<std::string>& launcher_args,
                      const std::vector<std::string>& train_args,
-                     const std::map<std::string, std::string>& env = {}) {
+                     const std::map<std::string, std::string>& env = {},
+                     const std::string& program = kTrain) {
   std::vector<std::string> argv = {kDdprun};
   argv = argv + launcher_args;
-  argv.push_back(kTrain);
+  argv.push_back(program);
   argv = argv + train_args;
   std::map<std::string, std::string> full = {{"DDP_BACKEND", "\x01"},
                                              {"DDP_DEBUG", "\x01"},
@@ -62,8 +65,9 @@ ProcessResult ddprun(const std::vector<std::string>& launcher_args,
   return run_process(argv, full, 120s);
 }
 
-ProcessResult train_on(int nproc, const std::vector<std::string>& args) {
-  return ddprun({"--nproc_per_node=" + std::to_string(nproc)}, args);
+ProcessResult train_on(int nproc, const std::vector<std::string>& args,
+                       const std::string& program = kTrain) {
+  return ddprun({"--nproc_per_node=" + std::to_string(nproc)}, args, {}, program);
 }
 
 // "[rank 0] step K/T | epoch E | loss X | ..." -> K -> X. A later line for the
@@ -127,6 +131,27 @@ TEST(Train, LossDecreases) {
   expect_loss_decreases(r);
 }
 
+// scikit-learn's handwritten digits (Debian's python3-sklearn), 20% held out:
+// 10 epochs of a 64-64-10 MLP on 2 ranks reach 0.98 test accuracy with seed
+// 0 (0.96-0.98 over seeds 0-7), well under a second. Skipped, saying why,
+// where the file is not installed.
+TEST(Train, TwoRanksLearnTheDigits) {
+  auto r = train_on(2, {"--data", "digits", "--epochs", "10", "--hidden", "64", "--layers", "1",
+                        "--lr", "0.1", "--log_every", "20"});
+  if (r.exited && r.code == 2 && r.err.find("cannot open") != std::string::npos)
+    GTEST_SKIP() << "the digits are not installed: " << r.err;
+  expect_ok(r);
+  EXPECT_NE(r.out.find("MLP 64-64-10 (4810 parameters), classification on 1438 digits samples "
+                       "(359 held out)"),
+            std::string::npos)
+      << r.out;
+  auto line = lines_with_prefix(r.out, "[rank 0] summary: test set: ");
+  ASSERT_EQ(line.size(), 1u) << r.out;
+  std::printf("digits, test set: %s\n", line[0].c_str());
+  ASSERT_EQ(line[0].rfind("359 held-out samples | loss ", 0), 0u) << line[0];
+  EXPECT_GE(std::stod(line[0].substr(line[0].find("| accuracy ") + 11)), 0.95) << line[0];
+}
+
 class SameGlobalBatch : public ::testing::TestWithParam<std::string> {};
 
 // The global batch (64) is fixed; each rank reads 64/N samples of it.
@@ -172,7 +197,8 @@ TEST(Train, AKilledRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
   // Rank 1 is SIGKILLed after step 15; the checkpoint of step 10 survives.
   auto killed =
       train_on(2, args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
-                                                  "--crash_at_step", "15"});
+                                                  "--crash_at_step", "15"},
+               kFaultWorker);
   ASSERT_TRUE(killed.exited) << killed.out << killed.err;
   EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
   EXPECT_TRUE(std::filesystem::exists(ckpt));
@@ -240,7 +266,8 @@ void expect_resumed_run_repeats(const std::vector<std::string>& reference,
   auto whole = train_on(2, reference);
   expect_ok(whole);
   auto killed = train_on(2, variant + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
-                                                               "10", "--crash_at_step", "15"});
+                                                               "10", "--crash_at_step", "15"},
+                         kFaultWorker);
   ASSERT_TRUE(killed.exited) << killed.out << killed.err;
   EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
   auto resumed = train_on(2, variant + std::vector<std::string>{"--resume", ckpt});
@@ -266,126 +293,6 @@ const std::vector<std::string> kAdam = {"--optimizer", "adam", "--lr", "0.003", 
 // (gathered before rank 0 writes): resumed, it ends where the plain run does.
 TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
   expect_resumed_run_repeats(kSmall + kAdam, kSmall + kAdam + std::vector<std::string>{"--shard_optimizer"});
-}
-
-// --exchange activations (row_exchange.h): the ranks compute the rows of
-// every weight gradient from every rank's layer inputs and output gradients,
-// in units that whichever rank is free claims, and update them in the node's
-// one copy of the weights. The same update as
-// exchanging gradients, its sums added in another order: 1e-4 relative, as
-// between world sizes.
-struct ExchangeCase {
-  int ranks;
-  std::string optimizer;
-  std::string task;
-  int accumulate;
-};
-void PrintTo(const ExchangeCase& c, std::ostream* os) {
-  *os << c.ranks << " ranks, " << c.optimizer << ", " << c.task << ", accumulate " << c.accumulate;
-}
-class ActivationExchange : public ::testing::TestWithParam<ExchangeCase> {};
-
-TEST_P(ActivationExchange, FollowsTheGradientExchangeLossCurve) {
-  const ExchangeCase& p = GetParam();
-  const auto args = kSmall + std::vector<std::string>{"--optimizer", p.optimizer, "--lr",
-                                                      p.optimizer == "adam" ? "0.003" : "0.05",
-                                                      "--task", p.task, "--batch_size", "16",
-                                                      "--accumulate", std::to_string(p.accumulate)};
-  auto gradients = train_on(p.ranks, args);
-  expect_ok(gradients);
-  auto rows = train_on(p.ranks, args + std::vector<std::string>{"--exchange", "activations"});
-  expect_ok(rows);
-  EXPECT_NE(rows.out.find("(activation exchange: weight-gradient rows in claimed units)"), std::string::npos) << rows.out;
-  EXPECT_NE(rows.out.find("summary: activation exchange, mean per backward pass over " +
-                          std::to_string(30 * p.accumulate) + " and " + std::to_string(p.ranks) +
-                          " rank(s)"),
-            std::string::npos)
-      << rows.out;
-  EXPECT_EQ(rows.out.find("summary: gradient sync"), std::string::npos) << rows.out;
-  // GradSync only broadcasts the parameters: no bucket memory beside the exchange's.
-  EXPECT_NE(rows.out.find(" parameters (0 gradient elements, 0.00 MiB) in 0 buckets"),
-            std::string::npos)
-      << rows.out;
-  // Every unit of every backward pass was taken by exactly one of the processes.
-  std::smatch units;
-  ASSERT_TRUE(std::regex_search(rows.out, units,
-                                std::regex("units of ([0-9]+) taken by rank 0/1/...: ([0-9./]+)")))
-      << rows.out;
-  double taken = 0;
-  std::stringstream shares(units[2].str());
-  for (std::string share; std::getline(shares, share, '/');) taken += std::stod(share);
-  EXPECT_NEAR(taken, std::stod(units[1].str()), 0.15 * p.ranks) << units[0];
-  expect_same_curve(losses(gradients.out), losses(rows.out), 1e-4, "activations vs gradients");
-}
-
-// A rank that hangs (stopped, not dead: ddprun sees nothing) while the others
-// wait for its rows: they name it after the group's timeout, and ddprun then
-// stops the job, the hung rank included.
-// Two ranks, 40 steps, a 3 s group timeout; rank 1 stops itself (SIGSTOP) at
-// step 5. The job must end (non-zero, well within 30 s) without going on.
-ProcessResult run_with_a_stopped_rank(const std::vector<std::string>& mode) {
-  const auto start = std::chrono::steady_clock::now();
-  auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
-                  std::vector<std::string>{"--hidden", "64", "--layers", "3", "--steps", "40",
-                                           "--stall_at_step", "5"} +
-                      mode,
-                  {{"DDP_TIMEOUT_S", "3"}});
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_TRUE(r.exited) << r.out << r.err;
-  EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_LT(took, 30s) << r.out << r.err;
-  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
-  return r;
-}
-
-TEST(Train, TheActivationExchangeNamesAHungRankAfterTheGroupsTimeout) {
-  auto r = run_with_a_stopped_rank({"--exchange", "activations"});
-  EXPECT_NE(r.err.find("rank 1 did not publish its layer gradients within the group's timeout of "
-                       "3000 ms"),
-            std::string::npos)
-      << r.out << r.err;
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, ActivationExchange,
-                         ::testing::Values(ExchangeCase{1, "sgd", "classification", 1},
-                                           ExchangeCase{2, "sgd", "classification", 1},
-                                           ExchangeCase{2, "adam", "regression", 2},
-                                           ExchangeCase{3, "adam", "classification", 1},
-                                           ExchangeCase{4, "sgd", "regression", 1}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.ranks) + "ranks_" + info.param.optimizer +
-                                  "_" + info.param.task + "_acc" + std::to_string(info.param.accumulate);
-                         });
-
-// Its checkpoint holds the node's one copy of Adam's moments, whichever rank
-// updated which rows: resumed, it repeats the uninterrupted run exactly.
-TEST(Train, AnActivationExchangeRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes) {
-  const auto exchange = kSmall + kAdam + std::vector<std::string>{"--exchange", "activations"};
-  expect_resumed_run_repeats(exchange, exchange);
-}
-
-// No room in the shared segment for the weights and rows: every rank fails
-// with the reason and the setting to change (no hang, no fallback).
-TEST(Train, TheActivationExchangeSaysWhenTheSegmentHasNoRoom) {
-  auto r = ddprun({"--nproc_per_node=2"},
-                  {"--input_dim", "1024", "--hidden", "1024", "--layers", "1", "--steps", "2",
-                   "--exchange", "activations"},
-                  {{"DDP_SHM_ARENA_MB", "1"}});
-  ASSERT_TRUE(r.exited) << r.out << r.err;
-  EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.err.find("--exchange activations: the 2 ranks cannot share"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("DDP_SHM_ARENA_MB"), std::string::npos) << r.err;
-}
-
-// Without memory the ranks share, every rank refuses it before any collective.
-TEST(Train, TheActivationExchangeNeedsShm) {
-  auto r = train_on(2, kSmall + std::vector<std::string>{"--exchange", "activations", "--backend", "gloo"});
-  ASSERT_TRUE(r.exited) << r.out << r.err;
-  EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("--exchange activations: needs every rank on one node with the shm backend "
-                       "(this job: backend gloo, 1 node(s), 2 of 2 ranks on this one)"),
-            std::string::npos)
-      << r.err;
 }
 
 // --comm_mode shared (GradSync's shared sum): the ranks add their gradients
@@ -447,10 +354,20 @@ TEST(Train, ASharedSumRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes
   expect_resumed_run_repeats(shared, shared, 1e-4);
 }
 
-// A stopped rank: the other waits for its gradients in finish(), names it
-// after the group's timeout, and ddprun stops the job, the stopped rank included.
+// A stopped rank (alive, so ddprun sees nothing): the other waits for its
+// gradients in finish(), names it after the group's timeout (3 s here), and
+// ddprun then stops the job, the stopped rank included, well within 30 s and
+// without going on.
 TEST(Train, TheSharedSumNamesAHungRankAfterTheGroupsTimeout) {
-  auto r = run_with_a_stopped_rank({"--comm_mode", "shared"});
+  const auto start = std::chrono::steady_clock::now();
+  auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
+                  {"--hidden", "64", "--layers", "3", "--steps", "40", "--stall_at_step", "5",
+                   "--comm_mode", "shared"},
+                  {{"DDP_TIMEOUT_S", "3"}}, kFaultWorker);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << r.out << r.err;
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(losses(r.out).count(10), 0u) << "the job went on without rank 1";
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex("rank 1 \\(finished [0-9]+\\) did not finish adding its gradients of "
                         "iteration [0-9]+ within the group's timeout of 3000 ms")))
@@ -473,7 +390,8 @@ TEST(Train, DdprunRestartsResumeFromTheLatestCheckpoint) {
   expect_ok(whole);
   auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1"},
                   args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
-                                                  "--resume", "auto", "--crash_at_step", "25"});
+                                                  "--resume", "auto", "--crash_at_step", "25"},
+                  {}, kFaultWorker);
   expect_ok(r);
   EXPECT_NE(r.out.find("no checkpoint at " + ckpt), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed from " + ckpt + " at step 20"), std::string::npos) << r.out;
@@ -531,16 +449,6 @@ TEST(Train, OnlyRankZeroPrintsProgress) {
   EXPECT_NE(line[0].find("samples/s | ETA "), std::string::npos) << line[0];
 }
 
-TEST(Train, ABarIsDrawnInPlaceWhenAsked) {
-  auto r = run_process({kTrain, "--hidden", "16", "--layers", "1", "--steps", "20", "--log_every",
-                        "5", "--progress", "bar"},
-                       {}, 60s);
-  expect_ok(r);
-  EXPECT_NE(r.out.find("\r\033[K["), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("20/20 loss "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("summary: "), std::string::npos) << r.out;
-}
-
 TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
   struct Case {
     std::vector<std::string> args;
@@ -555,13 +463,12 @@ TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
       {{"--resume", "auto"}, "--checkpoint"},
       {{"--dataset_size", "10"}, "--dataset_size 10"},
       {{"--checkpoint", "/nonexistent/dir/x.ckpt"}, "/nonexistent/dir"},
-      {{"--exchange", "sideways"}, "--exchange"},
-      {{"--exchange", "activations", "--shard_optimizer"}, "--shard_optimizer with --exchange activations"},
-      {{"--exchange", "activations", "--compression", "bf16"},
-       "--compression bf16 with --exchange activations"},
       {{"--comm_mode", "sideways"}, "--comm_mode"},
-      {{"--comm_mode", "shared", "--exchange", "activations"},
-       "--comm_mode shared with --exchange activations"},
+      {{"--data", "mnist"}, "--data"},
+      {{"--data", "digits", "--input_dim", "16"}, "--input_dim with --data digits"},
+      {{"--data", "digits", "--task", "regression"}, "--task with --data digits"},
+      {{"--data", "digits", "--data_file", "/nonexistent/digits.csv.gz"},
+       "--data digits: cannot open /nonexistent/digits.csv.gz"},
       {{"--comm_mode", "shared", "--compression", "fp16"}, "--compression fp16 with --comm_mode shared"},
   };
   for (const auto& c : cases) {

@@ -2,7 +2,7 @@
 // Checkpoint files: what a run needs to continue exactly where it stopped.
 //
 // A checkpoint holds text metadata (key=value lines: the step, the epoch and
-// a description of the run, see main.cc) and a list of raw buffers (the
+// a description of the run, see trainer.cc) and a list of raw buffers (the
 // weights, then the optimizer's state), followed by a 64-bit FNV-1a checksum
 // of everything before it:
 //   "DDPTRAIN" | u32 version=1 | u64 metadata bytes | metadata

@@ -1,11 +1,11 @@
-// The GPU path's kernels (see device_kernels.h). Element-wise kernels use a
+// The GPU engine's kernels (see device_kernels.h). Element-wise kernels use a
 // grid-stride loop over at most kMaxBlocks blocks of kThreads; the per-row
 // losses give each row one thread (the trainer's outputs are a few classes or
 // targets wide).
 
 #include "cuda_util.h"
 #include "device_kernels.h"
-#include "loss_row.h"
+#include "loss.h"
 
 namespace train::kernels {
 namespace {
@@ -14,9 +14,8 @@ constexpr int kThreads = 256;
 constexpr std::size_t kMaxBlocks = 4096;
 
 unsigned blocks_for(std::size_t n) {
-  std::size_t blocks = (n + kThreads - 1) / kThreads;
-  if (blocks == 0) blocks = 1;
-  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+  const std::size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks == 0 ? 1 : blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
 __device__ std::size_t first_index() {
@@ -24,10 +23,6 @@ __device__ std::size_t first_index() {
 }
 
 __device__ std::size_t stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-
-__global__ void fill_kernel(float* x, std::size_t n, float value) {
-  for (std::size_t k = first_index(); k < n; k += stride()) x[k] = value;
-}
 
 __global__ void add_bias_kernel(float* out, const float* b, std::size_t n, int cols, bool relu) {
   for (std::size_t k = first_index(); k < n; k += stride()) {
@@ -67,15 +62,15 @@ __global__ void squared_error_kernel(const float* y, const float* target, int ba
   row_loss[i] = total;
 }
 
-__global__ void sgd_kernel(float* p, const float* g, std::size_t n, float lr) {
-  for (std::size_t k = first_index(); k < n; k += stride()) p[k] -= lr * g[k];
-}
-
-__global__ void sgd_momentum_kernel(float* p, float* buf, const float* g, std::size_t n, float lr,
-                                    float momentum) {
+__global__ void sgd_kernel(float* p, float* buf, const float* g, std::size_t n, float lr,
+                           float momentum) {
   for (std::size_t k = first_index(); k < n; k += stride()) {
-    buf[k] = momentum * buf[k] + g[k];
-    p[k] -= lr * buf[k];
+    if (buf == nullptr) {
+      p[k] -= lr * g[k];
+    } else {
+      buf[k] = momentum * buf[k] + g[k];
+      p[k] -= lr * buf[k];
+    }
   }
 }
 
@@ -89,11 +84,6 @@ __global__ void adam_kernel(float* p, float* m, float* v, const float* g, std::s
 }
 
 }  // namespace
-
-void fill(float* x, std::size_t n, float value, cudaStream_t stream) {
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, value);
-  check_launch("fill kernel");
-}
 
 void add_bias(float* out, const float* b, int rows, int cols, bool relu, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
@@ -124,15 +114,10 @@ void squared_error(const float* y, const float* target, int batch, int dim, floa
   check_launch("squared_error kernel");
 }
 
-void sgd(float* p, const float* g, std::size_t n, float lr, cudaStream_t stream) {
-  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, g, n, lr);
+void sgd(float* p, float* buf, const float* g, std::size_t n, float lr, float momentum,
+         cudaStream_t stream) {
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, buf, g, n, lr, momentum);
   check_launch("sgd kernel");
-}
-
-void sgd_momentum(float* p, float* buf, const float* g, std::size_t n, float lr, float momentum,
-                  cudaStream_t stream) {
-  sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p, buf, g, n, lr, momentum);
-  check_launch("sgd_momentum kernel");
 }
 
 void adam(float* p, float* m, float* v, const float* g, std::size_t n, float step_size,

@@ -1,19 +1,17 @@
 #pragma once
 // Where the trainer's math runs: an Engine holds the model, its loss and its
-// optimizer, on the CPU (Mlp, loss.h and optimizer.h with OpenBLAS) or on a
-// GPU (DeviceMlp, DeviceLoss and DeviceOptimizer with cuBLAS and CUDA
-// kernels). main.cc's loop, GradSync and the checkpoints are the same for
+// optimizer, on the CPU (cpu_engine.cc: Mlp, loss.h and optimizer.h with
+// OpenBLAS) or on a GPU (gpu_engine.cc: the same with cuBLAS and CUDA
+// kernels). trainer.cc's loop, GradSync and the checkpoints are the same for
 // both; only the memory the pointers below point into differs (host memory,
-// or device memory on the GPU path, which GradSync reduces with NCCL).
+// or device memory on the GPU, which GradSync reduces with NCCL).
 
 #include <cstddef>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "dataset.h"
-#include "exchange_memory.h"
+#include "data.h"
 #include "ddp/grad_sync.h"
 #include "ddp/params.h"
 #include "flags.h"
@@ -26,37 +24,26 @@ class Engine {
  public:
   virtual ~Engine() = default;
 
-  // "the CPU (OpenBLAS, 1 thread)", "cuda:0 (NVIDIA H100 80GB HBM3), cuBLAS".
+  // "the CPU (OpenBLAS, Haswell kernels, 1 thread)", "cuda:0 (NVIDIA H100 80GB HBM3), cuBLAS".
   virtual std::string description() const = 0;
-  virtual const std::vector<int>& dims() const = 0;
-  virtual std::size_t num_elements() const = 0;
-  // The parameters for GradSync (device >= 0 on the GPU path).
+  // The parameters for GradSync (device >= 0 on the GPU).
   virtual std::vector<ddp::GradParam> grad_params() const = 0;
 
-  // Forward pass, loss and dLoss/dOutputs of one micro-batch.
+  // Forward pass, loss and dLoss/dOutputs of one batch (any size).
   virtual void forward(const Batch& batch) = 0;
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
-  // As Mlp::backward: gradients into sink, scaled, written or accumulated.
-  // With exchanges_activations(), as Mlp::backward_chain instead (the sink
-  // is not used): the weight gradients, summed over every rank, follow in
-  // the next forward() or in step(), a unit of rows at a time.
-  virtual void backward(GradSink& sink, float scale, bool accumulate) = 0;
-  // One optimizer step with the averaged gradients in sync's views (with
-  // exchanges_activations(): Mlp::weight_rows, each unit's rows updated as
-  // soon as they are summed, then a barrier).
+  // As Mlp::backward: gradients into sync's views, scaled, written or accumulated.
+  virtual void backward(ddp::GradSync& sync, float scale, bool accumulate) = 0;
+  // One optimizer step with the averaged gradients in sync's views.
   virtual void step(ddp::GradSync& sync) = 0;
-  // --exchange activations (row_exchange.h), set up by prepare(): the trainer
-  // then leaves GradSync out of the backward pass.
-  virtual bool exchanges_activations() const { return false; }
-  virtual std::optional<ExchangeStats> exchange_stats() const { return std::nullopt; }
 
   // Collective: every rank gets rank 0's weights and optimizer state.
   virtual void prepare(ddp::GradSync& sync) = 0;
   // Checkpoints: host buffers holding the weights, then the optimizer state
-  // (optimizer.h's order), the same on both paths, so a checkpoint written by
-  // one loads into the other. On the GPU they are copies made by this call;
-  // after writing into them (load_checkpoint), call load_host_state().
+  // (optimizer.h's order), the same on both engines, so a checkpoint written
+  // by one loads into the other. On the GPU they are copies made by this
+  // call; after writing into them (load_checkpoint), call load_host_state().
   virtual std::vector<ddp::ParamBuffer> host_state() = 0;
   virtual void load_host_state() = 0;
   // Collective, before rank 0 reads host_state() for a checkpoint: with a
@@ -65,8 +52,8 @@ class Engine {
   virtual void gather_state() {}
 };
 
-// What both engines do alike, for a model with Mlp's interface (Mlp,
-// DeviceMlp) and an optimizer with Optimizer's (Optimizer, DeviceOptimizer).
+// What both engines do alike, for a model with Mlp's interface and an
+// optimizer with Optimizer's (Mlp and Optimizer, or their GPU twins).
 //
 // One optimizer step over every parameter, with the averaged gradients.
 template <typename Model, typename Opt>
@@ -87,7 +74,7 @@ std::vector<ddp::ParamBuffer> model_and_optimizer_state(Model& model, Opt& opt) 
 
 std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims);
 
-// The GPU path (--backend nccl), compiled only when the build found CUDA,
+// The GPU engine (--backend nccl), compiled only when the build found CUDA,
 // cuBLAS and NCCL (see flags.h's gpu_path_built()).
 //
 // "" when this process can compute on CUDA device `device` (its LOCAL_RANK),

@@ -1,6 +1,6 @@
 #pragma once
-// The reference trainer's command line: every flag, its default, and the
-// checks that turn a bad value into one line naming the flag (exit code 2).
+// The trainer's command line: every flag, its default, and the checks that
+// turn a bad value into one line naming the flag (exit code 2).
 
 #include <cstdint>
 #include <optional>
@@ -15,9 +15,13 @@ enum class OptimizerKind : int { kSgd, kAdam };
 const char* task_name(Task task);                // "regression", "classification"
 const char* optimizer_name(OptimizerKind kind);  // "sgd", "adam"
 
+// Where Debian's python3-sklearn installs scikit-learn's handwritten digits.
+inline constexpr const char* kDigitsFile =
+    "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
 struct Config {
   // Length of the run: exactly one of them (neither: 1 epoch). An epoch is
-  // steps_per_epoch() optimizer steps (see data_plan.h).
+  // DataPlan::steps_per_epoch() optimizer steps (see data.h).
   std::int64_t steps = 0;
   std::int64_t epochs = 0;
   int batch_size = 32;  // samples per rank per micro-batch
@@ -29,8 +33,12 @@ struct Config {
   int layers = 2;
   int output_dim = 10;  // classes (classification) or target values (regression)
 
+  // The data: "synthetic" (made from the seed) or "digits" (data_file; its
+  // shape sets input_dim 64, output_dim 10 and classification).
+  std::string data = "synthetic";
+  std::string data_file = kDigitsFile;
   Task task = Task::kClassification;
-  std::int64_t dataset_size = 8192;
+  std::int64_t dataset_size = 8192;  // synthetic only
   std::uint64_t seed = 0;
 
   OptimizerKind optimizer = OptimizerKind::kSgd;
@@ -39,33 +47,20 @@ struct Config {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam only
 
   double bucket_cap_mb = 25;
-  std::string compression = "none";  // gradients on the wire: none, fp16, bf16
+  std::string compression = "none";   // gradients on the wire: none, fp16, bf16
+  std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline, shared
   // ZeRO stage 1 (ddp::ParamShards): each rank updates only its shard of the
   // parameters (and keeps only that shard's optimizer state current), then
-  // the shards are all-gathered. Same results; CPU path only.
+  // the shards are all-gathered. Same results; CPU engine only.
   bool shard_optimizer = false;
-  std::string comm_mode = "overlap";  // GradSync's CommMode: overlap, inline, shared
-  // What crosses between the ranks: "gradients" (GradSync's all-reduce) or
-  // "activations" (row_exchange.h: every rank's layer inputs and output
-  // gradients, in memory the ranks of one node share; the ranks compute and
-  // update the weight gradients' rows in units that whichever rank is free
-  // claims). CPU path, one node (shm) only.
-  std::string exchange = "gradients";
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
-  // CPU); nccl: the GPU path (math on CUDA device LOCAL_RANK, see engine.h).
+  // CPU engine); nccl: the GPU engine (math on CUDA device LOCAL_RANK).
   std::string backend;
 
   std::string checkpoint;               // "" : no checkpoints
   std::int64_t checkpoint_every = 100;  // steps; 0: only at the end
   std::string resume;                   // "" : fresh; "auto": --checkpoint if it exists
-
   int log_every = 10;
-  std::string progress = "auto";  // auto (bar on a terminal), bar, lines
-
-  // Fault injection for restart tests: the last rank SIGKILLs itself after
-  // this step, in the first attempt only (TORCHELASTIC_RESTART_COUNT = 0).
-  std::int64_t crash_at_step = 0;
-  std::int64_t stall_at_step = 0;  // testing: the last rank stops (SIGSTOP) after this step
 };
 
 struct ParseResult {
@@ -77,17 +72,13 @@ struct ParseResult {
 // Parses argv (argv[0] is the program). Never throws.
 ParseResult parse_flags(const std::vector<std::string>& argv);
 
-// Checks that involve several flags; throws ddp::Error naming them.
-void validate(const Config& config);
-
-// Whether this build has the GPU path (--backend nccl): CUDA, cuBLAS and NCCL
-// were found at build time (DDP_TRAIN_GPU).
+// Whether this build has the GPU engine (--backend nccl): CUDA, cuBLAS and
+// NCCL were found at build time (DDP_TRAIN_GPU).
 bool gpu_path_built();
 // Why a build without it refuses --backend nccl.
 std::string gpu_path_missing();
 // "" when this build trains with `backend` and config's other flags; else
-// the problem, naming the backend as `named` ("--backend nccl",
-// "DDP_BACKEND=nccl").
+// the problem, naming the backend as `named` ("--backend nccl", "DDP_BACKEND=nccl").
 std::string backend_problem(const Config& config, const std::string& backend,
                             const std::string& named);
 

@@ -1,6 +1,6 @@
 // The GPU path in a build without CUDA, cuBLAS or NCCL: only its refusal.
 // (flags.cc already rejects --backend nccl in such a build; this keeps the
-// program linkable without #ifdefs in main.cc.)
+// program linkable without #ifdefs in trainer.cc.)
 
 #include "ddp/common/error.h"
 #include "engine.h"

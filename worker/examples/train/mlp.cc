@@ -34,7 +34,6 @@ Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
   }
   for (auto& t : tensors_) data_.push_back(t.data());
   act_.resize(static_cast<std::size_t>(num_layers()));
-  out_.resize(static_cast<std::size_t>(num_layers()));
 }
 
 void Mlp::bind(const std::vector<float*>& storage, bool copy) {
@@ -46,12 +45,6 @@ void Mlp::bind(const std::vector<float*>& storage, bool copy) {
     if (copy && storage[p] != data_[p]) std::memcpy(storage[p], data_[p], count(p) * sizeof(float));
     data_[p] = storage[p];
   }
-}
-
-std::size_t Mlp::num_elements() const {
-  std::size_t n = 0;
-  for (const auto& t : tensors_) n += t.size();
-  return n;
 }
 
 std::vector<void*> Mlp::data_pointers() {
@@ -71,17 +64,6 @@ std::vector<ddp::GradParam> Mlp::grad_params() const {
 }
 
 float* Mlp::forward(const float* x, int batch) {
-  if (exchange_ != nullptr) {
-    if (batch != exchange_->batch) {
-      throw ddp::Error("Mlp::forward: a batch of " + std::to_string(batch) +
-                       " rows, but the activation exchange holds " +
-                       std::to_string(exchange_->batch) + " per rank");
-    }
-    // The other ranks read this rank's input for their rows of the first layer's gradient.
-    float* mine = exchange_->my_input(0, dims_[0]);
-    std::memcpy(mine, x, static_cast<std::size_t>(batch) * dims_[0] * sizeof(float));
-    x = mine;
-  }
   x_ = x;
   batch_ = batch;
   const int widest = *std::max_element(dims_.begin(), dims_.end());
@@ -90,20 +72,13 @@ float* Mlp::forward(const float* x, int batch) {
     dz_.resize(rows * widest);
     dz_next_.resize(rows * widest);
   }
-  const std::size_t all_rows = exchange_ != nullptr ? rows * exchange_->world : rows;
-  if (ones_.size() < all_rows) ones_.assign(all_rows, 1.0f);
+  if (ones_.size() < rows) ones_.assign(rows, 1.0f);
   const float* in = x;
   for (int l = 0; l < num_layers(); ++l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
     const bool hidden = l + 1 < num_layers();
-    float* out;
-    if (exchange_ != nullptr && hidden) {
-      out = exchange_->my_input(l + 1, n_out);
-    } else {
-      act_[l].resize(rows * n_out);
-      out = act_[l].data();
-    }
-    out_[l] = out;
+    act_[l].resize(rows * n_out);
+    float* out = act_[l].data();
     const float* w = data_[2 * l];
     const float* b = data_[2 * l + 1];
     // out = in W^T + b: the bias is copied into every row, then the GEMM adds (beta = 1).
@@ -115,11 +90,7 @@ float* Mlp::forward(const float* x, int batch) {
     }
     in = out;
   }
-  return out_.back();
-}
-
-float* Mlp::output_grad() {
-  return exchange_ != nullptr ? exchange_->my_grad(num_layers() - 1, output_dim()) : dz_.data();
+  return act_.back().data();
 }
 
 namespace {
@@ -155,118 +126,39 @@ void weight_grad_rows(const float* dz, const float* in, int samples, int n_out, 
 
 }  // namespace
 
-void Mlp::backward(GradSink& sink, float scale, bool accumulate) {
-  if (exchange_ != nullptr) {
-    throw ddp::Error("Mlp::backward: an activation exchange is bound (use backward_chain)");
-  }
+void Mlp::backward(ddp::GradSync& sync, float scale, bool accumulate) {
   const float beta = accumulate ? 1.0f : 0.0f;
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
-    const float* in = l == 0 ? x_ : out_[l - 1];
+    const float* in = l == 0 ? x_ : act_[l - 1].data();
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
     const std::size_t weight = 2 * static_cast<std::size_t>(l);
     const float* dz = dz_.data();
-    if (sink.sums_in_place()) {
+    if (sync.comm_mode() == ddp::CommMode::kShared) {
       // Per block of rows (output units), beta saying whether this rank is the
       // block's first writer: the sum over ranks is made by the writes themselves.
-      sink.contribute(bias, [&](const ddp::GradBlock& b) {
+      sync.contribute(bias, [&](const ddp::GradBlock& b) {
         bias_grad_rows(dz, ones_.data(), batch, n_out, static_cast<int>(b.row_begin),
                        static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
                        static_cast<float*>(b.data));
       });
-      sink.contribute(weight, [&](const ddp::GradBlock& b) {
+      sync.contribute(weight, [&](const ddp::GradBlock& b) {
         weight_grad_rows(dz, in, batch, n_out, n_in, static_cast<int>(b.row_begin),
                          static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
                          static_cast<float*>(b.data));
       });
     } else {
-      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, sink.grad(bias));
-      sink.ready(bias);
-      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, sink.grad(weight));
-      sink.ready(weight);
+      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, sync.grad_view(bias));
+      sync.mark_ready(bias);
+      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, sync.grad_view(weight));
+      sync.mark_ready(weight);
     }
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.
     input_grad(dz_.data(), data_[weight], in, batch, n_out, n_in, dz_next_.data());
     std::swap(dz_, dz_next_);
   }
-}
-
-void Mlp::bind_exchange(const ExchangeBlocks* blocks) {
-  exchange_ = blocks;
-  chains_ = rows_done_ = 0;
-}
-
-void Mlp::backward_chain() {
-  if (exchange_ == nullptr) throw ddp::Error("Mlp::backward_chain: no activation exchange bound");
-  if (chains_ != rows_done_) {
-    throw ddp::Error("Mlp::backward_chain: the last micro-batch's weight_rows() was not called");
-  }
-  const ExchangeBlocks& ex = *exchange_;
-  const std::int64_t first = chains_ * num_layers();
-  ex.publish(first + 1);  // the inputs of every layer and the last layer's output gradient
-  for (int l = num_layers() - 1; l >= 1; --l) {
-    const int n_in = dims_[l], n_out = dims_[l + 1];
-    input_grad(ex.my_grad(l, n_out), data_[2 * static_cast<std::size_t>(l)], out_[l - 1], ex.batch,
-               n_out, n_in, ex.my_grad(l - 1, n_in));
-    ex.publish(first + num_layers() - l + 1);
-  }
-  ++chains_;
-}
-
-int Mlp::weight_rows(const std::vector<ExchangeUnit>& units, const std::vector<float*>& grads,
-                     float scale, bool accumulate,
-                     const UnitUpdate& update) {
-  if (exchange_ == nullptr) throw ddp::Error("Mlp::weight_rows: no activation exchange bound");
-  if (grads.size() != tensors_.size()) {
-    throw ddp::Error("Mlp::weight_rows: " + std::to_string(grads.size()) + " buffers for " +
-                     std::to_string(tensors_.size()) + " parameters");
-  }
-  if (rows_done_ + 1 != chains_) {
-    throw ddp::Error("Mlp::weight_rows: call it once after each backward_chain()");
-  }
-  const ExchangeBlocks& ex = *exchange_;
-  const float beta = accumulate ? 1.0f : 0.0f;
-  const int all_rows = ex.world * ex.batch;
-  const std::int64_t first_publish = rows_done_ * num_layers();
-  const int count = static_cast<int>(units.size());
-  int taken = 0;
-  while (const auto index = claim_unit(ex.next_ticket, rows_done_ * count, count)) {
-    const ExchangeUnit& unit = units[static_cast<std::size_t>(*index)];
-    const int l = unit.layer, n_in = dims_[l], n_out = dims_[l + 1];
-    const RowRange rows = unit.rows;
-    // The unit's rows of layer l's gradients, once every rank's output
-    // gradients of the layer are in: a sum over all_rows samples of every
-    // rank's output gradients (columns `rows` of them) and inputs.
-    ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, false));
-    const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1, weight = bias - 1;
-    // The unit's rows of the weight and bias gradients. A gradient that only
-    // the update reads (no accumulation into it) goes to a small buffer of
-    // this rank's, reused unit after unit and so still in its cache, instead
-    // of the node's gradient buffers: measured 2% more throughput.
-    float* weight_rows_out = grads[weight] + static_cast<std::size_t>(rows.begin) * n_in;
-    float* bias_rows_out = grads[bias] + rows.begin;
-    if (update && !accumulate) {
-      const std::size_t need = static_cast<std::size_t>(rows.size()) * (n_in + 1);
-      if (unit_grads_.size() < need) unit_grads_.resize(need);
-      weight_rows_out = unit_grads_.data();
-      bias_rows_out = unit_grads_.data() + static_cast<std::size_t>(rows.size()) * n_in;
-    }
-    bias_grad_rows(ex.grads[l], ones_.data(), all_rows, n_out, rows.begin, rows.size(), scale, beta,
-                   bias_rows_out);
-    weight_grad_rows(ex.grads[l], ex.inputs[l], all_rows, n_out, n_in, rows.begin, rows.size(),
-                     scale, beta, weight_rows_out);
-    if (update) {
-      // Only now wait for the others to finish reading the layer's weights:
-      // a rank ahead computes the gradient meanwhile instead of waiting.
-      ex.wait_for_published(first_publish + publishes_needed(num_layers(), l, true));
-      update(unit, weight_rows_out, bias_rows_out);
-    }
-    ++taken;
-  }
-  ++rows_done_;
-  return taken;
 }
 
 }  // namespace train

@@ -1,0 +1,371 @@
+// The training loop. Every rank builds the same dataset (data.h) and MLP from
+// --seed, reads its part of each global batch (DataPlan), runs forward and
+// backward — on the CPU with OpenBLAS (one thread), or with --backend nccl on
+// CUDA device LOCAL_RANK with cuBLAS (engine.h) — and writes each layer's
+// gradients straight into ddp::GradSync's bucket views, last layer first,
+// marking each ready at once: a bucket's all-reduce runs on the group's
+// thread while the layers below are still being differentiated. finish()
+// leaves the averaged gradients in the views and every rank applies the same
+// optimizer step. Rank 0 alone prints and writes checkpoints.
+
+#include "trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "ddp/ddp.h"
+#include "ddp/grad_sync.h"
+#include "ddp/log.h"
+#include "ddp/metrics.h"
+#include "engine.h"
+#include "flags.h"
+
+namespace train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A problem with the flags found after parsing (needs the world size or the
+// data): exit 2, before any collective.
+struct FlagError : ddp::Error {
+  using ddp::Error::Error;
+};
+
+std::string choose_backend(const Config& c) {
+  std::string backend = c.backend;  // already checked by parse_flags()
+  std::string named = "--backend " + backend;
+  if (backend.empty()) {
+    const char* env = std::getenv("DDP_BACKEND");
+    backend = env != nullptr && *env != '\0' ? env : "auto";
+    named = "DDP_BACKEND=" + backend;
+    if (auto problem = backend_problem(c, backend, named); !problem.empty())
+      throw FlagError(problem);
+  }
+  // auto means the CPU: shared memory among the ranks of a node (Gloo across
+  // nodes). The GPU is asked for by name.
+  if (backend == "auto") backend = ddp::cpu_backend();
+  if (backend == "nccl") {
+    if (auto problem = gpu_problem(ddp::local_rank()); !problem.empty())
+      throw FlagError(named + ": " + problem);
+  }
+  return backend;
+}
+
+std::string dims_text(const std::vector<int>& dims) {
+  std::string text;
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? "-" : "") + std::to_string(dims[i]);
+  return text;
+}
+
+// What a checkpoint says about the run that wrote it.
+CheckpointMeta describe_run(const Config& c, const std::vector<int>& dims, std::int64_t step,
+                            std::int64_t epoch, std::int64_t dataset_size,
+                            std::int64_t global_batch, int world) {
+  return {{"step", std::to_string(step)},
+          {"epoch", std::to_string(epoch)},
+          {"model", dims_text(dims)},
+          {"task", task_name(c.task)},
+          {"optimizer", optimizer_name(c.optimizer)},
+          {"data", c.data},
+          {"seed", std::to_string(c.seed)},
+          {"dataset_size", std::to_string(dataset_size)},
+          {"global_batch", std::to_string(global_batch)},
+          {"world_size", std::to_string(world)},
+          // Nothing random happens during training: the data order is a
+          // function of (seed, epoch) and the position in it of the step.
+          {"rng", "none"}};
+}
+
+// Rank 0 reads the checkpoint into the model and optimizer state; every rank
+// learns the outcome (a failure is raised on every rank, not only on rank 0).
+// Returns the step to continue from (0: a fresh start).
+std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
+                    const CheckpointMeta& mine, std::string* from) {
+  if (c.resume.empty()) return 0;
+  std::string status;
+  if (pg.rank() == 0) {
+    const std::string path = c.resume == "auto" ? c.checkpoint : c.resume;
+    try {
+      if (c.resume == "auto" && !std::filesystem::exists(path)) {
+        status = "fresh";
+      } else {
+        CheckpointMeta meta = load_checkpoint(path, engine.host_state());
+        // What must match (the buffers' shapes alone may not tell), then what only changes the data order.
+        for (const char* key : {"model", "task", "optimizer"}) {
+          if (meta[key] != mine.at(key)) {
+            throw ddp::Error("checkpoint " + path + " was written for " + key + " " + meta[key] +
+                             ", this run has " + mine.at(key));
+          }
+        }
+        for (const char* key : {"data", "seed", "dataset_size", "global_batch"}) {
+          if (meta[key] != mine.at(key)) {
+            ddp::log::warn(
+                "checkpoint {} was written with {} {}, this run has {}: the data order "
+                "differs from the original run's",
+                path, key, meta[key], mine.at(key));
+          }
+        }
+        engine.load_host_state();
+        status = "ok " + meta["step"] + " " + path;
+      }
+    } catch (const ddp::Error& e) {
+      status = std::string("error ") + e.what();
+    }
+  }
+  pg.broadcast_object(status, 0);
+  if (status == "fresh") {
+    ddp::log::info("no checkpoint at {} yet: starting from step 0", c.checkpoint);
+    return 0;
+  }
+  if (status.rfind("error ", 0) == 0) {
+    throw ddp::Error("--resume: " + status.substr(6) + (pg.rank() == 0 ? "" : " (on rank 0)"));
+  }
+  const auto space = status.find(' ', 3);
+  *from = status.substr(space + 1);
+  return std::stoll(status.substr(3, space - 3));
+}
+
+// Loss and accuracy on the held-out set: each rank evaluates every W-th
+// sample (ddp::strided_shard: no sample twice), the sums are all-reduced.
+void evaluate(Engine& engine, const Dataset& test, ddp::ProcessGroup& pg) {
+  const std::vector<std::int64_t> mine = ddp::strided_shard(test.size(), pg.size(), pg.rank());
+  double sums[2] = {0, 0};  // loss * samples, correct
+  if (!mine.empty()) {
+    Batch batch;
+    test.gather(mine, batch);
+    engine.forward(batch);
+    const LossResult r = engine.loss();
+    sums[0] = r.loss * static_cast<double>(batch.size);
+    sums[1] = static_cast<double>(r.correct);
+  }
+  pg.all_reduce(sums, 2, ddp::DType::kFloat64, ddp::ReduceOp::kSum);
+  const auto n = static_cast<double>(test.size());
+  ddp::log::info("summary: test set: {} held-out samples | loss {:.8f} | accuracy {:.4f}",
+                 test.size(), sums[0] / n, sums[1] / n);
+}
+
+int run(const Config& c, const AfterStep& after_step) {
+  const int world = ddp::world_size(), rank = ddp::rank();
+  const std::string backend = choose_backend(c);
+  // Flag checks that need the world size or the data come before any
+  // collective, so a bad combination fails every rank at once with exit code 2.
+  Data data;
+  std::optional<DataPlan> plan;
+  try {
+    data = load_data(c);
+    plan.emplace(data.train.size(), world, rank, c.batch_size, c.accumulate, c.seed);
+  } catch (const ddp::Error& e) {
+    throw FlagError((c.data == "digits" ? "--data digits: " : "--dataset_size ") +
+                    std::string(e.what()));
+  }
+  if (!c.checkpoint.empty() && rank == 0) {
+    // Found now rather than at the first checkpoint, after minutes of training.
+    auto dir = std::filesystem::path(c.checkpoint).parent_path();
+    if (dir.empty()) dir = ".";
+    if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      throw FlagError("--checkpoint " + c.checkpoint + ": directory " + dir.string() +
+                      " does not exist or is not writable");
+    }
+  }
+  const std::int64_t total_steps =
+      c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
+  const std::int64_t rank_samples = std::int64_t{c.batch_size} * c.accumulate;  // per step
+  const std::int64_t step_samples = rank_samples * world;
+
+  ddp::InitOptions init;
+  init.backend = backend;
+  auto pg = ddp::init(init);
+
+  std::vector<int> dims{c.input_dim};
+  for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
+  dims.push_back(c.output_dim);
+  const std::unique_ptr<Engine> engine =
+      backend == "nccl" ? make_gpu_engine(c, dims, ddp::local_rank()) : make_cpu_engine(c, dims);
+
+  ddp::GradSyncOptions sync_options;
+  sync_options.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_cap_mb * (1 << 20));
+  // Backward multiplies by grad_scale() (GEMM alpha): the reduction is a plain sum.
+  sync_options.prescaled_grads = true;
+  sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
+                             : c.compression == "bf16" ? ddp::Compression::kBf16
+                                                       : ddp::Compression::kNone;
+  sync_options.comm_mode = c.comm_mode == "inline"   ? ddp::CommMode::kInline
+                           : c.comm_mode == "shared" ? ddp::CommMode::kShared
+                                                     : ddp::CommMode::kOverlap;
+  sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
+  const std::vector<ddp::GradParam> params = engine->grad_params();
+  ddp::GradSync sync(pg, params, sync_options);
+  std::size_t num_elements = 0;
+  for (const auto& p : params) num_elements += p.count();
+
+  ddp::log::info(
+      "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} {} samples{}, global batch {} "
+      "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}{} | "
+      "math on {}",
+      world, pg->backend_name(), dims_text(dims), num_elements, task_name(c.task),
+      data.train.size(), c.data,
+      data.test.size() > 0 ? fmt::format(" ({} held out)", data.test.size()) : "", step_samples,
+      c.batch_size, world, c.accumulate, plan->steps_per_epoch(), total_steps,
+      optimizer_name(c.optimizer), c.lr, c.shard_optimizer ? " (sharded: ZeRO)" : "",
+      engine->description());
+
+  const auto describe = [&](std::int64_t step, std::int64_t epoch) {
+    return describe_run(c, dims, step, epoch, data.train.size(), step_samples, world);
+  };
+  std::string resumed_from;
+  const std::int64_t first_step = resume(c, *engine, *pg, describe(0, 0), &resumed_from);
+  // Rank 0's weights and optimizer state everywhere (a fresh start, or what rank 0 just loaded).
+  engine->prepare(sync);
+  if (!resumed_from.empty()) {
+    ddp::log::info("resumed from {} at step {} (epoch {})", resumed_from, first_step,
+                   plan->epoch_of(first_step));
+  }
+
+  Batch batch;
+  const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps - first_step, 0);
+  const std::int64_t warmup = std::min<std::int64_t>(10, steps_to_run / 10);
+  double last_loss = 0;
+  std::optional<double> last_accuracy;
+  std::int64_t checkpoint_step = -1;
+  const auto t0 = Clock::now();
+  Clock::time_point steady_start = t0, last_report = t0;
+  std::int64_t last_report_step = first_step;
+
+  for (std::int64_t step = first_step; step < total_steps; ++step) {
+    double loss_sum = 0;
+    std::int64_t correct = 0;
+    for (int micro = 0; micro < c.accumulate; ++micro) {
+      data.train.gather(plan->micro_batch(step, micro), batch);
+      engine->forward(batch);
+      // The mean over the step's micro-batches and ranks: 1/accumulate here,
+      // 1/world_size through grad_scale(), 1/batch in the loss gradient.
+      const float scale = sync.grad_scale() / static_cast<float>(c.accumulate);
+      // Micro-batches before the last only accumulate into the views (no communication).
+      std::optional<ddp::GradSync::NoSync> no_sync;
+      if (micro + 1 < c.accumulate) no_sync.emplace(sync);
+      sync.begin_backward();
+      engine->backward(sync, scale, micro > 0);
+      sync.finish();
+      // Asked after backward: on a GPU this is where the host waits for it.
+      const LossResult loss = engine->loss();
+      loss_sum += loss.loss;
+      correct += loss.correct;
+    }
+    engine->step(sync);
+
+    const std::int64_t done = step + 1;
+    if (done - first_step == warmup) steady_start = Clock::now();
+    // Reports at the run's first step, every log_every steps and at the end:
+    // a function of the step alone, so every rank joins the same averages.
+    if (done == first_step + 1 || done % c.log_every == 0 || done == total_steps) {
+      ddp::Metrics local{{"loss", loss_sum / c.accumulate}};
+      if (c.task == Task::kClassification)
+        local["accuracy"] = static_cast<double>(correct) / static_cast<double>(rank_samples);
+      auto avg = ddp::average_metrics(local, static_cast<double>(rank_samples), *pg);
+      last_loss = avg["loss"];
+      if (avg.count("accuracy")) last_accuracy = avg["accuracy"];
+      // Samples/s since the last report; the time left at the run's mean pace so far.
+      const auto now = Clock::now();
+      const double interval = std::chrono::duration<double>(now - last_report).count();
+      const auto eta = std::llround(std::chrono::duration<double>(now - t0).count() *
+                                    static_cast<double>(total_steps - done) /
+                                    static_cast<double>(done - first_step));
+      std::string line = fmt::format("step {}/{} | epoch {} | loss {:.8f}", done, total_steps,
+                                     plan->epoch_of(step) + 1, last_loss);
+      if (last_accuracy) line += fmt::format(" | acc {:.4f}", *last_accuracy);
+      ddp::log::info("{} | {:.0f} samples/s | ETA {}:{:02}:{:02}", line,
+                     static_cast<double>((done - last_report_step) * step_samples) / interval,
+                     eta / 3600, eta / 60 % 60, eta % 60);
+      last_report = now;
+      last_report_step = done;
+    }
+    if (!c.checkpoint.empty() &&
+        ((c.checkpoint_every > 0 && done % c.checkpoint_every == 0) || done == total_steps)) {
+      pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job took
+      engine->gather_state();
+      if (rank == 0) save_checkpoint(c.checkpoint, describe(done, plan->epoch_of(step)), engine->host_state());
+      checkpoint_step = done;
+    }
+    if (after_step) after_step(done);
+  }
+  const auto t_end = Clock::now();
+
+  // The summary: figures from every rank (collectives, so every rank takes part).
+  const auto stats = sync.stats();
+  double timing[5] = {stats.mean.backward_compute_ms, stats.mean.comm_ms, stats.mean.overlap_ms,
+                      stats.mean.exposed_comm_ms, stats.mean.inline_comm_ms};
+  pg->all_reduce(timing, 5, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+  const ddp::MemoryStats mem = ddp::memory_stats();
+  double peak = static_cast<double>(mem.peak_rss);
+  pg->all_reduce(&peak, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
+
+  if (steps_to_run == 0) {
+    ddp::log::info("summary: nothing to do: already at step {} of {}", first_step, total_steps);
+  } else {
+    const double seconds = std::chrono::duration<double>(t_end - t0).count();
+    const double steady_seconds = std::chrono::duration<double>(t_end - steady_start).count();
+    std::string line = fmt::format(
+        "summary: {} steps in {:.2f} s | {:.0f} samples/s | steady {:.0f} samples/s "
+        "(after {} warm-up steps) | final loss {:.8f}",
+        steps_to_run, seconds, static_cast<double>(steps_to_run * step_samples) / seconds,
+        static_cast<double>((steps_to_run - warmup) * step_samples) / steady_seconds, warmup,
+        last_loss);
+    if (last_accuracy) line += fmt::format(" | acc {:.4f}", *last_accuracy);
+    ddp::log::info("{}", line);
+  }
+  if (stats.synced_iterations > 0) {
+    const double overlap_pct = timing[1] > 0 ? 100.0 * timing[2] / timing[1] : 0;
+    ddp::log::info(
+        "summary: gradient sync, mean per synced iteration over {} and {} rank(s): backward "
+        "{:.2f} ms | communication {:.2f} ms | overlapped {:.2f} ms ({:.0f}%) | exposed {:.2f} ms "
+        "| {} | {} buckets, {:.2f} MB per step",
+        stats.synced_iterations, world, timing[0], timing[1], timing[2], overlap_pct, timing[3],
+        sync.comm_mode() == ddp::CommMode::kInline
+            ? fmt::format("inline on the compute thread {:.2f} ms", timing[4])
+        : sync.comm_mode() == ddp::CommMode::kShared
+            ? std::string("shared sum: no collectives, communication = waiting for other ranks")
+            : std::string("on the group's thread"),
+        stats.last.buckets, static_cast<double>(stats.last.bytes_on_wire) / 1e6);
+  }
+  const double mib = 1024.0 * 1024.0;
+  ddp::log::info(
+      "summary: memory: peak RSS {:.1f} MiB on rank 0, {:.1f} MiB max over ranks | USS {:.1f} MiB "
+      "on rank 0",
+      static_cast<double>(mem.peak_rss) / mib, peak / mib, static_cast<double>(mem.uss) / mib);
+  if (checkpoint_step >= 0)
+    ddp::log::info("summary: checkpoint {} at step {}", c.checkpoint, checkpoint_step);
+  if (data.test.size() > 0) evaluate(*engine, data.test, *pg);
+  ddp::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step) {
+  const ParseResult parsed = parse_flags(argv);
+  if (!parsed.config) {
+    FILE* out = parsed.exit_code == 0 ? stdout : stderr;
+    std::fputs(parsed.text.c_str(), out);
+    if (!parsed.text.empty() && parsed.text.back() != '\n') std::fputc('\n', out);
+    return parsed.exit_code;
+  }
+  try {
+    return run(*parsed.config, after_step);
+  } catch (const FlagError& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    ddp::log::error("train: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace train
