@@ -22,11 +22,14 @@
 #include "ddp/common/log.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/shm_names.h"
+#include "ddp/common/progress_board.h"
 #include "failure_report.h"
+#include "hang_detector.h"
 #include "local_control_plane.h"
 #include "log_tee.h"
 #include "port_reservation.h"
 #include "process.h"
+#include "process_probe.h"
 #include "rpc_plugin.h"
 
 extern char** environ;
@@ -36,6 +39,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
+// With --hang_timeout, each rank's stderr keeps more: a Python rank's
+// traceback dump, read back for the hang report.
+constexpr size_t kHangKeptLines = 300;
+// Ranks whose stacks a hang report shows, and the time each stack tool gets.
+constexpr size_t kMaxStackedRanks = 8;
+constexpr auto kStackToolTime = std::chrono::seconds(5);
+// How long aborted Python ranks get to write their tracebacks.
+constexpr auto kTracebackTime = std::chrono::seconds(3);
 
 struct Worker {
   int rank = 0;
@@ -91,6 +102,28 @@ void remove_leftover_segments(const std::string& run_id) {
   } else {
     launcher_log().debug("no shared-memory segments of run {} left", run_id);
   }
+}
+
+// Whether the workers run Python (ddprun's python, or a python executable
+// named as the program): their hang reports show Python tracebacks.
+bool runs_python(const std::vector<std::string>& command) {
+  const std::string& exe = command.front();
+  const std::string base = exe.substr(exe.rfind('/') == std::string::npos ? 0 : exe.rfind('/') + 1);
+  return base.rfind("python", 0) == 0;
+}
+
+// The last `n` of `lines`.
+std::deque<std::string> tail(const std::deque<std::string>& lines, size_t n) {
+  return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
+}
+
+// The faulthandler dump at the end of a rank's stderr ("Fatal Python error:"
+// and the tracebacks after it), or nothing.
+std::vector<std::string> python_traceback(const std::deque<std::string>& lines) {
+  for (size_t i = lines.size(); i-- > 0;) {
+    if (lines[i].rfind("Fatal Python error", 0) == 0) return {lines.begin() + static_cast<long>(i), lines.end()};
+  }
+  return {};
 }
 
 }  // namespace
@@ -351,6 +384,19 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
                         text);
   }
 
+  // --hang_timeout: the progress board libddp counts collectives on, and
+  // Python's fault handler (every thread's traceback on SIGABRT).
+  const bool watch_hangs = spec_.hang_timeout_s > 0;
+  std::optional<ProgressBoard> board;
+  std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_PROGRESS_FD=", 0) == 0; });
+  if (watch_hangs) {
+    board = ProgressBoard::create(n);
+    base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
+    if (runs_python(command) && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
+      base_env.push_back("PYTHONFAULTHANDLER=1");
+    }
+  }
+
   std::vector<Worker> workers(n);
   AttemptResult result;
   std::optional<Clock::time_point> kill_deadline;
@@ -423,11 +469,12 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
           target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
           target.file_fd = open_log_file(target.file_path);
         }
-        target.keep_last_lines = s == 1 ? kReportLines : 0;
+        target.keep_last_lines = s == 1 ? (watch_hangs ? kHangKeptLines : kReportLines) : 0;
         w.tees[s] = std::make_unique<StreamTee>(std::move(target));
       }
 
-      SpawnedProcess p = spawn_process(command, worker_env, cpus[static_cast<std::size_t>(i)]);
+      SpawnedProcess p =
+          spawn_process(command, worker_env, cpus[static_cast<std::size_t>(i)], board ? board->fd() : -1);
       guard_.watch(p.pid);
       w.pid = p.pid;
       w.fds[0] = p.stdout_fd;
@@ -448,6 +495,23 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     remove_leftover_segments(spec_.run_id);
     throw;
   }
+
+  // Hang watch: samples every tenth of the timeout (50 ms to 1 s).
+  std::optional<HangDetector> detector;
+  if (watch_hangs) detector.emplace(to_ms(spec_.hang_timeout_s));
+  const auto sample_every = std::clamp(to_ms(spec_.hang_timeout_s / 10), std::chrono::milliseconds(50),
+                                       std::chrono::milliseconds(1000));
+  auto next_sample = Clock::now() + sample_every;
+  struct HangDump {
+    HangVerdict verdict;
+    std::vector<StuckRank> stacks;   // native ranks', taken at once
+    std::vector<int> aborted;        // Python ranks sent SIGABRT, tracebacks to come
+    Clock::time_point deadline;      // for those tracebacks
+  };
+  std::optional<HangDump> hang;
+  auto watching = [&]() {
+    return detector && !hang && !kill_deadline && result.signal == 0 && !result.remote_end && !result.first_failure;
+  };
 
   auto running_count = [&]() {
     int c = 0;
@@ -479,13 +543,14 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       w.running = false;
       w.outcome.signaled = WIFSIGNALED(status);
       w.outcome.code = w.outcome.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
-      // The first failure (not one caused by our own shutdown) ends the attempt.
-      if (w.outcome.failed() && !kill_deadline && result.signal == 0 && !result.remote_end) {
+      // The first failure (not one caused by our own shutdown, or by the
+      // traceback dump of a hang) ends the attempt.
+      if (w.outcome.failed() && !kill_deadline && result.signal == 0 && !result.remote_end && !hang) {
         // Read what the rank wrote before it died so the report has its last words.
         for (int s = 0; s < 2; ++s) if (w.fds[s] >= 0) pump(w, s);
         result.first_failure = w.outcome;
-        result.failure_report = format_failure_report(w.outcome, w.tees[1]->last_lines(), attempt,
-                                                      spec_.max_restarts);
+        result.failure_report = format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines),
+                                                      attempt, spec_.max_restarts);
         begin_shutdown();
         // Tell the other nodes at once; the server decides whether a round follows.
         try {
@@ -495,6 +560,84 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
           launcher_log().error("error: could not report the failure: {}", e.what());
         }
       }
+    }
+  };
+
+  auto sample_ranks = [&]() {
+    std::vector<pid_t> pids;
+    for (auto& w : workers) pids.push_back(w.pid);
+    std::vector<GroupUsage> usage = process_group_usage(pids);
+    std::vector<RankSample> samples(workers.size());
+    for (size_t i = 0; i < workers.size(); ++i) {
+      RankSample& sample = samples[i];
+      const ProgressSlot& slot = board->slot(static_cast<int>(i));
+      sample.rank = workers[i].rank;
+      sample.exited = !workers[i].running;
+      sample.libddp = slot.attached.load(std::memory_order_relaxed) != 0;
+      // completed before begun: both only grow, so begun >= completed.
+      sample.completed = slot.completed.load(std::memory_order_acquire);
+      sample.begun = slot.begun.load(std::memory_order_acquire);
+      sample.op = static_cast<ProgressOp>(slot.op.load(std::memory_order_relaxed));
+      sample.cpu_ticks = usage[i].cpu_ticks;
+      sample.stopped = usage[i].leader_stopped;
+    }
+    return samples;
+  };
+  // A hang was found: native ranks' stacks now (they are still stuck), and
+  // SIGABRT to Python ranks, whose fault handler writes every thread's
+  // traceback to stderr (SIGCONT too: a stopped one runs the handler).
+  auto begin_hang_dump = [&](HangVerdict verdict) {
+    launcher_log().warn("no progress for {:g} s (--hang_timeout): collecting where the ranks are stuck",
+                        spec_.hang_timeout_s);
+    std::vector<int> shown = verdict.blamed;
+    for (int i : verdict.stuck) {
+      if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
+    }
+    if (shown.size() > kMaxStackedRanks) shown.resize(kMaxStackedRanks);
+    HangDump dump{std::move(verdict), {}, {}, Clock::now() + kTracebackTime};
+    const bool python = runs_python(command);
+    for (int i : shown) {
+      Worker& w = workers[static_cast<size_t>(i)];
+      if (!w.running) continue;
+      if (python) {
+        kill(w.pid, SIGABRT);
+        kill(w.pid, SIGCONT);
+        dump.aborted.push_back(i);
+      } else {
+        dump.stacks.push_back({w.rank, "native stacks", native_stacks(w.pid, kStackToolTime)});
+      }
+    }
+    hang = std::move(dump);
+  };
+  auto finish_hang_dump = [&]() {
+    for (int i : hang->aborted) {
+      Worker& w = workers[static_cast<size_t>(i)];
+      for (int s = 0; s < 2; ++s) if (w.fds[s] >= 0) pump(w, s);
+      auto lines = python_traceback(w.tees[1]->last_lines());
+      if (lines.empty()) lines = {"(no traceback: the rank did not answer SIGABRT with a faulthandler dump)"};
+      hang->stacks.push_back({w.rank, "Python traceback (faulthandler)", std::move(lines)});
+    }
+    std::vector<WorkerOutcome> blamed;
+    for (int i : hang->verdict.blamed) {
+      WorkerOutcome o = workers[static_cast<size_t>(i)].outcome;
+      o.hung = true;
+      blamed.push_back(o);
+    }
+    // The blamed ranks' stacks first, then the others', each by rank.
+    auto is_blamed = [&](int rank) {
+      return std::any_of(blamed.begin(), blamed.end(), [&](const WorkerOutcome& o) { return o.rank == rank; });
+    };
+    std::sort(hang->stacks.begin(), hang->stacks.end(), [&](const StuckRank& a, const StuckRank& b) {
+      return std::pair(!is_blamed(a.rank), a.rank) < std::pair(!is_blamed(b.rank), b.rank);
+    });
+    result.first_failure = blamed.front();
+    result.failure_report = format_hang_report(blamed, spec_.hang_timeout_s, hang->verdict.lines, hang->stacks,
+                                               attempt, spec_.max_restarts);
+    begin_shutdown();
+    try {
+      result.can_restart = control_->report_failure(round, result.failure_report, blamed.front().launcher_exit_code());
+    } catch (const Error& e) {
+      launcher_log().error("error: could not report the failure: {}", e.what());
     }
   };
 
@@ -520,6 +663,11 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       }
     }
     int timeout_ms = monitor_ms;
+    if (watching() || hang) {
+      auto until = hang ? hang->deadline : next_sample;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
+    }
     if (kill_deadline) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
@@ -572,6 +720,15 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       }
     }
     reap();
+    if (watching() && Clock::now() >= next_sample) {
+      next_sample = Clock::now() + sample_every;
+      if (auto verdict = detector->observe(Clock::now(), sample_ranks())) begin_hang_dump(std::move(*verdict));
+    }
+    if (hang && !result.first_failure) {
+      bool dumped = true;
+      for (int i : hang->aborted) dumped = dumped && !workers[static_cast<size_t>(i)].running;
+      if (dumped || Clock::now() >= hang->deadline || result.signal != 0) finish_hang_dump();
+    }
     if (kill_deadline && Clock::now() >= *kill_deadline) stop_all(SIGKILL);
   }
 

@@ -447,6 +447,10 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.add_option("--monitor_interval,--monitor-interval", spec.monitor_interval_s,
                  "Seconds between supervision checks (exits are seen at once regardless)")
       ->envname("PET_MONITOR_INTERVAL");
+  app.add_option("--hang_timeout,--hang-timeout", spec.hang_timeout_s,
+                 "Seconds a rank may go without progress (collectives, or CPU time) before the job is reported "
+                 "hung, with each stuck rank's stack, and stopped; 0 (default): off")
+      ->envname("PET_HANG_TIMEOUT");
   app.add_option("--shutdown_timeout,--shutdown-timeout", spec.shutdown_timeout_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->envname("PET_SHUTDOWN_TIMEOUT");
@@ -607,6 +611,9 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   }
   if (!(spec.monitor_interval_s > 0 && spec.monitor_interval_s <= 3600)) {
     throw Error("--monitor_interval must be in (0, 3600] seconds");
+  }
+  if (!(spec.hang_timeout_s == 0 || (spec.hang_timeout_s >= 0.5 && spec.hang_timeout_s <= 86400 * 7))) {
+    throw Error("--hang_timeout must be 0 (off) or in [0.5, 604800] seconds");
   }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
     throw Error("--shutdown_timeout must be in [0, 86400] seconds");

@@ -86,6 +86,10 @@ struct LaunchSpec {
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
+  // A rank without progress for this long is reported as hung, with where it
+  // is stuck, and the group is stopped (and restarted if restarts remain).
+  // 0: off. See hang_detector.h for what counts as progress.
+  double hang_timeout_s = 0;
   double shutdown_timeout_s = 5.0;
   std::string log_dir;  // empty: no per-rank files
   bool log_dir_defaulted = false;  // --redirects/--tee without --log_dir chose a temp dir

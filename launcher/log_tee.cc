@@ -12,18 +12,6 @@
 namespace ddp::launcher {
 namespace {
 
-// Whether a request to stop ddprun is pending. ddprun blocks its signals
-// and reads them from a signalfd, so they stay pending until then; looking
-// does not consume them.
-bool stop_requested() {
-  sigset_t pending;
-  if (sigpending(&pending) != 0) return false;
-  for (int sig : kStopSignals) {
-    if (sigismember(&pending, sig) == 1) return true;
-  }
-  return false;
-}
-
 // Writes everything, waiting while `fd` is full (EAGAIN), unless ddprun is
 // asked to stop meanwhile. Returns the errno that ended it early, or 0.
 int write_all(int fd, const char* data, size_t size) {
@@ -33,7 +21,7 @@ int write_all(int fd, const char* data, size_t size) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd pfd{fd, POLLOUT, 0};
       if (::poll(&pfd, 1, 100) < 0 && errno != EINTR) return errno;
-      if (!(pfd.revents & POLLOUT) && stop_requested()) return EAGAIN;
+      if (!(pfd.revents & POLLOUT) && stop_signal_pending()) return EAGAIN;
       continue;
     }
     if (n < 0) return errno;  // console or disk gone (EPIPE, ENOSPC, EIO)

@@ -31,8 +31,12 @@ rlimit g_started_nofile{};
 bool g_raised_nofile = false;
 
 [[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w,
-                             const cpu_set_t* cpus) {
+                             const cpu_set_t* cpus, int inherit_fd) {
   setpgid(0, 0);
+  if (inherit_fd >= 0) fcntl(inherit_fd, F_SETFD, 0);  // survives the exec
+  // Where Yama restricts ptrace to ancestors, let ddprun and its children
+  // (eu-stack, gdb) read the worker's stacks for a hang report.
+  prctl(PR_SET_PTRACER, parent, 0, 0, 0);
   if (g_raised_nofile) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != parent) _exit(127);  // ddprun already died between fork and prctl
@@ -62,7 +66,7 @@ void raise_open_file_limit() {
 }
 
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus) {
+                             const std::vector<int>& cpus, int inherit_fd) {
   if (argv.empty()) throw Error("spawn_process: empty command");
   cpu_set_t cpu_set;
   CPU_ZERO(&cpu_set);
@@ -92,7 +96,7 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     throw Error(std::string("fork: ") + strerror(e));
   }
   if (pid == 0) {
-    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set);
+    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set, inherit_fd);
   }
   // Also set the group from the parent so signal_group works before the child runs.
   setpgid(pid, pid);
@@ -101,6 +105,15 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   return {pid, out[0], err[0]};
+}
+
+bool stop_signal_pending() {
+  sigset_t pending;
+  if (sigpending(&pending) != 0) return false;
+  for (int sig : kStopSignals) {
+    if (sigismember(&pending, sig) == 1) return true;
+  }
+  return false;
 }
 
 void signal_group(pid_t pgid, int sig) {

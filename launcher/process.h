@@ -25,9 +25,11 @@ struct SpawnedProcess {
 // 127 with the reason on the worker's stderr. A non-empty `cpus` (CPU ids)
 // becomes the child's affinity mask before it execs; a mask the kernel
 // refuses is reported like an exec failure (exit code 127, the reason on
-// the worker's stderr).
+// the worker's stderr). `inherit_fd`, when not -1, is a close-on-exec
+// descriptor the child keeps open across the exec (the progress board).
+// ddprun and its children may ptrace the child (PR_SET_PTRACER).
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus = {});
+                             const std::vector<int>& cpus = {}, int inherit_fd = -1);
 
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);
@@ -44,5 +46,10 @@ std::string signal_name(int sig);
 // The signals that ask ddprun to stop (forwarded to the workers, which are
 // then stopped). SIGUSR1/SIGUSR2 are forwarded too, as notices: the job goes on.
 inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// Whether ddprun has been asked to stop (one of kStopSignals is pending).
+// ddprun blocks its signals and reads them from a signalfd, so they stay
+// pending until read; looking does not consume them.
+bool stop_signal_pending();
 
 }  // namespace ddp::launcher

@@ -12,7 +12,7 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev
   python3 python3-torch python3-sklearn
   openmpi-bin libopenmpi-dev hyperfine
-  procps iproute2
+  procps iproute2 elfutils
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev
 )

@@ -51,7 +51,8 @@ int usage() {
       "                     rank; prints LARGE OK rank=R world=W backend=B\n"
       "  kill               every rank ignores SIGTERM and all_reduces 16 MiB in a loop; rank 1\n"
       "                     SIGKILLs itself after 3 of them; the others print EXPECTED ERROR\n"
-      "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit 0\n");
+      "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit 0\n"
+      "  stop               all_reduces in a loop; rank 1 stops itself (SIGSTOP) after 3 of them\n");
   return 64;
 }
 
@@ -559,6 +560,20 @@ int run_kill() {
   std::_Exit(1);
 }
 
+// Rank 1 stops itself (SIGSTOP) after 3 all-reduces; the others go on into
+// the 4th and wait there: a hang for --hang_timeout to find and name.
+int run_stop() {
+  auto group = ddp::init();
+  const int rank = group->rank();
+  std::vector<float> data(1024, 1.0f);
+  for (int iteration = 0; iteration < 100000; ++iteration) {
+    if (rank == 1 && iteration == 3) raise(SIGSTOP);
+    group->all_reduce(data.data(), data.size(), DType::kFloat32, ReduceOp::kMax);
+  }
+  std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: rank 1 never stopped\n", rank);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -576,6 +591,7 @@ int main(int argc, char** argv) {
       return run_large((argc == 3 ? std::strtoull(argv[2], nullptr, 10) : 64) << 20);
     }
     if (mode == "kill" && argc == 2) return run_kill();
+    if (mode == "stop" && argc == 2) return run_stop();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: %s\n", ddp::rank(), e.what());
     return 1;

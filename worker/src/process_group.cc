@@ -15,6 +15,7 @@
 #include "ddp/common/error.h"
 #include "executor.h"
 #include "shm/sync.h"
+#include "progress_counter.h"
 
 namespace ddp {
 
@@ -140,11 +141,14 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
   auto make_task = [&]() {
     std::uint64_t sequence = ++issued_;
     return [this, work, call, sequence, run = std::move(run)]() {
+      detail::collective_begun(call.name);
       try {
         if (options_.debug_checks && size_ > 1) check_signature(call);
         run();
+        detail::collective_ended();
         work->finish();
       } catch (const std::exception& e) {
+        detail::collective_ended();
         std::string message = std::string(e.what());
         const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr;
         std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() + " (collective #" +

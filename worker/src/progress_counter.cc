@@ -1,0 +1,38 @@
+#include "progress_counter.h"
+
+#include <cstdlib>
+#include <optional>
+
+#include "ddp/common/progress_board.h"
+
+namespace ddp::detail {
+namespace {
+
+ProgressSlot* my_slot() {
+  static std::optional<ProgressBoard> board = [] {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    return local_rank != nullptr ? ProgressBoard::attach_from_env(std::atoi(local_rank)) : std::nullopt;
+  }();
+  static ProgressSlot* slot = [] {
+    if (!board) return static_cast<ProgressSlot*>(nullptr);
+    ProgressSlot* s = &board->slot(std::atoi(std::getenv("LOCAL_RANK")));
+    s->attached.store(1, std::memory_order_relaxed);
+    return s;
+  }();
+  return slot;
+}
+
+}  // namespace
+
+void collective_begun(const char* name) {
+  if (ProgressSlot* s = my_slot()) {
+    s->op.store(static_cast<std::uint32_t>(progress_op_of(name)), std::memory_order_relaxed);
+    s->begun.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void collective_ended() {
+  if (ProgressSlot* s = my_slot()) s->completed.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace ddp::detail
