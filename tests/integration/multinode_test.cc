@@ -32,33 +32,6 @@ const std::map<std::string, std::string> kToken = {{"DDP_RDZV_TOKEN", "test-secr
 // Fast liveness settings so failures propagate in about 2 s.
 const std::string kFastConf = "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
 
-// A port that was free a moment ago (the test's own listeners make the window harmless).
-int free_port(int family = AF_INET) {
-  int fd = socket(family, SOCK_STREAM, 0);
-  sockaddr_storage addr{};
-  socklen_t len;
-  if (family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    len = sizeof(sockaddr_in6);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    len = sizeof(sockaddr_in);
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    close(fd);
-    return -1;
-  }
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  close(fd);
-  return port;
-}
-
 std::unique_ptr<Subprocess> agent(const std::string& endpoint, int nnodes, int node_rank, int nproc,
                                   std::vector<std::string> program, std::vector<std::string> extra = {},
                                   std::map<std::string, std::string> env = kToken, const std::string& run_id = "mn") {

@@ -1,6 +1,8 @@
 #include "subprocess.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,6 +167,33 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::map<s
                           std::chrono::milliseconds timeout) {
   Subprocess p(argv, env);
   return p.wait(timeout);
+}
+
+// A port that was free a moment ago (the test's own listeners make the window harmless).
+int free_port(int family) {
+  int fd = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage addr{};
+  socklen_t len;
+  if (family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(sockaddr_in);
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    close(fd);
+    return -1;
+  }
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  close(fd);
+  return port;
 }
 
 }  // namespace ddp::testing

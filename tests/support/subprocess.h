@@ -2,6 +2,7 @@
 // Test support: run a real process with its output captured to files, with
 // bounded waits (no test can hang).
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -53,6 +54,10 @@ bool process_alive(pid_t pid);
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
 std::string make_temp_dir();
+
+// A loopback TCP port (AF_INET or AF_INET6) that was free a moment ago, or
+// -1 when none can be bound.
+int free_port(int family = AF_INET);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
 // Lines of `text` that start with `prefix` (prefix removed).

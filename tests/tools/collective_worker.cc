@@ -52,7 +52,8 @@ int usage() {
       "  kill               every rank ignores SIGTERM and all_reduces 16 MiB in a loop; rank 1\n"
       "                     SIGKILLs itself after 3 of them; the others print EXPECTED ERROR\n"
       "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit 0\n"
-      "  stop               all_reduces in a loop; rank 1 stops itself (SIGSTOP) after 3 of them\n");
+      "  stop               all_reduces in a loop; rank 1 stops itself (SIGSTOP) after 3 of them\n"
+      "  soak SECONDS       checked all_reduces and barriers for SECONDS; prints SOAK OK rank=R iterations=N\n");
   return 64;
 }
 
@@ -560,6 +561,36 @@ int run_kill() {
   std::_Exit(1);
 }
 
+// All-reduces (int64 sums of each rank's number, small and 1 MiB), checked,
+// with a barrier every tenth, for `seconds`; prints SOAK OK rank=R
+// iterations=N, or COLLECTIVES FAILED at the first wrong result.
+int run_soak(double seconds) {
+  auto group = ddp::init();
+  const int rank = group->rank(), n = group->size();
+  const std::int64_t expected = static_cast<std::int64_t>(n) * (n + 1) / 2;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int iterations = 0;
+  // Every rank runs the same number of iterations: rank 0 decides when to stop.
+  for (std::int64_t go = 1; go != 0; ++iterations) {
+    for (std::size_t count : {std::size_t{16}, std::size_t{1} << 17}) {
+      std::vector<std::int64_t> data(count, rank + 1);
+      group->all_reduce(data.data(), count, DType::kInt64, ReduceOp::kSum);
+      for (std::int64_t v : data) {
+        if (v != expected) {
+          std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: iteration %d: sum %lld, expected %lld\n", rank,
+                       iterations, static_cast<long long>(v), static_cast<long long>(expected));
+          return 1;
+        }
+      }
+    }
+    if (iterations % 10 == 0) group->barrier();
+    go = rank == 0 && std::chrono::steady_clock::now() >= end ? 0 : 1;
+    group->all_reduce(&go, 1, DType::kInt64, ReduceOp::kMin);
+  }
+  std::printf("SOAK OK rank=%d iterations=%d\n", rank, iterations);
+  return 0;
+}
+
 // Rank 1 stops itself (SIGSTOP) after 3 all-reduces; the others go on into
 // the 4th and wait there: a hang for --hang_timeout to find and name.
 int run_stop() {
@@ -592,6 +623,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "kill" && argc == 2) return run_kill();
     if (mode == "stop" && argc == 2) return run_stop();
+    if (mode == "soak" && argc == 3) return run_soak(std::atof(argv[2]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: %s\n", ddp::rank(), e.what());
     return 1;
