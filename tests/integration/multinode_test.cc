@@ -222,16 +222,7 @@ TEST(MultiNode, ServerAcceptsAgainAfterConnectionsUsedUpItsDescriptors) {
   ASSERT_GT(daemon.port, 0) << daemon.process->read_err();
   std::vector<int> held;
   for (int i = 0; i < 100; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(daemon.port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      held.push_back(fd);
-    } else {
-      close(fd);
-    }
+    if (int fd = connect_loopback(daemon.port); fd >= 0) held.push_back(fd);
   }
   EXPECT_GT(held.size(), 64u) << "the listen backlog took fewer connections than the limit";
   std::this_thread::sleep_for(500ms);  // the server has met its limit by now

@@ -486,14 +486,10 @@ TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
   EXPECT_TRUE(h.server.service().outcome_delivered());
 }
 
-// A plain TCP connection to the server's port on loopback.
+// A plain TCP connection to the server's port on loopback, reads timing out after 5 s.
 int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  int fd = ddp::testing::connect_loopback(port);
+  EXPECT_GE(fd, 0);
   timeval five{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
   return fd;

@@ -45,19 +45,6 @@ long rss_kib(pid_t pid) {
   return 0;
 }
 
-int connect_loopback(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 TEST(Soak, AJobFinishesCorrectlyWhileItsRendezvousIsFloodedAndMemoryStaysBounded) {
   const int port = free_port();
   ASSERT_GT(port, 0);

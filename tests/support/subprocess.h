@@ -58,6 +58,9 @@ std::string make_temp_dir();
 // A loopback TCP port (AF_INET or AF_INET6) that was free a moment ago, or
 // -1 when none can be bound.
 int free_port(int family = AF_INET);
+
+// A TCP connection to 127.0.0.1:`port`, or -1 when refused.
+int connect_loopback(int port);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& text);
 // Lines of `text` that start with `prefix` (prefix removed).
