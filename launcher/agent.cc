@@ -24,12 +24,12 @@
 #include "ddp/common/shm_names.h"
 #include "ddp/common/progress_board.h"
 #include "failure_report.h"
-#include "hang_detector.h"
+#include "hang_watch.h"
 #include "local_control_plane.h"
 #include "log_tee.h"
+#include "worker_group.h"
 #include "port_reservation.h"
 #include "process.h"
-#include "process_probe.h"
 #include "rpc_plugin.h"
 
 extern char** environ;
@@ -39,24 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
-// With --hang_timeout, each rank's stderr keeps more: a Python rank's
-// traceback dump, read back for the hang report.
-constexpr size_t kHangKeptLines = 300;
-// Ranks whose stacks a hang report shows, and the time each stack tool gets.
-constexpr size_t kMaxStackedRanks = 8;
-constexpr auto kStackToolTime = std::chrono::seconds(5);
-// How long aborted Python ranks get to write their tracebacks.
-constexpr auto kTracebackTime = std::chrono::seconds(3);
 
-struct Worker {
-  int rank = 0;
-  int local_rank = 0;
-  pid_t pid = -1;
-  int fds[2] = {-1, -1};  // stdout, stderr read ends; -1 once at EOF
-  std::unique_ptr<StreamTee> tees[2];
-  bool running = false;
-  WorkerOutcome outcome;
-};
 
 void make_dirs(const std::string& path) {
   std::string partial;
@@ -115,15 +98,6 @@ bool runs_python(const std::vector<std::string>& command) {
 // The last `n` of `lines`.
 std::deque<std::string> tail(const std::deque<std::string>& lines, size_t n) {
   return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
-}
-
-// The faulthandler dump at the end of a rank's stderr ("Fatal Python error:"
-// and the tracebacks after it), or nothing.
-std::vector<std::string> python_traceback(const std::deque<std::string>& lines) {
-  for (size_t i = lines.size(); i-- > 0;) {
-    if (lines[i].rfind("Fatal Python error", 0) == 0) return {lines.begin() + static_cast<long>(i), lines.end()};
-  }
-  return {};
 }
 
 }  // namespace
@@ -355,14 +329,76 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
   }
 }
 
-Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
-  const int attempt = round.restart_count;
-  const int master_port = round.master_port;
+std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, const std::string& rdzv_endpoint,
+                                              const std::vector<std::string>& base_env,
+                                              const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines) {
   const int n = spec_.nproc_per_node;
   std::string attempt_dir;
   if (!spec_.log_dir.empty()) {
-    attempt_dir = spec_.log_dir + "/" + spec_.run_id + "/attempt_" + std::to_string(attempt);
+    attempt_dir = spec_.log_dir + "/" + spec_.run_id + "/attempt_" + std::to_string(round.restart_count);
   }
+  std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    WorkerLaunch& launch = launches[static_cast<size_t>(i)];
+    launch.local_rank = i;
+    launch.rank = round.global_rank_offset + i;
+    launch.cpus = cpus[static_cast<size_t>(i)];
+    WorkerEnv env;
+    env.rank = launch.rank;
+    env.local_rank = i;
+    env.group_rank = round.group_rank;
+    env.role_rank = launch.rank;
+    env.world_size = round.world_size;
+    env.local_world_size = n;
+    env.group_world_size = round.group_world_size;
+    env.role_world_size = env.world_size;
+    env.role_name = spec_.role;
+    env.master_addr = round.master_addr;
+    env.master_port = round.master_port;
+    env.restart_count = round.restart_count;
+    env.max_restarts = spec_.max_restarts;
+    env.run_id = spec_.run_id;
+    env.rdzv_unavailable = control_->workers_server_missing();
+    if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
+    env.rdzv_token = spec_.rdzv_token;
+    env.round = round.round;
+    env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+    if (spec_.multi_node()) {
+      env.rdzv_tls_ca = spec_.tls_ca;
+      env.node_addr = node_address_;
+    }
+    launch.env = base_env;
+    for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
+
+    // Where each stream goes: the console unless redirected (and not tee'd)
+    // or filtered out; the rank's log file whenever a log dir is set.
+    bool shown = !spec_.local_ranks_filter ||
+                 std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
+                     spec_.local_ranks_filter->end();
+    std::string rank_dir;
+    if (!attempt_dir.empty()) {
+      rank_dir = attempt_dir + "/" + std::to_string(launch.rank);
+      make_dirs(rank_dir);
+    }
+    for (int s = 0; s < 2; ++s) {
+      int bit = s == 0 ? kStdout : kStderr;
+      bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
+      TeeTarget& target = launch.streams[s];
+      target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
+      target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
+      if (!rank_dir.empty()) {
+        target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+        target.file_fd = open_log_file(target.file_path);
+      }
+      target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
+    }
+  }
+  return launches;
+}
+
+Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
+  const int attempt = round.restart_count;
+  const int n = spec_.nproc_per_node;
   std::vector<std::string> base_env = base_environment();
   if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
   const std::vector<std::string> command = spec_.command();
@@ -383,13 +419,11 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(), n,
                         text);
   }
-
   // --hang_timeout: the progress board libddp counts collectives on, and
   // Python's fault handler (every thread's traceback on SIGABRT).
-  const bool watch_hangs = spec_.hang_timeout_s > 0;
   std::optional<ProgressBoard> board;
   std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_PROGRESS_FD=", 0) == 0; });
-  if (watch_hangs) {
+  if (spec_.hang_timeout_s > 0) {
     board = ProgressBoard::create(n);
     base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
     if (runs_python(command) && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
@@ -397,247 +431,45 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     }
   }
 
-  std::vector<Worker> workers(n);
-  AttemptResult result;
-  std::optional<Clock::time_point> kill_deadline;
-
-  auto stop_all = [&](int sig) {
-    for (auto& w : workers) {
-      if (!w.running) continue;
-      signal_group(w.pid, sig);
-      // A stopped worker (SIGSTOP, a debugger let go, Ctrl-Z) could not act on
-      // the signal before its grace period ends: continue it, as Slurm does.
-      if (sig != SIGKILL) signal_group(w.pid, SIGCONT);
-    }
-  };
-  auto begin_shutdown = [&]() {
-    if (kill_deadline) return;
-    stop_all(SIGTERM);
-    kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(spec_.shutdown_timeout_s));
-  };
-
+  std::optional<WorkerGroup> group;
   try {
-    for (int i = 0; i < n; ++i) {
-      Worker& w = workers[i];
-      w.local_rank = i;
-      w.rank = round.global_rank_offset + i;
-      WorkerEnv env;
-      env.rank = w.rank;
-      env.local_rank = i;
-      env.group_rank = round.group_rank;
-      env.role_rank = w.rank;
-      env.world_size = round.world_size;
-      env.local_world_size = n;
-      env.group_world_size = round.group_world_size;
-      env.role_world_size = env.world_size;
-      env.role_name = spec_.role;
-      env.master_addr = round.master_addr;
-      env.master_port = master_port;
-      env.restart_count = attempt;
-      env.max_restarts = spec_.max_restarts;
-      env.run_id = spec_.run_id;
-      env.rdzv_unavailable = control_->workers_server_missing();
-      if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
-      env.rdzv_token = spec_.rdzv_token;
-      env.round = round.round;
-      env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
-      if (spec_.multi_node()) {
-        env.rdzv_tls_ca = spec_.tls_ca;
-        env.node_addr = node_address_;
-      }
-      std::vector<std::string> worker_env = base_env;
-      for (const auto& [name, value] : env.to_env()) worker_env.push_back(name + "=" + value);
-
-      // Where each stream goes: the console unless redirected (and not tee'd)
-      // or filtered out; the rank's log file whenever a log dir is set.
-      bool shown = !spec_.local_ranks_filter ||
-                   std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
-                       spec_.local_ranks_filter->end();
-      std::string rank_dir;
-      if (!attempt_dir.empty()) {
-        rank_dir = attempt_dir + "/" + std::to_string(w.rank);
-        make_dirs(rank_dir);
-      }
-      for (int s = 0; s < 2; ++s) {
-        int bit = s == 0 ? kStdout : kStderr;
-        bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
-        TeeTarget target;
-        target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
-        target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(w.rank) + "] " : "";
-        if (!rank_dir.empty()) {
-          target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-          target.file_fd = open_log_file(target.file_path);
-        }
-        target.keep_last_lines = s == 1 ? (watch_hangs ? kHangKeptLines : kReportLines) : 0;
-        w.tees[s] = std::make_unique<StreamTee>(std::move(target));
-      }
-
-      SpawnedProcess p =
-          spawn_process(command, worker_env, cpus[static_cast<std::size_t>(i)], board ? board->fd() : -1);
-      guard_.watch(p.pid);
-      w.pid = p.pid;
-      w.fds[0] = p.stdout_fd;
-      w.fds[1] = p.stderr_fd;
-      w.running = true;
-      w.outcome.rank = w.rank;
-      w.outcome.local_rank = i;
-      w.outcome.pid = p.pid;
-      w.outcome.host = spec_.multi_node() ? hostname_ : "";
-    }
+    group.emplace(command,
+                  launches_for(round, rdzv_endpoint, base_env, cpus,
+                               board ? HangWatch::kKeptStderrLines : kReportLines),
+                  guard_, board ? board->fd() : -1, spec_.multi_node() ? hostname_ : "");
   } catch (...) {
-    stop_all(SIGKILL);
-    for (auto& w : workers) {
-      if (w.running) waitpid(w.pid, nullptr, 0);
-      for (int fd : w.fds) if (fd >= 0) close(fd);
-      if (w.pid > 0) guard_.forget(w.pid);
-    }
     remove_leftover_segments(spec_.run_id);
     throw;
   }
+  std::optional<HangWatch> hang;
+  if (board) hang.emplace(spec_.hang_timeout_s, *board, runs_python(command));
 
-  // Hang watch: samples every tenth of the timeout (50 ms to 1 s).
-  std::optional<HangDetector> detector;
-  if (watch_hangs) detector.emplace(to_ms(spec_.hang_timeout_s));
-  const auto sample_every = std::clamp(to_ms(spec_.hang_timeout_s / 10), std::chrono::milliseconds(50),
-                                       std::chrono::milliseconds(1000));
-  auto next_sample = Clock::now() + sample_every;
-  struct HangDump {
-    HangVerdict verdict;
-    std::vector<StuckRank> stacks;   // native ranks', taken at once
-    std::vector<int> aborted;        // Python ranks sent SIGABRT, tracebacks to come
-    Clock::time_point deadline;      // for those tracebacks
-  };
-  std::optional<HangDump> hang;
-  auto watching = [&]() {
-    return detector && !hang && !kill_deadline && result.signal == 0 && !result.remote_end && !result.first_failure;
-  };
-
-  auto running_count = [&]() {
-    int c = 0;
-    for (auto& w : workers) c += w.running ? 1 : 0;
-    return c;
-  };
-  auto pump = [&](Worker& w, int s) {
-    char buf[65536];
-    for (;;) {
-      ssize_t got = read(w.fds[s], buf, sizeof(buf));
-      if (got > 0) {
-        w.tees[s]->write(buf, static_cast<size_t>(got));
-        continue;
-      }
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0 && errno == EAGAIN) return;
-      close(w.fds[s]);  // EOF or error
-      w.fds[s] = -1;
-      w.tees[s]->flush();
-      return;
+  AttemptResult result;
+  const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);
+  // The attempt's first failure: stop the group and tell the other nodes at
+  // once (the server decides whether a round follows).
+  auto fail_with = [&](const WorkerOutcome& outcome, std::string report) {
+    result.first_failure = outcome;
+    result.failure_report = std::move(report);
+    group->stop(SIGTERM, grace);
+    try {
+      result.can_restart = control_->report_failure(round, result.failure_report, outcome.launcher_exit_code());
+    } catch (const Error& e) {
+      launcher_log().error("error: could not report the failure: {}", e.what());
     }
   };
   auto reap = [&]() {
-    for (auto& w : workers) {
-      if (!w.running) continue;
-      int status = 0;
-      pid_t r = waitpid(w.pid, &status, WNOHANG);
-      if (r != w.pid) continue;
-      w.running = false;
-      w.outcome.signaled = WIFSIGNALED(status);
-      w.outcome.code = w.outcome.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
-      // The first failure (not one caused by our own shutdown, or by the
-      // traceback dump of a hang) ends the attempt.
-      if (w.outcome.failed() && !kill_deadline && result.signal == 0 && !result.remote_end && !hang) {
-        // Read what the rank wrote before it died so the report has its last words.
-        for (int s = 0; s < 2; ++s) if (w.fds[s] >= 0) pump(w, s);
-        result.first_failure = w.outcome;
-        result.failure_report = format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines),
-                                                      attempt, spec_.max_restarts);
-        begin_shutdown();
-        // Tell the other nodes at once; the server decides whether a round follows.
-        try {
-          result.can_restart =
-              control_->report_failure(round, result.failure_report, w.outcome.launcher_exit_code());
-        } catch (const Error& e) {
-          launcher_log().error("error: could not report the failure: {}", e.what());
-        }
+    for (size_t i : group->reap()) {
+      Worker& w = (*group)[i];
+      // The first failure ends the attempt; not one caused by our own stop,
+      // or by a hang's traceback dump.
+      if (!w.outcome.failed() || group->stopping() || result.signal != 0 || result.remote_end ||
+          (hang && hang->found())) {
+        continue;
       }
-    }
-  };
-
-  auto sample_ranks = [&]() {
-    std::vector<pid_t> pids;
-    for (auto& w : workers) pids.push_back(w.pid);
-    std::vector<GroupUsage> usage = process_group_usage(pids);
-    std::vector<RankSample> samples(workers.size());
-    for (size_t i = 0; i < workers.size(); ++i) {
-      RankSample& sample = samples[i];
-      const ProgressSlot& slot = board->slot(static_cast<int>(i));
-      sample.rank = workers[i].rank;
-      sample.exited = !workers[i].running;
-      sample.libddp = slot.attached.load(std::memory_order_relaxed) != 0;
-      // completed before begun: both only grow, so begun >= completed.
-      sample.completed = slot.completed.load(std::memory_order_acquire);
-      sample.begun = slot.begun.load(std::memory_order_acquire);
-      sample.op = static_cast<ProgressOp>(slot.op.load(std::memory_order_relaxed));
-      sample.cpu_ticks = usage[i].cpu_ticks;
-      sample.stopped = usage[i].leader_stopped;
-    }
-    return samples;
-  };
-  // A hang was found: native ranks' stacks now (they are still stuck), and
-  // SIGABRT to Python ranks, whose fault handler writes every thread's
-  // traceback to stderr (SIGCONT too: a stopped one runs the handler).
-  auto begin_hang_dump = [&](HangVerdict verdict) {
-    launcher_log().warn("no progress for {:g} s (--hang_timeout): collecting where the ranks are stuck",
-                        spec_.hang_timeout_s);
-    std::vector<int> shown = verdict.blamed;
-    for (int i : verdict.stuck) {
-      if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
-    }
-    if (shown.size() > kMaxStackedRanks) shown.resize(kMaxStackedRanks);
-    HangDump dump{std::move(verdict), {}, {}, Clock::now() + kTracebackTime};
-    const bool python = runs_python(command);
-    for (int i : shown) {
-      Worker& w = workers[static_cast<size_t>(i)];
-      if (!w.running) continue;
-      if (python) {
-        kill(w.pid, SIGABRT);
-        kill(w.pid, SIGCONT);
-        dump.aborted.push_back(i);
-      } else {
-        dump.stacks.push_back({w.rank, "native stacks", native_stacks(w.pid, kStackToolTime)});
-      }
-    }
-    hang = std::move(dump);
-  };
-  auto finish_hang_dump = [&]() {
-    for (int i : hang->aborted) {
-      Worker& w = workers[static_cast<size_t>(i)];
-      for (int s = 0; s < 2; ++s) if (w.fds[s] >= 0) pump(w, s);
-      auto lines = python_traceback(w.tees[1]->last_lines());
-      if (lines.empty()) lines = {"(no traceback: the rank did not answer SIGABRT with a faulthandler dump)"};
-      hang->stacks.push_back({w.rank, "Python traceback (faulthandler)", std::move(lines)});
-    }
-    std::vector<WorkerOutcome> blamed;
-    for (int i : hang->verdict.blamed) {
-      WorkerOutcome o = workers[static_cast<size_t>(i)].outcome;
-      o.hung = true;
-      blamed.push_back(o);
-    }
-    // The blamed ranks' stacks first, then the others', each by rank.
-    auto is_blamed = [&](int rank) {
-      return std::any_of(blamed.begin(), blamed.end(), [&](const WorkerOutcome& o) { return o.rank == rank; });
-    };
-    std::sort(hang->stacks.begin(), hang->stacks.end(), [&](const StuckRank& a, const StuckRank& b) {
-      return std::pair(!is_blamed(a.rank), a.rank) < std::pair(!is_blamed(b.rank), b.rank);
-    });
-    result.first_failure = blamed.front();
-    result.failure_report = format_hang_report(blamed, spec_.hang_timeout_s, hang->verdict.lines, hang->stacks,
-                                               attempt, spec_.max_restarts);
-    begin_shutdown();
-    try {
-      result.can_restart = control_->report_failure(round, result.failure_report, blamed.front().launcher_exit_code());
-    } catch (const Error& e) {
-      launcher_log().error("error: could not report the failure: {}", e.what());
+      group->pump_all(i);  // what the rank wrote before it died: its last words for the report
+      fail_with(w.outcome, format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines), attempt,
+                                                 spec_.max_restarts));
     }
   };
 
@@ -646,37 +478,30 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   std::unique_ptr<RoundWatch> monitor;
   if (spec_.multi_node()) monitor = control_->watch(round);
   std::vector<pollfd> pfds;
-  std::vector<std::pair<int, int>> owners;  // (worker index, stream) per pollfd after the first two
+  std::vector<std::pair<size_t, int>> owners;  // (worker, stream) per pollfd after the first two
   const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));
   constexpr size_t kFixed = 2;  // signalfd, heartbeat eventfd
-  while (running_count() > 0) {
+  auto settled = [&]() {
+    return group->stopping() || result.signal != 0 || result.remote_end || result.first_failure;
+  };
+  while (group->running() > 0) {
     pfds.clear();
     owners.clear();
     pfds.push_back({signal_fd_, POLLIN, 0});
     pfds.push_back({monitor ? monitor->event_fd() : -1, POLLIN, 0});
-    for (int i = 0; i < n; ++i) {
-      for (int s = 0; s < 2; ++s) {
-        if (workers[i].fds[s] >= 0) {
-          pfds.push_back({workers[i].fds[s], POLLIN, 0});
-          owners.emplace_back(i, s);
-        }
-      }
-    }
+    group->add_pipes(pfds, owners);
     int timeout_ms = monitor_ms;
-    if (watching() || hang) {
-      auto until = hang ? hang->deadline : next_sample;
+    auto shorten_to = [&](Clock::time_point until) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
-    }
-    if (kill_deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
-    }
+    };
+    if (hang && (!settled() || hang->found())) shorten_to(hang->next_wake());
+    if (auto deadline = group->kill_deadline()) shorten_to(*deadline);
     int ready = poll(pfds.data(), pfds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
     if (ready > 0) {
       for (size_t k = kFixed; k < pfds.size(); ++k) {
-        if (pfds[k].revents != 0) pump(workers[owners[k - kFixed].first], owners[k - kFixed].second);
+        if (pfds[k].revents != 0) group->pump(owners[k - kFixed].first, owners[k - kFixed].second);
       }
       if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end && result.lost.empty()) {
         uint64_t count = 0;
@@ -684,12 +509,11 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         (void)ignored;
         if (auto end = monitor->ended()) {
           result.remote_end = end;
-          if (!end->succeeded) begin_shutdown();
+          if (!end->succeeded) group->stop(SIGTERM, grace);
         } else {
           result.lost = monitor->lost();
-          begin_shutdown();
+          group->stop(SIGTERM, grace);
         }
-        pfds[1].fd = -1;
       }
       if (pfds[0].revents & POLLIN) {
         signalfd_siginfo info{};
@@ -697,78 +521,31 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
           int sig = static_cast<int>(info.ssi_signo);
           if (sig == SIGCHLD) continue;  // reaped below
           if (is_notice_signal(sig)) {
-            // To each worker itself, not its process group: children (data
-            // loaders) that do not expect it would die of it.
-            int told = 0;
-            for (auto& w : workers) {
-              if (w.running && kill(w.pid, sig) == 0) ++told;
-            }
+            int told = group->signal_workers(sig);
             launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig), told);
             continue;
           }
-          if (result.signal == 0 && !kill_deadline) {
+          if (result.signal == 0 && !group->stopping()) {
             result.signal = sig;
-            stop_all(sig);
-            kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(spec_.shutdown_timeout_s));
+            group->stop(sig, grace);
           } else if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) {
             // A second request to stop: do not wait out the grace period.
             if (result.signal == 0) result.signal = sig;
-            stop_all(SIGKILL);
+            group->signal_groups(SIGKILL);
           }
         }
       }
     }
     reap();
-    if (watching() && Clock::now() >= next_sample) {
-      next_sample = Clock::now() + sample_every;
-      if (auto verdict = detector->observe(Clock::now(), sample_ranks())) begin_hang_dump(std::move(*verdict));
+    if (hang && !result.first_failure && (!settled() || hang->found()) && hang->tick(*group)) {
+      auto blamed = hang->blamed(*group);
+      fail_with(blamed.front(), hang->report(*group, attempt, spec_.max_restarts));
     }
-    if (hang && !result.first_failure) {
-      bool dumped = true;
-      for (int i : hang->aborted) dumped = dumped && !workers[static_cast<size_t>(i)].running;
-      if (dumped || Clock::now() >= hang->deadline || result.signal != 0) finish_hang_dump();
-    }
-    if (kill_deadline && Clock::now() >= *kill_deadline) stop_all(SIGKILL);
+    group->kill_if_overdue();
   }
 
-  // Every worker has exited: kill what is left of their process groups (daemonised
-  // children), then drain the pipes until they end, or stay silent for
-  // 500 ms (a writer that escaped the group). Time spent waiting for a slow
-  // console does not count, so what is in the pipes is shown; a writer that
-  // never stops is cut off after 10 s.
-  for (auto& w : workers) signal_group(w.pid, SIGKILL);
-  auto drain_deadline = Clock::now() + std::chrono::milliseconds(500);
-  const auto drain_cap = Clock::now() + std::chrono::seconds(10);
-  for (;;) {
-    pfds.clear();
-    owners.clear();
-    for (int i = 0; i < n; ++i) {
-      for (int s = 0; s < 2; ++s) {
-        if (workers[i].fds[s] >= 0) {
-          pfds.push_back({workers[i].fds[s], POLLIN, 0});
-          owners.emplace_back(i, s);
-        }
-      }
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline - Clock::now()).count();
-    if (pfds.empty() || left <= 0) break;
-    if (poll(pfds.data(), pfds.size(), static_cast<int>(left)) <= 0) continue;
-    for (size_t k = 0; k < pfds.size(); ++k) {
-      if (pfds[k].revents != 0) pump(workers[owners[k].first], owners[k].second);
-    }
-    drain_deadline = std::min(drain_cap, Clock::now() + std::chrono::milliseconds(500));
-  }
-  for (auto& w : workers) {
-    for (int s = 0; s < 2; ++s) {
-      if (w.fds[s] >= 0) {
-        close(w.fds[s]);
-        w.fds[s] = -1;
-        w.tees[s]->flush();
-      }
-    }
-    guard_.forget(w.pid);
-  }
+  group->drain();
+  group.reset();
   // The group is gone, however it ended (success, failure, signal, lost
   // server): remove the run's segments its killed ranks left, before any
   // restart (whose ranks create new ones) and before ddprun exits.
