@@ -350,6 +350,7 @@ void check_still_serving(Fixture& f) {
   // grpc.health.v1.HealthCheckResponse { ServingStatus status = 1; }, SERVING = 1
   const std::string serving = call_ok(kHealthCheck, "");
   if (serving != std::string("\x08\x01", 2)) fail("Health/Check after the input: not SERVING");
+  if (std::string why = f.service.broken_invariant(); !why.empty()) fail("after the input: " + why);
 }
 
 }  // namespace

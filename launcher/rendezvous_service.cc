@@ -122,6 +122,11 @@ bool RendezvousService::outcome_delivered() {
   return state_.outcome_delivered();
 }
 
+std::string RendezvousService::broken_invariant() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.broken_invariant();
+}
+
 grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(status);

@@ -41,6 +41,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void stop();
   RendezvousState::Phase phase();
   bool outcome_delivered();  // see RendezvousState::outcome_delivered
+  std::string broken_invariant();  // see RendezvousState::broken_invariant (for the fuzzer)
   std::size_t pending_waits();  // requests held now
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
