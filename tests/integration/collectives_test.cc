@@ -4,16 +4,21 @@
 // on gloo and on the default backend (shm for several ranks on this node).
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "ddp/common/rendezvous_client.h"
+#include "ddp/common/shm_names.h"
 #include "shm_segments.h"
 #include "subprocess.h"
 
@@ -222,11 +227,8 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
                      {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}});
   };
   Subprocess creator({kWorker, "all"}, rank_env(0));  // waits for rank 1 to attach
-  // Killed once it has published the segment's name (libddp's key for node 0).
-  RendezvousClient store_client(endpoint, run_id, "t");
-  const std::string name_key = "pg/" + run_id + "/round0/default/shm/node0";
-  ASSERT_TRUE(wait_until([&] { return store_client.try_get(name_key).has_value(); }, 20s)) << creator.read_err();
-  ASSERT_EQ(shm_segments_of(run_id).size(), 1u);
+  // Killed once it has made the segment (its name is published first).
+  ASSERT_TRUE(wait_until([&] { return shm_segments_of(run_id).size() == 1; }, 20s)) << creator.read_err();
   kill(creator.pid(), SIGKILL);
   creator.wait(5s);
   ASSERT_EQ(shm_segments_of(run_id).size(), 1u) << "the killed creator left its segment";
@@ -237,6 +239,40 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
   EXPECT_LT(r.seconds, 10.0) << "named at once, not at the 30 s timeout";
   EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("exited"), std::string::npos) << r.err;
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
+}
+
+// Local rank 0 publishes the segment's name before it makes the segment; one
+// that died in between (here: a dead pid announced by hand, with a segment of
+// size 0 as creation would leave it after shm_open) is named by the rank
+// attaching, which removes what it left.
+TEST(CollectiveFailures, WithoutDdprunARankThatDiedWhileMakingTheSegmentIsNamedAndItsSegmentRemoved) {
+  const std::string run_id = unique_run_id("making");
+  StandaloneStore store(run_id);
+  ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  ASSERT_GT(readlink("/proc/self/ns/pid", ns, sizeof ns - 1), 0);
+  const std::string name = shm_segment_name(run_id, 0, "default", 0, "dead0");
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << name;
+  close(fd);
+  RendezvousClient store_client(store.endpoint, run_id, "t");
+  store_client.set("pg/" + run_id + "/round0/default/shm/node0",
+                   boot + "/" + ns + " " + std::to_string(dead) + " " + name);
+  ASSERT_EQ(shm_segments_of(run_id).size(), 1u);
+  Subprocess late({kWorker, "all"}, auto_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"DDP_RDZV_ENDPOINT", store.endpoint},
+                                              {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}}));
+  auto r = late.wait(20s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 10.0) << "named at once, not at the 30 s timeout";
+  EXPECT_NE(r.err.find("pid " + std::to_string(dead) + ") exited before it had made segment"), std::string::npos)
+      << r.err;
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 

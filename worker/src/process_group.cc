@@ -15,6 +15,7 @@
 #include "ddp/common/error.h"
 #include "executor.h"
 #include "shm/sync.h"
+#include "process_identity.h"
 #include "progress_counter.h"
 
 namespace ddp {
@@ -62,17 +63,6 @@ struct BlockingCall {
 // naming the peer. Python ignores SIGPIPE at start-up, which is why torch's
 // Gloo ranks never see it; a C++ program gets the default (terminate), so it
 // is ignored here unless the program chose a disposition itself.
-// "<boot id>/<pid namespace> <pid>": two ranks whose identities agree up to
-// the space see each other's pids (same kernel, same PID namespace).
-std::string process_identity() {
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  char ns[128] = {};
-  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  if (boot.empty() || n <= 0) return "unknown " + std::to_string(getpid());
-  return boot + "/" + std::string(ns, static_cast<std::size_t>(n)) + " " + std::to_string(getpid());
-}
-
 void ignore_sigpipe_unless_chosen() {
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
@@ -126,7 +116,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, con
   executor_ = std::make_unique<Executor>();
   // Where this rank runs, so that after a failure the others can tell a dead
   // rank on their machine at once (see missing_ranks).
-  if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), process_identity());
+  if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -210,8 +200,7 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
   try {
     std::string key = "diag/" + std::to_string(sequence) + "/";
     store_->set(key + std::to_string(rank_), "1");
-    const std::string here = process_identity();
-    const std::string here_ns = here.substr(0, here.rfind(' '));
+    const std::string here_ns = detail::pid_namespace_of(detail::process_identity());
     std::map<int, pid_t> local_pids;  // ranks whose pid this process can check
     std::vector<int> undecided;
     for (int r = 0; r < size_; ++r) {
@@ -219,7 +208,7 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       undecided.push_back(r);
       try {
         const std::string there = store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
-        if (here_ns != "unknown" && there.substr(0, there.rfind(' ')) == here_ns) {
+        if (!here_ns.empty() && detail::pid_namespace_of(there) == here_ns) {
           local_pids[r] = std::stoi(there.substr(there.rfind(' ') + 1));
         }
       } catch (const std::exception&) {

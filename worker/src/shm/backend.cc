@@ -18,14 +18,17 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "backend.h"
 #include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
 #include "ddp/common/shm_names.h"
 #include "ddp/log.h"
+#include "process_identity.h"
 #include "reduce_kernels.h"
 #include "shm/arena.h"
 #include "shm/segment.h"
@@ -579,6 +582,50 @@ class ShmBackend final : public Backend {
 
   alignas(64) std::array<char, kFuseBytes> partial_block_{};  // zero_copy_partial's block
 
+  // Local rank 0's creation failed: its reason, as it published it.
+  [[noreturn]] void creation_failed(const std::string& published) {
+    throw Error("shm: rank " + std::to_string(first_rank_) + " (local rank 0) could not create this node's segment: " +
+                published.substr(1));
+  }
+
+  // The segment local rank 0 published under `key` ("<identity> <name>",
+  // see process_identity.h), once it has made it. If rank 0 dies first (and
+  // shares this process's PID namespace, so its death can be seen), its
+  // partly made segment is removed and the error names it; a creation that
+  // failed is rank 0's reason.
+  std::unique_ptr<shm::Segment> attach_published(const std::string& key, Clock::time_point deadline) {
+    std::string published = config_.store->get(key, timeout_);
+    if (!published.empty() && published[0] == '!') creation_failed(published);
+    const auto space = published.rfind(' ');
+    if (space == std::string::npos || space == 0) {
+      throw Error("shm: malformed segment announcement '" + published + "' under " + key);
+    }
+    const std::string name = published.substr(space + 1);
+    const std::string creator = published.substr(0, space);
+    const pid_t creator_pid = static_cast<pid_t>(std::atol(creator.c_str() + creator.rfind(' ') + 1));
+    const std::string here = detail::pid_namespace_of(detail::process_identity());
+    const bool can_see_creator = !here.empty() && detail::pid_namespace_of(creator) == here && creator_pid > 0;
+    auto next_look = Clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      if (auto segment = shm::Segment::try_attach(name, me_, local_size_)) return segment;
+      if (can_see_creator && shm::proc_says_dead(creator_pid)) {
+        shm_unlink(name.c_str());  // ENOENT when it died before creating it
+        throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) + ", pid " +
+                    std::to_string(creator_pid) + ") exited before it had made segment " + name + "; removed it");
+      }
+      if (Clock::now() >= deadline) {
+        throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) + ") did not make segment " + name +
+                    " within the timeout");
+      }
+      if (Clock::now() >= next_look) {  // a creation that failed replaces the announcement
+        published = config_.store->get(key, timeout_);
+        if (!published.empty() && published[0] == '!') creation_failed(published);
+        next_look = Clock::now() + std::chrono::milliseconds(100);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   void open_segment() {
     const std::string key = "shm/node" + std::to_string(config_.node);
     const auto deadline = Clock::now() + timeout_;
@@ -586,6 +633,9 @@ class ShmBackend final : public Backend {
     if (me_ == 0) {
       const std::string run = config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
       const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
+      // Published before it exists, with this process's identity: if this
+      // rank dies while making it, the others know what to remove.
+      config_.store->set(key, detail::process_identity() + " " + name);
       try {
         state_->segment = shm::Segment::create(name, shm::Geometry::from_env(local_size_), me_);
       } catch (const std::exception& e) {
@@ -593,15 +643,9 @@ class ShmBackend final : public Backend {
         throw;
       }
       state_->segment->mark_attached();
-      config_.store->set(key, name);
       state_->segment->wait_attached_and_unlink(deadline);
     } else {
-      const std::string name = config_.store->get(key, timeout_);
-      if (!name.empty() && name[0] == '!') {
-        throw Error("shm: rank " + std::to_string(first_rank_) + " (local rank 0) could not create this node's segment: " +
-                    name.substr(1));
-      }
-      state_->segment = shm::Segment::attach(name, me_, local_size_);
+      state_->segment = attach_published(key, deadline);
       state_->segment->mark_attached();
       // Peers' pids are known once all attached (they are watched for death).
       state_->segment->wait_attached_and_unlink(deadline);

@@ -90,12 +90,19 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const Geometry
   return segment;
 }
 
-std::unique_ptr<Segment> Segment::attach(const std::string& name, int local_rank, int local_size) {
+std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_rank, int local_size) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == ENOENT) return nullptr;  // not made yet
   if (fd < 0) throw Error("shm: cannot open shared-memory segment " + name + ": " + errno_text());
-  // The creator wrote the geometry in the header: read it before mapping the rest.
+  // The creator wrote the geometry in the header, the magic last: read it
+  // before mapping the rest.
   SegmentFacts facts;
-  if (pread(fd, &facts, sizeof facts, 0) != static_cast<ssize_t>(sizeof facts) || facts.magic != kMagic ||
+  const ssize_t got = pread(fd, &facts, sizeof facts, 0);
+  if (got == 0 || (got == static_cast<ssize_t>(sizeof facts) && facts.magic == 0)) {
+    close(fd);
+    return nullptr;  // still being made
+  }
+  if (got != static_cast<ssize_t>(sizeof facts) || facts.magic != kMagic ||
       facts.local_size != static_cast<std::uint64_t>(local_size)) {
     close(fd);
     throw Error("shm: segment " + name + " is not a segment of " + std::to_string(local_size) + " local ranks");
@@ -123,9 +130,12 @@ void Segment::map_and_prefault(bool create) {
   base_ = static_cast<char*>(p);
   if (create) {
     auto* header = new (base_) Header;
-    header->facts = SegmentFacts{kMagic, static_cast<std::uint64_t>(geometry_.local_size), geometry_.small_bytes,
+    // The magic last: attachers take a segment without it for one still
+    // being made (its name is published before it exists).
+    header->facts = SegmentFacts{0, static_cast<std::uint64_t>(geometry_.local_size), geometry_.small_bytes,
                                  geometry_.chunk_bytes, geometry_.arena_bytes, total_};
     for (int r = 0; r < geometry_.local_size; ++r) new (&control(r)) RankControl;
+    __atomic_store_n(&header->facts.magic, kMagic, __ATOMIC_RELEASE);
   }
   // Map every page of the fixed part into this process now.
 #ifdef MADV_POPULATE_WRITE

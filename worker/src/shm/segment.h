@@ -68,8 +68,11 @@ class Segment {
   // Creates the segment (O_EXCL), sizes and pre-faults it. Throws ddp::Error
   // naming the segment and /dev/shm when it cannot (e.g. no room).
   static std::unique_ptr<Segment> create(const std::string& name, const Geometry& geometry, int local_rank);
-  // Maps an existing segment and pre-faults its fixed part.
-  static std::unique_ptr<Segment> attach(const std::string& name, int local_rank, int local_size);
+  // Maps the segment and pre-faults its fixed part; nullptr while it does
+  // not exist yet or its creator has not finished it (its name is published
+  // first). Throws ddp::Error naming it when it is not a segment of
+  // `local_size` ranks made by this version, or cannot be opened or mapped.
+  static std::unique_ptr<Segment> try_attach(const std::string& name, int local_rank, int local_size);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
