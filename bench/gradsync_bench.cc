@@ -38,8 +38,10 @@
 #include <string>
 #include <vector>
 
+#include "ddp/bucket_layout.h"
 #include "ddp/ddp.h"
 #include "ddp/grad_sync.h"
+#include "ddp/shared_grad_sum.h"
 #include "ddp/log.h"
 
 #ifdef DDP_HAVE_OPENBLAS
@@ -141,7 +143,7 @@ class Mlp {
   // One training step. With `sync`, gradients go to its views (scaled by
   // 1/world_size through the GEMM's alpha: prescaled_grads) and each layer is
   // marked ready as soon as it is computed.
-  void step(ddp::GradSync* sync) {
+  void step(ddp::GradAverager* sync) {
     const int B = c_.batch, W = c_.width, L = c_.layers;
     // Forward: z[l+1] = relu(z[l] W^T + b) (no relu on the last layer).
     for (int l = 0; l < L; ++l) {
@@ -158,12 +160,12 @@ class Mlp {
     for (std::size_t k = 0; k < dz_.size(); ++k) dz_[k] = (z_[L][k] - target_[k]) * inv_b;
     const float scale = sync ? sync->grad_scale() : 1.0f;
     if (sync) sync->begin_backward();
-    const bool shared = sync && sync->comm_mode() == ddp::CommMode::kShared;
+    auto* shared = dynamic_cast<ddp::SharedGradSum*>(sync);
     for (int l = L - 1; l >= 0; --l) {
       if (shared) {
         // The shared sum: each block of rows is set or added to by the GEMM
         // itself (beta 0 or 1), no pass of its own.
-        sync->contribute(2 * l + 1, [&](const ddp::GradBlock& b) {
+        shared->contribute(2 * l + 1, [&](const ddp::GradBlock& b) {
           float* gb = static_cast<float*>(b.data);
           if (!b.accumulate) std::fill(gb, gb + b.rows, 0.0f);
           for (int i = 0; i < B; ++i) {
@@ -171,12 +173,12 @@ class Mlp {
             for (int j = 0; j < b.rows; ++j) gb[j] += row[j] * b.scale;
           }
         });
-        sync->contribute(2 * l, [&](const ddp::GradBlock& b) {
+        shared->contribute(2 * l, [&](const ddp::GradBlock& b) {
           gemm(true, false, static_cast<int>(b.rows), W, B, b.scale, dz_.data() + b.row_begin, W,
                z_[l].data(), W, b.accumulate ? 1.0f : 0.0f, static_cast<float*>(b.data), W);
         });
       } else {
-        write_layer_grads(sync, l, scale);
+        write_layer_grads(dynamic_cast<ddp::GradSync*>(sync), l, scale);
       }
       if (l == 0) break;
       gemm(false, false, B, W, W, 1.0f, dz_.data(), W, w_[l].data(), W, 0.0f, dh_.data(),
@@ -308,9 +310,9 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  // One GradSync per bucket cap; gradients written through views with the
-  // GEMM's alpha carrying 1/world_size (prescaled_grads).
-  std::vector<std::unique_ptr<ddp::GradSync>> syncs;
+  // One GradSync per bucket cap (and the SharedGradSum); gradients written
+  // through views with the GEMM's alpha carrying 1/world_size (prescaled_grads).
+  std::vector<std::unique_ptr<ddp::GradAverager>> syncs;
   std::vector<std::pair<double, ddp::CommMode>> configs;
   for (double cap : c.caps_mib) configs.emplace_back(cap, ddp::CommMode::kOverlap);
   for (double cap : c.inline_caps_mib) configs.emplace_back(cap, ddp::CommMode::kInline);
@@ -333,7 +335,7 @@ int run(int argc, char** argv) {
     options.shared_block_bytes = static_cast<std::size_t>(c.shared_block_kib * 1024);
     options.compression = mode == ddp::CommMode::kShared ? ddp::Compression::kNone : c.compression;
     options.log_every = 0;
-    syncs.push_back(std::make_unique<ddp::GradSync>(*pg, model.params(), options));
+    syncs.push_back(ddp::make_grad_averager(*pg, model.params(), options));
   }
   for (int s = 0; s < c.warmup; ++s) model.step(nullptr);
   for (auto& sync : syncs) {
@@ -395,7 +397,8 @@ int run(int argc, char** argv) {
   const double allreduce_cpu_ms = max_over_ranks(*pg, median(allreduce_cpu));
   std::vector<Row> rows;
   for (std::size_t k = 0; k < syncs.size(); ++k) {
-    rows.push_back({configs[k].first, configs[k].second, syncs[k]->layout().buckets.size(),
+    const auto* bucketed = dynamic_cast<const ddp::GradSync*>(syncs[k].get());
+    rows.push_back({configs[k].first, configs[k].second, bucketed ? bucketed->layout().buckets.size() : 0,
                     max_over_ranks(*pg, median(per_cap[k].step)),
                     max_over_ranks(*pg, median(per_cap[k].backward)),
                     max_over_ranks(*pg, median(per_cap[k].comm)),

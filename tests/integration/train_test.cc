@@ -323,7 +323,7 @@ TEST_P(SharedSum, FollowsTheAllReduceLossCurve) {
   expect_ok(reduced);
   auto shared = train_on(p.ranks, args + std::vector<std::string>{"--comm_mode", "shared"});
   expect_ok(shared);
-  EXPECT_NE(shared.out.find("GradSync: 8 parameters in a shared sum"), std::string::npos)
+  EXPECT_NE(shared.out.find("SharedGradSum: 8 parameters in a shared sum"), std::string::npos)
       << shared.out;
   EXPECT_NE(shared.out.find("shared sum: no collectives, communication = waiting for other ranks | "
                             "0 buckets, 0.00 MB per step"),

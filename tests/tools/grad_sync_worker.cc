@@ -35,6 +35,7 @@
 #include "ddp/ddp.h"
 #include "ddp/ddp_c.h"
 #include "ddp/grad_sync.h"
+#include "ddp/shared_grad_sum.h"
 #include "reference_mlp.h"
 
 namespace {
@@ -73,7 +74,7 @@ void expect_close(const float* got, const std::vector<double>& want, const std::
 
 // After finish() of iteration `it`: every gradient is the whole batch's
 // (`batch` samples), as one process computes it.
-void expect_whole_batch_gradient(ddp::GradSync& sync, const Mlp& model,
+void expect_whole_batch_gradient(ddp::GradAverager& sync, const Mlp& model,
                                  const ddp::testing::Batch& samples, int batch, int it) {
   const auto whole = mlp_grads(model, samples, 0, batch);
   for (std::size_t p = 0; p < whole.size(); ++p) {
@@ -84,7 +85,7 @@ void expect_whole_batch_gradient(ddp::GradSync& sync, const Mlp& model,
 
 // prepare() with this rank's weights `mine` (rank 0's are `model`'s): every
 // rank must then hold `model`'s values.
-void prepare_from_rank0(ddp::GradSync& sync, const Mlp& model, const Mlp& mine) {
+void prepare_from_rank0(ddp::GradAverager& sync, const Mlp& model, const Mlp& mine) {
   std::vector<std::vector<float>> values;
   for (int l = 0; l < kLayers; ++l) {
     values.emplace_back(mine.w[l].begin(), mine.w[l].end());
@@ -213,7 +214,7 @@ void run_unused(ddp::ProcessGroup& pg) {
 }
 
 // Hands gradient g over block by block, as a GEMM with beta would.
-void contribute_blocks(ddp::GradSync& sync, std::size_t p, const std::vector<double>& g) {
+void contribute_blocks(ddp::SharedGradSum& sync, std::size_t p, const std::vector<double>& g) {
   sync.contribute(p, [&](const ddp::GradBlock& b) {
     float* out = static_cast<float*>(b.data);
     const std::size_t first = static_cast<std::size_t>(b.row_begin) * b.row_elements;
@@ -241,7 +242,7 @@ void run_shared(ddp::ProcessGroup& pg) {
       for (auto& v : b) v -= pg.rank();
     }
   }
-  ddp::GradSync sync(pg, params(), shared_options());
+  ddp::SharedGradSum sync(pg, params(), shared_options());
   prepare_from_rank0(sync, model, mine);
   for (int it = 0; it < 4; ++it) {
     // Iteration 3 (it == 2) is a window of two micro-batches, each half the shard.
@@ -250,7 +251,7 @@ void run_shared(ddp::ProcessGroup& pg) {
     for (int m = 0; m < micro; ++m) {
       const int from = pg.rank() * shard + m * shard / micro;
       auto local = mlp_grads(model, samples, from, from + shard / micro);
-      std::optional<ddp::GradSync::NoSync> no_sync;
+      std::optional<ddp::GradAverager::NoSync> no_sync;
       if (m + 1 < micro) no_sync.emplace(sync);
       sync.begin_backward();
       for (int l = kLayers - 1; l >= 0; --l) {
@@ -416,7 +417,7 @@ void run_shared_kill(ddp::ProcessGroup& pg) {
   signal(SIGTERM, SIG_IGN);
   ddp::GradSyncOptions options = shared_options();
   options.shared_block_bytes = 1 << 20;  // one block per parameter: the others must wait for it
-  ddp::GradSync sync(pg, params(), options);
+  ddp::SharedGradSum sync(pg, params(), options);
   for (int it = 0;; ++it) {
     try {
       // In iteration 3 rank 1 dies holding the first parameter's block. The

@@ -31,6 +31,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
+#include "ddp/bucket_layout.h"
 #include "ddp/ddp_c.h"
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"

@@ -1,4 +1,4 @@
-// GradSync's shared sum (CommMode::kShared): its pure layout, and GradSync
+// The shared sum: its pure layout (shared_sum.h), and SharedGradSum
 // over shm groups whose ranks are threads of this process (the node-shared
 // memory is the same for threads as for processes: one mapping of the
 // segment per rank).
@@ -22,6 +22,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/grad_sync.h"
+#include "ddp/shared_grad_sum.h"
 #include "error_of.h"
 #include "reference_mlp.h"
 #include "shared_sum.h"
@@ -108,11 +109,11 @@ TEST(SharedSumLayout, BadInputsAreRefused) {
   EXPECT_THROW(detail::make_sum_layout({{4, 4, 4, true}}, 2, 0), Error);
 }
 
-// ------------------------------------------------------------ GradSync: the mean
+// ------------------------------------------------------------ SharedGradSum: the mean
 
 // Hands gradient g (registration-order elements) over block by block, as a
 // GEMM with beta would: store or add scale * g. Counts the stores per block.
-void contribute_blocks(GradSync& sync, std::size_t p, const std::vector<double>& g,
+void contribute_blocks(SharedGradSum& sync, std::size_t p, const std::vector<double>& g,
                        std::map<std::pair<std::size_t, std::int64_t>, int>* stores,
                        std::mutex* mu) {
   sync.contribute(p, [&](const GradBlock& b) {
@@ -146,9 +147,8 @@ TEST_P(SharedEquivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
   on_ranks(
       world,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, mlp_params(model), shared_options());
+        SharedGradSum sync(pg, mlp_params(model), shared_options());
         EXPECT_EQ(sync.comm_mode(), CommMode::kShared);
-        EXPECT_TRUE(sync.layout().buckets.empty());
         // Zeros before the first window's result.
         EXPECT_EQ(sync.grad_view(0)[0], 0.0f);
         const int shard = kBatch / world;
@@ -214,7 +214,7 @@ TEST(SharedSum, RandomOrdersAndThreadsPerRankGiveTheSameMean) {
   on_ranks(
       kWorld,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, mlp_params(model), shared_options(8));
+        SharedGradSum sync(pg, mlp_params(model), shared_options(8));
         std::mt19937 gen(77u + static_cast<unsigned>(pg.rank()));
         const int shard = kBatch / kWorld;
         for (int it = 0; it < kIterations; ++it) {
@@ -257,7 +257,7 @@ TEST(SharedSum, NoSyncMicroBatchesAddUpAndTheNextWindowStartsFromZero) {
   on_ranks(
       kWorld,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, {{"w", {6, 2}}, {"b", {3}}}, shared_options(8));
+        SharedGradSum sync(pg, {{"w", {6, 2}}, {"b", {3}}}, shared_options(8));
         for (int window = 0; window < 2; ++window) {
           for (int micro = 0; micro < kMicro; ++micro) {
             auto step = [&] {
@@ -297,7 +297,7 @@ TEST(SharedSum, EveryFloatingDtypeIsAveraged) {
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg,
+        SharedGradSum sync(pg,
                       {{"f32", {4}, DType::kFloat32},
                        {"f64", {4}, DType::kFloat64},
                        {"f16", {4}, DType::kFloat16},
@@ -330,7 +330,7 @@ TEST(SharedSum, AParameterNotHandedOverFailsEveryRankAndTheOwnerNamesIt) {
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, {{"fc1.weight", {4}}, {"fc2.bias", {4}}}, shared_options());
+        SharedGradSum sync(pg, {{"fc1.weight", {4}}, {"fc2.bias", {4}}}, shared_options());
         const std::vector<float> g(4, 1.0f);
         sync.add_grad(0, g.data());
         if (pg.rank() == 0) sync.add_grad(1, g.data());
@@ -356,7 +356,7 @@ TEST(SharedSum, FindUnusedParametersCountsThemAsZero) {
       [&](ProcessGroup& pg) {
         GradSyncOptions options = shared_options();
         options.find_unused_parameters = true;
-        GradSync sync(pg, {{"used", {4}}, {"sometimes", {4}}, {"never", {4}}}, options);
+        SharedGradSum sync(pg, {{"used", {4}}, {"sometimes", {4}}, {"never", {4}}}, options);
         for (int it = 0; it < 3; ++it) {
           const std::vector<float> g(4, 2.0f);
           sync.add_grad(0, g.data());
@@ -375,7 +375,7 @@ TEST(SharedSum, AWriterThatThrowsLosesTheIterationOnEveryRankWithoutAHang) {
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, {{"w", {8, 2}}, {"b", {2}}}, shared_options(8));
+        SharedGradSum sync(pg, {{"w", {8, 2}}, {"b", {2}}}, shared_options(8));
         const std::vector<float> g(16, 1.0f);
         contribute_errors[pg.rank()] = error_of([&] {
           sync.contribute(0, [&](const GradBlock& b) {
@@ -411,7 +411,7 @@ TEST(SharedSum, ARankThatNeverFinishesIsNamedWithinTheTimeout) {
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, {{"w", {4}}}, shared_options());
+        SharedGradSum sync(pg, {{"w", {4}}}, shared_options());
         const std::vector<float> g(4, 1.0f);
         if (pg.rank() == 1) {
           // Stalls (never hands over nor finishes) until rank 0 has given up.
@@ -441,7 +441,7 @@ TEST(SharedSum, ABlockHeldPastTheTimeoutNamesItsHolder) {
       2,
       [&](ProcessGroup& pg) {
         // One block per parameter: the second rank can only wait for it.
-        GradSync sync(pg, {{"fc1.weight", {4}}}, shared_options(1 << 20));
+        SharedGradSum sync(pg, {{"fc1.weight", {4}}}, shared_options(1 << 20));
         if (pg.rank() == 1) {
           std::thread([&] {
             while (!holding.load()) std::this_thread::sleep_for(1ms);
@@ -468,10 +468,8 @@ TEST(SharedSum, MisuseAndImpossibleSetupsAreRefusedWithTheirReason) {
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
-        GradSync sync(pg, {{"w", {4}}, {"frozen", {4}, DType::kFloat32, -1, false}},
-                      shared_options());
-        EXPECT_TRUE(has(error_of([&] { sync.mark_ready(0); }), "hand it over with contribute()"));
-        EXPECT_TRUE(has(error_of([&] { sync.set_first_bucket_bytes(64); }), "no buckets"));
+        SharedGradSum sync(pg, {{"w", {4}}, {"frozen", {4}, DType::kFloat32, -1, false}},
+                           shared_options());
         EXPECT_TRUE(has(error_of([&] { sync.contribute(1, [](const GradBlock&) {}); }), "frozen"));
         EXPECT_TRUE(has(error_of([&] { sync.contribute(2, [](const GradBlock&) {}); }), "out of range"));
         sync.contribute(0, [](const GradBlock& b) {
@@ -485,26 +483,36 @@ TEST(SharedSum, MisuseAndImpossibleSetupsAreRefusedWithTheirReason) {
   // Over Gloo there is no node-shared memory: every rank is told why.
   std::vector<std::string> errors(2);
   on_ranks(2, [&](ProcessGroup& pg) {
-    errors[pg.rank()] = error_of([&] { GradSync sync(pg, {{"w", {4}}}, shared_options()); });
+    errors[pg.rank()] = error_of([&] { SharedGradSum sync(pg, {{"w", {4}}}, shared_options()); });
   });
   for (const auto& e : errors) EXPECT_TRUE(has(e, "backend gloo")) << e;
-  // Ranks must agree on the mode; compression and contribute() elsewhere are refused.
+  // Every rank must build the shared sum (a rank building a GradSync is
+  // named); compression is refused; a GradSync is not a shared sum.
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
         GradSyncOptions options = shared_options();
-        if (pg.rank() == 1) options.comm_mode = CommMode::kOverlap;
-        EXPECT_TRUE(has(error_of([&] { GradSync sync(pg, {{"w", {4}}}, options); }),
+        options.comm_mode = CommMode::kOverlap;
+        EXPECT_TRUE(has(error_of([&] {
+                          if (pg.rank() == 1) {
+                            GradSync sync(pg, {{"w", {4}}}, options);
+                          } else {
+                            SharedGradSum sync(pg, {{"w", {4}}}, options);
+                          }
+                        }),
                         "comm_mode=overlap or inline"));
         options = shared_options();
         options.compression = Compression::kFp16;
-        EXPECT_TRUE(has(error_of([&] { GradSync sync(pg, {{"w", {4}}}, options); }),
+        EXPECT_TRUE(has(error_of([&] { SharedGradSum sync(pg, {{"w", {4}}}, options); }),
                         "does not apply to comm_mode shared"));
+        EXPECT_TRUE(has(error_of([&] { GradSync sync(pg, {{"w", {4}}}, shared_options()); }),
+                        "ddp::SharedGradSum"));
+        // make_grad_averager picks the class from comm_mode.
+        EXPECT_NE(dynamic_cast<SharedGradSum*>(make_grad_averager(pg, {{"w", {4}}}, shared_options()).get()),
+                  nullptr);
         GradSyncOptions overlap;
         overlap.log_every = 0;
-        GradSync plain(pg, {{"w", {4}}}, overlap);
-        EXPECT_TRUE(has(error_of([&] { plain.contribute(0, [](const GradBlock&) {}); }),
-                        "comm_mode is overlap"));
+        EXPECT_NE(dynamic_cast<GradSync*>(make_grad_averager(pg, {{"w", {4}}}, overlap).get()), nullptr);
       },
       options_for(2));
 }

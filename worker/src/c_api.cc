@@ -130,16 +130,32 @@ const char* ddp_last_error(void) { return t_last_error.c_str(); }
 #include <vector>
 
 #include "ddp/grad_sync.h"
+#include "ddp/shared_grad_sum.h"
 
+// A GradSync, or a SharedGradSum for DDP_COMM_SHARED; the calls one of them
+// lacks fail with the reason.
 struct ddp_grad_sync {
-  std::unique_ptr<ddp::GradSync> sync;
+  std::unique_ptr<ddp::GradAverager> sync;
+  std::vector<ddp::GradAverager::NoSync> no_sync;  // open ddp_grad_sync_no_sync_begin scopes
 };
 
 namespace {
 
-ddp::GradSync& checked(ddp_grad_sync* gs) {
+ddp::GradAverager& checked(ddp_grad_sync* gs) {
   if (gs == nullptr || !gs->sync) throw ddp::Error("the ddp_grad_sync handle is NULL");
   return *gs->sync;
+}
+
+// The handle's GradSync; throws for a shared sum, saying why `what` needs buckets.
+ddp::GradSync& buckets(ddp_grad_sync* gs, const char* what) {
+  auto* sync = dynamic_cast<ddp::GradSync*>(&checked(gs));
+  if (sync == nullptr) {
+    throw ddp::Error(std::string(what) +
+                     ": comm_mode shared adds gradients up as they are written and has no buckets; "
+                     "hand gradients over with ddp_grad_sync_contribute() (contribute()) or "
+                     "add_grad/set_grad");
+  }
+  return *sync;
 }
 
 // The C parameter list as GradSync's and ParamShards' (one-dimensional).
@@ -222,7 +238,7 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
       if (options->shared_block_bytes != 0) o.shared_block_bytes = options->shared_block_bytes;
     }
     auto handle = std::make_unique<ddp_grad_sync>();
-    handle->sync = std::make_unique<ddp::GradSync>(ddp::default_group(), std::move(list), o);
+    handle->sync = ddp::make_grad_averager(ddp::default_group(), std::move(list), o);
     *out = handle.release();
     return 0;
   });
@@ -232,7 +248,7 @@ int ddp_grad_sync_prepare(ddp_grad_sync* gs, void* const* param_data, size_t n,
                           void* const* buffers, const size_t* buffer_counts,
                           const int* buffer_dtypes, size_t n_buffers) {
   return guarded("ddp_grad_sync_prepare", [&] {
-    ddp::GradSync& sync = checked(gs);
+    ddp::GradAverager& sync = checked(gs);
     if (param_data == nullptr && n > 0) throw ddp::Error("param_data is NULL");
     if (n_buffers > 0 &&
         (buffers == nullptr || buffer_counts == nullptr || buffer_dtypes == nullptr)) {
@@ -250,7 +266,7 @@ int ddp_grad_sync_prepare(ddp_grad_sync* gs, void* const* param_data, size_t n,
 
 int ddp_grad_sync_grad(ddp_grad_sync* gs, size_t index, void** out) {
   return guarded("ddp_grad_sync_grad", [&] {
-    ddp::GradSync& sync = checked(gs);
+    ddp::GradAverager& sync = checked(gs);
     if (out == nullptr) throw ddp::Error("out is NULL");
     *out = sync.grad(index);
     return 0;
@@ -280,7 +296,7 @@ int ddp_grad_sync_zero_grad(ddp_grad_sync* gs) {
 
 int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends, size_t n) {
   return guarded("ddp_grad_sync_set_needed_gradients", [&] {
-    ddp::GradSync& sync = checked(gs);
+    ddp::GradAverager& sync = checked(gs);
     if (n > 0 && (begins == nullptr || ends == nullptr)) throw ddp::Error("begins and ends must not be NULL");
     std::vector<ddp::ElementRange> ranges;
     for (size_t i = 0; i < n; ++i) ranges.push_back({begins[i], ends[i]});
@@ -291,16 +307,17 @@ int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, 
 
 int ddp_grad_sync_set_first_bucket_bytes(ddp_grad_sync* gs, size_t bytes) {
   return guarded("ddp_grad_sync_set_first_bucket_bytes", [&] {
-    checked(gs).set_first_bucket_bytes(bytes);
+    buckets(gs, "set_first_bucket_bytes").set_first_bucket_bytes(bytes);
     return 0;
   });
 }
 
 int ddp_grad_sync_layout_version(ddp_grad_sync* gs, int* out) {
   return guarded("ddp_grad_sync_layout_version", [&] {
-    ddp::GradSync& sync = checked(gs);
+    ddp::GradAverager& sync = checked(gs);
     if (out == nullptr) throw ddp::Error("out is NULL");
-    *out = sync.layout_version();
+    auto* bucketed = dynamic_cast<ddp::GradSync*>(&sync);
+    *out = bucketed != nullptr ? bucketed->layout_version() : 0;  // a shared sum never moves
     return 0;
   });
 }
@@ -315,13 +332,18 @@ int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
 int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_writer write,
                              void* user) {
   return guarded("ddp_grad_sync_contribute", [&] {
-    ddp::GradSync& sync = checked(gs);
+    auto* sync = dynamic_cast<ddp::SharedGradSum*>(&checked(gs));
+    if (sync == nullptr) {
+      throw ddp::Error(std::string("GradSync: contribute: parameter '") + checked(gs).param(index).name +
+                       "': contribute() hands gradients to comm_mode shared; this handle's comm_mode is " +
+                       ddp::comm_mode_name(checked(gs).comm_mode()) + " (write grad() and call mark_ready())");
+    }
     if (write == nullptr) throw ddp::Error("write is NULL");
-    sync.contribute(index, [&](const ddp::GradBlock& b) {
+    sync->contribute(index, [&](const ddp::GradBlock& b) {
       const ddp_grad_block_t block{b.data, b.row_begin, b.rows, b.row_elements,
                                    b.accumulate ? 1 : 0, b.scale};
       if (const int code = write(&block, user); code != 0) {
-        throw ddp::Error("the writer of parameter '" + sync.param(index).name + "' returned " +
+        throw ddp::Error("the writer of parameter '" + sync->param(index).name + "' returned " +
                          std::to_string(code) + " for its rows [" + std::to_string(b.row_begin) +
                          ", " + std::to_string(b.row_begin + b.rows) + ")");
       }
@@ -332,7 +354,7 @@ int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_wri
 
 int ddp_grad_sync_mark_ready(ddp_grad_sync* gs, size_t index) {
   return guarded("ddp_grad_sync_mark_ready", [&] {
-    checked(gs).mark_ready(index);
+    buckets(gs, "mark_ready").mark_ready(index);
     return 0;
   });
 }
@@ -346,14 +368,15 @@ int ddp_grad_sync_finish(ddp_grad_sync* gs) {
 
 int ddp_grad_sync_no_sync_begin(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_no_sync_begin", [&] {
-    checked(gs).begin_no_sync();
+    gs->no_sync.push_back(checked(gs).no_sync());
     return 0;
   });
 }
 
 int ddp_grad_sync_no_sync_end(ddp_grad_sync* gs) {
   return guarded("ddp_grad_sync_no_sync_end", [&] {
-    checked(gs).end_no_sync();
+    checked(gs);
+    if (!gs->no_sync.empty()) gs->no_sync.pop_back();
     return 0;
   });
 }

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "ddp/common/error.h"
+#include "device_memory.h"
 #include "nccl_id.h"
 
 #ifdef DDP_HAVE_NCCL
@@ -44,9 +45,7 @@ void check_nccl(ncclResult_t r, const char* what) {
   }
 }
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-}
+using device::check_cuda;
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -225,9 +224,7 @@ class NcclBackend final : public Backend {
   }
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     use_device();
-    void* p = nullptr;
-    check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
-    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    return device::allocate(bytes, device_);
   }
 
 

@@ -4,6 +4,7 @@
 // scale_for_average). Half and bfloat16 accumulate in float.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "ddp/types.h"
 
@@ -22,5 +23,26 @@ ReduceIntoBothFn reduce_into_both_function(DType dtype, ReduceOp op);
 
 // data[i] /= divisor (integer types truncate).
 void divide_in_place(void* data, std::size_t count, DType dtype, int divisor);
+
+// ---- Gradient element loops (GradSync, SharedGradSum): floating dtypes only
+// (float32, float64, float16, bfloat16); other dtypes are left untouched and
+// load as 0. 16-bit values are computed in float and rounded to nearest even.
+
+// One element at p as a double, and back.
+double load_scalar(const void* p, DType dtype);
+void store_scalar(void* p, DType dtype, double value);
+// data[i] *= scale.
+void scale_in_place(void* data, std::size_t count, DType dtype, double scale);
+// dst[i] = src[i] * scale (accumulate false) or dst[i] += src[i] * scale.
+void copy_scaled(void* dst, const void* src, std::size_t count, DType dtype, double scale,
+                 bool accumulate);
+// Compression: wire[i] = 16-bit(src[i] * scale), src float32 or float64;
+// `half` picks IEEE half, else bfloat16. F16C where the CPU has it (the same
+// results as types.h's scalar conversions), vectorised bfloat16 otherwise.
+void compress_to_16(const void* src, DType dtype, std::uint16_t* wire, std::size_t count,
+                    double scale, bool half);
+// dst[i] = wire[i] widened to float32 or float64.
+void decompress_from_16(const std::uint16_t* wire, void* dst, DType dtype, std::size_t count,
+                        bool half);
 
 }  // namespace ddp

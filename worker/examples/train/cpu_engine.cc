@@ -36,10 +36,10 @@ class CpuEngine final : public Engine {
                                      model_.output_grad());
   }
   LossResult loss() override { return loss_; }
-  void backward(ddp::GradSync& sync, float scale, bool accumulate) override {
+  void backward(ddp::GradAverager& sync, float scale, bool accumulate) override {
     model_.backward(sync, scale, accumulate);
   }
-  void step(ddp::GradSync& sync) override {
+  void step(ddp::GradAverager& sync) override {
     if (!shards_) return optimizer_step(model_, opt_, sync);
     // ZeRO stage 1: this rank's elements only, then everyone's to everyone.
     opt_.begin_step();
@@ -50,7 +50,7 @@ class CpuEngine final : public Engine {
     shards_->all_gather();
   }
 
-  void prepare(ddp::GradSync& sync) override {
+  void prepare(ddp::GradAverager& sync) override {
     sync.prepare(model_.data_pointers(), opt_.state());
     if (!config_.shard_optimizer || shards_) return;
     // The weights move into the shards' buffer. With shm it is one copy for

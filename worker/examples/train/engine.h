@@ -2,7 +2,7 @@
 // Where the trainer's math runs: an Engine holds the model, its loss and its
 // optimizer, on the CPU (cpu_engine.cc: Mlp, loss.h and optimizer.h with
 // OpenBLAS) or on a GPU (gpu_engine.cc: the same with cuBLAS and CUDA
-// kernels). trainer.cc's loop, GradSync and the checkpoints are the same for
+// kernels). trainer.cc's loop, the gradient averaging and the checkpoints are the same for
 // both; only the memory the pointers below point into differs (host memory,
 // or device memory on the GPU, which GradSync reduces with NCCL).
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "data.h"
-#include "ddp/grad_sync.h"
+#include "ddp/grad_averager.h"
 #include "ddp/params.h"
 #include "flags.h"
 #include "loss.h"
@@ -26,7 +26,7 @@ class Engine {
 
   // "the CPU (OpenBLAS, Haswell kernels, 1 thread)", "cuda:0 (NVIDIA H100 80GB HBM3), cuBLAS".
   virtual std::string description() const = 0;
-  // The parameters for GradSync (device >= 0 on the GPU).
+  // The parameters for the gradient averaging (device >= 0 on the GPU).
   virtual std::vector<ddp::GradParam> grad_params() const = 0;
 
   // Forward pass, loss and dLoss/dOutputs of one batch (any size).
@@ -34,12 +34,12 @@ class Engine {
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
   // As Mlp::backward: gradients into sync's views, scaled, written or accumulated.
-  virtual void backward(ddp::GradSync& sync, float scale, bool accumulate) = 0;
+  virtual void backward(ddp::GradAverager& sync, float scale, bool accumulate) = 0;
   // One optimizer step with the averaged gradients in sync's views.
-  virtual void step(ddp::GradSync& sync) = 0;
+  virtual void step(ddp::GradAverager& sync) = 0;
 
   // Collective: every rank gets rank 0's weights and optimizer state.
-  virtual void prepare(ddp::GradSync& sync) = 0;
+  virtual void prepare(ddp::GradAverager& sync) = 0;
   // Checkpoints: host buffers holding the weights, then the optimizer state
   // (optimizer.h's order), the same on both engines, so a checkpoint written
   // by one loads into the other. On the GPU they are copies made by this
@@ -57,7 +57,7 @@ class Engine {
 //
 // One optimizer step over every parameter, with the averaged gradients.
 template <typename Model, typename Opt>
-void optimizer_step(Model& model, Opt& opt, ddp::GradSync& sync) {
+void optimizer_step(Model& model, Opt& opt, ddp::GradAverager& sync) {
   opt.begin_step();
   for (std::size_t p = 0; p < model.num_tensors(); ++p)
     opt.update(p, model.data(p), sync.grad_view(p));

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "cuda_util.h"
+#include "ddp/grad_sync.h"
 #include "device_kernels.h"
 #include "engine.h"
 
@@ -474,14 +475,15 @@ class GpuEngine final : public Engine {
                   batch.size, config_.output_dim, model_.output_grad());
   }
   LossResult loss() override { return loss_.result(); }
-  void backward(ddp::GradSync& sync, float scale, bool accumulate) override {
-    model_.backward(sync, scale, accumulate);
+  void backward(ddp::GradAverager& sync, float scale, bool accumulate) override {
+    // Device gradients are always a GradSync's (flags.cc refuses the shared sum with nccl).
+    model_.backward(dynamic_cast<ddp::GradSync&>(sync), scale, accumulate);
   }
-  void step(ddp::GradSync& sync) override { optimizer_step(model_, opt_, sync); }
+  void step(ddp::GradAverager& sync) override { optimizer_step(model_, opt_, sync); }
 
   // Device buffers only (ParamBuffer's contract with nccl): NCCL broadcasts
   // them in place on the device.
-  void prepare(ddp::GradSync& sync) override {
+  void prepare(ddp::GradAverager& sync) override {
     std::vector<void*> weights;
     for (std::size_t p = 0; p < model_.num_tensors(); ++p) weights.push_back(model_.data(p));
     sync.prepare(weights, opt_.state());

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "ddp/common/error.h"
+#include "ddp/grad_sync.h"
+#include "ddp/shared_grad_sum.h"
 #include "random.h"
 
 namespace train {
@@ -126,7 +128,7 @@ void weight_grad_rows(const float* dz, const float* in, int samples, int n_out, 
 
 }  // namespace
 
-void Mlp::backward(ddp::GradSync& sync, float scale, bool accumulate) {
+void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
   const float beta = accumulate ? 1.0f : 0.0f;
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
@@ -135,24 +137,25 @@ void Mlp::backward(ddp::GradSync& sync, float scale, bool accumulate) {
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
     const std::size_t weight = 2 * static_cast<std::size_t>(l);
     const float* dz = dz_.data();
-    if (sync.comm_mode() == ddp::CommMode::kShared) {
+    if (auto* shared = dynamic_cast<ddp::SharedGradSum*>(&sync)) {
       // Per block of rows (output units), beta saying whether this rank is the
       // block's first writer: the sum over ranks is made by the writes themselves.
-      sync.contribute(bias, [&](const ddp::GradBlock& b) {
+      shared->contribute(bias, [&](const ddp::GradBlock& b) {
         bias_grad_rows(dz, ones_.data(), batch, n_out, static_cast<int>(b.row_begin),
                        static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
                        static_cast<float*>(b.data));
       });
-      sync.contribute(weight, [&](const ddp::GradBlock& b) {
+      shared->contribute(weight, [&](const ddp::GradBlock& b) {
         weight_grad_rows(dz, in, batch, n_out, n_in, static_cast<int>(b.row_begin),
                          static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
                          static_cast<float*>(b.data));
       });
     } else {
-      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, sync.grad_view(bias));
-      sync.mark_ready(bias);
-      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, sync.grad_view(weight));
-      sync.mark_ready(weight);
+      auto& buckets = dynamic_cast<ddp::GradSync&>(sync);
+      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, buckets.grad_view(bias));
+      buckets.mark_ready(bias);
+      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, buckets.grad_view(weight));
+      buckets.mark_ready(weight);
     }
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ddp/grad_sync.h"
+#include "ddp/grad_averager.h"
 
 namespace train {
 
@@ -51,10 +51,10 @@ class Mlp {
   // Back-propagates output_grad() through the last forward, between
   // sync.begin_backward() and sync.finish(). Each gradient is scale *
   // dLoss/dParam, written (accumulate = false) or added (true) into
-  // sync.grad_view(p), then sync.mark_ready(p). With GradSync's shared sum
-  // (CommMode::kShared) each gradient goes to sync.contribute() instead,
-  // each block of rows stored or added as the block says.
-  void backward(ddp::GradSync& sync, float scale, bool accumulate);
+  // a GradSync's grad_view(p), then mark_ready(p); with a SharedGradSum
+  // each gradient goes to contribute() instead, each block of rows stored or
+  // added as the block says.
+  void backward(ddp::GradAverager& sync, float scale, bool accumulate);
 
  private:
   std::vector<int> dims_;

@@ -202,7 +202,9 @@ int run(const Config& c, const AfterStep& after_step) {
                                                      : ddp::CommMode::kOverlap;
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   const std::vector<ddp::GradParam> params = engine->grad_params();
-  ddp::GradSync sync(pg, params, sync_options);
+  // comm_mode shared: a ddp::SharedGradSum; otherwise a ddp::GradSync.
+  const std::unique_ptr<ddp::GradAverager> averager = ddp::make_grad_averager(pg, params, sync_options);
+  ddp::GradAverager& sync = *averager;
   std::size_t num_elements = 0;
   for (const auto& p : params) num_elements += p.count();
 
@@ -249,7 +251,7 @@ int run(const Config& c, const AfterStep& after_step) {
       // 1/world_size through grad_scale(), 1/batch in the loss gradient.
       const float scale = sync.grad_scale() / static_cast<float>(c.accumulate);
       // Micro-batches before the last only accumulate into the views (no communication).
-      std::optional<ddp::GradSync::NoSync> no_sync;
+      std::optional<ddp::GradAverager::NoSync> no_sync;
       if (micro + 1 < c.accumulate) no_sync.emplace(sync);
       sync.begin_backward();
       engine->backward(sync, scale, micro > 0);
