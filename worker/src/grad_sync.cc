@@ -56,11 +56,7 @@ const char* compression_name(Compression compression) {
 
 GradSync::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
                      std::vector<GradParam> list, GradSyncOptions o)
-    : owned_group(std::move(owned)),
-      group(g),
-      params(kWho, std::move(list)),
-      options(o),
-      iteration(params.size()) {
+    : AveragerState(kWho, std::move(owned), g, std::move(list), o) {
   std::string problem = detail::check_setup(group, params.all(), options);
   if (problem.empty() && options.comm_mode == CommMode::kShared) {
     problem = "comm_mode shared is ddp::SharedGradSum (shared_grad_sum.h), not a GradSync mode; "
@@ -96,17 +92,16 @@ GradSync::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
 }
 
 GradSync::GradSync(std::shared_ptr<ProcessGroup> group, std::vector<GradParam> params,
-                   GradSyncOptions options) {
-  if (group == nullptr) throw Error("GradSync: the process group is null");
-  ProcessGroup& g = *group;
-  impl_ = std::make_unique<Impl>(std::move(group), g, std::move(params), options);
-}
+                   GradSyncOptions options)
+    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params), options)) {}
 
 GradSync::GradSync(ProcessGroup& group, std::vector<GradParam> params, GradSyncOptions options)
-    : impl_(std::make_unique<Impl>(nullptr, group, std::move(params), options)) {}
+    : GradAverager(std::make_unique<Impl>(nullptr, group, std::move(params), options)) {}
+
+GradSync::Impl& GradSync::impl() const { return static_cast<Impl&>(state()); }
 
 GradSync::~GradSync() {
-  for (auto& b : impl_->buckets) {
+  for (auto& b : impl().buckets) {
     if (!b->work) continue;
     try {
       b->work->wait();
@@ -118,13 +113,8 @@ GradSync::~GradSync() {
 
 // ------------------------------------------------------------ parameters and views
 
-ProcessGroup& GradSync::group() const { return impl_->group; }
-std::size_t GradSync::num_params() const { return impl_->params.size(); }
-const GradParam& GradSync::param(std::size_t index) const { return impl_->params.at(index); }
-std::size_t GradSync::index_of(std::string_view name) const { return impl_->params.index_of(name); }
-const GradSyncOptions& GradSync::options() const { return impl_->options; }
-const BucketLayout& GradSync::layout() const { return impl_->layout; }
-int GradSync::layout_version() const { return impl_->layout_version; }
+const BucketLayout& GradSync::layout() const { return impl().layout; }
+int GradSync::layout_version() const { return impl().layout_version; }
 
 void* GradSync::Impl::view(std::size_t index) const {
   const BucketSlot& slot = layout.slot(index);
@@ -132,14 +122,8 @@ void* GradSync::Impl::view(std::size_t index) const {
 }
 
 void* GradSync::grad(std::size_t index) {
-  impl_->params.checked_trainable(index, "grad");
-  return impl_->view(index);
-}
-
-float* GradSync::grad_view(std::size_t index) {
-  impl_->params.checked_trainable(index, "grad_view");
-  impl_->params.require_float32(index);
-  return static_cast<float*>(impl_->view(index));
+  impl().params.checked_trainable(index, "grad");
+  return impl().view(index);
 }
 
 void GradSync::Impl::zero_bytes(void* p, std::size_t bytes) const {
@@ -152,51 +136,31 @@ void GradSync::Impl::zero_bytes(void* p, std::size_t bytes) const {
 
 // ------------------------------------------------------------ between iterations
 
-void GradSync::set_needed_gradients(std::vector<ElementRange> per_param) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->iteration.require_between(impl_->params, "set_needed_gradients",
-                                   impl_->stats.iterations() + 1);
-  impl_->params.check_needed(per_param);
-  impl_->needed = std::move(per_param);
+void GradSync::use_needed(std::vector<ElementRange> per_param) {
+  std::lock_guard<std::mutex> lock(impl().mu);
+  impl().needed = std::move(per_param);
 }
 
 bool GradSync::partial() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return !impl_->needed.empty();
-}
-
-void GradSync::prepare(const std::vector<void*>& param_data,
-                       const std::vector<ParamBuffer>& buffers) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->iteration.require_between(impl_->params, "prepare", impl_->stats.iterations() + 1);
-  }
-  impl_->params.broadcast_values(impl_->group, impl_->options.broadcast_chunk_bytes, param_data,
-                                 buffers);
+  std::lock_guard<std::mutex> lock(impl().mu);
+  return !impl().needed.empty();
 }
 
 void GradSync::zero_grad() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->iteration.require_between(impl_->params, "zero_grad", impl_->stats.iterations() + 1);
+  impl().require_between("zero_grad");
+  for (std::size_t b = 0; b < impl().buckets.size(); ++b) {
+    impl().zero_bytes(impl().buckets[b]->data(), impl().layout.buckets[b].bytes());
   }
-  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) {
-    impl_->zero_bytes(impl_->buckets[b]->data(), impl_->layout.buckets[b].bytes());
-  }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  std::fill(impl_->known_zero.begin(), impl_->known_zero.end(), 1);
+  std::lock_guard<std::mutex> lock(impl().mu);
+  std::fill(impl().known_zero.begin(), impl().known_zero.end(), 1);
 }
 
 void GradSync::set_first_bucket_bytes(std::size_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->iteration.require_between(impl_->params, "set_first_bucket_bytes",
-                                     impl_->stats.iterations() + 1);
-  }
+  impl().require_between("set_first_bucket_bytes");
   if (bytes == 0) throw Error("GradSync: set_first_bucket_bytes: bytes must be > 0");
-  impl_->options.first_bucket_bytes = bytes;
-  impl_->relayout(make_bucket_layout(layout_params(impl_->params), impl_->layout.order, bytes,
-                                     impl_->options.bucket_cap_bytes));
+  impl().options.first_bucket_bytes = bytes;
+  impl().relayout(make_bucket_layout(layout_params(impl().params), impl().layout.order, bytes,
+                                     impl().options.bucket_cap_bytes));
 }
 
 void GradSync::Impl::relayout(BucketLayout fresh) {
@@ -241,29 +205,8 @@ void GradSync::Impl::maybe_rebuild() {
 
 // ------------------------------------------------------------ iterations
 
-void GradSync::begin_backward() {
-  const auto now = detail::Clock::now();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->iteration.begin(now);
-}
-
-void GradSync::begin_no_sync() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  ++impl_->iteration.no_sync_depth;
-}
-
-void GradSync::end_no_sync() noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->iteration.no_sync_depth > 0) --impl_->iteration.no_sync_depth;
-}
-
-bool GradSync::sync_enabled() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->iteration.no_sync_depth == 0;
-}
-
-void GradSync::set_grad(std::size_t index, const void* src) { impl_->copy_in(index, src, false); }
-void GradSync::add_grad(std::size_t index, const void* src) { impl_->copy_in(index, src, true); }
+void GradSync::set_grad(std::size_t index, const void* src) { impl().copy_in(index, src, false); }
+void GradSync::add_grad(std::size_t index, const void* src) { impl().copy_in(index, src, true); }
 
 void GradSync::Impl::copy_in(std::size_t index, const void* src, bool accumulate) {
   const char* what = accumulate ? "add_grad" : "set_grad";
@@ -306,7 +249,7 @@ void GradSync::Impl::copy_in(std::size_t index, const void* src, bool accumulate
 }
 
 void GradSync::mark_ready(std::size_t index) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   m.params.checked_trainable(index, "mark_ready");
   const auto now = detail::Clock::now();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -321,11 +264,6 @@ void GradSync::mark_ready(std::size_t index) {
   m.poll_completions_locked(now);
 }
 
-void GradSync::finish() { impl_->finish(); }
-
-GradSyncStats GradSync::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats.snapshot();
-}
+void GradSync::finish() { impl().finish(); }
 
 }  // namespace ddp

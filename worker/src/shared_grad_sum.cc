@@ -13,10 +13,8 @@
 #include "ddp/common/error.h"
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
-#include "grad_sync/iteration.h"
-#include "grad_sync/params.h"
 #include "grad_sync/setup.h"
-#include "grad_sync/stats.h"
+#include "grad_sync/state.h"
 #include "reduce_kernels.h"
 #include "shared_sum.h"
 
@@ -37,7 +35,9 @@ GradSyncOptions as_shared(GradSyncOptions options) {
 
 }  // namespace
 
-struct SharedGradSum::Impl {
+// The common state (group, parameters, options, iteration, stats, mu) is
+// the base's.
+struct SharedGradSum::Impl : detail::AveragerState {
   using Clock = detail::Clock;
 
   Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& group, std::vector<GradParam> params,
@@ -47,21 +47,11 @@ struct SharedGradSum::Impl {
   void finish();
   void record_iteration_locked(bool synced, Clock::time_point enter, Clock::time_point done);
   void log_iteration(const IterationStats& s) const;
-  void require_between(const char* what) const {
-    std::lock_guard<std::mutex> lock(mu);
-    iteration.require_between(params, what, stats.iterations() + 1);
-  }
 
-  std::shared_ptr<ProcessGroup> owned_group;
-  ProcessGroup& group;
-  detail::ParamList params;
-  GradSyncOptions options;
   std::shared_ptr<void> memory;  // the node's sum
   std::unique_ptr<detail::SharedSum> sum;
 
-  mutable std::mutex mu;  // guards what follows
-  detail::Iteration iteration;
-  detail::StatsBook stats;
+  // Under mu:
   std::uint64_t window_round = 0;  // the round (iteration index) the current window began at
   double wait_ms = 0;              // this iteration's waits for blocks other ranks held
   std::string broken;              // a wait failed: the sums are lost from then on
@@ -69,11 +59,7 @@ struct SharedGradSum::Impl {
 
 SharedGradSum::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
                           std::vector<GradParam> list, GradSyncOptions o)
-    : owned_group(std::move(owned)),
-      group(g),
-      params(kWho, std::move(list)),
-      options(as_shared(o)),
-      iteration(params.size()) {
+    : AveragerState(kWho, std::move(owned), g, std::move(list), as_shared(o)) {
   detail::agree_on_setup(group, params.all(), options,
                          detail::check_setup(group, params.all(), options), kWho);
   std::vector<detail::SumParam> sp;
@@ -111,98 +97,47 @@ SharedGradSum::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
 }
 
 SharedGradSum::SharedGradSum(std::shared_ptr<ProcessGroup> group, std::vector<GradParam> params,
-                             GradSyncOptions options) {
-  if (group == nullptr) throw Error("SharedGradSum: the process group is null");
-  ProcessGroup& g = *group;
-  impl_ = std::make_unique<Impl>(std::move(group), g, std::move(params), options);
-}
+                             GradSyncOptions options)
+    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params), options)) {}
 
 SharedGradSum::SharedGradSum(ProcessGroup& group, std::vector<GradParam> params,
                              GradSyncOptions options)
-    : impl_(std::make_unique<Impl>(nullptr, group, std::move(params), options)) {}
+    : GradAverager(std::make_unique<Impl>(nullptr, group, std::move(params), options)) {}
 
 SharedGradSum::~SharedGradSum() = default;
 
-ProcessGroup& SharedGradSum::group() const { return impl_->group; }
-std::size_t SharedGradSum::num_params() const { return impl_->params.size(); }
-const GradParam& SharedGradSum::param(std::size_t index) const { return impl_->params.at(index); }
-std::size_t SharedGradSum::index_of(std::string_view name) const { return impl_->params.index_of(name); }
-const GradSyncOptions& SharedGradSum::options() const { return impl_->options; }
-
-void SharedGradSum::prepare(const std::vector<void*>& param_data,
-                            const std::vector<ParamBuffer>& buffers) {
-  impl_->require_between("prepare");
-  impl_->params.broadcast_values(impl_->group, impl_->options.broadcast_chunk_bytes, param_data,
-                                 buffers);
-}
+SharedGradSum::Impl& SharedGradSum::impl() const { return static_cast<Impl&>(state()); }
 
 void* SharedGradSum::grad(std::size_t index) {
-  impl_->params.checked_trainable(index, "grad");
+  impl().params.checked_trainable(index, "grad");
   // The last synced window's sum (window synced_iterations - 1; the same
   // buffer parity as synced_iterations + 1, which reads zeros before any).
   std::uint64_t synced = 0;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    synced = impl_->stats.synced_iterations();
+    std::lock_guard<std::mutex> lock(impl().mu);
+    synced = impl().stats.synced_iterations();
   }
-  return impl_->sum->result(index, synced + 1);
-}
-
-float* SharedGradSum::grad_view(std::size_t index) {
-  impl_->params.checked_trainable(index, "grad_view");
-  impl_->params.require_float32(index);
-  return static_cast<float*>(grad(index));
+  return impl().sum->result(index, synced + 1);
 }
 
 void SharedGradSum::set_grad(std::size_t index, const void* src) {
-  impl_->params.checked_trainable(index, "set_grad");
-  impl_->contribute_copy(index, src, "set_grad");
+  impl().params.checked_trainable(index, "set_grad");
+  impl().contribute_copy(index, src, "set_grad");
 }
 
 void SharedGradSum::add_grad(std::size_t index, const void* src) {
-  impl_->params.checked_trainable(index, "add_grad");
-  impl_->contribute_copy(index, src, "add_grad");
+  impl().params.checked_trainable(index, "add_grad");
+  impl().contribute_copy(index, src, "add_grad");
 }
 
-void SharedGradSum::zero_grad() { impl_->require_between("zero_grad"); }
-
-void SharedGradSum::set_needed_gradients(std::vector<ElementRange> per_param) {
-  impl_->require_between("set_needed_gradients");
-  impl_->params.check_needed(per_param);
-}
-
-void SharedGradSum::begin_backward() {
-  const auto now = detail::Clock::now();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->iteration.begin(now);
-}
-
-void SharedGradSum::begin_no_sync() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  ++impl_->iteration.no_sync_depth;
-}
-
-void SharedGradSum::end_no_sync() noexcept {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->iteration.no_sync_depth > 0) --impl_->iteration.no_sync_depth;
-}
-
-bool SharedGradSum::sync_enabled() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->iteration.no_sync_depth == 0;
-}
-
-GradSyncStats SharedGradSum::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats.snapshot();
-}
+void SharedGradSum::zero_grad() { impl().require_between("zero_grad"); }
 
 void SharedGradSum::contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) {
-  impl_->params.checked_trainable(index, "contribute");
-  impl_->contribute(index, write);
+  impl().params.checked_trainable(index, "contribute");
+  impl().contribute(index, write);
 }
 
-void SharedGradSum::finish() { impl_->finish(); }
+void SharedGradSum::finish() { impl().finish(); }
 
 // ------------------------------------------------------------ hand-over and finish
 
@@ -306,28 +241,19 @@ void SharedGradSum::Impl::finish() {
 
 void SharedGradSum::Impl::record_iteration_locked(bool synced, Clock::time_point enter,
                                                   Clock::time_point done) {
-  IterationStats s;
-  s.synced = synced;
-  const auto start = iteration.window_start(enter);
-  const auto end = iteration.window_end(start);
   // Waits for blocks other ranks held: not compute, and nothing hides them.
-  s.backward_compute_ms = std::max(0.0, detail::ms(end - start) - wait_ms);
+  Clock::time_point end;
+  IterationStats s = figures_locked(synced, enter, wait_ms, &end);
   if (synced) {
     s.exposed_comm_ms = detail::ms(done - enter) + wait_ms;
     s.comm_ms = s.exposed_comm_ms;  // no collective: its communication is its waiting
   }
-  stats.record(s);
-  iteration.end(synced);
+  record_locked(s);
   wait_ms = 0;
 }
 
 void SharedGradSum::Impl::log_iteration(const IterationStats& s) const {
-  if (group.rank() != 0 || !detail::StatsBook::due(s, options.log_every)) return;
-  if (!s.synced) {
-    log::info("SharedGradSum iteration {} (no_sync): backward {:.2f} ms, no communication",
-              s.iteration, s.backward_compute_ms);
-    return;
-  }
+  if (!log_synced(s)) return;
   log::info("SharedGradSum iteration {}: backward {:.2f} ms (the sum made inside it), waiting "
             "for other ranks {:.2f} ms (no collectives)",
             s.iteration, s.backward_compute_ms, s.exposed_comm_ms);

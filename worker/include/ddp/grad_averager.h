@@ -115,9 +115,13 @@ struct GradSyncStats {
   std::uint64_t synced_iterations = 0;
 };
 
+namespace detail {
+struct AveragerState;  // the implementation's state (worker/src/grad_sync/state.h)
+}
+
 class GradAverager {
  public:
-  virtual ~GradAverager() = default;
+  virtual ~GradAverager();
   GradAverager(const GradAverager&) = delete;
   GradAverager& operator=(const GradAverager&) = delete;
 
@@ -126,16 +130,15 @@ class GradAverager {
   // param_data[i] holds parameter i's values (count() elements of its dtype,
   // frozen ones included). REQUIRES: param_data.size() == num_params();
   // between iterations.
-  virtual void prepare(const std::vector<void*>& param_data,
-                       const std::vector<ParamBuffer>& buffers = {}) = 0;
+  void prepare(const std::vector<void*>& param_data, const std::vector<ParamBuffer>& buffers = {});
 
-  virtual ProcessGroup& group() const = 0;
-  virtual std::size_t num_params() const = 0;
+  ProcessGroup& group() const;
+  std::size_t num_params() const;
   // Throws ddp::Error for an index out of range.
-  virtual const GradParam& param(std::size_t index) const = 0;
+  const GradParam& param(std::size_t index) const;
   // The index of the parameter called `name`; throws ddp::Error when none is.
-  virtual std::size_t index_of(std::string_view name) const = 0;
-  virtual const GradSyncOptions& options() const = 0;
+  std::size_t index_of(std::string_view name) const;
+  const GradSyncOptions& options() const;
   CommMode comm_mode() const { return options().comm_mode; }
   // 1 / world_size: the factor gradients are scaled by before summing.
   float grad_scale() const { return 1.0f / static_cast<float>(group().size()); }
@@ -144,7 +147,7 @@ class GradAverager {
   // frozen parameter or an index out of range. grad_view: the same, typed;
   // throws unless the parameter is float32.
   virtual void* grad(std::size_t index) = 0;
-  virtual float* grad_view(std::size_t index) = 0;
+  float* grad_view(std::size_t index);
   // Copy-in hand-over: src holds count() elements of the parameter's dtype,
   // scaled by grad_scale() on the way in (see each class for device memory).
   virtual void set_grad(std::size_t index, const void* src) = 0;
@@ -153,7 +156,7 @@ class GradAverager {
   virtual void zero_grad() = 0;
 
   // Optional: marks the start of this iteration's backward pass (stats).
-  virtual void begin_backward() = 0;
+  void begin_backward();
   // Ends the iteration. Synced: waits for every rank's gradients and leaves
   // their mean in grad(); throws when a parameter had no gradient on some
   // rank (unless find_unused_parameters), or the communication's error,
@@ -178,7 +181,7 @@ class GradAverager {
   };
   NoSync no_sync() { return NoSync(*this); }
   // No NoSync is alive.
-  virtual bool sync_enabled() const = 0;
+  bool sync_enabled() const;
 
   // ZeRO-style sharding: `per_param[i]` are the elements of parameter i's
   // gradient this rank reads after finish(); finish() then guarantees the
@@ -186,17 +189,22 @@ class GradAverager {
   // anyway). Ranks' ranges must not overlap. An empty vector restores whole
   // gradients. Throws ddp::Error for a wrong count or a range outside its
   // parameter. REQUIRES: between iterations; every rank calls it.
-  virtual void set_needed_gradients(std::vector<ElementRange> per_param) = 0;
+  void set_needed_gradients(std::vector<ElementRange> per_param);
 
-  virtual GradSyncStats stats() const = 0;
+  GradSyncStats stats() const;
 
  protected:
-  GradAverager() = default;
+  explicit GradAverager(std::unique_ptr<detail::AveragerState> state);
+  detail::AveragerState& state() const { return *state_; }
 
  private:
   // What NoSync does: a depth that counts nested scopes.
-  virtual void begin_no_sync() = 0;
-  virtual void end_no_sync() noexcept = 0;
+  void begin_no_sync();
+  void end_no_sync() noexcept;
+  // set_needed_gradients' checked ranges, for the implementation to use.
+  virtual void use_needed(std::vector<ElementRange> /*per_param*/) {}
+
+  std::unique_ptr<detail::AveragerState> state_;
 };
 
 // Collective: a SharedGradSum when options.comm_mode is kShared, else a

@@ -65,7 +65,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "ddp/grad_averager.h"
@@ -88,24 +87,14 @@ class GradSync final : public GradAverager {
   // Waits for collectives still in flight (never throws).
   ~GradSync() override;
 
-  void prepare(const std::vector<void*>& param_data,
-               const std::vector<ParamBuffer>& buffers = {}) override;
-  ProcessGroup& group() const override;
-  std::size_t num_params() const override;
-  const GradParam& param(std::size_t index) const override;
-  std::size_t index_of(std::string_view name) const override;
-  const GradSyncOptions& options() const override;
-
   // A view into the parameter's bucket, valid until layout_version() changes.
   void* grad(std::size_t index) override;
-  float* grad_view(std::size_t index) override;
   // Neither marks the parameter ready. Device buckets: set_grad copies as
   // is, add_grad throws.
   void set_grad(std::size_t index, const void* src) override;
   void add_grad(std::size_t index, const void* src) override;
   void zero_grad() override;
 
-  void begin_backward() override;
   // Parameter `index`'s gradient is complete for this iteration; when its
   // bucket and every bucket before it are complete, their all-reduces start
   // (kInline: run, before this returns). Throws when the parameter was
@@ -115,12 +104,11 @@ class GradSync final : public GradAverager {
   // compressed ones; throws the collectives' first error or the unused
   // parameters (see above). Rebuilds the layout once.
   void finish() override;
-  bool sync_enabled() const override;
 
-  // With shm and buckets from allocate() each rank reduces just its
-  // elements (ProcessGroup::all_reduce_partial); elsewhere, and for
-  // compressed or device buckets, every bucket is still all-reduced.
-  void set_needed_gradients(std::vector<ElementRange> per_param) override;
+  // set_needed_gradients() is in force: with shm and buckets from
+  // allocate() each rank reduces just its elements
+  // (ProcessGroup::all_reduce_partial); elsewhere, and for compressed or
+  // device buckets, every bucket is still all-reduced.
   bool partial() const;
 
   // Changes the first bucket's size limit and lays the buckets out again at
@@ -132,15 +120,11 @@ class GradSync final : public GradAverager {
   // 0 initially; +1 at every layout change.
   int layout_version() const;
 
-  GradSyncStats stats() const override;
-
-  struct Impl;  // grad_sync/impl.h
+  struct Impl;  // worker/src/grad_sync/impl.h
 
  private:
-  void begin_no_sync() override;
-  void end_no_sync() noexcept override;
-
-  std::unique_ptr<Impl> impl_;
+  void use_needed(std::vector<ElementRange> per_param) override;
+  Impl& impl() const;
 };
 
 }  // namespace ddp

@@ -60,7 +60,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "ddp/grad_averager.h"
@@ -93,22 +92,14 @@ class SharedGradSum final : public GradAverager {
   SharedGradSum(ProcessGroup& group, std::vector<GradParam> params, GradSyncOptions options = {});
   ~SharedGradSum() override;
 
-  void prepare(const std::vector<void*>& param_data,
-               const std::vector<ParamBuffer>& buffers = {}) override;
-  ProcessGroup& group() const override;
-  std::size_t num_params() const override;
-  const GradParam& param(std::size_t index) const override;
-  std::size_t index_of(std::string_view name) const override;
-  const GradSyncOptions& options() const override;
-
   // The last synced window's mean (see Result).
   void* grad(std::size_t index) override;
-  float* grad_view(std::size_t index) override;
   // contribute() with a copy of src (count() elements), scaled by grad_scale().
   void set_grad(std::size_t index, const void* src) override;
   void add_grad(std::size_t index, const void* src) override;
   // Nothing to do (checks it is called between iterations).
   void zero_grad() override;
+  // set_needed_gradients() changes nothing here (every element is summed).
 
   // Adds this rank's gradient of parameter `index` to the node's sum through
   // write() (see Hand-over) and counts it handed over. May wait for blocks
@@ -118,20 +109,12 @@ class SharedGradSum final : public GradAverager {
   // as missing for the window.
   void contribute(std::size_t index, const std::function<void(const GradBlock&)>& write);
 
-  void begin_backward() override;
   void finish() override;
-  bool sync_enabled() const override;
-  // Checks the ranges; changes nothing (every element is summed).
-  void set_needed_gradients(std::vector<ElementRange> per_param) override;
-  GradSyncStats stats() const override;
 
   struct Impl;
 
  private:
-  void begin_no_sync() override;
-  void end_no_sync() noexcept override;
-
-  std::unique_ptr<Impl> impl_;
+  Impl& impl() const;
 };
 
 }  // namespace ddp

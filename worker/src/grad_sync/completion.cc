@@ -140,14 +140,11 @@ bool GradSync::Impl::global_status_locked(bool local, std::exception_ptr& error)
 
 void GradSync::Impl::record_iteration_locked(bool synced, Clock::time_point enter,
                                              Clock::time_point done) {
-  IterationStats s;
-  s.synced = synced;
-  const auto start = iteration.window_start(enter);
-  const auto end = iteration.window_end(start);
   // Inline collectives run inside mark_ready calls: communication nothing
   // hides, not compute, and exposed as well as whatever finish() waited for.
   const double in_backward = inline_ms - inline_finish_ms;
-  s.backward_compute_ms = std::max(0.0, detail::ms(end - start) - in_backward);
+  Clock::time_point end;
+  IterationStats s = figures_locked(synced, enter, in_backward, &end);
   if (synced) {
     s.exposed_comm_ms = detail::ms(done - enter) + in_backward;
     s.inline_comm_ms = inline_ms;
@@ -165,10 +162,9 @@ void GradSync::Impl::record_iteration_locked(bool synced, Clock::time_point ente
     // The accumulation window ends with the synced iteration.
     std::fill(scaled.begin(), scaled.end(), options.prescaled_grads ? 1 : 0);
   }
-  stats.record(s);
+  record_locked(s);
 
   // Reset for the next iteration.
-  iteration.end(synced);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     Bucket& bucket = *buckets[b];
     bucket.pending = layout.buckets[b].slots.size();
@@ -187,12 +183,7 @@ void GradSync::Impl::record_iteration_locked(bool synced, Clock::time_point ente
 }
 
 void GradSync::Impl::log_iteration(const IterationStats& s) const {
-  if (group.rank() != 0 || !detail::StatsBook::due(s, options.log_every)) return;
-  if (!s.synced) {
-    log::info("GradSync iteration {} (no_sync): backward {:.2f} ms, no communication", s.iteration,
-              s.backward_compute_ms);
-    return;
-  }
+  if (!log_synced(s)) return;
   log::info(
       "GradSync iteration {}: backward {:.2f} ms, communication {:.2f} ms, overlap {:.2f} ms, "
       "exposed {:.2f} ms{} ({} buckets, {:.2f} MB)",

@@ -9,15 +9,12 @@
 
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "ddp/bucket_layout.h"
 #include "ddp/grad_sync.h"
 #include "ddp/work.h"
-#include "grad_sync/iteration.h"
-#include "grad_sync/params.h"
-#include "grad_sync/stats.h"
+#include "grad_sync/state.h"
 
 namespace ddp {
 namespace detail {
@@ -41,17 +38,15 @@ struct Bucket {
 
 }  // namespace detail
 
-struct GradSync::Impl {
+// The common state (group, parameters, options, iteration, stats, mu) is
+// the base's.
+struct GradSync::Impl : detail::AveragerState {
   using Clock = detail::Clock;
   using Bucket = detail::Bucket;
 
   Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& group, std::vector<GradParam> params,
        GradSyncOptions options);
 
-  std::shared_ptr<ProcessGroup> owned_group;
-  ProcessGroup& group;
-  detail::ParamList params;
-  GradSyncOptions options;
   bool device_buckets = false;  // bucket memory is CUDA device memory
   bool inline_comm = false;     // collectives on the caller's thread (kInline)
 
@@ -59,8 +54,7 @@ struct GradSync::Impl {
   int layout_version = 0;
   std::vector<std::unique_ptr<Bucket>> buckets;
 
-  mutable std::mutex mu;
-  detail::Iteration iteration;
+  // Under mu:
   std::vector<char> scaled;      // per parameter: values carry the 1/world_size factor
   std::vector<char> known_zero;  // per parameter: the view is known to hold zeros
   std::vector<ElementRange> needed;  // set_needed_gradients; empty: full all-reduces
@@ -76,7 +70,6 @@ struct GradSync::Impl {
   std::size_t wire_bytes = 0, launched_count = 0;
   double inline_ms = 0, inline_finish_ms = 0;  // inline collectives: all, those in finish()
   std::exception_ptr inline_error;             // the iteration's first inline failure
-  detail::StatsBook stats;
 
   // grad_sync.cc
   void* view(std::size_t index) const;  // unchecked
