@@ -4,6 +4,11 @@
 // gradients of their shards of a batch end with the gradient one process
 // computes on the whole batch, for an MLP whose gradients are computed
 // analytically (in double) here.
+//
+// Why one file of over 1,000 lines: every test shares the reference MLP,
+// the thread ranks and the equivalence check above them, and the sections
+// (order, layout, accumulation, unused parameters, compression, dtypes,
+// checks, prepare, stats, device buckets, the C API) each read on their own.
 
 #include <gtest/gtest.h>
 
