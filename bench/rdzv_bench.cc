@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ddp/common/rendezvous_client.h"
-#include "rendezvous_service.h"
+#include "rpc/rendezvous_service.h"
 
 namespace {
 

@@ -37,7 +37,7 @@
 #include <string>
 
 #include "ddp/v1/rendezvous.pb.h"
-#include "rendezvous_service.h"
+#include "rpc/rendezvous_service.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous_state.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace {
 

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "agent.h"
+#include "agent/agent.h"
 #include "ddp/common/error.h"
 #include "ddp/common/log.h"
-#include "launch_spec.h"
-#include "orphan_guard.h"
-#include "process.h"
-#include "rpc_plugin.h"
+#include "cli/launch_spec.h"
+#include "worker_group/orphan_guard.h"
+#include "worker_group/process.h"
+#include "agent/rpc_plugin.h"
 
 int main(int argc, char** argv) {
   ddp::launcher::raise_open_file_limit();

@@ -27,7 +27,7 @@
 #include "ddp/common/rendezvous_client.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "rendezvous_service.h"
+#include "rpc/rendezvous_service.h"
 #include "subprocess.h"
 #include "test_pki.h"
 

@@ -1,6 +1,6 @@
 // ddprun --bind_cores_to_rank's split of its CPUs among the local ranks.
 
-#include "cpu_binding.h"
+#include "worker_group/cpu_binding.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
 // The hang detector's rules (what counts as progress, whom to blame) and the
 // hang report's shape, with made-up samples and an injected clock.
 
-#include "hang_detector.h"
+#include "agent/hang_detector.h"
 
 #include <gtest/gtest.h>
 
-#include "failure_report.h"
+#include "worker_group/failure_report.h"
 
 namespace ddp::launcher {
 namespace {

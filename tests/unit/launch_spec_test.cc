@@ -1,13 +1,13 @@
-#include "launch_spec.h"
+#include "cli/launch_spec.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "ddp/common/error.h"
-#include "failure_report.h"
-#include "log_tee.h"
-#include "stream_routing.h"
+#include "worker_group/failure_report.h"
+#include "worker_group/log_tee.h"
+#include "cli/stream_routing.h"
 
 namespace ddp::launcher {
 namespace {

@@ -1,7 +1,7 @@
 // RendezvousState driven by hand: a fake clock advanced in each test, tickets
 // polled like the gRPC service would.
 
-#include "rendezvous_state.h"
+#include "rendezvous/rendezvous_state.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "ddp/common/error.h"
-#include "launch_spec.h"
-#include "slurm_hostlist.h"
-#include "slurm_step.h"
+#include "cli/launch_spec.h"
+#include "cli/slurm_hostlist.h"
+#include "cli/slurm_step.h"
 
 namespace ddp::launcher {
 namespace {

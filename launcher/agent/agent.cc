@@ -1,0 +1,556 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "worker_group/cpu_binding.h"
+#include "ddp/common/env_contract.h"
+#include "ddp/common/error.h"
+#include "ddp/common/log.h"
+#include "ddp/common/endpoint.h"
+#include "ddp/common/shm_names.h"
+#include "ddp/common/progress_board.h"
+#include "worker_group/failure_report.h"
+#include "agent/hang_watch.h"
+#include "agent/local_control_plane.h"
+#include "worker_group/log_tee.h"
+#include "worker_group/worker_group.h"
+#include "agent/port_reservation.h"
+#include "worker_group/process.h"
+#include "agent/rpc_plugin.h"
+
+extern char** environ;
+
+namespace ddp::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReportLines = 20;
+
+
+void make_dirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      partial = path.substr(0, i);
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        throw Error("--log_dir: cannot create '" + partial + "': " + std::strerror(errno));
+      }
+    }
+  }
+}
+
+int open_log_file(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("--log_dir: cannot open '" + path + "': " + std::strerror(errno));
+  return fd;
+}
+
+// The parent's environment minus the contract's variables (a job started from
+// inside another job must not inherit stale ranks).
+std::vector<std::string> base_environment() {
+  std::vector<std::string> env;
+  const auto& names = contract_variable_names();
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool ours = false;
+    for (const auto& n : names) ours = ours || n == name;
+    if (!ours) env.push_back(std::move(entry));
+  }
+  return env;
+}
+
+// Removes the shared-memory segments of the run that its workers left behind:
+// libddp's shm backend unlinks its segments once every local rank attached,
+// so only workers killed in between leave any. Called once a worker group is
+// gone (its ranks cannot create more).
+void remove_leftover_segments(const std::string& run_id) {
+  int removed = remove_run_segments(run_id);
+  if (removed > 0) {
+    launcher_log().info("removed {} shared-memory segment(s) of run {} left by killed workers", removed, run_id);
+  } else {
+    launcher_log().debug("no shared-memory segments of run {} left", run_id);
+  }
+}
+
+// Whether the workers run Python (ddprun's python, or a python executable
+// named as the program): their hang reports show Python tracebacks.
+bool runs_python(const std::vector<std::string>& command) {
+  const std::string& exe = command.front();
+  const std::string base = exe.substr(exe.rfind('/') == std::string::npos ? 0 : exe.rfind('/') + 1);
+  return base.rfind("python", 0) == 0;
+}
+
+// The last `n` of `lines`.
+std::deque<std::string> tail(const std::deque<std::string>& lines, size_t n) {
+  return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
+}
+
+}  // namespace
+
+sigset_t forwarded_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
+  return set;
+}
+
+struct Agent::AttemptResult {
+  std::optional<WorkerOutcome> first_failure;  // a local worker failed first
+  std::string failure_report;
+  int signal = 0;               // a signal to ddprun ended the attempt
+  std::optional<RoundStatus> remote_end;  // the round ended elsewhere (or the job succeeded)
+  std::string lost;             // the rendezvous server stopped answering
+  bool can_restart = false;     // the server will form another round
+};
+
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+// SIGUSR1/SIGUSR2 are notices for the program (Slurm's --signal=USR1@90
+// before a time limit or preemption): forwarded, the job goes on.
+bool is_notice_signal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
+
+// Drains the signalfd; returns the first pending signal that asks ddprun to
+// stop (anything but SIGCHLD and the notices), or 0.
+int read_stop_signal(int signal_fd) {
+  int stop = 0;
+  signalfd_siginfo info{};
+  while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig != SIGCHLD && !is_notice_signal(sig) && stop == 0) stop = sig;
+  }
+  return stop;
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+Agent::Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd)
+    : spec_(spec), guard_(guard), signal_fd_(signal_fd), hostname_(local_hostname()) {}
+
+Agent::~Agent() = default;
+
+int Agent::run() {
+  try {
+    return run_rounds();
+  } catch (...) {
+    // Every finished attempt cleaned up after itself; one cut short by an error
+    // may have left segments (and, if its workers still run, the orphan guard
+    // sweeps again once it has killed them).
+    remove_leftover_segments(spec_.run_id);
+    throw;
+  }
+}
+
+int Agent::run_rounds() {
+  auto& log = launcher_log();
+  // MASTER_PORT is offered by the node that becomes group rank 0; the static
+  // form knows which that is, so the others need no (possibly taken) port.
+  const bool static_non_zero = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
+  PortReservation reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
+  if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
+  }
+  if (spec_.log_dir_defaulted) {
+    log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
+  }
+
+  // Single node: rounds decided here, workers' server loaded in the background.
+  // Several nodes: the gRPC control plane from the rpc plugin.
+  if (spec_.multi_node()) {
+    control_ = load_rpc_plugin().multi_node_control_plane(spec_);
+  } else {
+    control_ = std::make_unique<LocalControlPlane>(spec_);
+  }
+  const std::string rdzv_target = control_->worker_endpoint();
+  Endpoint endpoint = parse_endpoint(rdzv_target, 29400, "--rdzv_endpoint");
+
+  NodeInfo node;
+  node.node_rank = spec_.node_rank;
+  node.local_world_size = spec_.nproc_per_node;
+  node.hostname = hostname_;
+  node_address_ = !spec_.local_addr.empty() ? spec_.local_addr
+                  : spec_.multi_node()      ? local_address_towards(endpoint)
+                                            : spec_.master_addr;
+  node.address = node_address_;
+  node.master_port = reservation.port();
+
+  // A signal during a join (or between rounds) ends ddprun at once; the
+  // server withdraws the node, so the others see it leave.
+  int join_signal = 0;
+  JoinWait wait;
+  wait.fd = signal_fd_;
+  wait.interrupted = [&]() {
+    join_signal = read_stop_signal(signal_fd_);
+    return join_signal != 0;
+  };
+  wait.notice = [&](const std::string& line) { log.warn("{}", line); };
+  for (;;) {
+    RoundAssignment round;
+    try {
+      round = control_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s), wait);
+    } catch (const JoinInterrupted& e) {
+      log.warn("received {} while waiting for {}; left the rendezvous", signal_name(join_signal), e.what());
+      return 128 + join_signal;
+    } catch (const Error& e) {
+      log.error("error: {}", e.what());
+      linger(Linger::kFullTime);  // a hosting node: the others' joins learn the reason too
+      return 1;
+    }
+    if (spec_.multi_node()) {
+      log.info("round {}: {} node(s), world size {}; this node is node rank {} with ranks {}-{} ({})",
+               round.round, round.group_world_size, round.world_size, round.group_rank,
+               round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
+               round.reason.empty() ? "first round" : "after: " + round.reason);
+    }
+    AttemptResult result = run_attempt(round, rdzv_target);
+    if (result.signal != 0) {
+      log.warn("stopped workers after {}", signal_name(result.signal));
+      if (spec_.multi_node()) {
+        try {
+          control_->report_failure(round,
+                                   "node " + std::to_string(round.group_rank) + " (host " + hostname_ +
+                                       ") was stopped by " + signal_name(result.signal),
+                                   128 + result.signal);
+        } catch (const Error&) {
+        }
+      }
+      return 128 + result.signal;
+    }
+    if (!result.lost.empty()) {
+      log.error("error: {}; stopped this node's workers", result.lost);
+      return 1;
+    }
+    if (result.first_failure) {
+      log.error("{}", result.failure_report);
+      if (!result.can_restart) {
+        linger(Linger::kUntilDelivered);
+        return result.first_failure->launcher_exit_code();
+      }
+      log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      continue;
+    }
+    if (result.remote_end) {
+      if (result.remote_end->succeeded) return 0;
+      log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
+      if (!result.remote_end->can_restart) {
+        linger(Linger::kUntilDelivered);
+        return 1;
+      }
+      log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      continue;
+    }
+    // Every local worker succeeded: tell the server, then wait for the job's outcome.
+    bool restart = false;
+    int code = finish_after_success(round, &restart);
+    if (!restart) return code;
+  }
+}
+
+void Agent::linger(Linger until) {
+  const auto deadline = Clock::now() + control_->linger_time();
+  for (;;) {
+    if (until == Linger::kUntilDelivered && control_->outcome_delivered()) return;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return;
+    // Nodes hear the outcome within a few ms (held heartbeats): look often.
+    pollfd pfd{signal_fd_, POLLIN, 0};
+    const int step = until == Linger::kUntilDelivered ? std::min<long>(left, 5) : left;
+    if (poll(&pfd, 1, step) <= 0) continue;
+    if (read_stop_signal(signal_fd_) != 0) return;  // the outcome is already decided: leave now
+  }
+}
+
+int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
+  auto& log = launcher_log();
+  *restart = false;
+  try {
+    control_->leave(round, 0);
+  } catch (const Error& e) {
+    log.error("error: {}", e.what());
+    return 1;
+  }
+  if (round.group_world_size <= 1) return 0;
+  // Other nodes may still be running: wait until the job succeeds or the round fails.
+  std::unique_ptr<RoundWatch> monitor = control_->watch(round);
+  for (;;) {
+    pollfd pfds[2] = {{monitor->event_fd(), POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    if (poll(pfds, 2, -1) < 0 && errno != EINTR) return 1;
+    if (pfds[1].revents & POLLIN) {
+      if (int sig = read_stop_signal(signal_fd_); sig != 0) {
+        log.warn("received {} while waiting for the other nodes", signal_name(sig));
+        return 128 + sig;
+      }
+    }
+    if (!(pfds[0].revents & POLLIN)) continue;
+    if (auto end = monitor->ended()) {
+      if (end->succeeded) {
+        linger(Linger::kUntilDelivered);
+        return 0;
+      }
+      log.error("round {} ended on another node: {}", round.round, end->reason);
+      if (end->can_restart) {
+        log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+        *restart = true;
+        return 0;
+      }
+      linger(Linger::kUntilDelivered);
+      return 1;
+    }
+    // This node's work is done; a vanished server can no longer change that, but
+    // the job's outcome is unknown.
+    log.error("error: {}", monitor->lost());
+    return 1;
+  }
+}
+
+std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, const std::string& rdzv_endpoint,
+                                              const std::vector<std::string>& base_env,
+                                              const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines) {
+  const int n = spec_.nproc_per_node;
+  std::string attempt_dir;
+  if (!spec_.log_dir.empty()) {
+    attempt_dir = spec_.log_dir + "/" + spec_.run_id + "/attempt_" + std::to_string(round.restart_count);
+  }
+  std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    WorkerLaunch& launch = launches[static_cast<size_t>(i)];
+    launch.local_rank = i;
+    launch.rank = round.global_rank_offset + i;
+    launch.cpus = cpus[static_cast<size_t>(i)];
+    WorkerEnv env;
+    env.rank = launch.rank;
+    env.local_rank = i;
+    env.group_rank = round.group_rank;
+    env.role_rank = launch.rank;
+    env.world_size = round.world_size;
+    env.local_world_size = n;
+    env.group_world_size = round.group_world_size;
+    env.role_world_size = env.world_size;
+    env.role_name = spec_.role;
+    env.master_addr = round.master_addr;
+    env.master_port = round.master_port;
+    env.restart_count = round.restart_count;
+    env.max_restarts = spec_.max_restarts;
+    env.run_id = spec_.run_id;
+    env.rdzv_unavailable = control_->workers_server_missing();
+    if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
+    env.rdzv_token = spec_.rdzv_token;
+    env.round = round.round;
+    env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+    if (spec_.multi_node()) {
+      env.rdzv_tls_ca = spec_.tls_ca;
+      env.node_addr = node_address_;
+    }
+    launch.env = base_env;
+    for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
+
+    // Where each stream goes: the console unless redirected (and not tee'd)
+    // or filtered out; the rank's log file whenever a log dir is set.
+    bool shown = !spec_.local_ranks_filter ||
+                 std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
+                     spec_.local_ranks_filter->end();
+    std::string rank_dir;
+    if (!attempt_dir.empty()) {
+      rank_dir = attempt_dir + "/" + std::to_string(launch.rank);
+      make_dirs(rank_dir);
+    }
+    for (int s = 0; s < 2; ++s) {
+      int bit = s == 0 ? kStdout : kStderr;
+      bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
+      TeeTarget& target = launch.streams[s];
+      target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
+      target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
+      if (!rank_dir.empty()) {
+        target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+        target.file_fd = open_log_file(target.file_path);
+      }
+      target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
+    }
+  }
+  return launches;
+}
+
+Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
+  const int attempt = round.restart_count;
+  const int n = spec_.nproc_per_node;
+  std::vector<std::string> base_env = base_environment();
+  if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
+  const std::vector<std::string> command = spec_.command();
+  // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
+  // last attempt is followed. Each rank's own mask is then only its slice, so
+  // the workers are told how many CPUs the node's ranks share
+  // (ddp::node_cpus(): whether libddp's waits may spin).
+  std::vector<std::vector<int>> cpus(static_cast<std::size_t>(n));
+  if (spec_.bind_cores_to_rank) {
+    const std::vector<int> allowed = allowed_cpus();
+    cpus = cpu_slices(allowed, n);
+    std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_NODE_CPUS=", 0) == 0; });
+    base_env.push_back("DDP_NODE_CPUS=" + std::to_string(allowed.size()));
+    std::string text;
+    for (std::size_t r = 0; r < cpus.size(); ++r) {
+      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(cpus[r], " "));
+    }
+    launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(), n,
+                        text);
+  }
+  // --hang_timeout: the progress board libddp counts collectives on, and
+  // Python's fault handler (every thread's traceback on SIGABRT).
+  std::optional<ProgressBoard> board;
+  std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_PROGRESS_FD=", 0) == 0; });
+  if (spec_.hang_timeout_s > 0) {
+    board = ProgressBoard::create(n);
+    base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
+    if (runs_python(command) && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
+      base_env.push_back("PYTHONFAULTHANDLER=1");
+    }
+  }
+
+  std::optional<WorkerGroup> group;
+  try {
+    group.emplace(command,
+                  launches_for(round, rdzv_endpoint, base_env, cpus,
+                               board ? HangWatch::kKeptStderrLines : kReportLines),
+                  guard_, board ? board->fd() : -1, spec_.multi_node() ? hostname_ : "");
+  } catch (...) {
+    remove_leftover_segments(spec_.run_id);
+    throw;
+  }
+  std::optional<HangWatch> hang;
+  if (board) hang.emplace(spec_.hang_timeout_s, *board, runs_python(command));
+
+  AttemptResult result;
+  const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);
+  // The attempt's first failure: stop the group and tell the other nodes at
+  // once (the server decides whether a round follows).
+  auto fail_with = [&](const WorkerOutcome& outcome, std::string report) {
+    result.first_failure = outcome;
+    result.failure_report = std::move(report);
+    group->stop(SIGTERM, grace);
+    try {
+      result.can_restart = control_->report_failure(round, result.failure_report, outcome.launcher_exit_code());
+    } catch (const Error& e) {
+      launcher_log().error("error: could not report the failure: {}", e.what());
+    }
+  };
+  auto reap = [&]() {
+    for (size_t i : group->reap()) {
+      Worker& w = (*group)[i];
+      // The first failure ends the attempt; not one caused by our own stop,
+      // or by a hang's traceback dump.
+      if (!w.outcome.failed() || group->stopping() || result.signal != 0 || result.remote_end ||
+          (hang && hang->found())) {
+        continue;
+      }
+      group->pump_all(i);  // what the rank wrote before it died: its last words for the report
+      fail_with(w.outcome, format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines), attempt,
+                                                 spec_.max_restarts));
+    }
+  };
+
+  // Single-node jobs need no heartbeats (the server lives in this process);
+  // an elastic job's round of one node does: a scale-up ends it.
+  std::unique_ptr<RoundWatch> monitor;
+  if (spec_.multi_node()) monitor = control_->watch(round);
+  std::vector<pollfd> pfds;
+  std::vector<std::pair<size_t, int>> owners;  // (worker, stream) per pollfd after the first two
+  const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));
+  constexpr size_t kFixed = 2;  // signalfd, heartbeat eventfd
+  auto settled = [&]() {
+    return group->stopping() || result.signal != 0 || result.remote_end || result.first_failure;
+  };
+  while (group->running() > 0) {
+    pfds.clear();
+    owners.clear();
+    pfds.push_back({signal_fd_, POLLIN, 0});
+    pfds.push_back({monitor ? monitor->event_fd() : -1, POLLIN, 0});
+    group->add_pipes(pfds, owners);
+    int timeout_ms = monitor_ms;
+    auto shorten_to = [&](Clock::time_point until) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
+    };
+    if (hang && (!settled() || hang->found())) shorten_to(hang->next_wake());
+    if (auto deadline = group->kill_deadline()) shorten_to(*deadline);
+    int ready = poll(pfds.data(), pfds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
+    if (ready > 0) {
+      for (size_t k = kFixed; k < pfds.size(); ++k) {
+        if (pfds[k].revents != 0) group->pump(owners[k - kFixed].first, owners[k - kFixed].second);
+      }
+      if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end && result.lost.empty()) {
+        uint64_t count = 0;
+        ssize_t ignored = read(monitor->event_fd(), &count, sizeof(count));
+        (void)ignored;
+        if (auto end = monitor->ended()) {
+          result.remote_end = end;
+          if (!end->succeeded) group->stop(SIGTERM, grace);
+        } else {
+          result.lost = monitor->lost();
+          group->stop(SIGTERM, grace);
+        }
+      }
+      if (pfds[0].revents & POLLIN) {
+        signalfd_siginfo info{};
+        while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+          int sig = static_cast<int>(info.ssi_signo);
+          if (sig == SIGCHLD) continue;  // reaped below
+          if (is_notice_signal(sig)) {
+            int told = group->signal_workers(sig);
+            launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig), told);
+            continue;
+          }
+          if (result.signal == 0 && !group->stopping()) {
+            result.signal = sig;
+            group->stop(sig, grace);
+          } else if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) {
+            // A second request to stop: do not wait out the grace period.
+            if (result.signal == 0) result.signal = sig;
+            group->signal_groups(SIGKILL);
+          }
+        }
+      }
+    }
+    reap();
+    if (hang && !result.first_failure && (!settled() || hang->found()) && hang->tick(*group)) {
+      auto blamed = hang->blamed(*group);
+      fail_with(blamed.front(), hang->report(*group, attempt, spec_.max_restarts));
+    }
+    group->kill_if_overdue();
+  }
+
+  group->drain();
+  group.reset();
+  // The group is gone, however it ended (success, failure, signal, lost
+  // server): remove the run's segments its killed ranks left, before any
+  // restart (whose ranks create new ones) and before ddprun exits.
+  remove_leftover_segments(spec_.run_id);
+  return result;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,65 @@
+#pragma once
+// The node agent: runs this node's worker group through the job's rounds.
+// Each round: Join the rendezvous (which assigns the node's group rank and
+// global rank offset), spawn every worker with the environment contract,
+// supervise them (output, exits, signals, heartbeats), stop the group when a
+// worker fails, the round ends elsewhere or a signal arrives (SIGTERM, grace
+// period, SIGKILL of each worker's process group), and join the next round
+// while the server's job-wide restart budget allows. The supervision loop is
+// single-threaded (poll on the workers' pipes, a signalfd and the heartbeat
+// monitor's eventfd); heartbeats run on their own thread. After each attempt,
+// once its workers are gone, the run's POSIX shared-memory segments left by
+// killed workers are removed (see ddp/common/shm_names.h).
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/control_plane.h"
+#include "cli/launch_spec.h"
+#include "worker_group/orphan_guard.h"
+#include "worker_group/worker_group.h"
+
+namespace ddp::launcher {
+
+// Signals ddprun forwards to its workers (and so blocks for its signalfd).
+sigset_t forwarded_signals();
+
+class Agent {
+ public:
+  // `signal_fd`: a signalfd for SIGCHLD + forwarded_signals(), which the
+  // caller has blocked. Neither is owned.
+  Agent(const LaunchSpec& spec, OrphanGuard& guard, int signal_fd);
+  ~Agent();
+
+  // Runs the job; returns ddprun's exit code (0, the failed worker's code,
+  // 128 + signal, or 1 when the job failed on another node or the rendezvous
+  // was lost). Throws ddp::Error when nothing could be started.
+  int run();
+
+ private:
+  struct AttemptResult;
+  int run_rounds();
+  AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
+  // Each local worker's environment, CPUs and output routing for `round`.
+  std::vector<WorkerLaunch> launches_for(const RoundAssignment& round, const std::string& rdzv_endpoint,
+                                         const std::vector<std::string>& base_env,
+                                         const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines);
+  int finish_after_success(const RoundAssignment& round, bool* restart);
+  // Keeps a hosted rendezvous answering for control_->linger_time(), or,
+  // kUntilDelivered, until every node of the round has heard how it ended;
+  // a signal cuts it short.
+  enum class Linger { kFullTime, kUntilDelivered };
+  void linger(Linger until);
+
+  const LaunchSpec& spec_;
+  OrphanGuard& guard_;
+  int signal_fd_;
+  std::unique_ptr<ControlPlane> control_;
+  std::string hostname_;
+  std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
+};
+
+}  // namespace ddp::launcher

@@ -1,0 +1,57 @@
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <cstdlib>
+#include <mutex>
+
+#include "ddp/common/error.h"
+#include "agent/rpc_plugin.h"
+
+namespace ddp::launcher {
+namespace {
+
+std::string plugin_path() {
+  if (const char* explicit_path = std::getenv("DDPRUN_RPC_PLUGIN"); explicit_path && *explicit_path) {
+    return explicit_path;
+  }
+  char exe[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string(".");
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir + "/libddprun_rpc.so";
+}
+
+}  // namespace
+
+std::string rpc_plugin_missing() {
+  const std::string path = plugin_path();
+  if (::access(path.c_str(), R_OK) == 0) return {};
+  return "the rendezvous plugin " + path + " is missing or unreadable: " + std::strerror(errno);
+}
+
+RpcPlugin& load_rpc_plugin() {
+  static std::once_flag once;
+  static RpcPlugin* plugin = nullptr;
+  static std::string error;
+  std::call_once(once, [] {
+    std::string path = plugin_path();
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      error = "cannot load the rendezvous plugin " + path + ": " + dlerror();
+      return;
+    }
+    auto entry = reinterpret_cast<RpcPlugin* (*)()>(dlsym(handle, "ddprun_rpc_plugin"));
+    if (entry == nullptr) {
+      error = "rendezvous plugin " + path + " has no ddprun_rpc_plugin entry";
+      return;
+    }
+    plugin = entry();
+  });
+  if (plugin == nullptr) throw Error(error);
+  return *plugin;
+}
+
+}  // namespace ddp::launcher

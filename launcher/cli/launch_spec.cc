@@ -1,0 +1,667 @@
+#include "cli/launch_spec.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/endpoint.h"
+#include "ddp/common/error.h"
+#include "ddp/common/random_id.h"
+#include "cli/slurm_step.h"
+
+namespace ddp::launcher {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves `name` like execvp would; empty when not found.
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
+  const char* path_env = std::getenv("PATH");
+  std::stringstream dirs(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  return "";
+}
+
+void check_program(const LaunchSpec& spec) {
+  if (spec.runs_under_python()) {
+    if (find_on_path(spec.python).empty()) {
+      throw Error("python interpreter '" + spec.python + "' (for program '" + spec.program +
+                  "') was not found on PATH; set DDP_PYTHON or pass --no_python");
+    }
+    if (!spec.module) {
+      struct stat st {};
+      if (stat(spec.program.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        throw Error("program '" + spec.program + "': no such file");
+      }
+      if (access(spec.program.c_str(), R_OK) != 0) {
+        throw Error("program '" + spec.program + "' is not readable");
+      }
+    }
+    return;
+  }
+  if (spec.program.find('/') != std::string::npos) {
+    struct stat st {};
+    if (stat(spec.program.c_str(), &st) != 0) throw Error("program '" + spec.program + "': no such file");
+    if (!is_executable_file(spec.program)) throw Error("program '" + spec.program + "' is not executable");
+    return;
+  }
+  if (find_on_path(spec.program).empty()) {
+    throw Error("program '" + spec.program + "' was not found on PATH");
+  }
+}
+
+int parse_positive_int(const std::string& flag, const std::string& text) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error(flag + "=" + text + ": expected a positive integer");
+  }
+  return std::stoi(text);
+}
+
+std::vector<int> parse_rank_list(const std::string& flag, const std::string& text, int nproc) {
+  std::vector<int> ranks;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error(flag + "=" + text + ": '" + item + "' is not a local rank");
+    }
+    int rank = std::stoi(item);
+    if (rank >= nproc) {
+      throw Error(flag + "=" + text + ": local rank " + item + " does not exist (--nproc_per_node=" +
+                  std::to_string(nproc) + ")");
+    }
+    ranks.push_back(rank);
+  }
+  if (ranks.empty()) throw Error(flag + " is empty: give a comma-separated list of local ranks");
+  return ranks;
+}
+
+// Creates `dir` (and parents) and checks that it is writable.
+void ensure_writable_dir(const std::string& flag, const std::string& dir) {
+  std::string partial;
+  std::stringstream parts(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') partial = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    partial += part + "/";
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw Error(flag + "=" + dir + ": cannot create '" + partial + "': " + std::strerror(errno));
+    }
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw Error(flag + "=" + dir + ": not a directory");
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw Error(flag + "=" + dir + ": not writable: " + std::strerror(errno));
+  }
+}
+
+// --rdzv_backend and the static form's endpoint (torchrun's rules, see
+// RdzvBackend). The static form without --rdzv_endpoint finds the rendezvous
+// at MASTER_ADDR:MASTER_PORT+1, leaving MASTER_PORT to the program's own store.
+void apply_backend(LaunchSpec& spec, const std::string& text, const std::string& nnodes_text,
+                   bool master_port_given) {
+  if (text == "etcd" || text == "etcd-v2" || text == "etcd_v2") {
+    throw Error("--rdzv_backend=" + text +
+                " is not supported: ddprun serves the rendezvous itself; use --rdzv_backend=c10d "
+                "with --rdzv_endpoint=HOST:PORT of one of the nodes (or static with --node_rank)");
+  }
+  if (text == "static") {
+    spec.rdzv_backend = RdzvBackend::kStatic;
+  } else if (text == "c10d") {
+    spec.rdzv_backend = RdzvBackend::kC10d;
+  } else if (text.empty()) {
+    // Static needs a node rank and a fixed size; anything else is elastic.
+    spec.rdzv_backend = spec.node_rank >= 0 && spec.min_nodes == spec.nnodes ? RdzvBackend::kStatic
+                                                                            : RdzvBackend::kC10d;
+  } else {
+    throw Error("--rdzv_backend=" + text + ": expected static or c10d");
+  }
+  if (!spec.multi_node()) return;
+  if (spec.rdzv_backend == RdzvBackend::kStatic) {
+    if (spec.node_rank < 0) {
+      throw Error("--rdzv_backend=static with --nnodes=" + nnodes_text +
+                  " needs --node_rank (0 on the node at --master_addr); or use --rdzv_backend=c10d "
+                  "to have ranks assigned");
+    }
+    if (spec.min_nodes != spec.nnodes) {
+      throw Error("--nnodes=" + nnodes_text + " is elastic: use --rdzv_backend=c10d (static needs a fixed size)");
+    }
+    if (spec.rdzv_conf.is_host.has_value()) {
+      throw Error("--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
+    }
+    if (spec.rdzv_endpoint.empty()) {
+      if (!master_port_given) spec.master_port = 29500;  // torchrun's default
+      if (spec.master_port == 0 || spec.master_port >= 65535) {
+        throw Error("--master_port=" + std::to_string(spec.master_port) +
+                    ": the static form needs a port below 65535 (the rendezvous listens on the next one)");
+      }
+      spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
+    }
+    return;
+  }
+  if (spec.rdzv_endpoint.empty()) {
+    throw Error("--rdzv_backend=c10d with --nnodes=" + nnodes_text +
+                " needs --rdzv_endpoint HOST[:PORT] (the node that hosts the rendezvous; default port 29400)");
+  }
+}
+
+// Which of the job's shape the command line, PET_* or the config file gave.
+struct GivenShape {
+  bool nnodes = false, node_rank = false, endpoint = false, master_addr = false, master_port = false,
+       run_id = false, standalone = false;
+};
+
+int count_gpus_in(const std::string& list) {
+  return list.empty() ? 0 : static_cast<int>(std::count(list.begin(), list.end(), ',')) + 1;
+}
+
+// Inside a Slurm job step, what the user did not give comes from the step:
+// the node count, the node rank, the rendezvous on the step's first host and
+// the run id; also the step's GPUs when CUDA_VISIBLE_DEVICES is unset.
+// Explicit flags and PET_* win; a single node asked for explicitly
+// (--nnodes=1, --standalone) ignores Slurm.
+void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given) {
+  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1")) return;
+  std::optional<SlurmStep> step = read_slurm_step([](const char* name) { return std::getenv(name); });
+  if (!step) return;
+  const std::string nodes = std::to_string(step->num_nodes);
+  if (given.nnodes) {
+    const std::string min_text = nnodes_text.substr(0, nnodes_text.find(':'));
+    if (parse_positive_int("--nnodes", min_text) > step->num_nodes) {
+      throw Error("--nnodes=" + nnodes_text + " needs more nodes than this Slurm step has (" + step->num_nodes_var +
+                  "=" + nodes + "): run srun -N" + min_text + ", or leave --nnodes out to take the step's");
+    }
+  } else {
+    nnodes_text = nodes;
+  }
+  std::vector<std::string> took;
+  if (!given.nnodes) took.push_back(nodes + " node(s) (" + step->num_nodes_var + ")");
+  if (!given.node_rank && nnodes_text.find(':') == std::string::npos) {
+    spec.node_rank = step->node_id;
+    took.push_back("node rank " + std::to_string(step->node_id) + " (SLURM_NODEID)");
+  }
+  if (!given.endpoint && nnodes_text != "1") {
+    if (!given.master_addr) spec.master_addr = step->first_host;
+    if (!given.master_port) spec.master_port = step->master_port();
+    spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
+    took.push_back("rendezvous at " + spec.rdzv_endpoint + " (first host of " + step->nodelist_var + "=" +
+                   step->nodelist + ", MASTER_PORT " + std::to_string(spec.master_port) + ")");
+  }
+  if (!given.run_id) {
+    run_id = step->run_id();
+    took.push_back("run id " + run_id);
+  }
+  if (std::getenv("CUDA_VISIBLE_DEVICES") == nullptr && !step->gpus.empty()) {
+    spec.cuda_visible_devices = step->gpus;
+    took.push_back("CUDA_VISIBLE_DEVICES=" + step->gpus + " (SLURM_STEP_GPUS)");
+  }
+  if (nnodes_text == "1" && spec.cuda_visible_devices.empty()) return;  // a one-node step: nothing changed
+  std::string line = "Slurm job " + step->job_id + " step " + step->step_id + ": took ";
+  for (std::size_t i = 0; i < took.size(); ++i) line += (i == 0 ? "" : ", ") + took[i];
+  spec.notices.push_back(line);
+}
+
+}  // namespace
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  double close_timeout = 0, keep_alive_attempts = 0;  // 0: not given (both must be > 0)
+  bool heartbeat_timeout_given = false;
+  // Durations in seconds (> 0, the last call may be 0) and sizes in bytes/counts (>= 1).
+  const std::map<std::string, double*> seconds = {
+      {"join_timeout", &conf.join_timeout_s},
+      {"timeout", &conf.join_timeout_s},  // torchrun's name
+      {"last_call_timeout", &conf.last_call_timeout_s},
+      {"heartbeat_interval", &conf.heartbeat_interval_s},
+      {"keep_alive_interval", &conf.heartbeat_interval_s},  // torchrun's name
+      {"heartbeat_timeout", &conf.heartbeat_timeout_s},
+      {"read_timeout", &conf.read_timeout_s},
+      {"close_timeout", &close_timeout}};
+  const std::map<std::string, long long*> sizes = {
+      {"max_key_bytes", &conf.max_key_bytes},
+      {"max_value_bytes", &conf.max_value_bytes},
+      {"max_keys", &conf.max_keys},
+      {"max_store_bytes", &conf.max_store_bytes},
+      {"max_pending_waits", &conf.max_pending_waits},
+      {"max_message_bytes", &conf.max_message_bytes}};
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "is_host") {
+      // torchrun's spellings of a boolean.
+      std::string v = value;
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y" || v == "on") {
+        conf.is_host = true;
+      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n" || v == "off") {
+        conf.is_host = false;
+      } else {
+        throw Error("--rdzv_conf: is_host=" + value + " is not a boolean (1/0, true/false)");
+      }
+      continue;
+    }
+    double number = 0;
+    try {
+      size_t used = 0;
+      number = std::stod(value, &used);
+      if (used != value.size()) throw std::invalid_argument(value);
+    } catch (const std::exception&) {
+      throw Error("--rdzv_conf: " + key + "=" + value + " is not a number");
+    }
+    if (key == "keep_alive_max_attempt") {
+      if (!(number >= 1 && number <= 1000000) || number != static_cast<long long>(number)) {
+        throw Error("--rdzv_conf: keep_alive_max_attempt=" + value + " must be a whole number >= 1");
+      }
+      keep_alive_attempts = number;
+    } else if (auto it = seconds.find(key); it != seconds.end()) {
+      bool may_be_zero = key == "last_call_timeout";
+      if (!(number >= 0) || (!may_be_zero && number == 0) || number > 365 * 86400.0) {
+        throw Error("--rdzv_conf: " + key + "=" + value + " is out of range (seconds)");
+      }
+      *it->second = number;
+      if (key == "heartbeat_timeout") heartbeat_timeout_given = true;
+    } else if (auto sz = sizes.find(key); sz != sizes.end()) {
+      if (!(number >= 1) || number > 1024.0 * 1024 * 1024 || number != static_cast<long long>(number)) {
+        throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
+      }
+      *sz->second = static_cast<long long>(number);
+    } else {
+      throw Error("--rdzv_conf: unknown key '" + key +
+                  "' (known: join_timeout or timeout, last_call_timeout, close_timeout, read_timeout, "
+                  "is_host, heartbeat_interval or keep_alive_interval, heartbeat_timeout, "
+                  "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes)");
+    }
+  }
+  if (close_timeout > 0) conf.close_timeout_s = close_timeout;
+  if (keep_alive_attempts > 0) {
+    if (heartbeat_timeout_given) {
+      throw Error("--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");
+    }
+    conf.heartbeat_timeout_s = conf.heartbeat_interval_s * keep_alive_attempts;
+  }
+  if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
+    throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");
+  }
+  if (conf.max_value_bytes + conf.max_key_bytes + 4096 > conf.max_message_bytes) {
+    throw Error("--rdzv_conf: max_message_bytes must exceed max_key_bytes + max_value_bytes + 4096");
+  }
+  return conf;
+}
+
+bool LaunchSpec::runs_under_python() const {
+  return !no_python && (module || ends_with(program, ".py"));
+}
+
+std::vector<std::string> LaunchSpec::command() const {
+  std::vector<std::string> cmd;
+  if (runs_under_python()) {
+    // -u like torchrun: unbuffered output reaches the rank-prefixed stream at once.
+    cmd = {python, "-u"};
+    if (module) cmd.push_back("-m");
+  }
+  cmd.push_back(program);
+  cmd.insert(cmd.end(), program_args.begin(), program_args.end());
+  return cmd;
+}
+
+int count_visible_gpus() {
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    // CUDA stops at the first invalid entry; "-1" or "" hides every device.
+    int count = 0;
+    std::stringstream items(visible);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      if (item.empty() || item[0] == '-') break;
+      ++count;
+    }
+    return count;
+  }
+  int count = 0;
+  if (DIR* dev = opendir("/dev")) {
+    while (dirent* entry = readdir(dev)) {
+      std::string name = entry->d_name;
+      if (name.rfind("nvidia", 0) == 0 && name.size() > 6 &&
+          name.find_first_not_of("0123456789", 6) == std::string::npos) {
+        ++count;
+      }
+    }
+    closedir(dev);
+  }
+  return count;
+}
+
+int count_usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus) {
+  if (text == "auto") return visible_gpus > 0 ? visible_gpus : usable_cpus;
+  if (text == "cpu") return usable_cpus;
+  if (text == "gpu") {
+    if (visible_gpus == 0) throw Error("--nproc_per_node=gpu: no GPU is visible to this process");
+    return visible_gpus;
+  }
+  if (text == "0") throw Error("--nproc_per_node=0: at least one worker is needed");
+  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error("--nproc_per_node=" + text + ": expected a positive integer, auto, cpu or gpu");
+  }
+  return std::stoi(text);
+}
+
+ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
+  CLI::App app{
+      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
+      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
+      "ddprun"};
+  app.prefix_command();
+  // A flag given twice takes its last value, like torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
+  app.allow_config_extras(false);
+  app.set_version_flag("--version", "ddprun 0.1.0");
+
+  LaunchSpec spec;
+  std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id, rdzv_conf_text;
+  std::string backend_text;
+  bool no_prefix = false;
+  // torchrun flags with nothing to do here: accepted, so that a copied
+  // command line runs, with one line saying why they change nothing.
+  std::string start_method, logs_specs, numa_binding, line_prefix;
+  bool run_path = false;
+  app.add_option("--nproc_per_node,--nproc-per-node", spec.nproc_per_node_text,
+                 "Workers on this node: N, auto (GPUs, else CPUs), cpu, gpu")
+      ->envname("PET_NPROC_PER_NODE");
+  app.add_option("--nnodes", nnodes_text, "Number of nodes (N or MIN:MAX)")->envname("PET_NNODES");
+  app.add_option("--node_rank,--node-rank", spec.node_rank,
+                 "Rank of this node (default: assigned by the rendezvous; 0 hosts the rendezvous)")
+      ->envname("PET_NODE_RANK");
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", spec.rdzv_endpoint,
+                 "Rendezvous HOST[:PORT] (default port 29400; single node: 127.0.0.1 on a free port)")
+      ->envname("PET_RDZV_ENDPOINT");
+  app.add_option("--rdzv_backend,--rdzv-backend", backend_text,
+                 "static (node rank 0 hosts the rendezvous) or c10d (the node at the endpoint's "
+                 "address hosts it, ranks assigned); default: static with --node_rank, else c10d")
+      ->envname("PET_RDZV_BACKEND");
+  app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf_text,
+                 "key=value,...: join_timeout (timeout), last_call_timeout, close_timeout, read_timeout, "
+                 "is_host, heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
+                 "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes")
+      ->envname("PET_RDZV_CONF");
+  app.add_option("--rdzv_token,--rdzv-token", spec.rdzv_token,
+                 "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN); the same on "
+                 "every node. Visible to other users in ps: prefer DDP_RDZV_TOKEN")
+      ->envname("DDP_RDZV_TOKEN");
+  std::string token_file;
+  app.add_option("--rdzv_token_file,--rdzv-token-file", token_file,
+                 "Read the rendezvous token from this file (first line), kept out of ps")
+      ->envname("DDP_RDZV_TOKEN_FILE");
+  app.add_option("--local_addr,--local-addr", spec.local_addr,
+                 "Address advertised to other nodes (default: the one that routes to the endpoint)")
+      ->envname("PET_LOCAL_ADDR");
+  app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", spec.tls_cert, "PEM certificate (server: node 0)");
+  app.add_option("--rdzv_tls_key,--rdzv-tls-key", spec.tls_key, "PEM private key for --rdzv_tls_cert");
+  app.add_option("--rdzv_tls_ca,--rdzv-tls-ca", spec.tls_ca, "PEM CA that signed the server's certificate");
+  app.add_option("--master_addr,--master-addr", spec.master_addr, "MASTER_ADDR given to workers")
+      ->envname("PET_MASTER_ADDR");
+  app.add_option("--master_port,--master-port", spec.master_port,
+                 "MASTER_PORT given to workers (default: a free port ddprun reserves)")
+      ->envname("PET_MASTER_PORT");
+  app.add_flag("--standalone", spec.standalone, "Single-node job with a local rendezvous")
+      ->envname("PET_STANDALONE");
+  app.add_option("--max_restarts,--max-restarts", spec.max_restarts,
+                 "Restarts of the whole worker group before failing")
+      ->envname("PET_MAX_RESTARTS");
+  app.add_option("--monitor_interval,--monitor-interval", spec.monitor_interval_s,
+                 "Seconds between supervision checks (exits are seen at once regardless)")
+      ->envname("PET_MONITOR_INTERVAL");
+  app.add_option("--hang_timeout,--hang-timeout", spec.hang_timeout_s,
+                 "Seconds a rank may go without progress (collectives, or CPU time) before the job is reported "
+                 "hung, with each stuck rank's stack, and stopped; 0 (default): off")
+      ->envname("PET_HANG_TIMEOUT");
+  app.add_option("--shutdown_timeout,--shutdown-timeout", spec.shutdown_timeout_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->envname("PET_SHUTDOWN_TIMEOUT");
+  app.add_option("--log_dir,--log-dir", spec.log_dir,
+                 "Write LOG_DIR/<run_id>/attempt_<k>/<rank>/{stdout,stderr}.log")
+      ->envname("PET_LOG_DIR");
+  app.add_option("-r,--redirects", redirects_text,
+                 "Send streams only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or "
+                 "LOCAL_RANK:BITS,...")
+      ->envname("PET_REDIRECTS");
+  app.add_option("-t,--tee", tee_text, "Send streams to the console and the log files (same syntax)")
+      ->envname("PET_TEE");
+  app.add_option("--local_ranks_filter,--local-ranks-filter", filter_text,
+                 "Show only these local ranks on the console, e.g. 0,2")
+      ->envname("PET_LOCAL_RANKS_FILTER");
+  app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id,
+                 "Job id, the same on every node (or PET_RDZV_ID; default: 'none' with several nodes, "
+                 "else a unique id)")
+      ->envname("PET_RUN_ID");
+  app.add_option("--role", spec.role, "ROLE_NAME given to workers")->envname("PET_ROLE");
+  app.add_flag("--no_python,--no-python", spec.no_python,
+               "Run PROGRAM directly even when it ends in .py")
+      ->envname("PET_NO_PYTHON");
+  app.add_flag("-m,--module", spec.module, "Run PROGRAM as a Python module (python3 -m)")
+      ->envname("PET_MODULE");
+  app.add_flag("--no_prefix,--no-prefix", no_prefix,
+               "Do not prefix worker output lines with [rank N]")
+      ->envname("PET_NO_PREFIX");
+  app.add_option("--start_method,--start-method", start_method, "torchrun's; no effect (workers are exec'd)")
+      ->envname("PET_START_METHOD");
+  app.add_option("--logs_specs,--logs-specs", logs_specs, "torchrun's; no effect (see --log_dir)")
+      ->envname("PET_LOGS_SPECS");
+  app.add_option("--log_line_prefix_template,--log-line-prefix-template", line_prefix,
+                 "torchrun's; no effect (lines are prefixed [rank N]; see --no_prefix)")
+      ->envname("PET_LOG_LINE_PREFIX_TEMPLATE");
+  app.add_flag("--run_path,--run-path", run_path, "torchrun's; no effect (PROGRAM is run as given)")
+      ->envname("PET_RUN_PATH");
+  app.add_option("--numa_binding,--numa-binding", numa_binding,
+                 "torchrun's; not implemented (see --bind_cores_to_rank)")
+      ->envname("PET_NUMA_BINDING");
+  app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", spec.bind_cores_to_rank,
+               "Run each local rank on its own slice of ddprun's CPUs (round-robin, one CPU each, "
+               "when ranks outnumber CPUs)")
+      ->envname("PET_BIND_CORES_TO_RANK");
+
+  std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, app.help(), 0};
+  } catch (const CLI::CallForVersion&) {
+    return {std::nullopt, "ddprun 0.1.0\n", 0};
+  } catch (const CLI::FileError& e) {
+    throw Error(std::string("--config: ") + e.what());
+  } catch (const CLI::ConfigError& e) {
+    throw Error(std::string("--config: ") + e.what());
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports a bad value from the file under the option's name only.
+    CLI::Option* config = app.get_config_ptr();
+    if (config != nullptr && config->count() > 0) {
+      throw Error(std::string(e.what()) + " (on the command line or in --config " +
+                  config->as<std::string>() + ")");
+    }
+    throw Error(e.what());
+  }
+
+  // Everything CLI11 did not take: [--] PROGRAM ARGS... The first item must
+  // not look like a launcher option: an unknown option is an error, not the
+  // program's name.
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    throw Error("unknown option '" + rest.front() +
+                "' (launcher options go before the program; use -- to end them)");
+  }
+  if (rest.empty()) throw Error("no program given: usage: ddprun [OPTIONS] PROGRAM [ARGS...]");
+  spec.program = rest.front();
+  spec.program_args.assign(rest.begin() + 1, rest.end());
+
+  // torchrun's PET_RDZV_ID names the run as PET_RUN_ID does.
+  if (run_id.empty()) {
+    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) run_id = id;
+  }
+  {
+    GivenShape given;
+    given.nnodes = app.count("--nnodes") > 0;
+    given.node_rank = app.count("--node_rank") > 0;
+    given.endpoint = app.count("--rdzv_endpoint") > 0;
+    given.master_addr = app.count("--master_addr") > 0;
+    given.master_port = app.count("--master_port") > 0;
+    given.run_id = !run_id.empty();
+    given.standalone = spec.standalone;
+    apply_slurm_step(spec, nnodes_text, run_id, given);
+  }
+  spec.nproc_per_node = resolve_nproc(
+      spec.nproc_per_node_text,
+      spec.cuda_visible_devices.empty() ? count_visible_gpus() : count_gpus_in(spec.cuda_visible_devices),
+      count_usable_cpus());
+  {
+    auto colon = nnodes_text.find(':');
+    int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
+    int max_nodes = colon == std::string::npos
+                        ? min_nodes
+                        : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
+    if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
+    spec.min_nodes = min_nodes;
+    spec.nnodes = max_nodes;
+  }
+  if (!spec.multi_node() && spec.node_rank == -1) spec.node_rank = 0;
+  if (spec.node_rank < -1 || spec.node_rank >= spec.nnodes) {
+    throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +
+                std::to_string(spec.nnodes) + ")");
+  }
+  if (spec.standalone && spec.multi_node()) {
+    throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" + nnodes_text);
+  }
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
+  }
+  spec.rdzv_conf = parse_rdzv_conf(rdzv_conf_text);
+  apply_backend(spec, backend_text, nnodes_text, spec.master_port != 0 || app.count("--master_port") > 0);
+  if (spec.rdzv_endpoint.empty()) {
+    spec.rdzv_host = "127.0.0.1";
+    spec.rdzv_port = 0;
+  } else {
+    Endpoint ep = parse_endpoint(spec.rdzv_endpoint, 29400, "--rdzv_endpoint");
+    spec.rdzv_host = ep.host;
+    spec.rdzv_port = ep.port;
+    if (ep.port == 0 && spec.multi_node()) {
+      throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint +
+                  ": port 0 cannot be found by the other nodes; give a port (default 29400)");
+    }
+  }
+  if (!token_file.empty()) {
+    if (!spec.rdzv_token.empty()) throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
+    std::ifstream in(token_file);
+    if (!in) throw Error("--rdzv_token_file=" + token_file + ": cannot read file");
+    std::getline(in, spec.rdzv_token);
+    while (!spec.rdzv_token.empty() && std::isspace(static_cast<unsigned char>(spec.rdzv_token.back()))) {
+      spec.rdzv_token.pop_back();
+    }
+    if (spec.rdzv_token.empty()) throw Error("--rdzv_token_file=" + token_file + ": the first line is empty");
+  }
+  if (spec.rdzv_token.empty() && !spec.multi_node()) spec.rdzv_token = random_hex(32);
+  if (spec.tls_cert.empty() != spec.tls_key.empty()) {
+    throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
+  }
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--rdzv_tls_cert", spec.tls_cert},
+                                   {"--rdzv_tls_key", spec.tls_key},
+                                   {"--rdzv_tls_ca", spec.tls_ca}}) {
+    if (!path.empty() && access(path.c_str(), R_OK) != 0) throw Error(flag + "=" + path + ": cannot read file");
+  }
+  if (spec.master_addr.empty()) throw Error("--master_addr is empty");
+  if (spec.max_restarts < 0) {
+    throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
+  }
+  if (!(spec.monitor_interval_s > 0 && spec.monitor_interval_s <= 3600)) {
+    throw Error("--monitor_interval must be in (0, 3600] seconds");
+  }
+  if (!(spec.hang_timeout_s == 0 || (spec.hang_timeout_s >= 0.5 && spec.hang_timeout_s <= 86400 * 7))) {
+    throw Error("--hang_timeout must be 0 (off) or in [0.5, 604800] seconds");
+  }
+  if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
+    throw Error("--shutdown_timeout must be in [0, 86400] seconds");
+  }
+  spec.redirects = parse_stream_map("--redirects", redirects_text);
+  spec.tee = parse_stream_map("--tee", tee_text);
+  if (!filter_text.empty()) {
+    spec.local_ranks_filter = parse_rank_list("--local_ranks_filter", filter_text, spec.nproc_per_node);
+  }
+  spec.rank_prefix = !no_prefix;
+  // torchrun's default id is "none", so the same command works on every node;
+  // a single node's id only has to be unique (it names shm segments and logs).
+  if (run_id.empty()) run_id = spec.multi_node() ? "none" : random_hex(12);
+  if (run_id.find('/') != std::string::npos || run_id == "." || run_id == "..") {
+    throw Error("--run_id=" + run_id + ": must not contain '/' or be '.' or '..'");
+  }
+  spec.run_id = run_id;
+  if (const char* python = std::getenv("DDP_PYTHON"); python != nullptr && *python != '\0') {
+    spec.python = python;
+  }
+  if (spec.module && spec.no_python) throw Error("-m/--module and --no_python cannot be combined");
+  if ((spec.redirects.any() || spec.tee.any()) && spec.log_dir.empty()) {
+    // Like torchrun: redirected streams need files, so they go to a temp dir (announced).
+    const char* tmp = std::getenv("TMPDIR");
+    spec.log_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-logs";
+    spec.log_dir_defaulted = true;
+  }
+  if (!spec.log_dir.empty()) ensure_writable_dir("--log_dir", spec.log_dir);
+  if (!start_method.empty()) {
+    spec.notices.push_back("--start_method=" + start_method +
+                           " has no effect: ddprun always starts each worker as a new process (fork + exec)");
+  }
+  if (!logs_specs.empty()) {
+    spec.notices.push_back("--logs_specs=" + logs_specs + " has no effect: per-rank logs are set with --log_dir, "
+                           "--redirects and --tee");
+  }
+  if (!line_prefix.empty()) {
+    spec.notices.push_back("--log_line_prefix_template has no effect: lines are prefixed with [rank N] "
+                           "(--no_prefix turns that off)");
+  }
+  if (run_path) spec.notices.push_back("--run_path has no effect: PROGRAM is run as given");
+  if (!numa_binding.empty()) {
+    spec.notices.push_back("--numa_binding=" + numa_binding +
+                           " is not implemented; workers keep ddprun's NUMA policy (--bind_cores_to_rank "
+                           "gives each local rank its own CPUs)");
+  }
+  if (check_program_exists) check_program(spec);
+  return {spec, "", 0};
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,145 @@
+#pragma once
+// LaunchSpec: the launcher's validated view of its command line and config
+// file. Parsing is pure (no process is started); every error is a ddp::Error
+// whose text names the flag at fault.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/stream_routing.h"
+
+namespace ddp::launcher {
+
+// --rdzv_conf key=value,...: durations in seconds, limits in bytes or counts.
+struct RdzvConf {
+  double join_timeout_s = 600;
+  double last_call_timeout_s = 30;  // torchrun's default
+  double heartbeat_interval_s = 1;
+  double heartbeat_timeout_s = 10;
+  long long max_key_bytes = 4096;
+  long long max_value_bytes = 4 << 20;
+  long long max_keys = 100000;
+  long long max_store_bytes = 256 << 20;  // keys and values together
+  long long max_pending_waits = 32768;    // requests the server holds at once
+  long long max_message_bytes = 8 << 20;  // gRPC messages the server accepts
+  // torchrun's is_host: whether this node hosts the c10d rendezvous
+  // (nullopt: the node whose address matches the endpoint's host does).
+  std::optional<bool> is_host;
+  // torchrun's close_timeout: how long the host keeps answering once the
+  // job's outcome is known, so the other nodes' heartbeats learn it.
+  std::optional<double> close_timeout_s;
+  // torchrun's read_timeout: bound of the agent's short rendezvous calls
+  // (reporting a failure, leaving).
+  double read_timeout_s = 60;
+};
+
+// Throws ddp::Error naming --rdzv_conf and the key when malformed or unknown.
+// torchrun's keys are accepted with their meaning: timeout (= join_timeout),
+// last_call_timeout, close_timeout, read_timeout, is_host,
+// keep_alive_interval (= heartbeat_interval) and keep_alive_max_attempt
+// (heartbeat_timeout = interval x attempts).
+RdzvConf parse_rdzv_conf(const std::string& text);
+
+// --rdzv_backend: both are served by ddprun's gRPC rendezvous; the name only
+// says how its host is found. kStatic: node rank 0 hosts it and every node
+// gives --node_rank. kC10d: the node whose address matches the endpoint's
+// host hosts it (or rdzv_conf is_host), and node ranks are assigned (a
+// --node_rank given anyway is kept). Without --rdzv_backend: static when
+// --node_rank is given and --nnodes is fixed, else c10d.
+enum class RdzvBackend { kStatic, kC10d };
+
+struct LaunchSpec {
+  int nproc_per_node = 1;
+  std::string nproc_per_node_text = "1";  // as given (N, auto, cpu, gpu)
+  int min_nodes = 1;  // --nnodes=MIN:MAX (both equal for a fixed size)
+  int nnodes = 1;     // MAX
+  int node_rank = -1;  // -1: assigned by the rendezvous (0 on a single node)
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  bool multi_node() const { return nnodes > 1; }
+  // This agent must run the rendezvous server in-process: a single node, the
+  // static form's node rank 0, or a c10d node told so by is_host=1.
+  bool hosts_rendezvous() const {
+    if (!multi_node()) return true;
+    if (rdzv_backend == RdzvBackend::kStatic) return node_rank == 0;
+    return rdzv_conf.is_host.value_or(false);
+  }
+  // A c10d node without is_host: it hosts the rendezvous when the endpoint's
+  // host is one of its own addresses, else (or when another agent on this
+  // machine already listens there) it is a client, like torchrun.
+  bool guesses_host() const {
+    return multi_node() && rdzv_backend == RdzvBackend::kC10d && !rdzv_conf.is_host.has_value();
+  }
+
+  // Rendezvous. Single-node jobs default to 127.0.0.1 on a free port.
+  std::string rdzv_endpoint;  // HOST:PORT as given ("" = default)
+  std::string rdzv_host;      // parsed
+  int rdzv_port = 0;
+  std::string rdzv_token;     // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs;
+                              // empty: a multi-node job without authentication
+  RdzvConf rdzv_conf;
+  std::string local_addr;     // advertised to peers ("" = the address that routes to the endpoint)
+  std::string tls_cert, tls_key, tls_ca;
+
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: ddprun reserves a free port
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;
+  // A rank without progress for this long is reported as hung, with where it
+  // is stuck, and the group is stopped (and restarted if restarts remain).
+  // 0: off. See hang_detector.h for what counts as progress.
+  double hang_timeout_s = 0;
+  double shutdown_timeout_s = 5.0;
+  std::string log_dir;  // empty: no per-rank files
+  bool log_dir_defaulted = false;  // --redirects/--tee without --log_dir chose a temp dir
+  StreamMap redirects;
+  StreamMap tee;
+  std::optional<std::vector<int>> local_ranks_filter;  // nullopt: every rank
+  std::string run_id;
+  std::string role = "default";
+  bool no_python = false;
+  bool module = false;
+  bool rank_prefix = true;
+  // --bind_cores_to_rank: each local rank runs on its own slice of ddprun's
+  // CPUs (cpu_binding.h); off: workers inherit ddprun's affinity.
+  bool bind_cores_to_rank = false;
+  std::string python = "python3";  // interpreter for .py programs and -m
+
+  // One line each for accepted torchrun flags that change nothing here, and
+  // for what was taken from a Slurm job step.
+  std::vector<std::string> notices;
+  // The Slurm step's GPUs (SLURM_STEP_GPUS), for workers to see as
+  // CUDA_VISIBLE_DEVICES when it is unset ("": leave the environment alone).
+  std::string cuda_visible_devices;
+
+  std::string program;                    // as given
+  std::vector<std::string> program_args;  // passed untouched
+  // What is exec'd for each worker (interpreter + program + args).
+  std::vector<std::string> command() const;
+  bool runs_under_python() const;
+};
+
+// What parse_launch_args decided: either a spec to run, or text to print and
+// an exit code (help, version).
+struct ParseOutcome {
+  std::optional<LaunchSpec> spec;
+  std::string message;
+  int exit_code = 0;
+};
+
+// Parses argv (argv[0] is the program name) with CLI11, including
+// `--config FILE` (TOML) and PET_<FLAG> environment fallbacks. Precedence:
+// command line > environment > config file > default. Throws ddp::Error.
+// `check_program` resolves the program on PATH (disable in pure unit tests).
+ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program = true);
+
+// Resolves --nproc_per_node text: a positive integer, or auto|cpu|gpu.
+int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus);
+
+// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN.
+int count_visible_gpus();
+// CPUs in this process's affinity mask.
+int count_usable_cpus();
+
+}  // namespace ddp::launcher

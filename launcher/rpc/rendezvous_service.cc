@@ -1,0 +1,589 @@
+#include "rpc/rendezvous_service.h"
+
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_posix.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/error.h"
+
+namespace ddp::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+// How often the timer looks even when nothing is due (bounds the cost of a
+// missed notification; cancellations arrive through OnCancel).
+constexpr auto kIdleTick = 200ms;
+// Cap for waits whose request names no timeout.
+constexpr auto kMaxWait = std::chrono::hours(24);
+
+// gRPC carries a status message in trailing metadata, whose size is
+// limited (8 KiB by default): a longer one would replace the real error with
+// "received initial metadata size exceeds limit". Long texts (a Wait on
+// thousands of keys, a job's 20-line failure report) keep their head.
+constexpr std::size_t kMaxStatusMessage = 4096;
+
+std::string capped(const std::string& message) {
+  if (message.size() <= kMaxStatusMessage) return message;
+  std::size_t cut = kMaxStatusMessage;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+  return message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) + " more bytes cut)";
+}
+
+grpc::Status error_status(grpc::StatusCode code, const std::string& message) {
+  return grpc::Status(code, capped(message));
+}
+
+grpc::Status to_grpc(const Status& s) {
+  static const grpc::StatusCode kMap[] = {
+      grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
+      grpc::StatusCode::INVALID_ARGUMENT,   grpc::StatusCode::RESOURCE_EXHAUSTED,
+      grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
+      grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED,
+      grpc::StatusCode::UNAVAILABLE};
+  return s.ok() ? grpc::Status::OK : error_status(kMap[static_cast<int>(s.code)], s.message);
+}
+
+Auth auth_of(const v1::Auth& a) { return {a.run_id(), a.token()}; }
+
+TimePoint now() { return RendezvousClock::now(); }
+
+TimePoint deadline_after(std::int64_t timeout_ms) {
+  if (timeout_ms <= 0) return now() + kMaxWait;
+  return now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), kMaxWait);
+}
+
+// Waiter topics (see RendezvousService::Waiter).
+// "j": membership: the forming round, and the running round's end.
+const char kJoinTopic[] = "j";
+constexpr std::chrono::milliseconds kMaxHeartbeatHold{10000};
+std::string key_topic(const std::string& key) { return "k:" + key; }
+std::string barrier_topic(const std::string& name) { return "b:" + name; }
+
+std::string seconds_text(std::int64_t ms) {
+  std::ostringstream out;
+  out.precision(3);
+  out << ms / 1000.0 << " s";
+  return out.str();
+}
+
+}  // namespace
+
+class RendezvousService::WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit WaitReactor(RendezvousService* service) : service_(service) {}
+  void OnCancel() override { service_->on_cancel(this); }
+  void OnDone() override { delete this; }
+
+ private:
+  RendezvousService* service_;
+};
+
+RendezvousService::RendezvousService(RendezvousConfig config) : state_(std::move(config)) {
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+RendezvousService::~RendezvousService() { stop(); }
+
+void RendezvousService::stop() {
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& w : waiters_) {
+      w.cancel();
+      finished.emplace_back(w.reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    }
+    waiters_.clear();
+    by_topic_.clear();
+    by_reactor_.clear();
+  }
+  timer_cv_.notify_all();
+  for (auto& [reactor, status] : finished) reactor->Finish(status);
+  if (timer_.joinable()) timer_.join();
+}
+
+RendezvousState::Phase RendezvousService::phase() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.phase();
+}
+
+std::size_t RendezvousService::pending_waits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
+bool RendezvousService::outcome_delivered() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.outcome_delivered();
+}
+
+std::string RendezvousService::broken_invariant() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.broken_invariant();
+}
+
+grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContext* /*ctx*/,
+                                                      std::unique_lock<std::mutex>& lock, Poll poll,
+                                                      std::function<void()> cancel,
+                                                      std::optional<TimePoint> deadline, Topics topics) {
+  auto* reactor = new WaitReactor(this);
+  if (stopping_) {
+    cancel();
+    lock.unlock();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    return reactor;
+  }
+  if (at_wait_limit()) {
+    if (auto status = poll(now())) {  // answered at once: no room needed
+      wake(lock, topics);
+      reactor->Finish(*status);
+      return reactor;
+    }
+    cancel();
+    lock.unlock();
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "the rendezvous server holds " + std::to_string(waiters_.size()) +
+                                     " waiting requests, its limit (--rdzv_conf max_pending_waits)"));
+    return reactor;
+  }
+  if (auto status = poll(now())) {
+    wake(lock, topics);
+    reactor->Finish(*status);
+    return reactor;
+  }
+  // Still pending, so this request decided no one else's answer either: an
+  // arrival that does not complete its barrier, a join that does not close
+  // the round. Only time can, and the timer sees to that.
+  std::sort(topics.begin(), topics.end());
+  topics.erase(std::unique(topics.begin(), topics.end()), topics.end());
+  auto it = waiters_.insert(waiters_.end(), {reactor, std::move(poll), std::move(cancel), deadline, std::move(topics)});
+  for (const auto& topic : it->topics) by_topic_.emplace(topic, it);
+  by_reactor_.emplace(reactor, it);
+  TimePoint due = deadline.value_or(TimePoint::max());
+  if (auto d = state_.next_deadline()) due = std::min(due, *d);
+  const bool earlier = due < timer_wake_;
+  lock.unlock();
+  if (earlier) timer_cv_.notify_all();
+  return reactor;
+}
+
+void RendezvousService::erase_waiter(WaiterList::iterator it) {
+  for (const auto& topic : it->topics) {
+    auto [first, last] = by_topic_.equal_range(topic);
+    for (auto t = first; t != last; ++t) {
+      if (t->second == it) {
+        by_topic_.erase(t);
+        break;
+      }
+    }
+  }
+  by_reactor_.erase(it->reactor);
+  waiters_.erase(it);
+}
+
+void RendezvousService::poll_waiters_locked(TimePoint t, Finished& finished) {
+  state_.tick(t);
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    auto next = std::next(it);
+    if (auto status = it->poll(t)) {
+      finished.emplace_back(it->reactor, *status);
+      erase_waiter(it);
+    }
+    it = next;
+  }
+}
+
+void RendezvousService::wake(std::unique_lock<std::mutex>& lock, const Topics& topics) {
+  Finished finished;
+  const TimePoint t = now();
+  std::vector<WaiterList::iterator> candidates;
+  for (const auto& topic : topics) {
+    candidates.clear();
+    auto [first, last] = by_topic_.equal_range(topic);
+    for (auto w = first; w != last; ++w) candidates.push_back(w->second);
+    for (auto w : candidates) {  // a waiter is listed once per topic
+      if (auto status = w->poll(t)) {
+        finished.emplace_back(w->reactor, *status);
+        erase_waiter(w);
+      }
+    }
+  }
+  lock.unlock();
+  for (auto& [reactor, status] : finished) reactor->Finish(status);
+}
+
+void RendezvousService::on_cancel(WaitReactor* reactor) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto found = by_reactor_.find(reactor);
+  if (found == by_reactor_.end()) return;  // already answered
+  // Withdrawing a join or an arrival completes nothing for the others, so no
+  // one else needs a poll.
+  found->second->cancel();
+  erase_waiter(found->second);
+  lock.unlock();
+  reactor->Finish(grpc::Status::CANCELLED);
+}
+
+void RendezvousService::timer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  TimePoint sweep = now() + kIdleTick;  // polls everyone at least this often
+  while (!stopping_) {
+    TimePoint wake = sweep;
+    if (auto d = state_.next_deadline()) wake = std::min(wake, *d);
+    for (const auto& w : waiters_) {
+      if (w.deadline) wake = std::min(wake, *w.deadline);
+    }
+    timer_wake_ = wake;
+    timer_cv_.wait_until(lock, wake);
+    if (stopping_) break;
+    const TimePoint t = now();
+    if (t < wake) continue;  // notified: something may be due earlier
+    sweep = t + kIdleTick;
+    Finished finished;
+    poll_waiters_locked(t, finished);
+    if (!finished.empty()) {
+      lock.unlock();
+      for (auto& [reactor, status] : finished) reactor->Finish(status);
+      lock.lock();
+    }
+  }
+}
+
+// --- membership ------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                                  v1::JoinResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  JoinArgs args;
+  args.node_rank = req->node_rank();
+  args.local_world_size = req->local_world_size();
+  args.hostname = req->hostname();
+  args.address = req->address();
+  args.master_port = req->master_port();
+  const std::uint64_t before = state_.version();
+  const bool was_running = state_.phase() == RendezvousState::Phase::kRunning;
+  auto ticket = state_.join(auth_of(req->auth()), args, now());
+  if (!ticket.ok()) {
+    // A refused join may have discarded the forming round: its joiners hear now.
+    if (state_.version() != before) {
+      wake(lock, {kJoinTopic});
+    } else {
+      lock.unlock();
+    }
+    return answer(ctx, to_grpc(ticket.status));
+  }
+  if (was_running && state_.phase() != RendezvousState::Phase::kRunning) {
+    // The join ended the running round (a relaunch, a scale-up): its nodes' held heartbeats hear now.
+    wake(lock, {kJoinTopic});
+    lock.lock();
+  }
+  JoinTicket t = ticket.value;
+  Poll poll = [this, t, resp](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.join_status(t, at);
+    if (!r) return std::nullopt;
+    if (!r->ok()) return to_grpc(r->status);
+    const JoinResult& j = r->value;
+    resp->set_round(j.round);
+    resp->set_group_rank(j.group_rank);
+    resp->set_group_world_size(j.group_world_size);
+    resp->set_world_size(j.world_size);
+    resp->set_global_rank_offset(j.global_rank_offset);
+    resp->set_master_addr(j.master_addr);
+    resp->set_master_port(j.master_port);
+    resp->set_restart_count(j.restart_count);
+    resp->set_reason(j.reason);
+    return grpc::Status::OK;
+  };
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt, {kJoinTopic});
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const v1::HeartbeatRequest* req,
+                                                       v1::HeartbeatResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(), req->heard_end());
+  auto fill = [resp](const HeartbeatReply& reply) {
+    resp->set_round_ended(reply.round_ended);
+    resp->set_reason(reply.reason);
+    resp->set_can_restart(reply.can_restart);
+    resp->set_succeeded(reply.round_ended && reply.reason.empty());
+  };
+  // At the waiting-requests limit a heartbeat is answered at once, never refused.
+  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0 || at_wait_limit()) {
+    if (r.ok()) fill(r.value);
+    lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
+    return answer(ctx, to_grpc(r.status));
+  }
+  // Held until the round ends (a membership change) or the hold passes.
+  const auto until = now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req->hold_ms()),
+                                                                 kMaxHeartbeatHold);
+  Poll poll = [this, fill, until, round = req->round(), rank = req->group_rank()](
+                  TimePoint at) -> std::optional<grpc::Status> {
+    if (auto end = state_.round_end(round, rank, at)) {
+      fill(*end);
+      return grpc::Status::OK;
+    }
+    if (at >= until) return grpc::Status::OK;  // still running
+    return std::nullopt;
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, until, {kJoinTopic});
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerContext* ctx,
+                                                           const v1::ReportFailureRequest* req,
+                                                           v1::ReportFailureResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.report_failure(auth_of(req->auth()), req->round(), req->group_rank(), req->report(),
+                                 req->exit_code(), now());
+  if (r.ok()) resp->set_can_restart(r.value.can_restart);
+  wake(lock, {kJoinTopic});
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+                                                   v1::LeaveResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto s = state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
+  wake(lock, {kJoinTopic});
+  return answer(ctx, to_grpc(s));
+}
+
+// --- store -------------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* req,
+                                                 v1::SetResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto s = state_.set(auth_of(req->auth()), req->key(), req->value());
+  wake(lock, {key_topic(req->key())});
+  return answer(ctx, to_grpc(s));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req,
+                                                 v1::GetResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Auth auth = auth_of(req->auth());
+  auto first = state_.get(auth, req->key());
+  if (!first.ok() || first.value || !req->wait()) {
+    if (first.ok() && first.value) {
+      resp->set_found(true);
+      resp->set_value(*first.value);
+    }
+    lock.unlock();
+    return answer(ctx, to_grpc(first.status));
+  }
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  std::string key = req->key();
+  std::int64_t timeout_ms = req->timeout_ms();
+  Poll poll = [this, auth, key, deadline, timeout_ms, resp](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.get(auth, key);
+    if (!r.ok()) return to_grpc(r.status);
+    if (r.value) {
+      resp->set_found(true);
+      resp->set_value(*r.value);
+      return grpc::Status::OK;
+    }
+    if (at >= deadline) {
+      return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "key '" + key + "' was not set within " + seconds_text(timeout_ms));
+    }
+    return std::nullopt;
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline, {key_topic(key)});
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* req,
+                                                 v1::AddResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.add(auth_of(req->auth()), req->key(), req->delta());
+  if (r.ok()) resp->set_value(r.value);
+  wake(lock, {key_topic(req->key())});
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerContext* ctx,
+                                                        const v1::CompareSetRequest* req,
+                                                        v1::CompareSetResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
+  if (r.ok()) {
+    resp->set_swapped(r.value.swapped);
+    resp->set_current(r.value.current);
+  }
+  wake(lock, {key_topic(req->key())});
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* req,
+                                                  v1::WaitResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Auth auth = auth_of(req->auth());
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  Topics topics;
+  for (const auto& k : keys) topics.push_back(key_topic(k));
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  std::int64_t timeout_ms = req->timeout_ms();
+  Poll poll = [this, auth, keys, deadline, timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
+    auto r = state_.check(auth, keys);
+    if (!r.ok()) return to_grpc(r.status);
+    if (r.value) return grpc::Status::OK;
+    if (at < deadline) return std::nullopt;
+    std::string missing;
+    for (const auto& k : keys) {
+      auto g = state_.get(auth, k);
+      if (g.ok() && !g.value) missing += (missing.empty() ? "'" : ", '") + k + "'";
+    }
+    return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
+  };
+  return wait_for(ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+                                                    v1::DeleteResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.remove(auth_of(req->auth()), req->key());
+  if (r.ok()) resp->set_deleted(r.value);
+  lock.unlock();  // a deletion completes no wait
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext* ctx,
+                                                     const v1::NumKeysRequest* req, v1::NumKeysResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto r = state_.num_keys(auth_of(req->auth()));
+  if (r.ok()) resp->set_count(r.value);
+  lock.unlock();
+  return answer(ctx, to_grpc(r.status));
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext* ctx,
+                                                     const v1::BarrierRequest* req, v1::BarrierResponse*) {
+  std::unique_lock<std::mutex> lock(mu_);
+  TimePoint deadline = deadline_after(req->timeout_ms());
+  auto ticket = state_.barrier_arrive(auth_of(req->auth()), req->name(), req->rank(), req->world_size(),
+                                      req->host(), deadline, now());
+  if (!ticket.ok()) {
+    lock.unlock();
+    return answer(ctx, to_grpc(ticket.status));
+  }
+  BarrierTicket t = ticket.value;
+  Poll poll = [this, t](TimePoint at) -> std::optional<grpc::Status> {
+    auto s = state_.barrier_status(t, at);
+    if (!s) return std::nullopt;
+    return to_grpc(*s);
+  };
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, deadline,
+                  {barrier_topic(req->name())});
+}
+
+// --- server ------------------------------------------------------------------------
+
+namespace {
+
+std::string read_pem(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw Error(flag + "=" + path + ": cannot read file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerOptions& options)
+    : service_(std::make_unique<RendezvousService>(config)) {
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
+    }
+    // Clients are authenticated by the run token; TLS gives confidentiality and the
+    // server's identity, so client certificates are not requested.
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_key_cert_pairs.push_back(
+        {read_pem(options.tls_key, "--rdzv_tls_key"), read_pem(options.tls_cert, "--rdzv_tls_cert")});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  // Debian's Abseil is built without NDEBUG, so every absl::Mutex lock inside
+  // gRPC also updates the deadlock detector's process-wide lock graph; with a
+  // thousand connections that is most of the server's CPU (1024 ranks' Set,
+  // Get and barrier: 1.8 s with it, 0.5 s without). It is a debugging aid, so
+  // the process that serves runs without it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // Without this gRPC sets SO_REUSEPORT and a second server could silently share the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A TLS connection that never completes its handshake (a port scanner, a
+  // client holding sockets open to use up descriptors) is dropped after
+  // handshake_timeout_ms (plaintext ones by the acceptor), and one idle for
+  // 10 minutes is closed (a client reconnects on its next call), so held-open
+  // connections cannot pile up.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 10 * 60 * 1000);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(service_.get());
+  if (creds == nullptr) {
+    // Plaintext: our own acceptor hands connections to the server (it keeps
+    // accepting after the descriptors run out; see connection_acceptor.h).
+    ConnectionAcceptor::Options accept_options;
+    accept_options.host = options.host;
+    accept_options.port = options.port;
+    accept_options.handshake_timeout_ms = options.handshake_timeout_ms;
+    try {
+      acceptor_ = std::make_unique<ConnectionAcceptor>(accept_options, [this](int fd) {
+        grpc::AddInsecureChannelFromFd(server_.get(), fd);
+      });
+    } catch (const Error&) {
+      service_->stop();
+      throw;
+    }
+    port_ = acceptor_->port();
+    server_ = builder.BuildAndStart();
+    if (!server_) {
+      service_->stop();
+      throw Error("rendezvous: cannot start the gRPC server");
+    }
+    acceptor_->start();
+  } else {
+    std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
+    std::string address = host + ":" + std::to_string(options.port);
+    builder.AddListeningPort(address, creds, &port_);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      service_->stop();
+      throw Error("rendezvous: cannot listen on " + address +
+                  (options.port != 0 ? " (port " + std::to_string(options.port) + " in use, or not a local address)"
+                                     : " (not a local address)"));
+    }
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+}
+
+RendezvousServer::~RendezvousServer() { shutdown(); }
+
+void RendezvousServer::shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!server_) return;
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    if (acceptor_) acceptor_->stop();
+    service_->stop();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  });
+}
+
+void RendezvousServer::wait() { server_->Wait(); }
+
+}  // namespace ddp::launcher

@@ -1,0 +1,176 @@
+#include "worker_group/orphan_guard.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "ddp/common/error.h"
+#include "ddp/common/shm_names.h"
+
+namespace ddp::launcher {
+namespace {
+
+constexpr int kMaxGroups = 4096;
+
+// Whether /proc/<pid>/stat (`pid` as its decimal name, relative to `proc`)
+// shows a process that is still running (not a zombie) in one of `groups`.
+bool running_in(int proc, const char* pid, const pid_t* groups, int count) {
+  char path[32];
+  const size_t len = std::strlen(pid);
+  if (len > 20) return false;
+  std::memcpy(path, pid, len);
+  std::memcpy(path + len, "/stat", 6);
+  int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // gone meanwhile
+  char stat[512];
+  ssize_t n = read(fd, stat, sizeof(stat) - 1);
+  close(fd);
+  if (n <= 0) return false;
+  stat[n] = '\0';
+  // "pid (comm) S ppid pgrp ...": comm may hold ')', so find the last one.
+  const char* p = std::strrchr(stat, ')');
+  if (p == nullptr || p[1] != ' ' || p[2] == '\0') return false;
+  if (p[2] == 'Z' || p[2] == 'X' || p[2] == 'x') return false;  // dead: creates nothing more
+  p += 3;
+  for (int field = 0; field < 2; ++field) {  // skip " ppid", then parse " pgrp"
+    if (*p != ' ') return false;
+    ++p;
+    if (field == 0) {
+      while (*p >= '0' && *p <= '9') ++p;
+    }
+  }
+  long pgrp = 0;
+  while (*p >= '0' && *p <= '9') pgrp = pgrp * 10 + (*p++ - '0');
+  for (int i = 0; i < count; ++i) {
+    if (groups[i] == pgrp) return true;
+  }
+  return false;
+}
+
+// True while a process of one of `groups` still runs. Zombies do not count:
+// they can create no segment, and their new parent may be slow to reap them.
+// Lists /proc with getdents64 (opendir allocates); when /proc cannot be read,
+// says false (no waiting).
+bool any_group_running(const pid_t* groups, int count) {
+  if (count == 0) return false;
+  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return false;
+  alignas(alignof(struct dirent64)) char buf[8192];
+  bool running = false;
+  while (!running) {
+    ssize_t n = getdents64(proc, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n && !running;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
+      if (entry->d_name[0] >= '1' && entry->d_name[0] <= '9') {
+        running = running_in(proc, entry->d_name, groups, count);
+      }
+      if (entry->d_reclen == 0) break;
+      off += entry->d_reclen;
+    }
+  }
+  close(proc);
+  return running;
+}
+
+
+// Runs in the forked guard: only async-signal-safe calls, no allocation.
+// `shm_prefix`: the run's segment-name prefix, built before the fork.
+[[noreturn]] void guard_main(int read_fd, const char* shm_prefix) {
+  // Signals aimed at ddprun's terminal process group must not stop the guard.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP}) {
+    signal(sig, SIG_IGN);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  prctl(PR_SET_NAME, "ddprun-guard", 0, 0, 0);
+
+  static pid_t groups[kMaxGroups];
+  int count = 0;
+  int value = 0;
+  size_t have = 0;
+  for (;;) {
+    ssize_t n = read(read_fd, reinterpret_cast<char*>(&value) + have, sizeof(value) - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: ddprun is gone (or done)
+    have += static_cast<size_t>(n);
+    if (have < sizeof(value)) continue;
+    have = 0;
+    if (value > 0) {
+      if (count < kMaxGroups) groups[count++] = value;
+    } else {
+      for (int i = 0; i < count; ++i) {
+        if (groups[i] == -value) {
+          groups[i] = groups[--count];
+          break;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  // A worker inside shm_open when SIGKILL came may still finish creating its
+  // segment: sweep once every killed process has died (bounded: ~2 s).
+  for (int tick = 0; tick < 200 && any_group_running(groups, count); ++tick) {
+    timespec ten_ms{0, 10 * 1000 * 1000};
+    nanosleep(&ten_ms, nullptr);
+  }
+  remove_segments_with_prefix("/dev/shm", shm_prefix);
+  _exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard(const std::string& run_id) {
+  // Built before the fork: the guard must not allocate.
+  const std::string shm_prefix = shm_run_prefix(run_id);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(std::string("orphan guard: fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    close(fds[1]);
+    guard_main(fds[0], shm_prefix.c_str());
+  }
+  close(fds[0]);
+  write_fd_ = fds[1];
+  guard_pid_ = pid;
+}
+
+OrphanGuard::~OrphanGuard() {
+  if (write_fd_ >= 0) close(write_fd_);
+  if (guard_pid_ > 0) {
+    while (waitpid(guard_pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void OrphanGuard::send(int value) {
+  const char* p = reinterpret_cast<const char*>(&value);
+  size_t left = sizeof(value);
+  while (left > 0) {
+    ssize_t n = write(write_fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // guard gone: nothing more we can do
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void OrphanGuard::watch(pid_t pgid) { send(static_cast<int>(pgid)); }
+void OrphanGuard::forget(pid_t pgid) { send(-static_cast<int>(pgid)); }
+
+}  // namespace ddp::launcher
