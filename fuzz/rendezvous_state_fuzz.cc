@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const int rank = in.ConsumeIntegralInRange(-1, 4);
     switch (in.ConsumeIntegralInRange(0, 17)) {
       case 0: {
-        JoinArgs args;
+        ddp::NodeInfo args;
         args.node_rank = in.ConsumeIntegralInRange(-2, 4);
         args.local_world_size = in.ConsumeIntegralInRange(0, 4);
         const int host = in.ConsumeIntegralInRange(0, 3);
@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto answer = state.join_status(joins[i].first, now);
         if (!answer) break;
         if (answer->ok()) {
-          const JoinResult& j = answer->value;
+          const ddp::RoundAssignment& j = answer->value;
           RoundSeen& seen = rounds[j.round];
           if (seen.world_size < 0) {
             seen.world_size = j.world_size;

@@ -46,7 +46,7 @@ mkdir -p "$OUT/seeds"
 # unpacked beside the folder that takes new inputs; only the latter is written to.
 if ((STATE_SECONDS > 0)); then
   echo "fuzz: building rendezvous_state_fuzz"
-  "$CXX" "${flags[@]}" fuzz/rendezvous_state_fuzz.cc launcher/rendezvous/rendezvous_state.cc -o "$OUT/rendezvous_state_fuzz"
+  "$CXX" "${flags[@]}" fuzz/rendezvous_state_fuzz.cc launcher/rendezvous/*.cc -o "$OUT/rendezvous_state_fuzz"
   mkdir -p "$OUT/corpus/rendezvous_state"
   tar -xzf fuzz/rendezvous_state_seeds.tar.gz -C "$OUT/seeds"
   echo "fuzz: running rendezvous_state_fuzz for $STATE_SECONDS s"
@@ -66,7 +66,7 @@ if ((SERVICE_SECONDS > 0)); then
     --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" proto/ddp/v1/rendezvous.proto
   read -r -a dep_cflags <<<"$(pkg-config --cflags grpc++ protobuf spdlog)"
   read -r -a dep_libs <<<"$(pkg-config --libs grpc++ protobuf spdlog)"
-  service_sources=(fuzz/rendezvous_service_fuzz.cc launcher/rpc/rendezvous_service.cc launcher/rendezvous/rendezvous_state.cc
+  service_sources=(fuzz/rendezvous_service_fuzz.cc launcher/rpc/rendezvous_service.cc launcher/rendezvous/*.cc
                    launcher/rpc/connection_acceptor.cc common/src/log.cc
                    "$OUT/gen/ddp/v1/rendezvous.pb.cc" "$OUT/gen/ddp/v1/rendezvous.grpc.pb.cc")
   objects=()

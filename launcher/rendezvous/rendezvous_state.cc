@@ -7,82 +7,18 @@
 #include <type_traits>
 
 #include "ddp/common/error.h"
+#include "rendezvous/messages.h"
 
 namespace ddp::launcher {
 namespace {
 
-// cat("rank ", 3, " of ", name): message text from strings and numbers.
-template <class T>
-std::string text_of(const T& part) {
-  if constexpr (std::is_arithmetic_v<T>) {
-    return std::to_string(part);
-  } else {
-    return std::string(part);
-  }
-}
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  return (std::string() + ... + text_of(parts));
-}
-template <class... Parts>
-Status error(Code code, const Parts&... parts) {
-  return {code, cat(parts...)};
-}
-
-std::string seconds(std::chrono::nanoseconds d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1fs", std::chrono::duration<double>(d).count());
-  return text;
-}
-
-// A key, name or value as it appears in a message: quoted, at most 40 bytes,
-// non-printable bytes escaped (keys may be binary).
-std::string quote(const std::string& text) {
-  std::string out = "'";
-  for (std::size_t i = 0; i < text.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return out + (text.size() > 40 ? "...'" : "'");
-}
-
-std::string host_of(const JoinArgs& args) {
+std::string host_of(const NodeInfo& args) {
   return args.hostname.empty() ? args.address : args.hostname;
 }
 
 // Who a joiner is across its retries.
-std::string identity_of(const JoinArgs& args) {
+std::string identity_of(const NodeInfo& args) {
   return cat(args.hostname, '\n', args.address, '\n', args.node_rank);
-}
-
-// "rank 3" / "ranks 0-2, 5" from inclusive ranges; long lists are cut, since
-// a barrier may span a million ranks.
-std::string format_ranks(const std::vector<std::pair<int, int>>& ranges, long count) {
-  std::string out = count == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    if (i == 16) return cat(out, ", ... (", count, " in all)");
-    out += cat(i > 0 ? ", " : "", ranges[i].first);
-    if (ranges[i].second > ranges[i].first) out += cat("-", ranges[i].second);
-  }
-  return out;
-}
-
-std::string format_ranks(const std::vector<int>& sorted) {
-  std::vector<std::pair<int, int>> ranges;
-  for (int r : sorted) {
-    if (!ranges.empty() && ranges.back().second + 1 == r) {
-      ranges.back().second = r;
-    } else {
-      ranges.emplace_back(r, r);
-    }
-  }
-  return format_ranks(ranges, static_cast<long>(sorted.size()));
 }
 
 // The head of a (possibly multi-line, 27 KB) failure report, for one line.
@@ -101,30 +37,6 @@ bool same_secret(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
-
-const char* code_name(Code code) {
-  switch (code) {
-    case Code::kOk:
-      return "OK";
-    case Code::kUnauthenticated:
-      return "UNAUTHENTICATED";
-    case Code::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case Code::kResourceExhausted:
-      return "RESOURCE_EXHAUSTED";
-    case Code::kDeadlineExceeded:
-      return "DEADLINE_EXCEEDED";
-    case Code::kNotFound:
-      return "NOT_FOUND";
-    case Code::kFailedPrecondition:
-      return "FAILED_PRECONDITION";
-    case Code::kAborted:
-      return "ABORTED";
-    case Code::kUnavailable:
-      return "UNAVAILABLE";
-  }
-  return "UNKNOWN";
-}
 
 RendezvousState::RendezvousState(RendezvousConfig config) : config_(std::move(config)) {
   const RendezvousConfig& c = config_;
@@ -184,7 +96,7 @@ Status RendezvousState::check_auth(const Auth& auth) const {
 
 // --- Membership and rounds --------------------------------------------------
 
-Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args, TimePoint now) {
+Result<JoinTicket> RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) {
     // A misconfigured node of this job (another run id, or a token where the
     // server has none) fails the forming round at once: the others would
@@ -261,11 +173,11 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const JoinArgs& args,
 // round with room grows: it ends without using a restart and the next round
 // takes the newcomer (torchrun's scale-up). A full round keeps running and the
 // node is told to wait (kUnavailable: the agent asks again).
-Status RendezvousState::admit_during_round(const JoinArgs& args) {
+Status RendezvousState::admit_during_round(const NodeInfo& args) {
   Round& running = rounds_.back();
   const int size = static_cast<int>(running.members.size());
   for (int i = 0; i < size; ++i) {
-    const JoinArgs& was = running.members[i].args;
+    const NodeInfo& was = running.members[i].args;
     const bool same_rank = args.node_rank >= 0 && was.node_rank == args.node_rank;
     const bool same_host = args.node_rank < 0 && was.node_rank < 0 && was.hostname == args.hostname &&
                            was.address == args.address;
@@ -370,17 +282,18 @@ void RendezvousState::close_round(TimePoint now) {
     round.members.back().last_seen = now;  // the round's start counts as a heartbeat
   }
 
-  JoinResult result;
+  RoundAssignment result;
   result.round = current_round() + 1;
   result.group_world_size = n;
+  result.world_size = 0;
   for (const Member& m : round.members) result.world_size += m.args.local_world_size;
-  const JoinArgs& master = round.members.front().args;
+  const NodeInfo& master = round.members.front().args;
   result.master_addr = master.address.empty() ? master.hostname : master.address;
   result.master_port = master.master_port;
   result.restart_count = restarts_used_;
   result.reason = last_end_reason_;
   for (const Member& m : round.members) {
-    join_tickets_[m.ticket] = Result<JoinResult>{{}, result};
+    join_tickets_[m.ticket] = Result<RoundAssignment>{{}, result};
     ++result.group_rank;
     result.global_rank_offset += m.args.local_world_size;
   }
@@ -390,16 +303,16 @@ void RendezvousState::close_round(TimePoint now) {
 }
 
 void RendezvousState::discard_round(const Status& why) {
-  for (const Member& m : forming_.members) join_tickets_[m.ticket] = Result<JoinResult>{why};
+  for (const Member& m : forming_.members) join_tickets_[m.ticket] = Result<RoundAssignment>{why};
   forming_ = {};
   changed();
 }
 
-std::optional<Result<JoinResult>> RendezvousState::join_status(JoinTicket ticket, TimePoint now) {
+std::optional<Result<RoundAssignment>> RendezvousState::join_status(JoinTicket ticket, TimePoint now) {
   tick(now);
   auto it = join_tickets_.find(ticket.id);
   if (it == join_tickets_.end()) {
-    return Result<JoinResult>{error(Code::kNotFound, "unknown join ticket ", ticket.id)};
+    return Result<RoundAssignment>{error(Code::kNotFound, "unknown join ticket ", ticket.id)};
   }
   if (!it->second) return std::nullopt;
   auto answer = std::move(it->second);
@@ -526,282 +439,65 @@ void RendezvousState::expire_heartbeats(TimePoint now) {
                    seconds(now - r.members[silent].last_seen)));
 }
 
-// --- Key-value store ---------------------------------------------------------
-
-Status RendezvousState::check_key(const std::string& key) const {
-  if (key.empty()) return error(Code::kInvalidArgument, "key is empty");
-  if (key.size() > config_.limits.max_key_bytes) {
-    return error(Code::kInvalidArgument, "key ", quote(key), " is ", key.size(), " bytes, limit ",
-                 config_.limits.max_key_bytes);
-  }
-  return {};
-}
-
-Status RendezvousState::check_value(const std::string& key, const std::string& value) const {
-  if (value.size() > config_.limits.max_value_bytes) {
-    return error(Code::kInvalidArgument, "value of key ", quote(key), " is ", value.size(),
-                 " bytes, limit ", config_.limits.max_value_bytes);
-  }
-  return {};
-}
-
-Status RendezvousState::check_room(const std::string& key, std::size_t value_bytes) const {
-  auto it = store_.find(key);
-  if (store_.size() >= config_.limits.max_keys && it == store_.end()) {
-    return error(Code::kResourceExhausted, "cannot add key ", quote(key), ": the store holds ",
-                 store_.size(), " keys, limit ", config_.limits.max_keys, " (--rdzv_conf max_keys)");
-  }
-  const std::size_t freed = it == store_.end() ? 0 : it->first.size() + it->second.size();
-  const std::size_t after = store_bytes_ - freed + key.size() + value_bytes;
-  if (after > config_.limits.max_store_bytes && after > store_bytes_) {
-    return error(Code::kResourceExhausted, "cannot set key ", quote(key), " (", value_bytes,
-                 " bytes): the store would hold ", after, " bytes, limit ", config_.limits.max_store_bytes,
-                 " (--rdzv_conf max_store_bytes)");
-  }
-  return {};
-}
-
-void RendezvousState::put(const std::string& key, std::string value) {
-  auto [it, added] = store_.try_emplace(key);
-  store_bytes_ -= added ? 0 : it->first.size() + it->second.size();
-  it->second = std::move(value);
-  store_bytes_ += it->first.size() + it->second.size();
-}
+// --- Key-value store and barriers (after the token) ------------------------------
 
 Status RendezvousState::set(const Auth& auth, const std::string& key, const std::string& value) {
-  for (const Status& s :
-       {check_auth(auth), check_key(key), check_value(key, value), check_room(key, value.size())}) {
-    if (!s.ok()) return s;
-  }
-  put(key, value);
-  changed();
-  return {};
+  if (Status s = check_auth(auth); !s.ok()) return s;
+  return store_.set(key, value);
 }
 
 Result<std::optional<std::string>> RendezvousState::get(const Auth& auth, const std::string& key) {
-  for (const Status& s : {check_auth(auth), check_key(key)}) {
-    if (!s.ok()) return {s};
-  }
-  auto it = store_.find(key);
-  if (it == store_.end()) return {};
-  return {{}, it->second};
+  if (Status s = check_auth(auth); !s.ok()) return {s};
+  return store_.get(key);
 }
 
-Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key,
-                                          std::int64_t delta) {
-  for (const Status& s : {check_auth(auth), check_key(key), check_room(key, 20)}) {  // an int64's digits
-    if (!s.ok()) return {s};
-  }
-  std::int64_t value = 0;
-  if (auto it = store_.find(key); it != store_.end()) {
-    const char *begin = it->second.data(), *end = begin + it->second.size();
-    auto [stop, ec] = std::from_chars(begin, end, value);
-    if (ec != std::errc() || stop != end || begin == end) {
-      return {error(Code::kInvalidArgument, "cannot add to key ", quote(key), ": its value ",
-                    quote(it->second), " is not a decimal int64")};
-    }
-  }
-  std::int64_t sum = 0;
-  if (__builtin_add_overflow(value, delta, &sum)) {
-    return {error(Code::kInvalidArgument, "adding ", delta, " to key ", quote(key), " (value ",
-                  value, ") overflows int64")};
-  }
-  put(key, std::to_string(sum));
-  changed();
-  return {{}, sum};
+Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key, std::int64_t delta) {
+  if (Status s = check_auth(auth); !s.ok()) return {s};
+  return store_.add(key, delta);
 }
 
 Result<CompareSetResult> RendezvousState::compare_set(const Auth& auth, const std::string& key,
-                                                      const std::string& expected,
-                                                      const std::string& desired) {
-  for (const Status& s : {check_auth(auth), check_key(key), check_value(key, desired)}) {
-    if (!s.ok()) return {s};
-  }
-  auto it = store_.find(key);
-  const bool missing = it == store_.end();
-  if (missing ? !expected.empty() : it->second != expected) {
-    return {{}, CompareSetResult{false, missing ? "" : it->second}};
-  }
-  if (Status s = check_room(key, desired.size()); !s.ok()) return {s};
-  put(key, desired);
-  changed();
-  return {{}, CompareSetResult{true, desired}};
+                                                      const std::string& expected, const std::string& desired) {
+  if (Status s = check_auth(auth); !s.ok()) return {s};
+  return store_.compare_set(key, expected, desired);
 }
 
 Result<bool> RendezvousState::check(const Auth& auth, const std::vector<std::string>& keys) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
-  bool all = true;
-  for (const std::string& key : keys) {
-    if (Status s = check_key(key); !s.ok()) return {s};
-    all = all && store_.contains(key);
-  }
-  return {{}, all};
+  return store_.check(keys);
 }
 
 Result<bool> RendezvousState::remove(const Auth& auth, const std::string& key) {
-  for (const Status& s : {check_auth(auth), check_key(key)}) {
-    if (!s.ok()) return {s};
-  }
-  auto it = store_.find(key);
-  if (it == store_.end()) return {{}, false};
-  store_bytes_ -= it->first.size() + it->second.size();
-  store_.erase(it);
-  changed();
-  return {{}, true};
+  if (Status s = check_auth(auth); !s.ok()) return {s};
+  return store_.remove(key);
 }
 
 Result<std::int64_t> RendezvousState::num_keys(const Auth& auth) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
-  return {{}, static_cast<std::int64_t>(store_.size())};
+  return {{}, store_.size()};
 }
 
-// --- Barriers ----------------------------------------------------------------
-
-Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const std::string& name,
-                                                      int rank, int world_size,
-                                                      const std::string& host, TimePoint deadline,
+Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const std::string& name, int rank,
+                                                      int world_size, const std::string& host, TimePoint deadline,
                                                       TimePoint now) {
   if (Status s = check_auth(auth); !s.ok()) return {s};
   tick(now);
-  if (name.empty()) return {error(Code::kInvalidArgument, "barrier name is empty")};
-  if (name.size() > config_.limits.max_key_bytes) {
-    return {error(Code::kInvalidArgument, "barrier name ", quote(name), " is ", name.size(),
-                  " bytes, limit ", config_.limits.max_key_bytes)};
-  }
-  const std::string what = cat("barrier ", quote(name), ": ");
-  if (world_size < 1 || world_size > config_.limits.max_world_size) {
-    return {error(Code::kInvalidArgument, what, "world size ", world_size, " is outside [1, ",
-                  config_.limits.max_world_size, "]")};
-  }
-  if (rank < 0 || rank >= world_size) {
-    return {
-        error(Code::kInvalidArgument, what, "rank ", rank, " is outside [0, ", world_size, ")")};
-  }
-  auto it = barriers_.find(name);
-  if (it == barriers_.end()) {
-    if (barriers_.size() >= config_.limits.max_open_barriers) {
-      return {error(Code::kResourceExhausted, "cannot open ", what, barriers_.size(),
-                    " barriers are open, limit ", config_.limits.max_open_barriers)};
-    }
-    it = barriers_.emplace(name, Barrier{world_size, {}, {}}).first;
-  } else if (it->second.world_size != world_size) {
-    return {error(Code::kInvalidArgument, what, "rank ", rank, " gives world size ", world_size,
-                  ", earlier ranks gave ", it->second.world_size)};
-  } else if (auto first = it->second.arrived.find(rank); first != it->second.arrived.end()) {
-    return {error(Code::kInvalidArgument, what, "rank ", rank, " arrived twice (first from host ",
-                  quote(first->second.host), ")")};
-  }
-  Barrier& barrier = it->second;
-  const std::uint64_t id = next_id_++;
-  barrier.arrived[rank] = Arrival{id, host, now, deadline};
-  barrier.gave_up.erase(rank);
-  barrier_tickets_[id] = PendingBarrier{name, rank, std::nullopt};
-  barrier_deadlines_.emplace(deadline, id);
-  changed();
-  if (barrier.arrived.size() == static_cast<std::size_t>(world_size)) {
-    for (const auto& [r, arrival] : barrier.arrived) {
-      barrier_tickets_[arrival.ticket].answer = Status{};
-      barrier_deadlines_.erase({arrival.deadline, arrival.ticket});
-    }
-    barriers_.erase(it);  // the next arrival under this name starts a new generation
-  }
-  return {{}, BarrierTicket{id}};
-}
-
-void RendezvousState::withdraw(const std::string& name, int rank) {
-  auto it = barriers_.find(name);
-  if (it == barriers_.end()) return;
-  auto arrival = it->second.arrived.find(rank);
-  if (arrival == it->second.arrived.end()) return;
-  barrier_deadlines_.erase({arrival->second.deadline, arrival->second.ticket});
-  it->second.arrived.erase(arrival);
-  if (it->second.arrived.empty()) barriers_.erase(it);
-  changed();
-}
-
-// "ranks 1, 3 never arrived (arrived: rank 0 on 'a', ranks 2, 4-7 on 'b')".
-std::string RendezvousState::describe_missing(const Barrier& barrier) {
-  std::vector<std::pair<int, int>> missing;  // inclusive ranges between arrivals
-  std::map<std::string, std::vector<int>> ranks_by_host;
-  // Ranks that are here or came and gave up split [0, world_size) into the gaps of absentees.
-  std::set<int> seen(barrier.gave_up);
-  for (const auto& [rank, arrival] : barrier.arrived) {
-    seen.insert(rank);
-    ranks_by_host[arrival.host].push_back(rank);
-  }
-  int prev = -1;
-  for (int rank : seen) {
-    if (rank > prev + 1) missing.emplace_back(prev + 1, rank - 1);
-    prev = rank;
-  }
-  if (prev + 1 < barrier.world_size) missing.emplace_back(prev + 1, barrier.world_size - 1);
-  std::string text;
-  if (!missing.empty()) {
-    text = cat(format_ranks(missing, barrier.world_size - static_cast<long>(seen.size())), " never arrived");
-  }
-  if (!barrier.gave_up.empty()) {
-    text += cat(text.empty() ? "" : "; ",
-                format_ranks(std::vector<int>(barrier.gave_up.begin(), barrier.gave_up.end())),
-                " arrived but timed out first");
-  }
-  text += " (arrived: ";
-  int shown = 0;
-  for (const auto& [host, ranks] : ranks_by_host) {
-    if (shown++ == 8) return cat(text, ", ... (", ranks_by_host.size(), " hosts in all))");
-    text += cat(shown > 1 ? ", " : "", format_ranks(ranks), " on ", quote(host));
-  }
-  return text + ")";
-}
-
-void RendezvousState::expire_barriers(TimePoint now) {
-  // Tickets of one barrier expiring together share one description of who is
-  // missing, so a mass timeout costs one pass over the barrier, not one each.
-  std::map<std::string, std::vector<std::uint64_t>> expired;
-  for (auto it = barrier_deadlines_.begin(); it != barrier_deadlines_.end() && it->first <= now;
-       ++it) {
-    expired[barrier_tickets_.at(it->second).name].push_back(it->second);
-  }
-  for (const auto& [name, tickets] : expired) {
-    const Barrier& barrier = barriers_.at(name);
-    const std::string missing = describe_missing(barrier);
-    for (std::uint64_t id : tickets) {
-      PendingBarrier& pending = barrier_tickets_.at(id);
-      const Arrival& arrival = barrier.arrived.at(pending.rank);
-      pending.answer = error(Code::kDeadlineExceeded, "barrier ", quote(name), " timed out after ",
-                             seconds(arrival.deadline - arrival.arrived), ": ", missing);
-    }
-    for (std::uint64_t id : tickets) {
-      const int rank = barrier_tickets_.at(id).rank;
-      withdraw(name, rank);  // may erase the barrier (then nobody waits on it)
-      if (auto open = barriers_.find(name); open != barriers_.end()) open->second.gave_up.insert(rank);
-    }
-  }
+  return barriers_.arrive(name, rank, world_size, host, deadline, now);
 }
 
 std::optional<Status> RendezvousState::barrier_status(BarrierTicket ticket, TimePoint now) {
   tick(now);
-  auto it = barrier_tickets_.find(ticket.id);
-  if (it == barrier_tickets_.end())
-    return error(Code::kNotFound, "unknown barrier ticket ", ticket.id);
-  if (!it->second.answer) return std::nullopt;
-  Status answer = std::move(*it->second.answer);
-  barrier_tickets_.erase(it);
-  return answer;
+  return barriers_.status(ticket);
 }
 
-void RendezvousState::cancel(BarrierTicket ticket) {
-  auto it = barrier_tickets_.find(ticket.id);
-  if (it == barrier_tickets_.end()) return;
-  if (!it->second.answer) withdraw(it->second.name, it->second.rank);
-  barrier_tickets_.erase(it);
-}
+void RendezvousState::cancel(BarrierTicket ticket) { barriers_.cancel(ticket); }
 
 // --- Time ----------------------------------------------------------------------
 
 void RendezvousState::tick(TimePoint now) {
   maybe_close_round(now);
   expire_heartbeats(now);
-  expire_barriers(now);
+  barriers_.expire(now);
 }
 
 std::optional<TimePoint> RendezvousState::next_deadline() const {
@@ -820,16 +516,13 @@ std::optional<TimePoint> RendezvousState::next_deadline() const {
       if (!m.left) consider(m.last_seen + config_.heartbeat_timeout);
     }
   }
-  if (!barrier_deadlines_.empty()) consider(barrier_deadlines_.begin()->first);
+  if (auto barrier = barriers_.next_deadline()) consider(*barrier);
   return next;
 }
 
 std::string RendezvousState::broken_invariant() const {
-  std::size_t bytes = 0;
-  for (const auto& [key, value] : store_) bytes += key.size() + value.size();
-  if (bytes != store_bytes_) return cat("store byte count ", store_bytes_, " but the keys and values hold ", bytes);
-  if (store_.size() > config_.limits.max_keys) return cat("store holds ", store_.size(), " keys, over max_keys");
-  if (store_bytes_ > config_.limits.max_store_bytes) return cat("store holds ", store_bytes_, " bytes, over the limit");
+  if (std::string why = store_.broken_invariant(); !why.empty()) return why;
+  if (std::string why = barriers_.broken_invariant(); !why.empty()) return why;
   if (restarts_used_ > config_.max_restarts) return cat(restarts_used_, " restarts used, over max_restarts");
   if (static_cast<int>(forming_.members.size()) > config_.max_nodes) {
     return cat("forming round has ", forming_.members.size(), " nodes, over max_nodes");
@@ -852,15 +545,6 @@ std::string RendezvousState::broken_invariant() const {
       if (explicit_rank >= 0 && explicit_rank != static_cast<int>(g)) {
         return cat("round ", i + 1, ": node rank ", explicit_rank, " got group rank ", g);
       }
-    }
-  }
-  for (const auto& [name, barrier] : barriers_) {
-    if (static_cast<int>(barrier.arrived.size()) >= barrier.world_size) {
-      return cat("barrier ", quote(name), " is complete but still open");
-    }
-    for (const auto& [rank, arrival] : barrier.arrived) {
-      if (rank < 0 || rank >= barrier.world_size) return cat("barrier ", quote(name), " holds rank ", rank);
-      if (barrier.gave_up.contains(rank)) return cat("barrier ", quote(name), ": rank ", rank, " both waits and gave up");
     }
   }
   return "";

@@ -49,7 +49,7 @@
 //   - else, when the round has fewer than max_nodes, it ends without using a
 //     restart (scale-up) and the next round takes the newcomer;
 //   - else the round is full: kUnavailable, and the node asks again later.
-// Every round's JoinResult says why the round before it ended.
+// Every round's RoundAssignment says why the round before it ended.
 //
 // Authentication. With an empty token the server is unauthenticated; a
 // request that carries a token is then refused (the nodes disagree). A join
@@ -68,59 +68,12 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/common/rendezvous_types.h"
+#include "rendezvous/barriers.h"
+#include "rendezvous/key_value_store.h"
+#include "rendezvous/status.h"
+
 namespace ddp::launcher {
-
-using RendezvousClock = std::chrono::steady_clock;
-using TimePoint = RendezvousClock::time_point;
-
-// The service maps these one to one onto grpc::StatusCode.
-enum class Code {
-  kOk,
-  kUnauthenticated,
-  kInvalidArgument,
-  kResourceExhausted,
-  kDeadlineExceeded,
-  kNotFound,
-  kFailedPrecondition,
-  kAborted,
-  kUnavailable,  // try again later (a full round)
-};
-const char* code_name(Code code);  // "UNAUTHENTICATED", as gRPC spells it
-
-// An error is a value: its message names the key, rank, node, run or limit.
-struct Status {
-  Code code = Code::kOk;
-  std::string message;
-  bool ok() const { return code == Code::kOk; }
-};
-
-// `value` is meaningful only when status.ok().
-template <class T>
-struct Result {
-  Status status;
-  T value{};
-  bool ok() const { return status.ok(); }
-};
-
-struct Auth {
-  std::string run_id;
-  std::string token;
-};
-
-struct RendezvousLimits {
-  std::size_t max_key_bytes = 4096;  // also bounds barrier names
-  std::size_t max_value_bytes = 4u << 20;
-  std::size_t max_keys = 100000;
-  // Keys and values together: the store's memory is bounded whatever the
-  // mix of sizes (max_keys x max_value_bytes alone would allow 400 GB).
-  std::size_t max_store_bytes = 256u << 20;
-  // Requests the service holds at once (waiting Gets and Waits, joins,
-  // barriers, held heartbeats): each costs a gRPC call's memory (~16 KiB).
-  std::size_t max_pending_waits = 32768;
-  // Bounds a round's world size (sum of local world sizes) and a barrier's.
-  int max_world_size = 1 << 20;
-  std::size_t max_open_barriers = 10000;
-};
 
 struct RendezvousConfig {
   std::string run_id;
@@ -135,26 +88,6 @@ struct RendezvousConfig {
   RendezvousLimits limits;
 };
 
-struct JoinArgs {
-  int node_rank = -1;  // -1: assigned when the round closes
-  int local_world_size = 1;
-  std::string hostname;
-  std::string address;  // where other nodes reach this one
-  int master_port = 0;  // used when this node gets group rank 0
-};
-
-struct JoinResult {
-  std::int64_t round = 0;
-  int group_rank = 0;
-  int group_world_size = 0;
-  int world_size = 0;          // sum of local_world_size over the group
-  int global_rank_offset = 0;  // sum of local_world_size of smaller group ranks
-  std::string master_addr;     // address (else hostname) of group rank 0
-  int master_port = 0;         // master_port of group rank 0
-  int restart_count = 0;       // restarts used before this round
-  std::string reason;          // why the previous round ended (first line); empty for the first
-};
-
 struct HeartbeatReply {
   bool round_ended = false;  // stop the workers
   std::string reason;        // why (the first failure); empty on success
@@ -165,15 +98,7 @@ struct FailureReply {
   bool can_restart = false;
 };
 
-struct CompareSetResult {
-  bool swapped = false;
-  std::string current;  // the value after the call; empty when the key is missing
-};
-
 struct JoinTicket {
-  std::uint64_t id = 0;
-};
-struct BarrierTicket {
   std::uint64_t id = 0;
 };
 
@@ -198,11 +123,11 @@ class RendezvousState {
   // kResourceExhausted (the round's world size would pass max_world_size);
   // kResourceExhausted / kFailedPrecondition while a round runs (see above);
   // kFailedPrecondition once the job has succeeded or failed for good.
-  Result<JoinTicket> join(const Auth& auth, const JoinArgs& args, TimePoint now);
+  Result<JoinTicket> join(const Auth& auth, const NodeInfo& args, TimePoint now);
   // nullopt while the round forms; else the node's place in the formed round,
   // or kDeadlineExceeded / kAborted when the forming round was discarded.
   // kNotFound for an unknown, consumed or cancelled ticket.
-  std::optional<Result<JoinResult>> join_status(JoinTicket ticket, TimePoint now);
+  std::optional<Result<RoundAssignment>> join_status(JoinTicket ticket, TimePoint now);
   // The joiner went away: a pending node leaves the forming round.
   void cancel(JoinTicket ticket);
 
@@ -234,9 +159,7 @@ class RendezvousState {
   Status leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
 
   // --- Key-value store (one map: the state belongs to one run) -----------
-  // Keys are any non-empty bytes ('/' included) up to max_key_bytes. An
-  // oversized key or value is kInvalidArgument (a bad request, not a full
-  // server); a new key beyond max_keys is kResourceExhausted.
+  // After the caller's token is checked, as KeyValueStore (key_value_store.h).
 
   Status set(const Auth& auth, const std::string& key, const std::string& value);
   // nullopt when the key is missing; waiting is the service's job (re-poll).
@@ -256,15 +179,7 @@ class RendezvousState {
   Result<std::int64_t> num_keys(const Auth& auth);
 
   // --- Barriers ----------------------------------------------------------
-  // A barrier completes (every ticket of it becomes ok) when world_size
-  // distinct ranks have arrived; the next arrival under the same name starts
-  // a new generation. A ticket whose `deadline` passes first fails with
-  // kDeadlineExceeded naming the ranks missing at that moment, and its rank is
-  // withdrawn: completion means every rank waited at the same time.
-  // Errors: kInvalidArgument (empty/oversized name, world size outside
-  // [1, max_world_size], rank outside [0, world_size), a world size that
-  // differs from earlier arrivals', a rank arriving twice in one generation);
-  // kResourceExhausted (max_open_barriers are open).
+  // After the caller's token is checked, as Barriers (barriers.h).
   Result<BarrierTicket> barrier_arrive(const Auth& auth, const std::string& name, int rank,
                                        int world_size, const std::string& host, TimePoint deadline,
                                        TimePoint now);
@@ -285,7 +200,7 @@ class RendezvousState {
   // Increments on every change a waiter may care about (store mutations,
   // joins, rounds closing or ending, barrier progress). Heartbeats that only
   // record liveness do not count: they only move deadlines later.
-  std::uint64_t version() const { return version_; }
+  std::uint64_t version() const { return version_ + store_.changes() + barriers_.changes(); }
 
   // What must hold between any two calls (for tests and the fuzzer): "" when
   // it does, else the first broken rule. Costs a pass over the whole state.
@@ -298,7 +213,7 @@ class RendezvousState {
 
  private:
   struct Member {
-    JoinArgs args;
+    NodeInfo args;
     std::uint64_t arrival = 0;  // join order; breaks ties between auto ranks
     std::uint64_t ticket = 0;
     TimePoint last_seen{};
@@ -317,34 +232,9 @@ class RendezvousState {
     TimePoint first_join{};
     TimePoint min_reached{};  // when the min_nodes-th node joined
   };
-  struct Arrival {
-    std::uint64_t ticket = 0;
-    std::string host;
-    TimePoint arrived{};
-    TimePoint deadline{};
-  };
-  struct Barrier {
-    int world_size = 0;
-    std::map<int, Arrival> arrived;  // by rank
-    // Ranks of this generation that arrived but timed out before the others
-    // came: not "never arrived" in later ranks' timeout messages.
-    std::set<int> gave_up;
-  };
-  struct PendingBarrier {
-    std::string name;
-    int rank = 0;
-    std::optional<Status> answer;  // set once final
-  };
-
   Status check_auth(const Auth& auth) const;
-  Status check_key(const std::string& key) const;
-  Status check_value(const std::string& key, const std::string& value) const;
-  // Whether `key` may hold a value of `value_bytes` (count and byte limits).
-  Status check_room(const std::string& key, std::size_t value_bytes) const;
-  void put(const std::string& key, std::string value);  // keeps store_bytes_
   Result<Round*> find_member(std::int64_t round, int group_rank);
   std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"
-  static std::string describe_missing(const Barrier& barrier);
   void changed() { ++version_; }
 
   void maybe_close_round(TimePoint now);
@@ -353,33 +243,27 @@ class RendezvousState {
   std::string join_timeout_message() const;
   // uses_restart=false: a scale-up, which torchrun does not count either.
   void end_round(Round& round, std::string reason, bool uses_restart = true);
-  Status admit_during_round(const JoinArgs& args);
+  Status admit_during_round(const NodeInfo& args);
   void fail_forming_for(const Status& why, const std::string& host);
   void fail_forming(const Status& why);
   void expire_heartbeats(TimePoint now);
-  void expire_barriers(TimePoint now);
-  void withdraw(const std::string& name, int rank);
   std::string nnodes_flag() const;
 
   RendezvousConfig config_;
   std::uint64_t version_ = 0;
-  std::uint64_t next_id_ = 1;  // tickets and arrivals
+  std::uint64_t next_id_ = 1;  // join tickets and arrivals
   int restarts_used_ = 0;
-  std::string last_end_reason_;  // of the last ended round, for the next JoinResult
+  std::string last_end_reason_;  // of the last ended round, for the next RoundAssignment
   // Joiners told that the round is full (by identity_of) that have not asked again since.
   std::set<std::string> waiting_for_place_;
   std::optional<Status> misconfigured_;  // the job's nodes disagree: every later join is refused
 
   Forming forming_;
   std::vector<Round> rounds_;  // round N is rounds_[N - 1]
-  std::map<std::uint64_t, std::optional<Result<JoinResult>>> join_tickets_;
+  std::map<std::uint64_t, std::optional<Result<RoundAssignment>>> join_tickets_;
 
-  std::map<std::string, std::string> store_;
-  std::size_t store_bytes_ = 0;  // keys and values of store_
-
-  std::map<std::string, Barrier> barriers_;  // open (incomplete) barriers by name
-  std::map<std::uint64_t, PendingBarrier> barrier_tickets_;
-  std::set<std::pair<TimePoint, std::uint64_t>> barrier_deadlines_;  // pending tickets only
+  KeyValueStore store_{config_.limits};
+  Barriers barriers_{config_.limits};
 };
 
 }  // namespace ddp::launcher

@@ -265,7 +265,7 @@ void RendezvousService::timer_loop() {
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  JoinArgs args;
+  NodeInfo args;
   args.node_rank = req->node_rank();
   args.local_world_size = req->local_world_size();
   args.hostname = req->hostname();
@@ -293,7 +293,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     auto r = state_.join_status(t, at);
     if (!r) return std::nullopt;
     if (!r->ok()) return to_grpc(r->status);
-    const JoinResult& j = r->value;
+    const RoundAssignment& j = r->value;
     resp->set_round(j.round);
     resp->set_group_rank(j.group_rank);
     resp->set_group_world_size(j.group_world_size);

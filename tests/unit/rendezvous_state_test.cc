@@ -36,26 +36,26 @@ RendezvousConfig make_config(int min_nodes, int max_nodes, int max_restarts = 0)
   return c;
 }
 
-JoinArgs node(const std::string& host, int local_world_size = 1, int node_rank = -1) {
-  return JoinArgs{node_rank, local_world_size, host, host + ".addr", 29500};
+NodeInfo node(const std::string& host, int local_world_size = 1, int node_rank = -1) {
+  return NodeInfo{node_rank, local_world_size, host, host + ".addr", 29500};
 }
 
 class RendezvousStateTest : public ::testing::Test {
  protected:
   void advance(std::chrono::milliseconds d) { now += d; }
 
-  JoinTicket join(RendezvousState& s, const JoinArgs& args) {
+  JoinTicket join(RendezvousState& s, const NodeInfo& args) {
     auto r = s.join(kAuth, args, now);
     EXPECT_TRUE(r.ok()) << r.status.message;
     return r.value;
   }
   // The final answer of a ticket that must no longer be pending.
-  Result<JoinResult> answer(RendezvousState& s, JoinTicket t) {
+  Result<RoundAssignment> answer(RendezvousState& s, JoinTicket t) {
     auto r = s.join_status(t, now);
     EXPECT_TRUE(r.has_value()) << "join ticket still pending";
-    return r.value_or(Result<JoinResult>{});
+    return r.value_or(Result<RoundAssignment>{});
   }
-  JoinResult joined(RendezvousState& s, JoinTicket t) {
+  RoundAssignment joined(RendezvousState& s, JoinTicket t) {
     auto r = answer(s, t);
     EXPECT_TRUE(r.ok()) << r.status.message;
     return r.value;
@@ -82,9 +82,9 @@ class RendezvousStateTest : public ::testing::Test {
 
 TEST_F(RendezvousStateTest, JoinAssignsAutoRanksByHostnameThenAddressThenArrival) {
   RendezvousState s(make_config(4, 4));
-  JoinArgs later_b = node("b", 2);
+  NodeInfo later_b = node("b", 2);
   later_b.address = "10.0.0.1";
-  JoinArgs earlier_b = node("b", 3);
+  NodeInfo earlier_b = node("b", 3);
   earlier_b.address = "10.0.0.2";
   auto tc = join(s, node("c", 4));
   auto tb2 = join(s, earlier_b);
@@ -92,7 +92,7 @@ TEST_F(RendezvousStateTest, JoinAssignsAutoRanksByHostnameThenAddressThenArrival
   EXPECT_FALSE(s.join_status(tc, now).has_value()) << "round must wait for the 4th node";
   auto ta = join(s, node("a", 1));
 
-  JoinResult a = joined(s, ta), b1 = joined(s, tb1), b2 = joined(s, tb2), c = joined(s, tc);
+  RoundAssignment a = joined(s, ta), b1 = joined(s, tb1), b2 = joined(s, tb2), c = joined(s, tc);
   EXPECT_EQ(a.group_rank, 0);
   EXPECT_EQ(b1.group_rank, 1);  // same hostname: the smaller address first
   EXPECT_EQ(b2.group_rank, 2);
@@ -129,12 +129,12 @@ TEST_F(RendezvousStateTest, JoinHonoursExplicitNodeRanksAndFillsTheRest) {
 
 TEST_F(RendezvousStateTest, MasterAddressAndPortComeFromGroupRankZero) {
   RendezvousState s(make_config(2, 2));
-  JoinArgs zero = node("later-but-rank0", 1, 0);
+  NodeInfo zero = node("later-but-rank0", 1, 0);
   zero.address = "10.1.1.1";
   zero.master_port = 31000;
   auto other = join(s, node("aaa", 1));
   join(s, zero);
-  JoinResult r = joined(s, other);
+  RoundAssignment r = joined(s, other);
   EXPECT_EQ(r.group_rank, 1);
   EXPECT_EQ(r.master_addr, "10.1.1.1");
   EXPECT_EQ(r.master_port, 31000);
@@ -236,7 +236,7 @@ TEST_F(RendezvousStateTest, RelaunchedNodeEndsTheRoundUsingOneRestartAndJoinsThe
   auto t1 = join(s, node("b", 1, 1));
   joined(s, t0);
   joined(s, t1);
-  JoinArgs again = node("b-new-pod", 1, 1);  // the same node rank from a new agent
+  NodeInfo again = node("b-new-pod", 1, 1);  // the same node rank from a new agent
   auto t1b = join(s, again);
   EXPECT_EQ(s.restarts_used(), 1);
   auto hb = s.heartbeat(kAuth, 1, 0, now);
@@ -244,7 +244,7 @@ TEST_F(RendezvousStateTest, RelaunchedNodeEndsTheRoundUsingOneRestartAndJoinsThe
   EXPECT_TRUE(hb.value.can_restart);
   EXPECT_THAT(hb.value.reason, HasSubstr("node 1 (host 'b') was relaunched"));
   auto t0b = join(s, node("a", 1, 0));
-  JoinResult r = joined(s, t0b);
+  RoundAssignment r = joined(s, t0b);
   EXPECT_EQ(r.round, 2);
   EXPECT_EQ(r.restart_count, 1);
   EXPECT_THAT(r.reason, HasSubstr("was relaunched"));
@@ -277,7 +277,7 @@ TEST_F(RendezvousStateTest, ElasticRoundWithRoomScalesUpWithoutUsingARestart) {
   EXPECT_THAT(hb.value.reason, HasSubstr("scale-up: host 'late' arrived while round 1 ran with 1 of at most 3"));
   auto a = join(s, node("a"));
   advance(30s);  // last call: a third node may still come
-  JoinResult r = joined(s, a);
+  RoundAssignment r = joined(s, a);
   EXPECT_EQ(r.round, 2);
   EXPECT_EQ(r.group_world_size, 2);
   EXPECT_EQ(r.restart_count, 0);
@@ -533,7 +533,7 @@ TEST_F(RendezvousStateTest, NewRoundsGetNextNumberAndRestartCount) {
   ASSERT_TRUE(s.report_failure(kAuth, 1, 0, "boom", 1, now).ok());
   auto a = join(s, node("a"));
   auto b = join(s, node("b"));
-  JoinResult r = joined(s, a);
+  RoundAssignment r = joined(s, a);
   EXPECT_EQ(r.round, 2);
   EXPECT_EQ(r.restart_count, 1);
   joined(s, b);
