@@ -1,4 +1,6 @@
 // ddprun as a user runs it: real processes, real signals, real files.
+// Over 600 lines because it covers every user-visible launcher behaviour
+// with one set of process helpers.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>

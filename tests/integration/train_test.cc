@@ -16,6 +16,8 @@
 // only its refusal is tested. A GPU sums in another order than OpenBLAS, so
 // GPU and CPU curves are compared at 1e-3 relative; GPU runs among
 // themselves, at 1e-4 like the CPU ones.
+// Over 600 lines because each trainer behaviour (scaling, restarts, faults,
+// checkpoints, data sets) is a run of the same program with shared helpers.
 
 #include <gtest/gtest.h>
 

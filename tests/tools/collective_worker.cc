@@ -3,6 +3,8 @@
 // for every dtype and op against values computed here from the ranks' known
 // inputs. See usage() for the modes. A failed check prints
 // "COLLECTIVES FAILED rank=R: <check>: <detail>" to stderr and exits 1.
+// Over 600 lines because each mode is one scenario of the collective tests,
+// and they share the checks and reference values here.
 
 #include <signal.h>
 

@@ -1,5 +1,7 @@
 // RendezvousState driven by hand: a fake clock advanced in each test, tickets
 // polled like the gRPC service would.
+// Over 600 lines because it is the state machine's whole specification by
+// example (rounds, elasticity, store, barriers, limits), on one fake clock.
 
 #include "rendezvous/rendezvous_state.h"
 

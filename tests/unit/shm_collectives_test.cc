@@ -7,6 +7,8 @@
 // bit-identical float results, mismatches and timeouts, allocate(), the arena
 // allocator, hierarchical all-reduce with ranks placed on simulated nodes,
 // and that no /dev/shm entry of a test's run is left behind.
+// Over 600 lines because every algorithm path (sizes around each threshold,
+// in place and private, every dtype and op) shares the thread-rank fixtures here.
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -10,6 +10,10 @@
 // arrived at only once done. So no step needs a phase of its own to release
 // its buffers. A collective's first phase also publishes what each rank is
 // doing (a Descriptor) so a mismatch is an error, not corrupt data.
+//
+// Why one file of about 700 lines: the algorithms are members of one class
+// that share its segment, phase counter and parities under the rule above;
+// split apart, each would need that private state exposed.
 
 #include <fcntl.h>
 #include <sys/mman.h>
