@@ -8,9 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <fstream>
-#include <sstream>
 
+#include "ddp/common/flag_file.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 
 namespace ddp {
@@ -23,13 +22,6 @@ constexpr auto kRpcSlack = 2s;
 constexpr auto kEagerReconnect = 2s;  // how long a join retries a refused connection eagerly
 constexpr auto kUnaryDeadline = 30s;
 
-std::string read_pem(const std::string& path, const std::string& flag) {
-  std::ifstream in(path);
-  if (!in) throw Error(flag + "=" + path + ": cannot read file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string code_text(grpc::StatusCode code) {
   switch (code) {
@@ -73,10 +65,10 @@ RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (tls.enabled()) {
     grpc::SslCredentialsOptions opts;
-    if (!tls.ca.empty()) opts.pem_root_certs = read_pem(tls.ca, "--rdzv_tls_ca");
+    if (!tls.ca.empty()) opts.pem_root_certs = read_flag_file("--rdzv_tls_ca", tls.ca);
     if (!tls.cert.empty()) {
-      opts.pem_cert_chain = read_pem(tls.cert, "--rdzv_tls_cert");
-      opts.pem_private_key = read_pem(tls.key, "--rdzv_tls_key");
+      opts.pem_cert_chain = read_flag_file("--rdzv_tls_cert", tls.cert);
+      opts.pem_private_key = read_flag_file("--rdzv_tls_key", tls.key);
     }
     creds = grpc::SslCredentials(opts);
   } else {

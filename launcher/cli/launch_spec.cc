@@ -16,6 +16,7 @@
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
+#include "ddp/common/flag_file.h"
 #include "ddp/common/random_id.h"
 #include "cli/slurm_step.h"
 
@@ -499,9 +500,8 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   }
   if (!token_file.empty()) {
     if (!spec.rdzv_token.empty()) throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
-    std::ifstream in(token_file);
-    if (!in) throw Error("--rdzv_token_file=" + token_file + ": cannot read file");
-    std::getline(in, spec.rdzv_token);
+    const std::string text = read_flag_file("--rdzv_token_file", token_file);
+    spec.rdzv_token = text.substr(0, text.find('\n'));
     while (!spec.rdzv_token.empty() && std::isspace(static_cast<unsigned char>(spec.rdzv_token.back()))) {
       spec.rdzv_token.pop_back();
     }

@@ -5,10 +5,10 @@
 #include <grpcpp/server_posix.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/flag_file.h"
 
 namespace ddp::launcher {
 namespace {
@@ -489,18 +489,6 @@ grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext
 
 // --- server ------------------------------------------------------------------------
 
-namespace {
-
-std::string read_pem(const std::string& path, const std::string& flag) {
-  std::ifstream in(path);
-  if (!in) throw Error(flag + "=" + path + ": cannot read file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerOptions& options)
     : service_(std::make_unique<RendezvousService>(config)) {
   std::shared_ptr<grpc::ServerCredentials> creds;
@@ -512,7 +500,7 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     // server's identity, so client certificates are not requested.
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     ssl.pem_key_cert_pairs.push_back(
-        {read_pem(options.tls_key, "--rdzv_tls_key"), read_pem(options.tls_cert, "--rdzv_tls_cert")});
+        {read_flag_file("--rdzv_tls_key", options.tls_key), read_flag_file("--rdzv_tls_cert", options.tls_cert)});
     creds = grpc::SslServerCredentials(ssl);
   }
   // Debian's Abseil is built without NDEBUG, so every absl::Mutex lock inside

@@ -8,12 +8,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
+#include "ddp/common/flag_file.h"
 #include "ddp/common/log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "cli/launch_spec.h"
@@ -154,12 +153,8 @@ int run_health_command(const std::vector<std::string>& argv) {
     Endpoint ep = parse_endpoint(target, 29400, "endpoint");
     std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
     if (!ca.empty()) {
-      std::ifstream in(ca);
-      if (!in) throw Error("--rdzv_tls_ca=" + ca + ": cannot read file");
-      std::stringstream pem;
-      pem << in.rdbuf();
       grpc::SslCredentialsOptions opts;
-      opts.pem_root_certs = pem.str();
+      opts.pem_root_certs = read_flag_file("--rdzv_tls_ca", ca);
       creds = grpc::SslCredentials(opts);
     }
     auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(ep.to_string(), creds));

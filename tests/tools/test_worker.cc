@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "barrier") {
     if (!env) return 3;
-    ddp::examples::tcp_barrier(*env, 20000);
+    ddp::testing::tcp_barrier(*env, 20000);
     std::printf("barrier passed\n");
     return 0;
   }

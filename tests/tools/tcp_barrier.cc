@@ -13,7 +13,7 @@
 
 #include "ddp/common/error.h"
 
-namespace ddp::examples {
+namespace ddp::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -114,4 +114,4 @@ void tcp_barrier(const WorkerEnv& env, int timeout_ms) {
   }
 }
 
-}  // namespace ddp::examples
+}  // namespace ddp::testing
