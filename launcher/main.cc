@@ -12,7 +12,7 @@
 
 #include "agent/agent.h"
 #include "ddp/common/error.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
 #include "worker_group/process.h"

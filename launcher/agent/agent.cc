@@ -19,7 +19,7 @@
 #include "worker_group/cpu_binding.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/shm_names.h"
 #include "ddp/common/progress_board.h"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 #include "worker_group/process.h"
 #include "worker_group/process_probe.h"
 

@@ -1,7 +1,7 @@
 #include "agent/local_control_plane.h"
 
 #include "ddp/common/endpoint.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 
 namespace ddp::launcher {
 

@@ -16,7 +16,7 @@
 #include <deque>
 
 #include "ddp/common/error.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 
 namespace ddp::launcher {
 namespace {

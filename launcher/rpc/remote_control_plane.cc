@@ -8,7 +8,7 @@
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/grpc_logging.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 #include "ddp/common/rendezvous_client.h"
 #include "rpc/heartbeat_monitor.h"
 #include "rpc/rendezvous_service.h"

@@ -13,7 +13,7 @@
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "cli/launch_spec.h"
 #include "worker_group/process.h"

@@ -125,7 +125,7 @@ ProcessGroup::~ProcessGroup() {
 }
 
 std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void()> run) {
-  auto work = std::make_shared<Work>(call.describe());
+  std::shared_ptr<Work> work(new Work(call.describe()));  // its constructor is the group's alone
   const bool here = t_blocking_call;
   t_blocking_call = false;
   auto make_task = [&]() {

@@ -1,5 +1,6 @@
 #pragma once
-// Work: the handle of an asynchronous collective. Thread-safe.
+// Work: the handle of an asynchronous collective, made by a ProcessGroup and
+// completed by it alone. Thread-safe.
 
 #include <chrono>
 #include <condition_variable>
@@ -9,9 +10,10 @@
 
 namespace ddp {
 
+class ProcessGroup;
+
 class Work {
  public:
-  explicit Work(std::string description) : description_(std::move(description)) {}
 
   // Blocks until the collective finished or `timeout` passed. Returns true
   // when it finished; throws the collective's ddp::Error if it failed.
@@ -21,10 +23,15 @@ class Work {
   // "all_reduce of 1024 float32 (sum)"
   const std::string& description() const { return description_; }
 
-  // For the executor: marks the work done, with an error or not.
-  void finish(std::exception_ptr error = nullptr);
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
 
  private:
+  friend class ProcessGroup;
+  explicit Work(std::string description) : description_(std::move(description)) {}
+  // Marks the work done, with an error or not (the group's executor).
+  void finish(std::exception_ptr error = nullptr);
+
   std::string description_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,4 +1,4 @@
-#include "ddp/common/log.h"
+#include "ddp/common/launcher_log.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 
