@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/process_group.h"
 #include "ddp/store.h"
 #include "ddp/types.h"
 
@@ -46,24 +48,26 @@ class Backend {
   virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) { return nullptr; }
 };
 
-struct BackendConfig {
+// What a backend is made with: the group's options (ProcessGroupOptions),
+// with local_rank/local_size resolved (every rank on one node when the
+// options leave local_size 0), and the rank, size and store.
+struct BackendConfig : ProcessGroupOptions {
+  BackendConfig() { local_size = 1; }
+  static BackendConfig of(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options) {
+    BackendConfig config;
+    static_cast<ProcessGroupOptions&>(config) = options;
+    config.rank = rank;
+    config.size = size;
+    config.store = std::move(store);
+    if (options.local_size <= 0) {
+      config.local_rank = rank;
+      config.local_size = size;
+    }
+    return config;
+  }
   int rank = 0;
   int size = 1;
   std::shared_ptr<Store> store;
-  std::chrono::milliseconds timeout{300000};
-  int device = 0;
-  std::string host = "127.0.0.1";  // address peers reach this rank at (Gloo listens there)
-  // Where the rank sits (shm backend): its index among the ranks of its node,
-  // their count, the node's index and the number of nodes. Ranks of one node
-  // are consecutive: global rank = rank - local_rank + local index.
-  int local_rank = 0;
-  int local_size = 1;
-  int node = 0;
-  int nodes = 1;
-  // Names the shm segment (ddp/common/shm_names.h).
-  std::string run_id;
-  long round = 0;
-  std::string group_name = "default";
 };
 
 std::unique_ptr<Backend> make_local_backend();

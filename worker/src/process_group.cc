@@ -84,20 +84,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
 
 ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
     : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
-  BackendConfig config;
-  config.rank = rank;
-  config.size = size;
-  config.store = store_;
-  config.timeout = options.timeout;
-  config.device = options.device;
-  config.host = options.host;
-  config.local_rank = options.local_size > 0 ? options.local_rank : rank;
-  config.local_size = options.local_size > 0 ? options.local_size : size;
-  config.node = options.node;
-  config.nodes = options.nodes;
-  config.run_id = options.run_id;
-  config.round = options.round;
-  config.group_name = options.group_name;
+  const BackendConfig config = BackendConfig::of(rank, size, store_, options);
   const std::string& b = options.backend;
   if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
     throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
