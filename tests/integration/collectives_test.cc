@@ -165,6 +165,47 @@ TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeT
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
+// Every in-place all-reduce algorithm (DDP_SHM_ALGO) gives the right sums,
+// bit-identical on every rank, for 2 and 3 ranks, sizes up to 16 MiB.
+class ShmAlgorithm : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ShmAlgorithm, InPlaceAllReducesAreRightOnEveryRank) {
+  const auto& [algorithm, n] = GetParam();
+  const std::string run_id = unique_run_id("algo" + algorithm + std::to_string(n) + "x");
+  auto r = ddprun(n, {"large", "16"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", algorithm}}), 60s,
+                  {"--run_id=" + run_id});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(line_starting(r, rank, "LARGE"),
+              "LARGE OK rank=" + std::to_string(rank) + " world=" + std::to_string(n) + " backend=shm")
+        << r.out << r.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ShmAlgorithm,
+                         ::testing::Combine(::testing::Values("push", "pull", "chunked"), ::testing::Values(2, 3)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedNameAreErrorsNamingTheVariable) {
+  // Local rank 1 alone asks for pull.
+  auto r = run_process({kDdprun, "--nproc_per_node=2", "sh", "-c",
+                        "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_ALGO=pull; fi; exec \"$0\" large 1", kWorker},
+                       worker_env({{"DDP_BACKEND", "shm"}}), 60s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("different in-place all-reduce algorithms (DDP_SHM_ALGO): rank 0 push, rank 1 pull"),
+            std::string::npos)
+      << r.out << r.err;
+  auto bad = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE((bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not one of auto, push, pull, chunked"),
+            std::string::npos)
+      << bad.out << bad.err;
+}
+
 // A standalone `ddprun rendezvous` (token "t") for ranks started by hand;
 // `endpoint` is empty when it did not come up within 10 s.
 struct StandaloneStore {

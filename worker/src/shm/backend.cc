@@ -82,6 +82,38 @@ Slice slice_of(std::size_t count, int parts, int k, std::size_t element) {
   return {lo, std::min(count, lo + per)};
 }
 
+// How an all-reduce whose buffers all live in the segment runs (DDP_SHM_ALGO):
+//   push     each rank reduces its slice and writes the result into every
+//            rank's buffer (two ranks: one pass over both);
+//   pull     each rank reduces its slice into its own buffer, then copies the
+//            others' reduced slices from their buffers: every cache line is
+//            written only by the rank that owns it;
+//   chunked  as for private buffers, through the segment's chunk slots.
+// auto is push. Which is fastest depends on the machine (how its cores share
+// caches); every rank must use the same, which the first phase checks.
+enum class InPlaceAlgorithm : std::uint32_t { kPush = 1, kPull = 2, kChunked = 3 };
+
+const char* algorithm_name(std::uint32_t a) {
+  switch (static_cast<InPlaceAlgorithm>(a)) {
+    case InPlaceAlgorithm::kPush:
+      return "push";
+    case InPlaceAlgorithm::kPull:
+      return "pull";
+    case InPlaceAlgorithm::kChunked:
+      return "chunked";
+  }
+  return "?";
+}
+
+InPlaceAlgorithm algorithm_from_env() {
+  const char* text = std::getenv("DDP_SHM_ALGO");
+  const std::string name = text == nullptr ? "" : text;
+  if (name.empty() || name == "auto" || name == "push") return InPlaceAlgorithm::kPush;
+  if (name == "pull") return InPlaceAlgorithm::kPull;
+  if (name == "chunked") return InPlaceAlgorithm::kChunked;
+  throw Error("environment variable DDP_SHM_ALGO='" + name + "' is not one of auto, push, pull, chunked");
+}
+
 // The segment, its allocator and this rank's place in it. Shared with the
 // deleters of allocate()'s blocks, so the mapping outlives the backend while
 // a block is still held.
@@ -95,7 +127,7 @@ class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendConfig& config)
       : config_(config), me_(config.local_rank), local_size_(config.local_size),
-        first_rank_(config.rank - config.local_rank), timeout_(config.timeout) {
+        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), algorithm_(algorithm_from_env()) {
     if (!config.store) throw Error("process group: the shm backend needs a store");
     if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
         first_rank_ + local_size_ > config.size) {
@@ -141,9 +173,11 @@ class ShmBackend final : public Backend {
                    static_cast<std::int32_t>(op)};
       if (bytes <= segment().geometry().small_bytes && !cross_) return small_all_reduce(data, count, dtype, op, d);
       d.offset = segment().offset_of(data, bytes);
+      d.algorithm = static_cast<std::uint32_t>(algorithm_);
       begin(d);
-      const bool zero_copy = all_in_segment();
+      const bool zero_copy = all_in_segment() && algorithm_ != InPlaceAlgorithm::kChunked;
       if (zero_copy && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
+      if (zero_copy && algorithm_ == InPlaceAlgorithm::kPull && !cross_) return pull_all_reduce(count, dtype, op);
       if (zero_copy) return zero_copy_all_reduce(count, dtype, op);
       chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
     });
@@ -397,6 +431,11 @@ class ShmBackend final : public Backend {
         throw Error("collective mismatch among the ranks of this node: rank " + std::to_string(first_rank_ + me_) +
                     " is in " + describe(mine) + ", rank " + std::to_string(first_rank_ + k) + " in " + describe(d));
       }
+      if (d.algorithm != mine.algorithm) {
+        throw Error("shm: the ranks of this node run different in-place all-reduce algorithms (DDP_SHM_ALGO): rank " +
+                    std::to_string(first_rank_ + me_) + " " + algorithm_name(mine.algorithm) + ", rank " +
+                    std::to_string(first_rank_ + k) + " " + algorithm_name(d.algorithm));
+      }
     }
   }
 
@@ -462,6 +501,29 @@ class ShmBackend final : public Backend {
       for (int k = 0; k < local_size_; ++k) {
         if (k != me_) std::memcpy(buffer(k) + at, buffer(me_) + at, n * element);
       }
+    }
+    sync_->phase(deadline_);
+  }
+
+  // DDP_SHM_ALGO=pull: this rank's slice reduced into its own buffer (reading
+  // the others'), then, once every slice is reduced, the others' slices
+  // copied from their owners' buffers; nobody returns (and lets its caller
+  // change its buffer) before all have copied.
+  void pull_all_reduce(std::size_t count, DType dtype, ReduceOp op) {
+    const std::size_t element = dtype_size(dtype);
+    char* base = segment().base();
+    auto buffer = [&](int k) { return base + published(k).offset; };
+    const Slice mine = slice_of(count, local_size_, me_, element);
+    const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
+    for (std::size_t o = mine.lo; o < mine.hi; o += block) {
+      const std::size_t n = std::min(block, mine.hi - o), at = o * element;
+      reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
+    }
+    sync_->phase(deadline_);
+    for (int k = 0; k < local_size_; ++k) {
+      if (k == me_) continue;
+      const Slice theirs = slice_of(count, local_size_, k, element);
+      std::memcpy(buffer(me_) + theirs.lo * element, buffer(k) + theirs.lo * element, theirs.size() * element);
     }
     sync_->phase(deadline_);
   }
@@ -688,6 +750,7 @@ class ShmBackend final : public Backend {
   BackendConfig config_;
   int me_, local_size_, first_rank_;
   std::chrono::milliseconds timeout_;
+  InPlaceAlgorithm algorithm_;  // DDP_SHM_ALGO
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
   std::unique_ptr<shm::PhaseSync> sync_;
   std::unique_ptr<Backend> cross_;     // Gloo among the ranks of this local rank on every node

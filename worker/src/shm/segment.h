@@ -42,6 +42,7 @@ struct alignas(kCacheLine) Descriptor {
   std::int32_t root = -1;
   std::int32_t op = -1;
   std::int64_t input_offset = -1;  // all_gather: of the rank's input in the segment, -1 if private
+  std::uint32_t algorithm = 0;     // all_reduce in place: the InPlaceAlgorithm (DDP_SHM_ALGO)
 };
 
 struct alignas(kCacheLine) RankControl {
