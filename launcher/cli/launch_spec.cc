@@ -16,6 +16,7 @@
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
+#include "ddp/common/executables.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/random_id.h"
 #include "cli/slurm_step.h"
@@ -25,24 +26,6 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-// Resolves `name` like execvp would; empty when not found.
-std::string find_on_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
-  const char* path_env = std::getenv("PATH");
-  std::stringstream dirs(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-  }
-  return "";
 }
 
 void check_program(const LaunchSpec& spec) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/executables.h"
 #include "worker_group/process.h"
 
 extern char** environ;
@@ -49,15 +50,6 @@ bool read_stat(const std::string& pid, Stat& out) {
   return true;
 }
 
-bool installed(const std::string& tool) {
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    if (!dir.empty() && access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
 
 // The non-empty lines of `text`, without gdb's remarks about itself.
 std::vector<std::string> split_lines(const std::string& text) {
@@ -96,9 +88,9 @@ std::vector<GroupUsage> process_group_usage(const std::vector<pid_t>& pgids) {
 
 std::vector<std::string> native_stacks(pid_t pid, std::chrono::milliseconds timeout) {
   std::vector<std::string> argv;
-  if (installed("eu-stack")) {
+  if (!find_on_path("eu-stack").empty()) {
     argv = {"eu-stack", "-p", std::to_string(pid)};
-  } else if (installed("gdb")) {
+  } else if (!find_on_path("gdb").empty()) {
     argv = {"gdb", "-batch", "-nx", "-p", std::to_string(pid), "-ex", "thread apply all bt"};
   } else {
     return {"(no stacks: neither eu-stack (Debian's elfutils) nor gdb is installed)"};
