@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 
+#include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
 
@@ -29,9 +30,7 @@ constexpr size_t kPrefaceBytes = sizeof kPreface - 1;
 // A connection that has sent part of the preface is looked at again after this.
 constexpr auto kPartialRecheck = std::chrono::milliseconds(20);
 
-std::string where(const std::string& host, int port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
+std::string where(const std::string& host, int port) { return Endpoint{host, port}.to_string(); }
 
 int open_file_limit() {
   rlimit limit{};

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
 
@@ -546,8 +547,7 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     }
     acceptor_->start();
   } else {
-    std::string host = options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host;
-    std::string address = host + ":" + std::to_string(options.port);
+    const std::string address = Endpoint{options.host, options.port}.to_string();
     builder.AddListeningPort(address, creds, &port_);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
