@@ -177,8 +177,7 @@ class ShmBackend final : public Backend {
       begin(d);
       const bool zero_copy = all_in_segment() && algorithm_ != InPlaceAlgorithm::kChunked;
       if (zero_copy && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
-      if (zero_copy && algorithm_ == InPlaceAlgorithm::kPull && !cross_) return pull_all_reduce(count, dtype, op);
-      if (zero_copy) return zero_copy_all_reduce(count, dtype, op);
+      if (zero_copy) return zero_copy_all_reduce(count, dtype, op, algorithm_ == InPlaceAlgorithm::kPull && !cross_);
       chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
     });
   }
@@ -481,12 +480,17 @@ class ShmBackend final : public Backend {
   // reads or writes another's slice, so one phase at the end is all it takes:
   // nobody returns (and lets its caller touch the buffer) before every slice
   // of it has been written.
-  void zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp op) {
+  // `pull` (DDP_SHM_ALGO=pull): each rank writes its reduced slice only into
+  // its own buffer and, once every slice is reduced, copies the others' slices
+  // from their owners' buffers; nobody returns (and lets its caller change its
+  // buffer) before all have copied. Otherwise (push) it writes its slice into
+  // every rank's buffer.
+  void zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp op, bool pull) {
     const std::size_t element = dtype_size(dtype);
     char* base = segment().base();
     auto buffer = [&](int k) { return base + published(k).offset; };
     const Slice mine = slice_of(count, local_size_, me_, element);
-    ReduceIntoBothFn both = local_size_ == 2 && !cross_ ? reduce_into_both_function(dtype, op) : nullptr;
+    ReduceIntoBothFn both = local_size_ == 2 && !cross_ && !pull ? reduce_into_both_function(dtype, op) : nullptr;
     if (both != nullptr && mine.size() > 0) {
       // Two ranks: one pass reads both slices and writes the result to both.
       const std::size_t at = mine.lo * element;
@@ -498,28 +502,12 @@ class ShmBackend final : public Backend {
     for (std::size_t o = mine.lo; o < mine.hi; o += block) {
       const std::size_t n = std::min(block, mine.hi - o), at = o * element;
       reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
-      for (int k = 0; k < local_size_; ++k) {
+      for (int k = 0; k < local_size_ && !pull; ++k) {
         if (k != me_) std::memcpy(buffer(k) + at, buffer(me_) + at, n * element);
       }
     }
     sync_->phase(deadline_);
-  }
-
-  // DDP_SHM_ALGO=pull: this rank's slice reduced into its own buffer (reading
-  // the others'), then, once every slice is reduced, the others' slices
-  // copied from their owners' buffers; nobody returns (and lets its caller
-  // change its buffer) before all have copied.
-  void pull_all_reduce(std::size_t count, DType dtype, ReduceOp op) {
-    const std::size_t element = dtype_size(dtype);
-    char* base = segment().base();
-    auto buffer = [&](int k) { return base + published(k).offset; };
-    const Slice mine = slice_of(count, local_size_, me_, element);
-    const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
-    for (std::size_t o = mine.lo; o < mine.hi; o += block) {
-      const std::size_t n = std::min(block, mine.hi - o), at = o * element;
-      reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
-    }
-    sync_->phase(deadline_);
+    if (!pull) return;
     for (int k = 0; k < local_size_; ++k) {
       if (k == me_) continue;
       const Slice theirs = slice_of(count, local_size_, k, element);
