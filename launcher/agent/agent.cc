@@ -338,60 +338,70 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
     attempt_dir = spec_.log_dir + "/" + spec_.run_id + "/attempt_" + std::to_string(round.restart_count);
   }
   std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    WorkerLaunch& launch = launches[static_cast<size_t>(i)];
-    launch.local_rank = i;
-    launch.rank = round.global_rank_offset + i;
-    launch.cpus = cpus[static_cast<size_t>(i)];
-    WorkerEnv env;
-    env.rank = launch.rank;
-    env.local_rank = i;
-    env.group_rank = round.group_rank;
-    env.role_rank = launch.rank;
-    env.world_size = round.world_size;
-    env.local_world_size = n;
-    env.group_world_size = round.group_world_size;
-    env.role_world_size = env.world_size;
-    env.role_name = spec_.role;
-    env.master_addr = round.master_addr;
-    env.master_port = round.master_port;
-    env.restart_count = round.restart_count;
-    env.max_restarts = spec_.max_restarts;
-    env.run_id = spec_.run_id;
-    env.rdzv_unavailable = control_->workers_server_missing();
-    if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
-    env.rdzv_token = spec_.rdzv_token;
-    env.round = round.round;
-    env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
-    if (spec_.multi_node()) {
-      env.rdzv_tls_ca = spec_.tls_ca;
-      env.node_addr = node_address_;
-    }
-    launch.env = base_env;
-    for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
-
-    // Where each stream goes: the console unless redirected (and not tee'd)
-    // or filtered out; the rank's log file whenever a log dir is set.
-    bool shown = !spec_.local_ranks_filter ||
-                 std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
-                     spec_.local_ranks_filter->end();
-    std::string rank_dir;
-    if (!attempt_dir.empty()) {
-      rank_dir = attempt_dir + "/" + std::to_string(launch.rank);
-      make_dirs(rank_dir);
-    }
-    for (int s = 0; s < 2; ++s) {
-      int bit = s == 0 ? kStdout : kStderr;
-      bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
-      TeeTarget& target = launch.streams[s];
-      target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
-      target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
-      if (!rank_dir.empty()) {
-        target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-        target.file_fd = open_log_file(target.file_path);
+  try {
+    for (int i = 0; i < n; ++i) {
+      WorkerLaunch& launch = launches[static_cast<size_t>(i)];
+      launch.local_rank = i;
+      launch.rank = round.global_rank_offset + i;
+      launch.cpus = cpus[static_cast<size_t>(i)];
+      WorkerEnv env;
+      env.rank = launch.rank;
+      env.local_rank = i;
+      env.group_rank = round.group_rank;
+      env.role_rank = launch.rank;
+      env.world_size = round.world_size;
+      env.local_world_size = n;
+      env.group_world_size = round.group_world_size;
+      env.role_world_size = env.world_size;
+      env.role_name = spec_.role;
+      env.master_addr = round.master_addr;
+      env.master_port = round.master_port;
+      env.restart_count = round.restart_count;
+      env.max_restarts = spec_.max_restarts;
+      env.run_id = spec_.run_id;
+      env.rdzv_unavailable = control_->workers_server_missing();
+      if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
+      env.rdzv_token = spec_.rdzv_token;
+      env.round = round.round;
+      env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+      if (spec_.multi_node()) {
+        env.rdzv_tls_ca = spec_.tls_ca;
+        env.node_addr = node_address_;
       }
-      target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
+      launch.env = base_env;
+      for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
+
+      // Where each stream goes: the console unless redirected (and not tee'd)
+      // or filtered out; the rank's log file whenever a log dir is set.
+      bool shown = !spec_.local_ranks_filter ||
+                   std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
+                       spec_.local_ranks_filter->end();
+      std::string rank_dir;
+      if (!attempt_dir.empty()) {
+        rank_dir = attempt_dir + "/" + std::to_string(launch.rank);
+        make_dirs(rank_dir);
+      }
+      for (int s = 0; s < 2; ++s) {
+        int bit = s == 0 ? kStdout : kStderr;
+        bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
+        TeeTarget& target = launch.streams[s];
+        target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
+        target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
+        if (!rank_dir.empty()) {
+          target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+          target.file_fd = open_log_file(target.file_path);
+        }
+        target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
+      }
     }
+  } catch (...) {
+    // The log files opened so far are closed when a later one cannot be made.
+    for (auto& launch : launches) {
+      for (auto& target : launch.streams) {
+        if (target.file_fd >= 0) close(target.file_fd);
+      }
+    }
+    throw;
   }
   return launches;
 }
@@ -402,6 +412,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   std::vector<std::string> base_env = base_environment();
   if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
   const std::vector<std::string> command = spec_.command();
+  const bool python = runs_python(command);
   // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
   // last attempt is followed. Each rank's own mask is then only its slice, so
   // the workers are told how many CPUs the node's ranks share
@@ -426,7 +437,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   if (spec_.hang_timeout_s > 0) {
     board = ProgressBoard::create(n);
     base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
-    if (runs_python(command) && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
+    if (python && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
       base_env.push_back("PYTHONFAULTHANDLER=1");
     }
   }
@@ -442,7 +453,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     throw;
   }
   std::optional<HangWatch> hang;
-  if (board) hang.emplace(spec_.hang_timeout_s, *board, runs_python(command));
+  if (board) hang.emplace(spec_.hang_timeout_s, *board, python);
 
   AttemptResult result;
   const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);

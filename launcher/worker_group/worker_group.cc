@@ -14,13 +14,17 @@ namespace ddp::launcher {
 WorkerGroup::WorkerGroup(const std::vector<std::string>& command, std::vector<WorkerLaunch> launches,
                          OrphanGuard& guard, int inherit_fd, const std::string& host)
     : guard_(guard), workers_(launches.size()) {
+  // Every tee first: they own the log files, which are closed with them
+  // however far the spawning gets.
+  for (size_t i = 0; i < launches.size(); ++i) {
+    for (int s = 0; s < 2; ++s) workers_[i].tees[s] = std::make_unique<StreamTee>(std::move(launches[i].streams[s]));
+  }
   try {
     for (size_t i = 0; i < launches.size(); ++i) {
       WorkerLaunch& launch = launches[i];
       Worker& w = workers_[i];
       w.rank = launch.rank;
       w.local_rank = launch.local_rank;
-      for (int s = 0; s < 2; ++s) w.tees[s] = std::make_unique<StreamTee>(std::move(launch.streams[s]));
       SpawnedProcess p = spawn_process(command, launch.env, launch.cpus, inherit_fd);
       guard_.watch(p.pid);
       w.pid = p.pid;

@@ -9,13 +9,13 @@ namespace ddp::detail {
 namespace {
 
 ProgressSlot* my_slot() {
-  static std::optional<ProgressBoard> board = [] {
+  static ProgressSlot* const slot = []() -> ProgressSlot* {
     const char* local_rank = std::getenv("LOCAL_RANK");
-    return local_rank != nullptr ? ProgressBoard::attach_from_env(std::atoi(local_rank)) : std::nullopt;
-  }();
-  static ProgressSlot* slot = [] {
-    if (!board) return static_cast<ProgressSlot*>(nullptr);
-    ProgressSlot* s = &board->slot(std::atoi(std::getenv("LOCAL_RANK")));
+    if (local_rank == nullptr) return nullptr;
+    // This process's mapping of the board, for the rest of its life.
+    static std::optional<ProgressBoard> board = ProgressBoard::attach_from_env(std::atoi(local_rank));
+    if (!board) return nullptr;
+    ProgressSlot* s = &board->slot(std::atoi(local_rank));
     s->attached.store(1, std::memory_order_relaxed);
     return s;
   }();
