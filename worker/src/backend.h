@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,8 @@ class Backend {
   virtual std::int64_t offer_node_shared(std::size_t /*bytes*/) { return -1; }
   // On every rank: the block rank 0 offered at `offset`.
   virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) { return nullptr; }
+  // ProcessGroup::algorithm_for. Called from any thread.
+  virtual std::string algorithm_for(const std::string& /*collective*/, std::size_t /*bytes*/) const { return ""; }
 };
 
 // What a backend is made with: the group's options (ProcessGroupOptions),

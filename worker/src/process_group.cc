@@ -365,6 +365,10 @@ std::vector<std::string> ProcessGroup::all_gather_object(const std::string& byte
 
 std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) { return backend_->allocate(bytes); }
 
+std::string ProcessGroup::algorithm_for(const std::string& collective, std::size_t bytes) const {
+  return backend_ ? backend_->algorithm_for(collective, bytes) : "";
+}
+
 std::shared_ptr<void> ProcessGroup::allocate_node_shared(std::size_t bytes) {
   if (size_ == 1) return nullptr;
   std::int64_t offset = rank_ == 0 ? backend_->offer_node_shared(bytes) : -1;

@@ -47,6 +47,10 @@ struct ProcessGroupOptions {
   std::string run_id;
   long round = 0;
   std::string group_name = "default";
+  // For shm: which algorithm variants its collectives use, in DDP_SHM_ALGO's
+  // syntax (e.g. "pull", "all_reduce=chunked,broadcast=push"); empty: the
+  // variable, and without it each is chosen by timing (docs/cli.md).
+  std::string shm_algorithm;
 
   // Defaults with another backend: ProcessGroupOptions::of("local").
   static ProcessGroupOptions of(std::string backend_name) {
@@ -139,6 +143,14 @@ class ProcessGroup {
   // seen by the others after any later collective. The block stays until the
   // group's segment goes, even when every reference is dropped.
   std::shared_ptr<void> allocate_node_shared(std::size_t bytes);
+
+  // shm: the algorithm variant this group runs `collective` ("all_reduce",
+  // "reduce_scatter", "all_gather" or "broadcast") with for calls of `bytes`
+  // per rank (their size class) when the buffers are in its segment, and
+  // why: e.g. "pull (timed)", "chunked (DDP_SHM_TUNE_FILE)", "push (forced)".
+  // Empty while no call of that class has run, and for other backends and
+  // groups spanning several nodes. The same on every rank. Thread-safe.
+  std::string algorithm_for(const std::string& collective, std::size_t bytes) const;
 
  private:
   ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options);

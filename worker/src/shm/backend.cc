@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -37,6 +39,7 @@
 #include "shm/arena.h"
 #include "shm/segment.h"
 #include "shm/sync.h"
+#include "shm/tune_file.h"
 
 namespace ddp {
 namespace {
@@ -66,6 +69,7 @@ std::string describe(const Descriptor& d) {
   text += " of " + std::to_string(d.bytes) + " bytes of " + dtype_name(static_cast<DType>(d.dtype));
   if (d.op >= 0) text += " (" + std::string(op_name(static_cast<ReduceOp>(d.op))) + ")";
   if (d.root >= 0) text += " from root " + std::to_string(d.root);
+  if (d.timing != 0) text += " (while timing its algorithms)";
   return text;
 }
 
@@ -82,36 +86,33 @@ Slice slice_of(std::size_t count, int parts, int k, std::size_t element) {
   return {lo, std::min(count, lo + per)};
 }
 
-// How an all-reduce whose buffers all live in the segment runs (DDP_SHM_ALGO):
-//   push     each rank reduces its slice and writes the result into every
-//            rank's buffer (two ranks: one pass over both);
-//   pull     each rank reduces its slice into its own buffer, then copies the
-//            others' reduced slices from their buffers: every cache line is
-//            written only by the rank that owns it;
-//   chunked  as for private buffers, through the segment's chunk slots.
-// auto is push. Which is fastest depends on the machine (how its cores share
-// caches); every rank must use the same, which the first phase checks.
-enum class InPlaceAlgorithm : std::uint32_t { kPush = 1, kPull = 2, kChunked = 3 };
+using shm::Algorithm;
+using shm::Collective;
 
-const char* algorithm_name(std::uint32_t a) {
-  switch (static_cast<InPlaceAlgorithm>(a)) {
-    case InPlaceAlgorithm::kPush:
-      return "push";
-    case InPlaceAlgorithm::kPull:
-      return "pull";
-    case InPlaceAlgorithm::kChunked:
-      return "chunked";
-  }
-  return "?";
+// What DDP_SHM_ALGO (or the group's shm_algorithm option, which wins) forces.
+shm::Forced forced_from(const std::string& option) {
+  if (!option.empty()) return shm::parse_forced(option, "process group option shm_algorithm");
+  const char* text = std::getenv("DDP_SHM_ALGO");
+  return shm::parse_forced(text == nullptr ? "" : text, "environment variable DDP_SHM_ALGO");
 }
 
-InPlaceAlgorithm algorithm_from_env() {
-  const char* text = std::getenv("DDP_SHM_ALGO");
-  const std::string name = text == nullptr ? "" : text;
-  if (name.empty() || name == "auto" || name == "push") return InPlaceAlgorithm::kPush;
-  if (name == "pull") return InPlaceAlgorithm::kPull;
-  if (name == "chunked") return InPlaceAlgorithm::kChunked;
-  throw Error("environment variable DDP_SHM_ALGO='" + name + "' is not one of auto, push, pull, chunked");
+Kind kind_of(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return Kind::kAllReduce;
+    case Collective::kReduceScatter: return Kind::kReduceScatter;
+    case Collective::kAllGather: return Kind::kAllGather;
+    case Collective::kBroadcast: return Kind::kBroadcast;
+  }
+  return Kind::kBarrier;
+}
+
+// Where a variant that reads or writes other ranks' buffers can run: `pull`
+// needs the buffers it reads in the segment, `push` those it writes; a
+// variant that cannot run falls to the other in-place one, then to chunked.
+Algorithm runnable(Algorithm wanted, bool can_pull, bool can_push) {
+  if (wanted == Algorithm::kPull) return can_pull ? wanted : can_push ? Algorithm::kPush : Algorithm::kChunked;
+  if (wanted == Algorithm::kPush) return can_push ? wanted : can_pull ? Algorithm::kPull : Algorithm::kChunked;
+  return Algorithm::kChunked;
 }
 
 // The segment, its allocator and this rank's place in it. Shared with the
@@ -127,7 +128,7 @@ class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendConfig& config)
       : config_(config), me_(config.local_rank), local_size_(config.local_size),
-        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), algorithm_(algorithm_from_env()) {
+        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), forced_(forced_from(config.shm_algorithm)) {
     if (!config.store) throw Error("process group: the shm backend needs a store");
     if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
         first_rank_ + local_size_ > config.size) {
@@ -168,17 +169,8 @@ class ShmBackend final : public Backend {
         // One rank on this node (across nodes: Gloo among them), or nodes of different sizes.
         return state_ ? fallback().all_reduce(data, count, dtype, op) : across().all_reduce(data, count, dtype, op);
       }
-      const std::size_t bytes = count * dtype_size(dtype);
-      Descriptor d{static_cast<std::uint32_t>(Kind::kAllReduce), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
-                   static_cast<std::int32_t>(op)};
-      if (bytes <= segment().geometry().small_bytes && !cross_) return small_all_reduce(data, count, dtype, op, d);
-      d.offset = segment().offset_of(data, bytes);
-      d.algorithm = static_cast<std::uint32_t>(algorithm_);
-      begin(d);
-      const bool zero_copy = all_in_segment() && algorithm_ != InPlaceAlgorithm::kChunked;
-      if (zero_copy && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
-      if (zero_copy) return zero_copy_all_reduce(count, dtype, op, algorithm_ == InPlaceAlgorithm::kPull && !cross_);
-      chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
+      const Algorithm a = algorithm_for_call(Collective::kAllReduce, count * dtype_size(dtype), dtype, static_cast<std::int32_t>(op), -1);
+      run_all_reduce(a, data, count, dtype, op, needed, false);
     });
   }
 
@@ -186,18 +178,8 @@ class ShmBackend final : public Backend {
     guarded([&] {
       if (count == 0) return;
       if (!single_node()) return fallback().broadcast(data, count, dtype, root);
-      const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
-      Descriptor d{static_cast<std::uint32_t>(Kind::kBroadcast), static_cast<std::uint32_t>(dtype), bytes, -1, root,
-                   -1};
-      auto* p = static_cast<char*>(data);
-      for (std::size_t b = 0; b < bytes; b += chunk) {
-        const std::size_t len = std::min(chunk, bytes - b);
-        const unsigned parity = chunk_parity_++;
-        char* slot = segment().chunk_slot(root, parity);
-        if (me_ == root) std::memcpy(slot, p + b, len);
-        b == 0 ? begin(d) : sync_->phase(deadline_);
-        if (me_ != root) std::memcpy(p + b, slot, len);
-      }
+      const Algorithm a = algorithm_for_call(Collective::kBroadcast, count * dtype_size(dtype), dtype, -1, root);
+      run_broadcast(a, data, count, dtype, root, false);
     });
   }
 
@@ -205,8 +187,8 @@ class ShmBackend final : public Backend {
     guarded([&] {
       if (count == 0) return;
       if (!single_node()) return fallback().reduce(data, count, dtype, op, root);
-      Descriptor d{static_cast<std::uint32_t>(Kind::kReduce), static_cast<std::uint32_t>(dtype),
-                   count * dtype_size(dtype), -1, root, static_cast<std::int32_t>(op)};
+      const Descriptor d = descriptor(Kind::kReduce, dtype, count * dtype_size(dtype), root,
+                                      static_cast<std::int32_t>(op), Algorithm::kChunked, false);
       chunked_reduce(static_cast<char*>(data), count, dtype, op, root, &d);
     });
   }
@@ -215,61 +197,15 @@ class ShmBackend final : public Backend {
     guarded([&] {
       if (count == 0) return;
       if (!single_node()) return fallback().all_gather(in, out, count, dtype);
-      const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
-      Descriptor d{static_cast<std::uint32_t>(Kind::kAllGather), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
-                   -1};
-      d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
-      d.input_offset = segment().offset_of(in, bytes);
-      // The first phase comes before any copy: which path runs depends on
-      // where every rank's output lives, known once all have published.
-      begin(d);
-      auto* src = static_cast<const char*>(in);
-      const bool zero_copy = all_in_segment();
-      if (zero_copy && all_in_segment(&Descriptor::input_offset)) {
-        // Every input and output lives in the segment: each rank pulls the
-        // others' inputs into its own output. A line then crosses between
-        // cores once (read by its new owner), where pushing into another
-        // rank's output moves it twice (taken over to write, read back by
-        // its owner): ParamShards' in-place gather of the parameters.
-        char* mine = segment().base() + published(me_).offset;
-        for (int k = 0; k < local_size_; ++k) {
-          char* to = mine + static_cast<std::size_t>(k) * bytes;
-          const char* from = segment().base() + published(k).input_offset;
-          if (to != from) std::memmove(to, from, bytes);
-        }
-        sync_->phase(deadline_);  // nobody returns (and lets its caller change its input) before all have read it
-        return;
-      }
-      if (zero_copy) {
-        // Every output lives in the segment: this rank writes its input
-        // straight into every rank's output (in place when `in` is already
-        // its own slot there); the phase lets nobody read before all wrote.
-        for (int k = 0; k < local_size_; ++k) {
-          char* to = segment().base() + published(k).offset + static_cast<std::size_t>(me_) * bytes;
-          if (to != src) std::memmove(to, src, bytes);
-        }
-        sync_->phase(deadline_);
-        return;
-      }
-      auto* dst = static_cast<char*>(out);
-      for (std::size_t b = 0; b < bytes; b += chunk) {
-        const std::size_t len = std::min(chunk, bytes - b);
-        const unsigned parity = chunk_parity_++;
-        std::memcpy(segment().chunk_slot(me_, parity), src + b, len);
-        sync_->phase(deadline_);
-        for (int k = 0; k < local_size_; ++k) {
-          char* to = dst + static_cast<std::size_t>(k) * bytes + b;
-          const char* from = k == me_ ? src + b : segment().chunk_slot(k, parity);
-          if (to != from) std::memmove(to, from, len);
-        }
-      }
+      const Algorithm a = algorithm_for_call(Collective::kAllGather, count * dtype_size(dtype), dtype, -1, -1);
+      run_all_gather(a, in, out, count, dtype, false);
     });
   }
 
   void barrier() override {
     guarded([&] {
       if (!single_node()) return fallback().barrier();
-      begin(Descriptor{static_cast<std::uint32_t>(Kind::kBarrier), 0, 0, -1, -1, -1});
+      begin(descriptor(Kind::kBarrier, DType::kUInt8, 0, -1, -1, Algorithm::kAuto, false));
     });
   }
 
@@ -283,50 +219,13 @@ class ShmBackend final : public Backend {
   void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override {
     guarded([&] { fallback().all_to_all(in, out, count, dtype); });
   }
-  // Rank r's `out` = block r of every rank's `in`, reduced. In place when
-  // every rank's `in` lives in the segment (each rank reads its block straight
-  // from the others' inputs); otherwise chunk by chunk through the slots, each
-  // rank copying in only the blocks the others reduce. Across nodes: Gloo.
+  // Rank r's `out` = block r of every rank's `in`, reduced. Across nodes: Gloo.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
     guarded([&] {
       if (count == 0) return;
       if (!single_node()) return fallback().reduce_scatter(in, out, count, dtype, op);
-      const std::size_t element = dtype_size(dtype), bytes = count * element;
-      Descriptor d{static_cast<std::uint32_t>(Kind::kReduceScatter), static_cast<std::uint32_t>(dtype), bytes, -1, -1,
-                   static_cast<std::int32_t>(op)};
-      d.offset = segment().offset_of(in, bytes * static_cast<std::size_t>(local_size_));
-      // Which path runs depends on where every rank's input lives, known once all have published.
-      begin(d);
-      auto* src = static_cast<const char*>(in);
-      auto* dst = static_cast<char*>(out);
-      const std::size_t mine = static_cast<std::size_t>(me_) * bytes;
-      if (all_in_segment()) {
-        const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
-        for (std::size_t o = 0; o < count; o += block) {
-          const std::size_t n = std::min(block, count - o), at = mine + o * element;
-          reduce_slice(dst + o * element, src + at,
-                       [&](int k) { return segment().base() + published(k).offset + at; }, n, dtype, op);
-        }
-        sync_->phase(deadline_);  // nobody returns (and lets its caller reuse `in`) before all have read it
-        return;
-      }
-      // Each chunk slot holds, per destination rank, `per` elements of its block.
-      const std::size_t per =
-          std::max<std::size_t>(1, segment().geometry().chunk_bytes / (element * static_cast<std::size_t>(local_size_)));
-      for (std::size_t b = 0; b < count; b += per) {
-        const std::size_t m = std::min(per, count - b);
-        const unsigned parity = chunk_parity_++;
-        char* slot = segment().chunk_slot(me_, parity);
-        for (int k = 0; k < local_size_; ++k) {
-          if (k == me_) continue;
-          std::memcpy(slot + static_cast<std::size_t>(k) * per * element,
-                      src + (static_cast<std::size_t>(k) * count + b) * element, m * element);
-        }
-        sync_->phase(deadline_);
-        const std::size_t at = static_cast<std::size_t>(me_) * per * element;
-        reduce_slice(dst + b * element, src + mine + b * element,
-                     [&](int k) { return segment().chunk_slot(k, parity) + at; }, m, dtype, op);
-      }
+      const Algorithm a = algorithm_for_call(Collective::kReduceScatter, count * dtype_size(dtype), dtype, static_cast<std::int32_t>(op), -1);
+      run_reduce_scatter(a, in, out, count, dtype, op, false);
     });
   }
 
@@ -334,17 +233,9 @@ class ShmBackend final : public Backend {
   // use it when rank 0 drops its reference): it goes with the segment.
   std::int64_t offer_node_shared(std::size_t bytes) override {
     if (!state_ || config_.nodes > 1 || local_size_ < 2 || me_ != 0) return -1;
-    std::lock_guard<std::mutex> lock(state_->mu);
-    auto offset = state_->arena->take(bytes);
-    if (!offset) return -1;
-    const std::size_t at = segment().arena_offset(me_) + *offset;
-    const std::size_t len = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
-    if (posix_fallocate(segment().fd(), static_cast<off_t>(at), static_cast<off_t>(len)) != 0) {
-      state_->arena->give_back(*offset);
-      return -1;
-    }
-    std::memset(segment().base() + at, 0, len);  // pages now, and zeros even where the arena was used before
-    return static_cast<std::int64_t>(at);
+    std::string why;
+    const auto offset = take_pages(bytes, &why, true);  // zeros even where the arena was used before
+    return offset ? static_cast<std::int64_t>(segment().arena_offset(me_) + *offset) : -1;
   }
 
   std::shared_ptr<void> node_shared_at(std::int64_t offset, std::size_t bytes) override {
@@ -356,33 +247,13 @@ class ShmBackend final : public Backend {
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     if (!state_) return Backend::allocate(bytes);
     std::string why;
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (auto offset = state_->arena->take(bytes)) {
-        const std::size_t at = segment().arena_offset(me_) + *offset;
-        const std::size_t len = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
-        // Pages now, so a full /dev/shm is ENOSPC here rather than SIGBUS later.
-        int rc = posix_fallocate(segment().fd(), static_cast<off_t>(at), static_cast<off_t>(len));
-        if (rc == 0) {
-          char* p = segment().base() + at;
-#ifdef MADV_POPULATE_WRITE
-          if (madvise(p, len, MADV_POPULATE_WRITE) != 0) std::memset(p, 0, len);
-#else
-          std::memset(p, 0, len);
-#endif
-          std::shared_ptr<SharedState> keep = state_;
-          std::size_t off = *offset;
-          return std::shared_ptr<void>(p, [keep, off](void*) {
-            std::lock_guard<std::mutex> held(keep->mu);
-            keep->arena->give_back(off);
-          });
-        }
-        state_->arena->give_back(*offset);
-        why = "/dev/shm has no room: " + std::string(std::strerror(rc));
-      } else {
-        why = "this rank's " + std::to_string(segment().geometry().arena_bytes >> 20) +
-              " MiB arena is used up (DDP_SHM_ARENA_MB)";
-      }
+    if (auto offset = take_pages(bytes, &why)) {
+      std::shared_ptr<SharedState> keep = state_;
+      const std::size_t off = *offset;
+      return std::shared_ptr<void>(segment().base() + segment().arena_offset(me_) + off, [keep, off](void*) {
+        std::lock_guard<std::mutex> held(keep->mu);
+        keep->arena->give_back(off);
+      });
     }
     if (!warned_.exchange(true)) {
       log::write(log::Level::kWarn, true,
@@ -390,6 +261,18 @@ class ShmBackend final : public Backend {
                      "; collectives on it copy through shared memory instead of running in place");
     }
     return Backend::allocate(bytes);
+  }
+
+  std::string algorithm_for(const std::string& collective, std::size_t bytes) const override {
+    const auto c = shm::collective_named(collective);
+    if (!c || !single_node()) return "";
+    if (forced_.of(*c) != Algorithm::kAuto) return std::string(shm::algorithm_name(forced_.of(*c))) + " (forced)";
+    std::lock_guard<std::mutex> lock(choices_mu_);
+    const auto key = std::make_pair(*c, shm::size_class(bytes));
+    const auto it = choices_.find(key);
+    if (it == choices_.end()) return "";
+    const char* why = timed_.count(key) ? " (timed)" : from_file_.count(key) ? " (DDP_SHM_TUNE_FILE)" : " (untimed)";
+    return std::string(shm::algorithm_name(it->second)) + why;
   }
 
  private:
@@ -417,26 +300,366 @@ class ShmBackend final : public Backend {
     }
   }
 
+  // What this rank says about a collective: what, of what, how, and its DDP_SHM_ALGO.
+  Descriptor descriptor(Kind kind, DType dtype, std::size_t bytes, std::int32_t root, std::int32_t op, Algorithm a,
+                        bool timing) const {
+    Descriptor d{static_cast<std::uint32_t>(kind), static_cast<std::uint32_t>(dtype), bytes, -1, root, op};
+    d.algorithm = static_cast<std::uint16_t>(a);
+    d.timing = timing ? 1 : 0;
+    d.forced = forced_.packed();
+    return d;
+  }
+
   // The first phase of a collective: publish what this rank is doing, wait
-  // for every rank, and check they all do the same.
+  // for every rank, and check they all do the same the same way.
   void begin(const Descriptor& mine) {
     parity_ = sequence_++ & 1;
     segment().control(me_).descriptor[parity_] = mine;  // published by the phase's release
     sync_->phase(deadline_);
     for (int k = 0; k < local_size_; ++k) {
       const Descriptor& d = published(k);
-      if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes || d.root != mine.root ||
-          d.op != mine.op) {
-        throw Error("collective mismatch among the ranks of this node: rank " + std::to_string(first_rank_ + me_) +
-                    " is in " + describe(mine) + ", rank " + std::to_string(first_rank_ + k) + " in " + describe(d));
+      const std::string ranks_of = "rank " + std::to_string(first_rank_ + me_) + " ";
+      const std::string rank_k = ", rank " + std::to_string(first_rank_ + k) + " ";
+      if (d.forced != mine.forced) {
+        throw Error("shm: the ranks of this node force different algorithms (DDP_SHM_ALGO): " + ranks_of +
+                    shm::Forced::unpacked(mine.forced).describe() + rank_k +
+                    shm::Forced::unpacked(d.forced).describe());
       }
-      if (d.algorithm != mine.algorithm) {
-        throw Error("shm: the ranks of this node run different in-place all-reduce algorithms (DDP_SHM_ALGO): rank " +
-                    std::to_string(first_rank_ + me_) + " " + algorithm_name(mine.algorithm) + ", rank " +
-                    std::to_string(first_rank_ + k) + " " + algorithm_name(d.algorithm));
+      if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes || d.root != mine.root ||
+          d.op != mine.op || d.timing != mine.timing) {
+        throw Error("collective mismatch among the ranks of this node: " + ranks_of + "is in " + describe(mine) +
+                    rank_k + "in " + describe(d));
+      }
+      if (d.algorithm != mine.algorithm) {  // the same settings and choices give the same algorithm
+        throw Error("shm: the ranks of this node chose different algorithms for " + describe(mine) + ": " + ranks_of +
+                    shm::algorithm_name(static_cast<Algorithm>(mine.algorithm)) + rank_k +
+                    shm::algorithm_name(static_cast<Algorithm>(d.algorithm)));
       }
     }
   }
+
+  // ---- Which variant a call runs ------------------------------------------------------------
+
+  // The variant for this call, decided before its first phase (so every rank
+  // asks at the same point of the same call): forced, or this node's choice
+  // for the call's size class, timed first when there is none yet. Tables
+  // start equal on every rank (local rank 0's tune file) and change only by
+  // choices every rank derives from the same timings, so all ranks agree.
+  Algorithm algorithm_for_call(Collective c, std::size_t bytes, DType dtype, std::int32_t op, int root) {
+    if (forced_.of(c) != Algorithm::kAuto) return forced_.of(c);
+    if (cross_) return Algorithm::kPush;  // across nodes nothing is timed: push within the node, then Gloo
+    const auto key = std::make_pair(c, shm::size_class(bytes));
+    {
+      std::lock_guard<std::mutex> lock(choices_mu_);
+      if (auto it = choices_.find(key); it != choices_.end()) return it->second;
+    }
+    const auto [chosen, timed] = choose_by_timing(c, bytes, dtype, op, root);
+    {
+      std::lock_guard<std::mutex> lock(choices_mu_);
+      choices_[key] = chosen;
+      if (timed) timed_[key] = chosen;
+    }
+    if (timed && me_ == 0 && !tune_path_.empty()) save_tune_file();
+    return chosen;
+  }
+
+  // Every local rank runs each candidate on scratch buffers in the segment
+  // (zeros; the call's dtype, op, root and size, at most kLargestTimedBytes
+  // in all): once to warm up, then `reps` times, keeping its fastest run.
+  // The ranks publish those times and each picks, from the same table, the
+  // candidate whose slowest rank was fastest. {chunked, false} without
+  // timing when some rank has no room for scratch.
+  std::pair<Algorithm, bool> choose_by_timing(Collective c, std::size_t bytes, DType dtype, std::int32_t op, int root) {
+    const auto started = Clock::now();
+    const std::vector<Algorithm> candidates = shm::candidates(c, bytes, segment().geometry().small_bytes);
+    const std::size_t element = dtype_size(dtype);
+    const std::size_t blocks = c == Collective::kReduceScatter || c == Collective::kAllGather ? local_size_ : 1;
+    const std::size_t count = std::max<std::size_t>(1, std::min(bytes, shm::kLargestTimedBytes / blocks) / element);
+    const std::size_t block = count * element;
+    // reduce_scatter's output follows its input.
+    const std::size_t scratch_bytes = block * (blocks + (c == Collective::kReduceScatter ? 1 : 0));
+    std::string why;
+    const std::optional<std::size_t> scratch = take_pages(scratch_bytes, &why, true);
+    const std::int64_t at = scratch ? static_cast<std::int64_t>(segment().arena_offset(me_) + *scratch) : -1;
+    struct Release {
+      ShmBackend* self;
+      std::optional<std::size_t> offset;
+      std::size_t bytes;
+      ~Release() {
+        if (offset) self->give_pages_back(*offset, bytes);
+      }
+    } release{this, scratch, scratch_bytes};
+    Descriptor announce = descriptor(kind_of(c), dtype, block, root, op, Algorithm::kAuto, true);
+    announce.offset = at;
+    begin(announce);
+    if (!all_in_segment()) {
+      log::write(log::Level::kDebug, false,
+                 std::string("shm: no room to time ") + shm::collective_name(c) + " (" +
+                     (scratch ? "another rank's arena" : why) + "); it runs through the chunk slots");
+      return {Algorithm::kChunked, false};
+    }
+    char* p = segment().base() + at;
+    const std::size_t total = block * blocks;
+    // Fewer runs where each takes longer (a 16 MiB push here: about 3 ms); noise matters less there.
+    const int reps = total <= (256u << 10) ? 8 : total <= (2u << 20) ? 4 : total <= (8u << 20) ? 2 : 1;
+    double* mine = segment().control(me_).timings;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int r = 0; r <= reps; ++r) {  // the first run warms up
+        const auto start = Clock::now();
+        run_variant(c, candidates[i], p, count, dtype, op, root);
+        if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      mine[i] = best;
+    }
+    sync_->phase(deadline_);  // every rank's times are published
+    std::vector<std::vector<double>> seconds(local_size_, std::vector<double>(candidates.size()));
+    for (int k = 0; k < local_size_; ++k) {
+      for (std::size_t i = 0; i < candidates.size(); ++i) seconds[k][i] = segment().control(k).timings[i];
+    }
+    const Algorithm chosen = candidates[shm::choose(seconds)];
+    if (log::enabled(log::Level::kDebug)) {
+      std::string times;
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        double slowest = 0;
+        for (const auto& rank : seconds) slowest = std::max(slowest, rank[i]);
+        times += fmt::format("{}{} {:.1f} us", i ? ", " : "", shm::algorithm_name(candidates[i]), slowest * 1e6);
+      }
+      const int cls = shm::size_class(bytes);
+      log::write(log::Level::kDebug, false,
+                 fmt::format("shm: {} calls {} on {} local ranks, timed at {} bytes per rank: {} (slowest rank's "
+                             "best) -> {}; timing took {:.1f} ms",
+                             shm::collective_name(c),
+                             cls == shm::kLastClass ? "over 16 MiB" : "up to " + std::to_string(shm::class_limit(cls)) +
+                                                                          " bytes",
+                             local_size_, block, times, shm::algorithm_name(chosen),
+                             std::chrono::duration<double, std::milli>(Clock::now() - started).count()));
+    }
+    return {chosen, true};
+  }
+
+  // One run of variant `a` of `c` on scratch at `p` (see choose_by_timing).
+  void run_variant(Collective c, Algorithm a, char* p, std::size_t count, DType dtype, std::int32_t op, int root) {
+    const std::size_t block = count * dtype_size(dtype);
+    const auto reduce_op = static_cast<ReduceOp>(std::max(op, 0));
+    switch (c) {
+      case Collective::kAllReduce:
+        return run_all_reduce(a, p, count, dtype, reduce_op, nullptr, true);
+      case Collective::kReduceScatter:
+        return run_reduce_scatter(a, p, p + block * static_cast<std::size_t>(local_size_), count, dtype, reduce_op,
+                                  true);
+      case Collective::kAllGather:
+        return run_all_gather(a, p + block * static_cast<std::size_t>(me_), p, count, dtype, true);
+      case Collective::kBroadcast:
+        return run_broadcast(a, p, count, dtype, root, true);
+    }
+  }
+
+  // Local rank 0: DDP_SHM_TUNE_FILE with this node's timed choices merged in
+  // (a warning naming the file, once, when it cannot be written).
+  void save_tune_file() {
+    shm::ChoiceTable known;
+    {
+      std::lock_guard<std::mutex> lock(choices_mu_);
+      known = from_file_;
+      for (const auto& [key, a] : timed_) known[key] = a;
+    }
+    const std::string model = shm::cpu_model();
+    const std::string why = shm::write_tune_file(
+        tune_path_, shm::format_tune_file(shm::merged(tune_entries_, local_size_, known),
+                                          model.empty() ? "" : "timed on " + model));
+    if (!why.empty() && !tune_warned_) {
+      tune_warned_ = true;
+      log::write(log::Level::kWarn, true, "shm: could not save the algorithm choices to DDP_SHM_TUNE_FILE: " + why);
+    }
+  }
+
+  // ---- The collectives' variants ------------------------------------------------------------
+
+  void run_all_reduce(Algorithm a, void* data, std::size_t count, DType dtype, ReduceOp op,
+                      const std::vector<ElementRange>* needed, bool timing) {
+    const std::size_t bytes = count * dtype_size(dtype);
+    Descriptor d = descriptor(Kind::kAllReduce, dtype, bytes, -1, static_cast<std::int32_t>(op), a, timing);
+    if (a == Algorithm::kSmall && bytes <= segment().geometry().small_bytes && !cross_) {
+      return small_all_reduce(data, count, dtype, op, d);
+    }
+    d.offset = segment().offset_of(data, bytes);
+    begin(d);
+    const bool in_place = (a == Algorithm::kPush || a == Algorithm::kPull) && all_in_segment();
+    if (in_place && needed != nullptr && !cross_) return zero_copy_partial(count, dtype, op, *needed);
+    if (in_place) return zero_copy_all_reduce(count, dtype, op, a == Algorithm::kPull && !cross_);
+    chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
+  }
+
+  // pull: every rank but the root copies the root's buffer; push: the root
+  // writes every other rank's buffer; chunked: through the root's slots.
+  void run_broadcast(Algorithm a, void* data, std::size_t count, DType dtype, int root, bool timing) {
+    const std::size_t bytes = count * dtype_size(dtype);
+    Descriptor d = descriptor(Kind::kBroadcast, dtype, bytes, root, -1, a, timing);
+    d.offset = segment().offset_of(data, bytes);
+    auto* p = static_cast<char*>(data);
+    if (a != Algorithm::kPush && a != Algorithm::kPull) return chunked_broadcast(p, bytes, root, &d);
+    begin(d);  // which variant can run depends on where every buffer lives, known once all published
+    bool others_in_segment = true;
+    for (int k = 0; k < local_size_; ++k) others_in_segment = others_in_segment && (k == root || published(k).offset >= 0);
+    const Algorithm run = runnable(a, published(root).offset >= 0, others_in_segment);
+    if (run == Algorithm::kChunked) return chunked_broadcast(p, bytes, root, nullptr);
+    if (run == Algorithm::kPull && me_ != root) {
+      const char* from = segment().base() + published(root).offset;
+      if (from != p) std::memcpy(p, from, bytes);
+    }
+    if (run == Algorithm::kPush && me_ == root) {
+      for (int k = 0; k < local_size_; ++k) {
+        char* to = segment().base() + published(k).offset;
+        if (k != root && to != p) std::memcpy(to, p, bytes);
+      }
+    }
+    sync_->phase(deadline_);  // pull: the root keeps its buffer until all have read it; push: all are written
+  }
+
+  // Broadcast through the root's double-buffered chunk slots; `first`, when
+  // given, is published with the first chunk's phase.
+  void chunked_broadcast(char* p, std::size_t bytes, int root, const Descriptor* first) {
+    const std::size_t chunk = segment().geometry().chunk_bytes;
+    for (std::size_t b = 0; b < bytes; b += chunk) {
+      const std::size_t len = std::min(chunk, bytes - b);
+      char* slot = segment().chunk_slot(root, chunk_parity_++);
+      if (me_ == root) std::memcpy(slot, p + b, len);
+      if (first != nullptr) {
+        begin(*first);
+        first = nullptr;
+      } else {
+        sync_->phase(deadline_);
+      }
+      if (me_ != root) std::memcpy(p + b, slot, len);
+    }
+  }
+
+  // pull: each rank copies every rank's input (all in the segment) into its
+  // own output, so a line crosses between cores once (read by its new owner);
+  // push: each rank writes its input into every rank's output (all in the
+  // segment), a line moving twice (taken over to write, read back by its
+  // owner); chunked: through every rank's slots.
+  void run_all_gather(Algorithm a, const void* in, void* out, std::size_t count, DType dtype, bool timing) {
+    const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
+    Descriptor d = descriptor(Kind::kAllGather, dtype, bytes, -1, -1, a, timing);
+    d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
+    d.input_offset = segment().offset_of(in, bytes);
+    begin(d);  // which variant can run depends on where every buffer lives, known once all published
+    auto* src = static_cast<const char*>(in);
+    auto* dst = static_cast<char*>(out);
+    const Algorithm run = runnable(a, all_in_segment(&Descriptor::input_offset), all_in_segment());
+    if (run == Algorithm::kPull) {
+      for (int k = 0; k < local_size_; ++k) {
+        char* to = dst + static_cast<std::size_t>(k) * bytes;
+        const char* from = segment().base() + published(k).input_offset;
+        if (to != from) std::memmove(to, from, bytes);
+      }
+      sync_->phase(deadline_);  // nobody returns (and lets its caller change its input) before all have read it
+      return;
+    }
+    if (run == Algorithm::kPush) {
+      for (int k = 0; k < local_size_; ++k) {
+        char* to = segment().base() + published(k).offset + static_cast<std::size_t>(me_) * bytes;
+        if (to != src) std::memmove(to, src, bytes);
+      }
+      sync_->phase(deadline_);  // nobody reads its output before all wrote it
+      return;
+    }
+    for (std::size_t b = 0; b < bytes; b += chunk) {
+      const std::size_t len = std::min(chunk, bytes - b);
+      const unsigned parity = chunk_parity_++;
+      std::memcpy(segment().chunk_slot(me_, parity), src + b, len);
+      sync_->phase(deadline_);
+      for (int k = 0; k < local_size_; ++k) {
+        char* to = dst + static_cast<std::size_t>(k) * bytes + b;
+        const char* from = k == me_ ? src + b : segment().chunk_slot(k, parity);
+        if (to != from) std::memmove(to, from, len);
+      }
+    }
+  }
+
+  // pull (every rank's `in` in the segment): each rank reduces its block
+  // straight from the others' inputs; chunked: chunk by chunk through the
+  // slots, each rank copying in only the blocks the others reduce.
+  void run_reduce_scatter(Algorithm a, const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                          bool timing) {
+    const std::size_t element = dtype_size(dtype), bytes = count * element;
+    Descriptor d = descriptor(Kind::kReduceScatter, dtype, bytes, -1, static_cast<std::int32_t>(op), a, timing);
+    d.offset = segment().offset_of(in, bytes * static_cast<std::size_t>(local_size_));
+    begin(d);  // which variant can run depends on where every rank's input lives, known once all published
+    auto* src = static_cast<const char*>(in);
+    auto* dst = static_cast<char*>(out);
+    const std::size_t mine = static_cast<std::size_t>(me_) * bytes;
+    if (a == Algorithm::kPull && all_in_segment()) {
+      const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
+      for (std::size_t o = 0; o < count; o += block) {
+        const std::size_t n = std::min(block, count - o), at = mine + o * element;
+        reduce_slice(dst + o * element, src + at, [&](int k) { return segment().base() + published(k).offset + at; },
+                     n, dtype, op);
+      }
+      sync_->phase(deadline_);  // nobody returns (and lets its caller reuse `in`) before all have read it
+      return;
+    }
+    // Each chunk slot holds, per destination rank, `per` elements of its block.
+    const std::size_t per =
+        std::max<std::size_t>(1, segment().geometry().chunk_bytes / (element * static_cast<std::size_t>(local_size_)));
+    for (std::size_t b = 0; b < count; b += per) {
+      const std::size_t m = std::min(per, count - b);
+      const unsigned parity = chunk_parity_++;
+      char* slot = segment().chunk_slot(me_, parity);
+      for (int k = 0; k < local_size_; ++k) {
+        if (k == me_) continue;
+        std::memcpy(slot + static_cast<std::size_t>(k) * per * element,
+                    src + (static_cast<std::size_t>(k) * count + b) * element, m * element);
+      }
+      sync_->phase(deadline_);
+      const std::size_t at = static_cast<std::size_t>(me_) * per * element;
+      reduce_slice(dst + b * element, src + mine + b * element,
+                   [&](int k) { return segment().chunk_slot(k, parity) + at; }, m, dtype, op);
+    }
+  }
+
+  // ---- Pages of this rank's arena -----------------------------------------------------------
+
+  // Takes `bytes` of this rank's arena and faults its pages in now, so a full
+  // /dev/shm is ENOSPC here rather than SIGBUS later; `zeroed`: whatever an
+  // earlier block left there is dropped first. The offset in the arena, or
+  // nullopt with the reason in `why`.
+  std::optional<std::size_t> take_pages(std::size_t bytes, std::string* why, bool zeroed = false) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    const auto offset = state_->arena->take(bytes);
+    if (!offset) {
+      *why = "this rank's " + std::to_string(segment().geometry().arena_bytes >> 20) +
+             " MiB arena is used up (DDP_SHM_ARENA_MB)";
+      return std::nullopt;
+    }
+    const std::size_t at = segment().arena_offset(me_) + *offset, len = page_rounded(bytes);
+    if (zeroed) fallocate(segment().fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at, len);
+    const int rc = posix_fallocate(segment().fd(), static_cast<off_t>(at), static_cast<off_t>(len));
+    if (rc != 0) {
+      state_->arena->give_back(*offset);
+      *why = "/dev/shm has no room: " + std::string(std::strerror(rc));
+      return std::nullopt;
+    }
+    char* p = segment().base() + at;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(p, len, MADV_POPULATE_WRITE) != 0) std::memset(p, 0, len);
+#else
+    std::memset(p, 0, len);
+#endif
+    return offset;
+  }
+
+  // Returns take_pages' block and its pages (scratch is not kept resident).
+  void give_pages_back(std::size_t offset, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    fallocate(segment().fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+              static_cast<off_t>(segment().arena_offset(me_) + offset), static_cast<off_t>(page_rounded(bytes)));
+    state_->arena->give_back(offset);
+  }
+
+  static std::size_t page_rounded(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096; }
 
   // out = first's value (`mine` when first is this rank) op every other
   // rank's `others(k)` in rank order, n elements. Each slice is reduced by
@@ -684,9 +907,22 @@ class ShmBackend final : public Backend {
     const std::string key = "shm/node" + std::to_string(config_.node);
     const auto deadline = Clock::now() + timeout_;
     state_ = std::make_shared<SharedState>();
+    const std::string tune_key = "shm/tune/node" + std::to_string(config_.node);
+    std::string tune_text;  // local rank 0's tune file, for every local rank
     if (me_ == 0) {
       const std::string run = config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
       const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
+      if (const char* path = std::getenv("DDP_SHM_TUNE_FILE"); path != nullptr && *path != 0) {
+        tune_path_ = path;
+        try {
+          tune_text = shm::read_tune_file(tune_path_);
+          tune_entries_ = shm::parse_tune_file(tune_text, tune_path_);
+        } catch (const std::exception& e) {
+          config_.store->set(key, "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
+          throw;
+        }
+      }
+      config_.store->set(tune_key, tune_text);  // before the segment's name: peers read it once they attached
       // Published before it exists, with this process's identity: if this
       // rank dies while making it, the others know what to remove.
       config_.store->set(key, detail::process_identity() + " " + name);
@@ -700,10 +936,13 @@ class ShmBackend final : public Backend {
       state_->segment->wait_attached_and_unlink(deadline);
     } else {
       state_->segment = attach_published(key, deadline);
+      tune_text = config_.store->get(tune_key, timeout_);
       state_->segment->mark_attached();
       // Peers' pids are known once all attached (they are watched for death).
       state_->segment->wait_attached_and_unlink(deadline);
     }
+    choices_ = from_file_ = shm::table_for(
+        me_ == 0 ? tune_entries_ : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"), local_size_);
     state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
     std::vector<shm::Peer> peers;
     for (int k = 0; k < local_size_; ++k) {
@@ -738,7 +977,14 @@ class ShmBackend final : public Backend {
   BackendConfig config_;
   int me_, local_size_, first_rank_;
   std::chrono::milliseconds timeout_;
-  InPlaceAlgorithm algorithm_;  // DDP_SHM_ALGO
+  shm::Forced forced_;  // DDP_SHM_ALGO
+  std::string tune_path_;  // DDP_SHM_TUNE_FILE: local rank 0 reads it for every rank and saves new choices
+  std::vector<shm::TuneEntry> tune_entries_;  // local rank 0: the file as read (every number of ranks)
+  mutable std::mutex choices_mu_;  // the tables: algorithm_for() reads them from any thread
+  shm::ChoiceTable choices_;       // every choice made (or read) so far, the same on every local rank
+  shm::ChoiceTable timed_;         // those timed here
+  shm::ChoiceTable from_file_;     // those from the tune file
+  bool tune_warned_ = false;
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
   std::unique_ptr<shm::PhaseSync> sync_;
   std::unique_ptr<Backend> cross_;     // Gloo among the ranks of this local rank on every node

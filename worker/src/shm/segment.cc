@@ -15,7 +15,7 @@
 namespace ddp::shm {
 namespace {
 
-constexpr std::uint64_t kMagic = 0x64647073686d3031ull;  // "ddpshm01"
+constexpr std::uint64_t kMagic = 0x64647073686d3032ull;  // "ddpshm02"
 constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }

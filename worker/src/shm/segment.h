@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "shm/algorithms.h"
 #include "shm/sync.h"
 
 namespace ddp::shm {
@@ -42,12 +43,15 @@ struct alignas(kCacheLine) Descriptor {
   std::int32_t root = -1;
   std::int32_t op = -1;
   std::int64_t input_offset = -1;  // all_gather: of the rank's input in the segment, -1 if private
-  std::uint32_t algorithm = 0;     // all_reduce in place: the InPlaceAlgorithm (DDP_SHM_ALGO)
+  std::uint16_t algorithm = 0;     // the shm::Algorithm chosen for this call
+  std::uint16_t timing = 0;        // 1: a run on scratch buffers while the ranks time the variants
+  std::uint32_t forced = 0;        // the rank's DDP_SHM_ALGO (Forced::packed): ranks must agree
 };
 
 struct alignas(kCacheLine) RankControl {
   PhaseWord word;
   Descriptor descriptor[2];  // by collective parity: a fast rank never overwrites one still being read
+  alignas(kCacheLine) double timings[kMaxVariants] = {};  // seconds per candidate while choosing an algorithm
   std::int32_t pid = 0;
   std::atomic<std::uint32_t> attached{0};
 };
