@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "collective_checks.h"
@@ -169,9 +170,22 @@ class ShmWorlds : public Shm, public ::testing::WithParamInterface<int> {
   int world() const { return GetParam(); }
 };
 
+// A world size and a DDP_SHM_ALGO setting (the group's shm_algorithm): every
+// path an algorithm variant takes, and the variants the ranks time and agree
+// on by themselves (auto).
+class ShmVariants : public Shm, public ::testing::WithParamInterface<std::tuple<int, std::string>> {
+ protected:
+  int world() const { return std::get<0>(GetParam()); }
+  ProcessGroupOptions options() const {
+    ProcessGroupOptions o = Shm::options();
+    o.shm_algorithm = std::get<1>(GetParam());
+    return o;
+  }
+};
+
 // ---- all_reduce -------------------------------------------------------------------------
 
-TEST_P(ShmWorlds, AllReduceMatchesReferenceForEveryDtypeOpBoundaryCountAndMemory) {
+TEST_P(ShmVariants, AllReduceMatchesReferenceForEveryDtypeOpBoundaryCountAndMemory) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   const int n = world();
   on_ranks(
@@ -254,7 +268,7 @@ TEST_F(Shm, Float32SumOf256MiBWithTwoRanks) {
 
 // Inputs with fractions, so the order of additions changes the rounding: every
 // rank must still end with the same bits (and close to the exact sum).
-TEST_P(ShmWorlds, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
+TEST_P(ShmVariants, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   const int n = world();
   const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
@@ -316,10 +330,47 @@ TEST_P(ShmWorlds, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
 
 // ---- The other shm collectives ----------------------------------------------------------
 
-TEST_P(ShmWorlds, BroadcastFromEveryRoot) {
+TEST_P(ShmVariants, BroadcastFromEveryRoot) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   on_ranks(
       world(), [](ProcessGroup& pg) { check_broadcast_from_every_root(pg, boundary_counts); }, options());
+}
+
+// Broadcast with buffers from allocate() (pull: the others copy the root's
+// buffer; push: the root writes theirs), on even ranks only (a variant that
+// cannot run falls to the other or to the chunk slots), and private.
+TEST_P(ShmVariants, BroadcastFromEveryRootInEveryMemoryMix) {
+  ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
+  on_ranks(
+      world(),
+      [](ProcessGroup& pg) {
+        const int n = pg.size(), me = pg.rank();
+        for (Memory memory : kMemories) {
+          for (int root = 0; root < n; ++root) {
+            for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+              std::shared_ptr<void> block;
+              std::vector<float> private_buffer;
+              float* buffer = nullptr;
+              if (in_segment(memory, me)) {
+                block = pg.allocate(count * sizeof(float));
+                buffer = static_cast<float*>(block.get());
+              } else {
+                private_buffer.resize(count);
+                buffer = private_buffer.data();
+              }
+              for (std::size_t i = 0; i < count; ++i) buffer[i] = me == root ? large_value(root, i) : -1.0f;
+              pg.broadcast(buffer, count, DType::kFloat32, root);
+              for (std::size_t i = 0; i < count; ++i) {
+                if (buffer[i] != large_value(root, i)) {
+                  FAIL() << memory_name(memory) << ", root " << root << ", count " << count << ", rank " << me
+                         << ": element " << i << " is " << buffer[i] << ", expected " << large_value(root, i);
+                }
+              }
+            }
+          }
+        }
+      },
+      options());
 }
 
 TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
@@ -346,7 +397,7 @@ TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
       options());
 }
 
-TEST_P(ShmWorlds, AllGatherPutsEveryRanksInputInRankOrder) {
+TEST_P(ShmVariants, AllGatherPutsEveryRanksInputInRankOrder) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   on_ranks(world(), [](ProcessGroup& pg) { check_all_gather(pg, boundary_counts); }, options());
 }
@@ -354,7 +405,7 @@ TEST_P(ShmWorlds, AllGatherPutsEveryRanksInputInRankOrder) {
 // The zero-copy path (every output allocate()d: each rank writes its input
 // into every output) and its mixes with the copying path, with the input
 // apart or in place (the rank's own slice of its output, as ParamShards does).
-TEST_P(ShmWorlds, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix) {
+TEST_P(ShmVariants, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   on_ranks(
       world(),
@@ -408,7 +459,7 @@ int needer_of(std::size_t i, int world) {
 // The needed elements hold exactly the bits a full all_reduce gives (with
 // float sums that round differently in another order), in every memory mix:
 // in place (each rank reduces only its own elements) or the full paths.
-TEST_P(ShmWorlds, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
+TEST_P(ShmVariants, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   const int n = world();
   on_ranks(
@@ -478,7 +529,7 @@ TEST_P(ShmWorlds, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
 // (with 64 KiB chunks a slot carries fewer elements per destination than a
 // chunk of all_reduce, so the largest count spans several chunks). Also with
 // the output being the rank's own block of its input, as ZeRO-style callers do.
-TEST_P(ShmWorlds, ReduceScatterMatchesReferenceForEveryDtypeOpBoundaryCountAndMemory) {
+TEST_P(ShmVariants, ReduceScatterMatchesReferenceForEveryDtypeOpBoundaryCountAndMemory) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   const int n = world();
   on_ranks(
@@ -1074,6 +1125,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmNodes,
                            std::string name = "nodes";
                            for (int s : info.param.sizes) name += "_" + std::to_string(s);
                            return name;
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ShmVariants,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values("auto", "push", "pull", "chunked", "small")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorlds, ::testing::Values(2, 3, 4),

@@ -1,27 +1,47 @@
 #include "shm/tune_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "ddp/common/error.h"
 
 namespace ddp::shm {
 
 std::string read_tune_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  auto failed = [&](const std::string& why) {
+    return Error("shm tune file " + path + " (DDP_SHM_TUNE_FILE) cannot be read: " + why);
+  };
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) return "";
-    throw Error("shm tune file " + path + " (DDP_SHM_TUNE_FILE) cannot be read: " + std::strerror(errno));
+    throw failed(std::strerror(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("shm tune file " + path + " (DDP_SHM_TUNE_FILE) cannot be read: " + std::strerror(errno));
-  return text.str();
+  std::string text;
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    throw failed("it is a folder");
+  }
+  char buffer[4096];
+  for (;;) {
+    const ssize_t got = read(fd, buffer, sizeof buffer);
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      close(fd);
+      throw failed(why);
+    }
+    text.append(buffer, static_cast<std::size_t>(got));
+  }
+  close(fd);
+  return text;
 }
 
 std::string write_tune_file(const std::string& path, const std::string& text) {
