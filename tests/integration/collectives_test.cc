@@ -165,8 +165,8 @@ TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeT
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
 
-// Every in-place all-reduce algorithm (DDP_SHM_ALGO) gives the right sums,
-// bit-identical on every rank, for 2 and 3 ranks, sizes up to 16 MiB.
+// Every all-reduce variant (DDP_SHM_ALGO; auto: timed by the ranks) gives the
+// right sums, bit-identical on every rank, for 2 and 3 ranks, sizes up to 16 MiB.
 class ShmAlgorithm : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(ShmAlgorithm, InPlaceAllReducesAreRightOnEveryRank) {
@@ -184,26 +184,34 @@ TEST_P(ShmAlgorithm, InPlaceAllReducesAreRightOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ShmAlgorithm,
-                         ::testing::Combine(::testing::Values("push", "pull", "chunked"), ::testing::Values(2, 3)),
+                         ::testing::Combine(::testing::Values("auto", "push", "pull", "chunked", "small"),
+                                            ::testing::Values(2, 3)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
                          });
 
-TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedNameAreErrorsNamingTheVariable) {
+TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariable) {
   // Local rank 1 alone asks for pull.
   auto r = run_process({kDdprun, "--nproc_per_node=2", "sh", "-c",
                         "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_ALGO=pull; fi; exec \"$0\" large 1", kWorker},
                        worker_env({{"DDP_BACKEND", "shm"}}), 60s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("different in-place all-reduce algorithms (DDP_SHM_ALGO): rank 0 push, rank 1 pull"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("force different algorithms (DDP_SHM_ALGO): rank 0 auto, rank 1 pull"), std::string::npos)
       << r.out << r.err;
   auto bad = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
   EXPECT_NE(bad.code, 0);
-  EXPECT_NE((bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not one of auto, push, pull, chunked"),
+  EXPECT_NE((bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"),
             std::string::npos)
       << bad.out << bad.err;
+  // A tune file with a line that is not a choice: every rank fails naming it.
+  const std::string file = std::filesystem::temp_directory_path() / unique_run_id("tunefile");
+  std::ofstream(file) << "all_reduce 2 1048576 fastest\n";
+  auto tune = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_TUNE_FILE", file}}));
+  std::filesystem::remove(file);
+  EXPECT_NE(tune.code, 0);
+  EXPECT_NE((tune.out + tune.err).find("shm tune file " + file + " line 1"), std::string::npos) << tune.out << tune.err;
+  EXPECT_NE((tune.out + tune.err).find("all_reduce has no variant 'fastest'"), std::string::npos) << tune.out << tune.err;
 }
 
 // A standalone `ddprun rendezvous` (token "t") for ranks started by hand;
