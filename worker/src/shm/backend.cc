@@ -11,9 +11,15 @@
 // its buffers. A collective's first phase also publishes what each rank is
 // doing (a Descriptor) so a mismatch is an error, not corrupt data.
 //
-// Why one file of about 700 lines: the algorithms are members of one class
-// that share its segment, phase counter and parities under the rule above;
-// split apart, each would need that private state exposed.
+// all_reduce, reduce_scatter, all_gather and broadcast have named variants
+// (shm/algorithms.h): forced by DDP_SHM_ALGO, or timed by every local rank
+// at the first call of each size class and agreed from one table
+// (algorithm_for_call, choose_by_timing), optionally kept in DDP_SHM_TUNE_FILE.
+//
+// Why one file of about 1000 lines: the variants are members of one class
+// that share its segment, phase counter and parities under the rule above,
+// and the timing runs them; split apart, each would need that private state
+// exposed.
 
 #include <fcntl.h>
 #include <sys/mman.h>
