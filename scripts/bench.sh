@@ -39,6 +39,16 @@ for buffers in allocated private; do
   DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=2 --no_prefix \
     "$B/bench/allreduce_bench" --trials "${TRIALS:-5}" --buffers "$buffers" --fresh --min 4096 2>/dev/null
 done
+echo "== shm all_reduce variants side by side (bench/allreduce_bench --algo all: busbw of auto, push, pull, chunked, small, one group each), allocated buffers, 2 and 4 ranks =="
+for n in 2 4; do
+  DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=$n --no_prefix \
+    "$B/bench/allreduce_bench" --trials "${TRIALS_ALGO:-3}" --algo all --min 65536 --max 67108864 2>/dev/null
+  if [ "$n" -gt "$(nproc)" ]; then
+    echo "-- the same with more ranks than cores, each rank bound to one core in turn (ddprun --bind_cores_to_rank) --"
+    DDP_BACKEND=shm "$B/launcher/ddprun" --nproc_per_node=$n --bind_cores_to_rank --no_prefix \
+      "$B/bench/allreduce_bench" --trials "${TRIALS_ALGO:-3}" --algo all --min 65536 --max 67108864 2>/dev/null
+  fi
+done
 echo "== reduce_scatter and all_gather (bench/allreduce_bench --collective), 2 ranks: shm allocated, shm private, gloo =="
 for collective in reduce_scatter all_gather; do
   for buffers in allocated private; do
