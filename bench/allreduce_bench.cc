@@ -30,8 +30,8 @@
 // which the collective has: all_reduce push, pull, chunked, small;
 // reduce_scatter pull, chunked; all_gather and broadcast pull, push,
 // chunked), or `all`: auto and every variant of the collective. Each gets
-// a process group of its own over the same ranks (the default group's
-// options and rendezvous, group name bench-algo-VARIANT) with
+// a process group of its own over the same ranks (ddp::new_group with the
+// default group's backend and timeout, named bench-algo-VARIANT) with
 // options.shm_algorithm = "COLLECTIVE=VARIANT" ("auto" for auto) and its own
 // buffer (from that group's allocate() with --buffers allocated); the
 // variants run one after the other at each size, each as a plain run does
@@ -55,8 +55,6 @@
 #include <string>
 #include <vector>
 
-#include "ddp/common/env_contract.h"
-#include "ddp/common/rendezvous_client.h"
 #include "ddp/ddp.h"
 
 namespace {
@@ -90,33 +88,6 @@ std::optional<unsigned long long> whole_number(const char* text) {
   const unsigned long long value = std::strtoull(text, &end, 10);
   if (*end != '\0' || errno != 0) return std::nullopt;
   return value;
-}
-
-// A group over the same ranks as ddp::init()'s, made the way init() makes that
-// one (its options and a store on the job's rendezvous, keys scoped by run,
-// round and group), under `name` (its own shm segment), with `shm_algorithm`.
-// libddp has no new_group(): `rendezvous` is a second RendezvousClient
-// (ddp/common), whose symbols this target gets from libddp.so.
-std::shared_ptr<ddp::ProcessGroup> group_like_default(const ddp::ProcessGroup& pg, const ddp::WorkerEnv& env,
-                                                      const std::shared_ptr<ddp::Store>& rendezvous,
-                                                      const std::string& name, const std::string& shm_algorithm) {
-  ddp::ProcessGroupOptions options = ddp::ProcessGroupOptions::of(pg.backend_name());
-  options.timeout = pg.timeout();
-  const char* debug = std::getenv("DDP_DEBUG");
-  options.debug_checks = debug != nullptr && std::string(debug) == "1";
-  options.device = env.local_rank;
-  options.local_rank = env.local_rank;
-  options.local_size = env.local_world_size;
-  options.node = env.group_rank;
-  options.nodes = env.group_world_size;
-  options.run_id = env.run_id;
-  options.round = env.round;
-  options.group_name = name;
-  if (!env.node_addr.empty()) options.host = env.node_addr;
-  options.shm_algorithm = shm_algorithm;
-  const std::string prefix = "pg/" + env.run_id + "/round" + std::to_string(env.round) + "/" + name;
-  auto store = ddp::make_prefix_store(rendezvous, prefix);
-  return ddp::ProcessGroup::create(env.rank, env.world_size, store, options);
 }
 
 // One column of the table: a group, its buffer and the variant it runs ("" for the default group).
@@ -231,14 +202,14 @@ int main(int argc, char** argv) {
   if (!sweep) {
     columns.push_back({"", pg, buffer_of(*pg)});
   } else {
-    const auto env = ddp::WorkerEnv::from_process_env();  // present: shm means launched with several ranks
-    auto client = std::make_shared<ddp::RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
-                                                          ddp::TlsFiles{"", "", env->rdzv_tls_ca});
-    auto rendezvous = ddp::make_grpc_store(client);
     for (const std::string& v : variants) {
       try {
         const std::string forced = v == "auto" ? "auto" : collective + "=" + v;
-        auto group = group_like_default(*pg, *env, rendezvous, "bench-algo-" + v, forced);
+        ddp::InitOptions options;
+        options.backend = pg->backend_name();
+        options.timeout = pg->timeout();
+        options.shm_algorithm = forced;
+        auto group = ddp::new_group("bench-algo-" + v, options);
         columns.push_back({v, group, buffer_of(*group)});
       } catch (const ddp::Error& e) {  // the same on every rank: each exits here
         columns.clear();

@@ -214,6 +214,27 @@ TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariab
   EXPECT_NE((tune.out + tune.err).find("all_reduce has no variant 'fastest'"), std::string::npos) << tune.out << tune.err;
 }
 
+// ddp::new_group: a second group over the job's ranks, with its own shm
+// segment and variants, beside the default one; "default" is refused.
+TEST(NewGroup, ASecondGroupRunsBesideTheDefaultOneWithItsOwnVariants) {
+  for (const std::string backend : {"shm", "gloo"}) {
+    SCOPED_TRACE(backend);
+    auto r = ddprun(2, {"groups"}, worker_env({{"DDP_BACKEND", backend}}));
+    ASSERT_TRUE(r.exited) << r.out << r.err;
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = line_starting(r, rank, "GROUPS");
+      if (backend == "shm") {
+        EXPECT_NE(line.find("(timed) second=chunked (forced)"), std::string::npos) << r.out;
+      } else {
+        EXPECT_EQ(line, "GROUPS rank=" + std::to_string(rank) + " default= second=") << r.out;
+      }
+      EXPECT_NE(line_starting(r, rank, "REFUSED").find("name 'default' must be 1-64 letters"), std::string::npos)
+          << r.out;
+    }
+  }
+}
+
 // A standalone `ddprun rendezvous` (token "t") for ranks started by hand;
 // `endpoint` is empty when it did not come up within 10 s.
 struct StandaloneStore {

@@ -55,7 +55,10 @@ int usage() {
       "                     SIGKILLs itself after 3 of them; the others print EXPECTED ERROR\n"
       "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit 0\n"
       "  stop               all_reduces in a loop; rank 1 stops itself (SIGSTOP) after 3 of them\n"
-      "  soak SECONDS       checked all_reduces and barriers for SECONDS; prints SOAK OK rank=R iterations=N\n");
+      "  soak SECONDS       checked all_reduces and barriers for SECONDS; prints SOAK OK rank=R iterations=N\n"
+      "  groups             ddp::new_group(\"second\", shm variants chunked) beside the default group: 1 MiB\n"
+      "                     all_reduces on both; prints GROUPS rank=R default=<choice> second=<choice>,\n"
+      "                     then REFUSED rank=R <new_group(\"default\")'s error>\n");
   return 64;
 }
 
@@ -607,6 +610,39 @@ int run_stop() {
   return 1;
 }
 
+// A second group over the same ranks (ddp::new_group) with its own variants
+// beside the default group: both sum right and each reports its own choice.
+int run_groups() {
+  auto group = ddp::init();
+  ddp::InitOptions options;
+  options.shm_algorithm = "chunked";
+  auto second = ddp::new_group("second", options);
+  const int rank = group->rank(), n = group->size();
+  const std::size_t bytes = std::size_t{1} << 20, count = bytes / sizeof(float);
+  for (ddp::ProcessGroup* pg : {group.get(), second.get(), group.get()}) {
+    auto block = pg->allocate(bytes);
+    auto* f = static_cast<float*>(block.get());
+    std::fill(f, f + count, static_cast<float>(rank + 1));
+    pg->all_reduce(f, count, DType::kFloat32, ReduceOp::kSum);
+    if (f[0] != static_cast<float>(n * (n + 1) / 2) || f[count - 1] != f[0]) {
+      std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: all_reduce on group %s gave %f\n", rank,
+                   pg == group.get() ? "default" : "second", static_cast<double>(f[0]));
+      return 1;
+    }
+  }
+  std::printf("GROUPS rank=%d default=%s second=%s\n", rank, group->algorithm_for("all_reduce", bytes).c_str(),
+              second->algorithm_for("all_reduce", bytes).c_str());
+  std::string refused = "nothing";
+  try {
+    ddp::new_group("default");
+  } catch (const ddp::Error& e) {
+    refused = e.what();
+  }
+  std::printf("REFUSED rank=%d %s\n", rank, refused.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -626,6 +662,7 @@ int main(int argc, char** argv) {
     if (mode == "kill" && argc == 2) return run_kill();
     if (mode == "stop" && argc == 2) return run_stop();
     if (mode == "soak" && argc == 3) return run_soak(std::atof(argv[2]));
+    if (mode == "groups" && argc == 2) return run_groups();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: %s\n", ddp::rank(), e.what());
     return 1;

@@ -1,6 +1,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 
@@ -55,21 +57,21 @@ std::chrono::milliseconds choose_timeout(const InitOptions& options) {
   return std::chrono::minutes(5);
 }
 
-}  // namespace
-
-std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_group) return g_group;
+// A group over every rank of the job, named `name` (its keys: run id,
+// round and name, so a restarted round never reads the previous round's
+// addresses; for shm, its segment).
+std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOptions& options) {
   const auto& env = contract();
   ProcessGroupOptions pg;
   pg.backend = choose_backend(options);
   pg.timeout = choose_timeout(options);
+  pg.shm_algorithm = options.shm_algorithm;
   const char* debug = std::getenv("DDP_DEBUG");
   pg.debug_checks = debug != nullptr && std::string(debug) == "1";
+  pg.group_name = name;
   if (!env || env->world_size == 1) {
     pg.backend = "local";
-    g_group = ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
-    return g_group;
+    return ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
   }
   if (env->rdzv_endpoint.empty() && !env->rdzv_unavailable.empty()) {
     throw Error("ddprun could not start the workers' rendezvous server, which libddp needs: " +
@@ -85,18 +87,37 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   pg.nodes = env->group_world_size;
   pg.run_id = env->run_id;
   pg.round = env->round;
-  pg.group_name = "default";
   // Single node: loopback, independent of DNS. Several nodes: the address the agent advertised.
   if (!env->node_addr.empty()) pg.host = env->node_addr;
   route_grpc_logs();
-  auto client = std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
-                                                   TlsFiles{"", "", env->rdzv_tls_ca});
-  // Keys of this group: run id, round and group, so a restarted round never
-  // reads the previous round's addresses.
-  auto store = make_prefix_store(make_grpc_store(client),
-                                 "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/default");
-  g_group = ProcessGroup::create(env->rank, env->world_size, store, pg);
+  static std::shared_ptr<Store> rendezvous;  // one connection for every group (under g_mu)
+  if (!rendezvous) {
+    rendezvous = make_grpc_store(std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
+                                                                    TlsFiles{"", "", env->rdzv_tls_ca}));
+  }
+  auto store =
+      make_prefix_store(rendezvous, "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/" + name);
+  return ProcessGroup::create(env->rank, env->world_size, store, pg);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_group) g_group = make_group("default", options);
   return g_group;
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::string& name, const InitOptions& options) {
+  const bool well_formed =
+      !name.empty() && name.size() <= 64 &&
+      std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
+  if (!well_formed || name == "default") {
+    throw Error("ddp::new_group: name '" + name +
+                "' must be 1-64 letters, digits, '-' or '_', and not 'default' (the group of ddp::init())");
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  return make_group(name, options);
 }
 
 void shutdown() {

@@ -23,6 +23,9 @@ struct InitOptions {
   std::string backend;
   // Per-collective timeout; 0 = DDP_TIMEOUT_S, else 300 s.
   std::chrono::milliseconds timeout{0};
+  // For shm: the algorithm variants (ProcessGroupOptions::shm_algorithm);
+  // "" = DDP_SHM_ALGO, else each timed.
+  std::string shm_algorithm;
 };
 
 // Reads the environment contract (common/'s parser), connects to the
@@ -31,6 +34,14 @@ struct InitOptions {
 // keys scoped by run id, round and group. Calling init() twice returns the
 // existing group. Throws ddp::Error naming what is wrong.
 std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
+// Collective over every rank (each calls it with the same name, in the same
+// order): another group over the default group's ranks, with keys and a
+// shared-memory segment of its own, made from the environment as init()
+// makes the default group, with `options` (backend, timeout, shm variants)
+// applied the same way; what the group does never touches the default
+// one's collectives. `name`: letters, digits, '-' and '_', not "default".
+// A world of one gets a local group. Throws ddp::Error naming what is wrong.
+std::shared_ptr<ProcessGroup> new_group(const std::string& name, const InitOptions& options = {});
 // Destroys the default group (waits for issued collectives). Idempotent.
 void shutdown();
 // The group made by init(); throws ddp::Error when init() was not called.
