@@ -121,6 +121,22 @@ const char* memory_name(Memory m) {
 }
 bool in_segment(Memory m, int rank) { return m == Memory::kShared || (m == Memory::kMixed && rank % 2 == 0); }
 
+// `count` floats in the memory asked for this rank: from allocate() or its own.
+struct Floats {
+  Floats(ProcessGroup& pg, Memory memory, std::size_t count) {
+    if (in_segment(memory, pg.rank())) {
+      block = pg.allocate(count * sizeof(float));
+      data = static_cast<float*>(block.get());
+    } else {
+      own.resize(count);
+      data = own.data();
+    }
+  }
+  std::shared_ptr<void> block;
+  std::vector<float> own;
+  float* data = nullptr;
+};
+
 // all_reduce of `buf` in place, in the memory asked for; the result ends in `buf`.
 void all_reduce_in(ProcessGroup& pg, Buffer& buf, ReduceOp op, Memory memory) {
   if (!in_segment(memory, pg.rank())) return pg.all_reduce(buf.data(), buf.count(), buf.dtype(), op);
@@ -348,16 +364,8 @@ TEST_P(ShmVariants, BroadcastFromEveryRootInEveryMemoryMix) {
         for (Memory memory : kMemories) {
           for (int root = 0; root < n; ++root) {
             for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
-              std::shared_ptr<void> block;
-              std::vector<float> private_buffer;
-              float* buffer = nullptr;
-              if (in_segment(memory, me)) {
-                block = pg.allocate(count * sizeof(float));
-                buffer = static_cast<float*>(block.get());
-              } else {
-                private_buffer.resize(count);
-                buffer = private_buffer.data();
-              }
+              Floats floats(pg, memory, count);
+              float* buffer = floats.data;
               for (std::size_t i = 0; i < count; ++i) buffer[i] = me == root ? large_value(root, i) : -1.0f;
               pg.broadcast(buffer, count, DType::kFloat32, root);
               for (std::size_t i = 0; i < count; ++i) {
@@ -414,17 +422,8 @@ TEST_P(ShmVariants, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix
         for (Memory memory : kMemories) {
           for (bool in_place : {false, true}) {
             for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
-              const std::size_t bytes = count * sizeof(float);
-              std::shared_ptr<void> block;
-              std::vector<float> private_out;
-              float* out = nullptr;
-              if (in_segment(memory, me)) {
-                block = pg.allocate(bytes * n);
-                out = static_cast<float*>(block.get());
-              } else {
-                private_out.resize(count * n);
-                out = private_out.data();
-              }
+              Floats outputs(pg, memory, count * n);
+              float* out = outputs.data;
               std::fill(out, out + count * n, -1.0f);
               std::vector<float> separate(count);
               float* in = in_place ? out + static_cast<std::size_t>(me) * count : separate.data();
