@@ -11,6 +11,7 @@
 #include "ddp/common/error.h"
 #include "ddp/log.h"
 #include "device_memory.h"
+#include "grad_sync/bucket_packing.h"
 #include "grad_sync/impl.h"
 #include "grad_sync/setup.h"
 #include "helpers_internal.h"

@@ -1,4 +1,4 @@
-#include "ddp/bucket_layout.h"
+#include "grad_sync/bucket_packing.h"
 
 #include <algorithm>
 #include <cstdio>
