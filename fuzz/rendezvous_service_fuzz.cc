@@ -38,6 +38,7 @@
 
 #include "ddp/v1/rendezvous.pb.h"
 #include "rpc/rendezvous_service.h"
+#include "small_limits.h"
 
 namespace {
 
@@ -64,13 +65,7 @@ RendezvousConfig make_config() {
   c.last_call_timeout = 2ms;
   c.heartbeat_timeout = 20ms;
   c.max_restarts = 2;
-  c.limits.max_key_bytes = 16;
-  c.limits.max_value_bytes = 64;
-  c.limits.max_keys = 6;
-  c.limits.max_store_bytes = 200;
-  c.limits.max_world_size = 12;
-  c.limits.max_open_barriers = 3;
-  c.limits.max_pending_waits = 6;
+  c.limits = small_fuzz_limits();
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rendezvous/rendezvous_state.h"
+#include "small_limits.h"
 
 namespace {
 
@@ -48,12 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   config.join_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 2000));
   config.last_call_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
   config.heartbeat_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 1000));
-  config.limits.max_key_bytes = 16;
-  config.limits.max_value_bytes = 64;
-  config.limits.max_keys = 6;
-  config.limits.max_store_bytes = 200;
-  config.limits.max_world_size = 12;
-  config.limits.max_open_barriers = 3;
+  config.limits = small_fuzz_limits();
   RendezvousState state(config);
 
   TimePoint now{};
