@@ -199,6 +199,16 @@ TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariab
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("force different algorithms (DDP_SHM_ALGO): rank 0 auto, rank 1 pull"), std::string::npos)
       << r.out << r.err;
+  // Local rank 1 alone sets a timing budget.
+  auto budget = run_process({kDdprun, "--nproc_per_node=2", "sh", "-c",
+                             "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_TUNE_BUDGET_MS=1; fi; exec \"$0\" large 1",
+                             kWorker},
+                            worker_env({{"DDP_BACKEND", "shm"}}), 60s);
+  ASSERT_TRUE(budget.exited) << budget.out << budget.err;
+  EXPECT_NE(budget.code, 0);
+  EXPECT_NE(budget.err.find("different timing budgets (DDP_SHM_TUNE_BUDGET_MS): rank 0 50 ms, rank 1 1 ms"),
+            std::string::npos)
+      << budget.out << budget.err;
   auto bad = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"),

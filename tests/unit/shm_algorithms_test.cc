@@ -116,6 +116,35 @@ TEST(ShmChoice, TheSlowestRanksTimeDecidesAndEveryRankGetsTheSameAnswer) {
   EXPECT_NE(error_of([] { choose({{1, 2}, {1}}); }), "");
 }
 
+TEST(ShmChoice, AnUntimedClassTakesTheNearestClassThatCanRunIt) {
+  const ChoiceTable table = {{{Collective::kAllReduce, 10}, Algorithm::kSmall},
+                             {{Collective::kAllReduce, 14}, Algorithm::kPull},
+                             {{Collective::kAllReduce, 18}, Algorithm::kPush},
+                             {{Collective::kBroadcast, 24}, Algorithm::kChunked}};
+  const std::size_t small = 32 << 10;
+  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 11, small), Algorithm::kSmall);
+  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 12, small), Algorithm::kSmall) << "a tie: the smaller";
+  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 16, small), Algorithm::kPull);
+  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, kLastClass, small), Algorithm::kPush);
+  // small cannot run calls above the single-copy limit: the next nearest instead.
+  const ChoiceTable only_small = {{{Collective::kAllReduce, 10}, Algorithm::kSmall}};
+  EXPECT_EQ(nearest_choice(only_small, Collective::kAllReduce, 15, small), Algorithm::kSmall);
+  EXPECT_EQ(nearest_choice(only_small, Collective::kAllReduce, 16, small), std::nullopt);
+  EXPECT_EQ(nearest_choice(table, Collective::kAllGather, 10, small), std::nullopt);
+  EXPECT_EQ(nearest_choice(table, Collective::kBroadcast, 10, small), Algorithm::kChunked);
+}
+
+TEST(ShmChoice, TheTimingBudgetIsMillisecondsOrAnErrorNamingTheVariable) {
+  EXPECT_EQ(parse_timing_budget(""), kDefaultTimingBudgetMs);
+  EXPECT_EQ(parse_timing_budget("0"), 0.0);
+  EXPECT_EQ(parse_timing_budget(" 12.5 "), 12.5);
+  for (const char* bad : {"-1", "fast", "5ms", "nan"}) {
+    const std::string error = error_of([&] { parse_timing_budget(bad); });
+    EXPECT_TRUE(contains(error, "DDP_SHM_TUNE_BUDGET_MS='")) << bad << ": " << error;
+    EXPECT_TRUE(contains(error, "is not a number of milliseconds >= 0")) << error;
+  }
+}
+
 TEST(ShmTuneFile, ParsesLinesSkipsCommentsAndFormatsBackTheSame) {
   const std::string text =
       "# a comment\n"

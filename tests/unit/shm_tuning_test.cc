@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -41,11 +42,16 @@ std::string unique_run_id() {
   return "tune" + std::to_string(getpid()) + "x" + std::to_string(runs++);
 }
 
-// Sets DDP_SHM_TUNE_FILE for the scope (read when a group's segment is made).
-class TuneFileEnv {
+// Sets a DDP_SHM_* variable for the scope (read when a group is made).
+class ScopedEnv {
  public:
-  explicit TuneFileEnv(const std::string& path) { setenv("DDP_SHM_TUNE_FILE", path.c_str(), 1); }
-  ~TuneFileEnv() { unsetenv("DDP_SHM_TUNE_FILE"); }
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
 };
 
 std::string read_text(const std::string& path) {
@@ -98,6 +104,7 @@ class ShmTuning : public ::testing::Test {
 // (their times differ), yet every rank reports the same choice for every
 // collective and size class, and each call's result is right.
 TEST_F(ShmTuning, EveryRankAgreesOnEveryChoiceItTimed) {
+  ScopedEnv budget("DDP_SHM_TUNE_BUDGET_MS", "1000000");  // time every class, however slow this machine is
   const int n = 4;
   std::mutex mu;
   std::vector<std::vector<std::string>> reports(n);
@@ -175,13 +182,59 @@ TEST_F(ShmTuning, RanksThatForceDifferentVariantsFailNamingTheSettingOfEach) {
   }
 }
 
+// Once the ranks have spent the timing budget, a class not timed yet takes
+// the choice of the nearest timed class of its collective (chunked when there
+// is none), the same on every rank; a budget of 0 times nothing.
+TEST_F(ShmTuning, OnceTheTimingBudgetIsSpentLaterClassesTakeTheNearestChoice) {
+  {
+    ScopedEnv budget("DDP_SHM_TUNE_BUDGET_MS", "0.001");
+    std::mutex mu;
+    std::vector<std::string> reports(3);
+    on_ranks(
+        3,
+        [&](ProcessGroup& pg) {
+          auto block = pg.allocate(std::size_t{4} << 20);
+          auto* f = static_cast<float*>(block.get());
+          for (std::size_t count : {std::size_t{16} << 10, std::size_t{1} << 20}) {  // 64 KiB, then 4 MiB
+            std::fill(f, f + count, 2.0f);
+            pg.all_reduce(f, count, DType::kFloat32);
+            ASSERT_EQ(f[count - 1], 6.0f);
+          }
+          const std::string first = pg.algorithm_for("all_reduce", 64 << 10);
+          ASSERT_TRUE(contains(first, "(timed)")) << first;
+          EXPECT_EQ(pg.algorithm_for("all_reduce", 4 << 20),
+                    first.substr(0, first.find(' ')) + " (as the nearest timed class: timing budget spent)");
+          pg.broadcast(f, 100, DType::kFloat32, 1);
+          EXPECT_EQ(pg.algorithm_for("broadcast", 400), "chunked (as the nearest timed class: timing budget spent)");
+          std::lock_guard<std::mutex> lock(mu);
+          reports[pg.rank()] = first + " / " + pg.algorithm_for("all_reduce", 4 << 20);
+        },
+        options());
+    EXPECT_EQ(reports[1], reports[0]);
+    EXPECT_EQ(reports[2], reports[0]);
+  }
+  ScopedEnv none("DDP_SHM_TUNE_BUDGET_MS", "0");
+  on_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        auto block = pg.allocate(4096);
+        pg.all_reduce(block.get(), 1024, DType::kFloat32);
+        EXPECT_EQ(pg.algorithm_for("all_reduce", 4096), "chunked (as the nearest timed class: timing budget spent)");
+      },
+      options());
+  ScopedEnv bad("DDP_SHM_TUNE_BUDGET_MS", "soon");
+  for (const std::string& e : errors_on_ranks(2, [&](int) { return options(); }, [](ProcessGroup&) {})) {
+    EXPECT_TRUE(contains(e, "DDP_SHM_TUNE_BUDGET_MS='soon' is not a number of milliseconds")) << e;
+  }
+}
+
 // The choices timed by one group are saved (by local rank 0) and read by the
 // next group on the machine, which then times nothing it finds there; lines
 // for other numbers of ranks stay in the file.
 TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
   const std::string path = dir_ + "/tune";
   write_text(path, "# mine\nall_reduce 7 1024 small\n");
-  TuneFileEnv env(path);
+  ScopedEnv env("DDP_SHM_TUNE_FILE", path);
   std::string timed;
   on_ranks(
       2,
@@ -221,7 +274,7 @@ TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
 TEST_F(ShmTuning, AMalformedTuneFileFailsEveryRankNamingTheFileAndLine) {
   const std::string path = dir_ + "/bad";
   write_text(path, "all_reduce 2 1048576 pull\nall_reduce 2 1000 pull\n");
-  TuneFileEnv env(path);
+  ScopedEnv env("DDP_SHM_TUNE_FILE", path);
   const auto errors = errors_on_ranks(3, [&](int) { return options(); }, [](ProcessGroup&) {});
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);

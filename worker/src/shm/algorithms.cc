@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <tuple>
@@ -188,6 +189,33 @@ std::size_t choose(const std::vector<std::vector<double>>& seconds) {
     }
   }
   return best;
+}
+
+std::optional<Algorithm> nearest_choice(const ChoiceTable& table, Collective c, int size_class,
+                                        std::size_t small_bytes) {
+  std::optional<Algorithm> best;
+  int best_distance = std::numeric_limits<int>::max();
+  for (const auto& [key, algorithm] : table) {  // ascending classes: the smaller wins a tie
+    if (key.first != c || (algorithm == Algorithm::kSmall && class_limit(size_class) > small_bytes)) continue;
+    const int distance = std::abs(key.second - size_class);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = algorithm;
+    }
+  }
+  return best;
+}
+
+double parse_timing_budget(std::string_view text) {
+  text = trimmed(text);
+  if (text.empty()) return kDefaultTimingBudgetMs;
+  double ms = -1;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+  if (ec != std::errc() || p != text.data() + text.size() || !(ms >= 0) || ms > 1e9) {
+    throw Error("environment variable DDP_SHM_TUNE_BUDGET_MS='" + std::string(text) +
+                "' is not a number of milliseconds >= 0");
+  }
+  return ms;
 }
 
 std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string& path) {

@@ -76,6 +76,19 @@ std::size_t choose(const std::vector<std::vector<double>>& seconds);
 // The choices of one node's ranks: (collective, size class) -> variant.
 using ChoiceTable = std::map<std::pair<Collective, int>, Algorithm>;
 
+// The choice `table` holds for collective `c` in the size class nearest to
+// `size_class` (the smaller one on a tie) among those that can run calls of
+// `size_class` (small only up to `small_bytes`); nullopt when there is none.
+std::optional<Algorithm> nearest_choice(const ChoiceTable& table, Collective c, int size_class,
+                                        std::size_t small_bytes);
+
+// How long the ranks of a group may spend timing variants, in total, before
+// later size classes take the nearest timed class's choice instead.
+inline constexpr double kDefaultTimingBudgetMs = 50;
+// DDP_SHM_TUNE_BUDGET_MS's value (milliseconds, >= 0; "" = the default).
+// Throws ddp::Error naming the variable for anything else.
+double parse_timing_budget(std::string_view text);
+
 // One line of a tune file: "COLLECTIVE RANKS MAX_BYTES ALGORITHM", MAX_BYTES
 // a class limit (1024, 2048, ... 16777216) or "larger".
 struct TuneEntry {

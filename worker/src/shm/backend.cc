@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -134,7 +135,8 @@ class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendConfig& config)
       : config_(config), me_(config.local_rank), local_size_(config.local_size),
-        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), forced_(forced_from(config.shm_algorithm)) {
+        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), forced_(forced_from(config.shm_algorithm)),
+        budget_ms_(shm::parse_timing_budget(std::getenv("DDP_SHM_TUNE_BUDGET_MS") ? std::getenv("DDP_SHM_TUNE_BUDGET_MS") : "")) {
     if (!config.store) throw Error("process group: the shm backend needs a store");
     if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
         first_rank_ + local_size_ > config.size) {
@@ -277,8 +279,7 @@ class ShmBackend final : public Backend {
     const auto key = std::make_pair(*c, shm::size_class(bytes));
     const auto it = choices_.find(key);
     if (it == choices_.end()) return "";
-    const char* why = timed_.count(key) ? " (timed)" : from_file_.count(key) ? " (DDP_SHM_TUNE_FILE)" : " (untimed)";
-    return std::string(shm::algorithm_name(it->second)) + why;
+    return std::string(shm::algorithm_name(it->second)) + " (" + source_name(sources_.at(key)) + ")";
   }
 
  private:
@@ -313,6 +314,7 @@ class ShmBackend final : public Backend {
     d.algorithm = static_cast<std::uint16_t>(a);
     d.timing = timing ? 1 : 0;
     d.forced = forced_.packed();
+    d.budget_us = static_cast<std::uint32_t>(std::min(budget_ms_ * 1e3, 4e9));
     return d;
   }
 
@@ -331,6 +333,10 @@ class ShmBackend final : public Backend {
                     shm::Forced::unpacked(mine.forced).describe() + rank_k +
                     shm::Forced::unpacked(d.forced).describe());
       }
+      if (d.budget_us != mine.budget_us) {
+        throw Error("shm: the ranks of this node have different timing budgets (DDP_SHM_TUNE_BUDGET_MS): " + ranks_of +
+                    fmt::format("{} ms", mine.budget_us / 1e3) + rank_k + fmt::format("{} ms", d.budget_us / 1e3));
+      }
       if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes || d.root != mine.root ||
           d.op != mine.op || d.timing != mine.timing) {
         throw Error("collective mismatch among the ranks of this node: " + ranks_of + "is in " + describe(mine) +
@@ -348,7 +354,8 @@ class ShmBackend final : public Backend {
 
   // The variant for this call, decided before its first phase (so every rank
   // asks at the same point of the same call): forced, or this node's choice
-  // for the call's size class, timed first when there is none yet. Tables
+  // for the call's size class, timed first when there is none yet (once the
+  // timing budget is spent: the nearest timed class's choice). Tables
   // start equal on every rank (local rank 0's tune file) and change only by
   // choices every rank derives from the same timings, so all ranks agree.
   Algorithm algorithm_for_call(Collective c, std::size_t bytes, DType dtype, std::int32_t op, int root) {
@@ -359,14 +366,41 @@ class ShmBackend final : public Backend {
       std::lock_guard<std::mutex> lock(choices_mu_);
       if (auto it = choices_.find(key); it != choices_.end()) return it->second;
     }
+    if (timing_spent_ms_ >= budget_ms_) {
+      // Identical on every rank: the spent time adds up the same published timings.
+      std::lock_guard<std::mutex> lock(choices_mu_);
+      const Algorithm near = shm::nearest_choice(choices_, c, key.second, segment().geometry().small_bytes)
+                                 .value_or(Algorithm::kChunked);
+      choices_[key] = near;
+      sources_[key] = Source::kNearest;
+      return near;
+    }
     const auto [chosen, timed] = choose_by_timing(c, bytes, dtype, op, root);
     {
       std::lock_guard<std::mutex> lock(choices_mu_);
       choices_[key] = chosen;
-      if (timed) timed_[key] = chosen;
+      sources_[key] = timed ? Source::kTimed : Source::kNoRoom;
+    }
+    if (timing_spent_ms_ >= budget_ms_) {
+      log::write(log::Level::kDebug, false,
+                 fmt::format("shm: the timing budget of {} ms (DDP_SHM_TUNE_BUDGET_MS) is spent; size classes "
+                             "not timed yet take the nearest timed class's choice",
+                             budget_ms_));
     }
     if (timed && me_ == 0 && !tune_path_.empty()) save_tune_file();
     return chosen;
+  }
+
+  // Why a class has its choice (what algorithm_for() says).
+  enum class Source { kTimed, kFile, kNearest, kNoRoom };
+  static const char* source_name(Source s) {
+    switch (s) {
+      case Source::kTimed: return "timed";
+      case Source::kFile: return "DDP_SHM_TUNE_FILE";
+      case Source::kNearest: return "as the nearest timed class: timing budget spent";
+      case Source::kNoRoom: return "untimed: no room for scratch";
+    }
+    return "?";
   }
 
   // Every local rank runs each candidate on scratch buffers in the segment
@@ -424,6 +458,11 @@ class ShmBackend final : public Backend {
       for (std::size_t i = 0; i < candidates.size(); ++i) seconds[k][i] = segment().control(k).timings[i];
     }
     const Algorithm chosen = candidates[shm::choose(seconds)];
+    for (std::size_t i = 0; i < candidates.size(); ++i) {  // the slowest rank's runs, the same sum on every rank
+      double slowest = 0;
+      for (const auto& rank : seconds) slowest = std::max(slowest, rank[i]);
+      timing_spent_ms_ += slowest * (reps + 1) * 1e3;
+    }
     if (log::enabled(log::Level::kDebug)) {
       std::string times;
       for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -467,8 +506,9 @@ class ShmBackend final : public Backend {
     shm::ChoiceTable known;
     {
       std::lock_guard<std::mutex> lock(choices_mu_);
-      known = from_file_;
-      for (const auto& [key, a] : timed_) known[key] = a;
+      for (const auto& [key, source] : sources_) {
+        if (source == Source::kTimed || source == Source::kFile) known[key] = choices_.at(key);
+      }
     }
     const std::string model = shm::cpu_model();
     const std::string why = shm::write_tune_file(
@@ -947,8 +987,9 @@ class ShmBackend final : public Backend {
       // Peers' pids are known once all attached (they are watched for death).
       state_->segment->wait_attached_and_unlink(deadline);
     }
-    choices_ = from_file_ = shm::table_for(
+    choices_ = shm::table_for(
         me_ == 0 ? tune_entries_ : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"), local_size_);
+    for (const auto& entry : choices_) sources_[entry.first] = Source::kFile;
     state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
     std::vector<shm::Peer> peers;
     for (int k = 0; k < local_size_; ++k) {
@@ -988,8 +1029,9 @@ class ShmBackend final : public Backend {
   std::vector<shm::TuneEntry> tune_entries_;  // local rank 0: the file as read (every number of ranks)
   mutable std::mutex choices_mu_;  // the tables: algorithm_for() reads them from any thread
   shm::ChoiceTable choices_;       // every choice made (or read) so far, the same on every local rank
-  shm::ChoiceTable timed_;         // those timed here
-  shm::ChoiceTable from_file_;     // those from the tune file
+  std::map<std::pair<Collective, int>, Source> sources_;  // why each was made
+  double budget_ms_;               // DDP_SHM_TUNE_BUDGET_MS
+  double timing_spent_ms_ = 0;     // the slowest rank's timed runs so far (the same on every rank)
   bool tune_warned_ = false;
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
   std::unique_ptr<shm::PhaseSync> sync_;

@@ -46,6 +46,7 @@ struct alignas(kCacheLine) Descriptor {
   std::uint16_t algorithm = 0;     // the shm::Algorithm chosen for this call
   std::uint16_t timing = 0;        // 1: a run on scratch buffers while the ranks time the variants
   std::uint32_t forced = 0;        // the rank's DDP_SHM_ALGO (Forced::packed): ranks must agree
+  std::uint32_t budget_us = 0;     // the rank's DDP_SHM_TUNE_BUDGET_MS, in microseconds: ranks must agree
 };
 
 struct alignas(kCacheLine) RankControl {
