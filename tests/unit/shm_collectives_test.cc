@@ -121,6 +121,9 @@ const char* memory_name(Memory m) {
 }
 bool in_segment(Memory m, int rank) { return m == Memory::kShared || (m == Memory::kMixed && rank % 2 == 0); }
 
+// Float counts for the memory-mix tests: one, odd, and several chunks plus a remainder.
+constexpr std::size_t kMixCounts[] = {1, 1001, 3 * (kChunkKiB << 8) + 5};
+
 // `count` floats in the memory asked for this rank: from allocate() or its own.
 struct Floats {
   Floats(ProcessGroup& pg, Memory memory, std::size_t count) {
@@ -363,7 +366,7 @@ TEST_P(ShmVariants, BroadcastFromEveryRootInEveryMemoryMix) {
         const int n = pg.size(), me = pg.rank();
         for (Memory memory : kMemories) {
           for (int root = 0; root < n; ++root) {
-            for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+            for (std::size_t count : kMixCounts) {
               Floats floats(pg, memory, count);
               float* buffer = floats.data;
               for (std::size_t i = 0; i < count; ++i) buffer[i] = me == root ? large_value(root, i) : -1.0f;
@@ -421,7 +424,7 @@ TEST_P(ShmVariants, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix
         const int n = pg.size(), me = pg.rank();
         for (Memory memory : kMemories) {
           for (bool in_place : {false, true}) {
-            for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+            for (std::size_t count : kMixCounts) {
               Floats outputs(pg, memory, count * n);
               float* out = outputs.data;
               std::fill(out, out + count * n, -1.0f);
@@ -467,7 +470,7 @@ TEST_P(ShmVariants, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
         const int me = pg.rank();
         for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32}) {
           const std::size_t e = dtype_size(dtype);
-          for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{3} * (kChunkKiB << 8) + 5}) {
+          for (std::size_t count : kMixCounts) {
             for (ReduceOp op : kOps) {
               for (Memory memory : kMemories) {
                 Buffer values(dtype, count);
