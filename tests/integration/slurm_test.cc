@@ -104,9 +104,13 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   write_file(job_script, "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " hold " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/job.out");
   ASSERT_FALSE(job.empty());
+  // Finished pid files only: the worker writes NAME.tmp, then renames it to NAME.
   auto pid_files = [&] {
     std::set<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!name.ends_with(".tmp")) names.insert(name);
+    }
     return names;
   };
   ASSERT_TRUE(wait_until([&] { return pid_files().size() == 8; }, 60s))  // 4 workers + their children
