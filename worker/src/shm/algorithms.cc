@@ -111,7 +111,8 @@ std::string Forced::describe() const {
   std::string text;
   for (Collective c : kAll) {
     if (of(c) == Algorithm::kAuto) continue;
-    text += (text.empty() ? "" : ",") + std::string(collective_name(c)) + "=" + algorithm_name(of(c));
+    if (!text.empty()) text += ',';
+    text.append(collective_name(c)).append("=").append(algorithm_name(of(c)));
   }
   return text.empty() ? "auto" : text;
 }
