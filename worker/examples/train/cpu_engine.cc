@@ -9,12 +9,6 @@
 namespace train {
 namespace {
 
-std::vector<std::size_t> param_counts(const Mlp& model) {
-  std::vector<std::size_t> counts;
-  for (std::size_t p = 0; p < model.num_tensors(); ++p) counts.push_back(model.count(p));
-  return counts;
-}
-
 class CpuEngine final : public Engine {
  public:
   CpuEngine(const Config& c, const std::vector<int>& dims)
@@ -51,7 +45,7 @@ class CpuEngine final : public Engine {
   }
 
   void prepare(ddp::GradAverager& sync) override {
-    sync.prepare(model_.data_pointers(), opt_.state());
+    sync.prepare(param_pointers(model_), opt_.state());
     if (!config_.shard_optimizer || shards_) return;
     // The weights move into the shards' buffer. With shm it is one copy for
     // the node: rank 0 fills it (every rank holds rank 0's weights by now)

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -60,11 +59,6 @@ void Dataset::gather(std::span<const std::int64_t> indices, Batch& batch) const 
 
 Dataset make_synthetic(Task task, std::int64_t size, int input_dim, int output_dim,
                        std::uint64_t seed) {
-  if (size < 1 || input_dim < 1 || output_dim < 1 ||
-      (task == Task::kClassification && output_dim < 2)) {
-    throw ddp::Error("synthetic data: bad shape: size " + std::to_string(size) + ", input_dim " +
-                     std::to_string(input_dim) + ", output_dim " + std::to_string(output_dim));
-  }
   Dataset d{task, input_dim, output_dim, {}, {}, {}};
   const auto n = static_cast<std::size_t>(size);
   const auto in = static_cast<std::size_t>(input_dim);

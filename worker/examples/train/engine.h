@@ -55,6 +55,20 @@ class Engine {
 // What both engines do alike, for a model with Mlp's interface and an
 // optimizer with Optimizer's (Mlp and Optimizer, or their GPU twins).
 //
+// Each parameter's element count (what the optimizer is built from).
+template <typename Model>
+std::vector<std::size_t> param_counts(const Model& model) {
+  std::vector<std::size_t> counts;
+  for (std::size_t p = 0; p < model.num_tensors(); ++p) counts.push_back(model.count(p));
+  return counts;
+}
+// Where each parameter's values are (GradAverager::prepare's param_data).
+template <typename Model>
+std::vector<void*> param_pointers(Model& model) {
+  std::vector<void*> pointers;
+  for (std::size_t p = 0; p < model.num_tensors(); ++p) pointers.push_back(model.data(p));
+  return pointers;
+}
 // One optimizer step over every parameter, with the averaged gradients.
 template <typename Model, typename Opt>
 void optimizer_step(Model& model, Opt& opt, ddp::GradAverager& sync) {
@@ -75,10 +89,11 @@ std::vector<ddp::ParamBuffer> model_and_optimizer_state(Model& model, Opt& opt) 
 std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims);
 
 // The GPU engine (--backend nccl), compiled only when the build found CUDA,
-// cuBLAS and NCCL (see flags.h's gpu_path_built()).
+// cuBLAS and NCCL (see flags.h's gpu_path_missing()).
 //
 // "" when this process can compute on CUDA device `device` (its LOCAL_RANK),
 // else why not, e.g. "no CUDA device is visible (cudaGetDeviceCount: ...)".
+// The trainer asks before ddp::init(), then calls make_gpu_engine.
 std::string gpu_problem(int device);
 std::unique_ptr<Engine> make_gpu_engine(const Config& config, const std::vector<int>& dims,
                                         int device);

@@ -72,10 +72,8 @@ struct ParseResult {
 // Parses argv (argv[0] is the program). Never throws.
 ParseResult parse_flags(const std::vector<std::string>& argv);
 
-// Whether this build has the GPU engine (--backend nccl): CUDA, cuBLAS and
-// NCCL were found at build time (DDP_TRAIN_GPU).
-bool gpu_path_built();
-// Why a build without it refuses --backend nccl.
+// Why a build without the GPU engine (--backend nccl; CUDA, cuBLAS and NCCL
+// were not all found at build time) refuses it.
 std::string gpu_path_missing();
 // "" when this build trains with `backend` and config's other flags; else
 // the problem, naming the backend as `named` ("--backend nccl", "DDP_BACKEND=nccl").

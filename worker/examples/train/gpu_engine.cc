@@ -215,7 +215,7 @@ class Event {
 class DeviceMlp {
  public:
   DeviceMlp(std::vector<int> dims, std::uint64_t seed, const Gpu& gpu) : gpu_(gpu) {
-    Mlp host(std::move(dims), seed);  // also checks dims
+    Mlp host(std::move(dims), seed);
     dims_ = host.dims();
     params_ = host.grad_params();
     for (auto& p : params_) p.device = gpu.device();  // GradSync's buckets: device memory
@@ -444,12 +444,6 @@ void upload(const Gpu& gpu, DeviceArray<T>& dst, const std::vector<T>& src) {
              "cudaMemcpyAsync (batch to device)");
 }
 
-std::vector<std::size_t> param_counts(const DeviceMlp& model) {
-  std::vector<std::size_t> counts;
-  for (std::size_t p = 0; p < model.num_tensors(); ++p) counts.push_back(model.count(p));
-  return counts;
-}
-
 class GpuEngine final : public Engine {
  public:
   GpuEngine(const Config& c, const std::vector<int>& dims, int device, int visible)
@@ -484,9 +478,7 @@ class GpuEngine final : public Engine {
   // Device buffers only (ParamBuffer's contract with nccl): NCCL broadcasts
   // them in place on the device.
   void prepare(ddp::GradAverager& sync) override {
-    std::vector<void*> weights;
-    for (std::size_t p = 0; p < model_.num_tensors(); ++p) weights.push_back(model_.data(p));
-    sync.prepare(weights, opt_.state());
+    sync.prepare(param_pointers(model_), opt_.state());
     opt_.reload_state();
   }
 
@@ -551,8 +543,7 @@ std::string gpu_problem(int device) {
 
 std::unique_ptr<Engine> make_gpu_engine(const Config& config, const std::vector<int>& dims,
                                         int device) {
-  std::string problem = gpu_problem(device);
-  if (!problem.empty()) throw ddp::Error(problem);
+  std::string problem;  // none: the trainer asked gpu_problem(device) first
   return std::make_unique<GpuEngine>(config, dims, device, visible_devices(&problem));
 }
 

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <utility>
 
-#include "ddp/common/error.h"
 #include "ddp/grad_sync.h"
 #include "ddp/shared_grad_sum.h"
 #include "random.h"
@@ -20,10 +19,6 @@ constexpr std::uint64_t kInitStream = 4;  // Random stream of the initial weight
 }  // namespace
 
 Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
-  if (dims_.size() < 2) throw ddp::Error("Mlp: needs at least an input and an output size");
-  for (int d : dims_) {
-    if (d < 1) throw ddp::Error("Mlp: every layer size must be >= 1, got " + std::to_string(d));
-  }
   Random rng(seed, kInitStream);
   for (int l = 0; l < num_layers(); ++l) {
     const int in = dims_[l], out = dims_[l + 1];
@@ -39,20 +34,10 @@ Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
 }
 
 void Mlp::bind(const std::vector<float*>& storage, bool copy) {
-  if (storage.size() != tensors_.size()) {
-    throw ddp::Error("Mlp::bind: " + std::to_string(storage.size()) + " buffers for " +
-                     std::to_string(tensors_.size()) + " parameters");
-  }
   for (std::size_t p = 0; p < storage.size(); ++p) {
     if (copy && storage[p] != data_[p]) std::memcpy(storage[p], data_[p], count(p) * sizeof(float));
     data_[p] = storage[p];
   }
-}
-
-std::vector<void*> Mlp::data_pointers() {
-  std::vector<void*> out;
-  for (float* p : data_) out.push_back(p);
-  return out;
 }
 
 std::vector<ddp::GradParam> Mlp::grad_params() const {
@@ -109,27 +94,9 @@ void input_grad(const float* dz, const float* w, const float* relu_out, int batc
   }
 }
 
-// Rows [first, first + rows) of a layer's gradients over `samples` samples,
-// dz holding their output gradients (samples x n_out) and in their inputs
-// (samples x n_in), stored (beta 0) or added (beta 1) at `out`, which points
-// at the first of those rows:
-//   bias:   out[r] = scale * (column sums of dz), a GEMV with a vector of ones;
-//   weight: out[r] = scale * dz[:, r]^T in   (rows x n_in).
-void bias_grad_rows(const float* dz, const float* ones, int samples, int n_out, int first, int rows,
-                    float scale, float beta, float* out) {
-  cblas_sgemv(CblasRowMajor, CblasTrans, samples, rows, scale, dz + first, n_out, ones, 1, beta, out,
-              1);
-}
-void weight_grad_rows(const float* dz, const float* in, int samples, int n_out, int n_in, int first,
-                      int rows, float scale, float beta, float* out) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, n_in, samples, scale, dz + first, n_out,
-              in, n_in, beta, out, n_in);
-}
-
 }  // namespace
 
 void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
-  const float beta = accumulate ? 1.0f : 0.0f;
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
     const int n_in = dims_[l], n_out = dims_[l + 1];
@@ -137,24 +104,32 @@ void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;
     const std::size_t weight = 2 * static_cast<std::size_t>(l);
     const float* dz = dz_.data();
+    // A block of the layer's gradients: rows [row_begin, row_begin + rows)
+    // (output units), stored (beta 0) or added (beta 1: b.accumulate) at
+    // b.data, which points at the first of those rows:
+    //   bias:   scale * (column sums of dz), a GEMV with a vector of ones;
+    //   weight: scale * dz[:, rows]^T in   (rows x n_in).
+    const auto bias_rows = [&](const ddp::GradBlock& b) {
+      cblas_sgemv(CblasRowMajor, CblasTrans, batch, static_cast<int>(b.rows), scale,
+                  dz + b.row_begin, n_out, ones_.data(), 1, b.accumulate ? 1.0f : 0.0f,
+                  static_cast<float*>(b.data), 1);
+    };
+    const auto weight_rows = [&](const ddp::GradBlock& b) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(b.rows), n_in, batch,
+                  scale, dz + b.row_begin, n_out, in, n_in, b.accumulate ? 1.0f : 0.0f,
+                  static_cast<float*>(b.data), n_in);
+    };
     if (auto* shared = dynamic_cast<ddp::SharedGradSum*>(&sync)) {
-      // Per block of rows (output units), beta saying whether this rank is the
+      // Per block of rows, b.accumulate saying whether this rank is the
       // block's first writer: the sum over ranks is made by the writes themselves.
-      shared->contribute(bias, [&](const ddp::GradBlock& b) {
-        bias_grad_rows(dz, ones_.data(), batch, n_out, static_cast<int>(b.row_begin),
-                       static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
-                       static_cast<float*>(b.data));
-      });
-      shared->contribute(weight, [&](const ddp::GradBlock& b) {
-        weight_grad_rows(dz, in, batch, n_out, n_in, static_cast<int>(b.row_begin),
-                         static_cast<int>(b.rows), scale, b.accumulate ? 1.0f : 0.0f,
-                         static_cast<float*>(b.data));
-      });
+      shared->contribute(bias, bias_rows);
+      shared->contribute(weight, weight_rows);
     } else {
+      // GradSync: the whole gradient as one block, into its view.
       auto& buckets = dynamic_cast<ddp::GradSync&>(sync);
-      bias_grad_rows(dz, ones_.data(), batch, n_out, 0, n_out, scale, beta, buckets.grad_view(bias));
+      bias_rows({.data = buckets.grad_view(bias), .rows = n_out, .accumulate = accumulate});
       buckets.mark_ready(bias);
-      weight_grad_rows(dz, in, batch, n_out, n_in, 0, n_out, scale, beta, buckets.grad_view(weight));
+      weight_rows({.data = buckets.grad_view(weight), .rows = n_out, .accumulate = accumulate});
       buckets.mark_ready(weight);
     }
     if (l == 0) break;

@@ -20,9 +20,9 @@ namespace train {
 
 class Mlp {
  public:
-  // dims = {input, hidden..., output} (at least two entries). Weights and
-  // biases start uniform in +-1/sqrt(fan_in), as torch's nn.Linear does,
-  // drawn from `seed`.
+  // dims = {input, hidden..., output}: at least two entries, each >= 1 (the
+  // flags are checked so). Weights and biases start uniform in
+  // +-1/sqrt(fan_in), as torch's nn.Linear does, drawn from `seed`.
   Mlp(std::vector<int> dims, std::uint64_t seed);
 
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
@@ -32,7 +32,6 @@ class Mlp {
   std::size_t num_tensors() const { return tensors_.size(); }
   std::size_t count(std::size_t param) const { return tensors_[param].size(); }
   float* data(std::size_t param) { return data_[param]; }
-  std::vector<void*> data_pointers();
   // Moves the parameters into storage[p] (count(p) floats each, owned by the
   // caller and outliving the model: ddp::ParamShards' views): the current
   // values are copied there (unless `copy` is false: another rank fills

@@ -10,6 +10,7 @@
 
 #include "trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,7 +23,6 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "ddp/ddp.h"
-#include "ddp/grad_sync.h"
 #include "ddp/log.h"
 #include "ddp/metrics.h"
 #include "engine.h"
@@ -39,16 +39,16 @@ struct FlagError : ddp::Error {
   using ddp::Error::Error;
 };
 
+// --backend, else $DDP_BACKEND, else auto; checked here for both sources.
 std::string choose_backend(const Config& c) {
-  std::string backend = c.backend;  // already checked by parse_flags()
+  std::string backend = c.backend;
   std::string named = "--backend " + backend;
   if (backend.empty()) {
     const char* env = std::getenv("DDP_BACKEND");
     backend = env != nullptr && *env != '\0' ? env : "auto";
     named = "DDP_BACKEND=" + backend;
-    if (auto problem = backend_problem(c, backend, named); !problem.empty())
-      throw FlagError(problem);
   }
+  if (auto problem = backend_problem(c, backend, named); !problem.empty()) throw FlagError(problem);
   // auto means the CPU: shared memory among the ranks of a node (Gloo across
   // nodes). The GPU is asked for by name.
   if (backend == "auto") backend = ddp::cpu_backend();
@@ -59,40 +59,15 @@ std::string choose_backend(const Config& c) {
   return backend;
 }
 
-std::string dims_text(const std::vector<int>& dims) {
-  std::string text;
-  for (std::size_t i = 0; i < dims.size(); ++i) text += (i > 0 ? "-" : "") + std::to_string(dims[i]);
-  return text;
-}
-
-// What a checkpoint says about the run that wrote it.
-CheckpointMeta describe_run(const Config& c, const std::vector<int>& dims, std::int64_t step,
-                            std::int64_t epoch, std::int64_t dataset_size,
-                            std::int64_t global_batch, int world) {
-  return {{"step", std::to_string(step)},
-          {"epoch", std::to_string(epoch)},
-          {"model", dims_text(dims)},
-          {"task", task_name(c.task)},
-          {"optimizer", optimizer_name(c.optimizer)},
-          {"data", c.data},
-          {"seed", std::to_string(c.seed)},
-          {"dataset_size", std::to_string(dataset_size)},
-          {"global_batch", std::to_string(global_batch)},
-          {"world_size", std::to_string(world)},
-          // Nothing random happens during training: the data order is a
-          // function of (seed, epoch) and the position in it of the step.
-          {"rng", "none"}};
-}
-
 // Rank 0 reads the checkpoint into the model and optimizer state; every rank
 // learns the outcome (a failure is raised on every rank, not only on rank 0).
 // Returns the step to continue from (0: a fresh start).
 std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
                     const CheckpointMeta& mine, std::string* from) {
   if (c.resume.empty()) return 0;
+  const std::string path = c.resume == "auto" ? c.checkpoint : c.resume;
   std::string status;
   if (pg.rank() == 0) {
-    const std::string path = c.resume == "auto" ? c.checkpoint : c.resume;
     try {
       if (c.resume == "auto" && !std::filesystem::exists(path)) {
         status = "fresh";
@@ -114,7 +89,7 @@ std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
           }
         }
         engine.load_host_state();
-        status = "ok " + meta["step"] + " " + path;
+        status = "ok " + meta["step"];
       }
     } catch (const ddp::Error& e) {
       status = std::string("error ") + e.what();
@@ -128,28 +103,26 @@ std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
   if (status.rfind("error ", 0) == 0) {
     throw ddp::Error("--resume: " + status.substr(6) + (pg.rank() == 0 ? "" : " (on rank 0)"));
   }
-  const auto space = status.find(' ', 3);
-  *from = status.substr(space + 1);
-  return std::stoll(status.substr(3, space - 3));
+  *from = path;
+  return std::stoll(status.substr(3));
 }
 
 // Loss and accuracy on the held-out set: each rank evaluates every W-th
-// sample (ddp::strided_shard: no sample twice), the sums are all-reduced.
+// sample (ddp::strided_shard: no sample twice); the ranks' figures are
+// averaged weighted by their samples (ddp::average_metrics).
 void evaluate(Engine& engine, const Dataset& test, ddp::ProcessGroup& pg) {
   const std::vector<std::int64_t> mine = ddp::strided_shard(test.size(), pg.size(), pg.rank());
-  double sums[2] = {0, 0};  // loss * samples, correct
+  ddp::Metrics local{{"loss", 0}, {"accuracy", 0}};
   if (!mine.empty()) {
     Batch batch;
     test.gather(mine, batch);
     engine.forward(batch);
     const LossResult r = engine.loss();
-    sums[0] = r.loss * static_cast<double>(batch.size);
-    sums[1] = static_cast<double>(r.correct);
+    local = {{"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch.size}};
   }
-  pg.all_reduce(sums, 2, ddp::DType::kFloat64, ddp::ReduceOp::kSum);
-  const auto n = static_cast<double>(test.size());
+  const auto avg = ddp::average_metrics(local, static_cast<double>(mine.size()), pg);
   ddp::log::info("summary: test set: {} held-out samples | loss {:.8f} | accuracy {:.4f}",
-                 test.size(), sums[0] / n, sums[1] / n);
+                 test.size(), avg.at("loss"), avg.at("accuracy"));
 }
 
 int run(const Config& c, const AfterStep& after_step) {
@@ -187,6 +160,7 @@ int run(const Config& c, const AfterStep& after_step) {
   std::vector<int> dims{c.input_dim};
   for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
   dims.push_back(c.output_dim);
+  const std::string model = fmt::format("{}", fmt::join(dims, "-"));  // "32-128-128-10"
   const std::unique_ptr<Engine> engine =
       backend == "nccl" ? make_gpu_engine(c, dims, ddp::local_rank()) : make_cpu_engine(c, dims);
 
@@ -212,15 +186,27 @@ int run(const Config& c, const AfterStep& after_step) {
       "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} {} samples{}, global batch {} "
       "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}{} | "
       "math on {}",
-      world, pg->backend_name(), dims_text(dims), num_elements, task_name(c.task),
-      data.train.size(), c.data,
+      world, pg->backend_name(), model, num_elements, task_name(c.task), data.train.size(), c.data,
       data.test.size() > 0 ? fmt::format(" ({} held out)", data.test.size()) : "", step_samples,
       c.batch_size, world, c.accumulate, plan->steps_per_epoch(), total_steps,
       optimizer_name(c.optimizer), c.lr, c.shard_optimizer ? " (sharded: ZeRO)" : "",
       engine->description());
 
-  const auto describe = [&](std::int64_t step, std::int64_t epoch) {
-    return describe_run(c, dims, step, epoch, data.train.size(), step_samples, world);
+  // What a checkpoint says about the run that wrote it.
+  const auto describe = [&](std::int64_t step, std::int64_t epoch) -> CheckpointMeta {
+    return {{"step", std::to_string(step)},
+            {"epoch", std::to_string(epoch)},
+            {"model", model},
+            {"task", task_name(c.task)},
+            {"optimizer", optimizer_name(c.optimizer)},
+            {"data", c.data},
+            {"seed", std::to_string(c.seed)},
+            {"dataset_size", std::to_string(data.train.size())},
+            {"global_batch", std::to_string(step_samples)},
+            {"world_size", std::to_string(world)},
+            // Nothing random happens during training: the data order is a
+            // function of (seed, epoch) and the position in it of the step.
+            {"rng", "none"}};
   };
   std::string resumed_from;
   const std::int64_t first_step = resume(c, *engine, *pg, describe(0, 0), &resumed_from);
@@ -234,8 +220,7 @@ int run(const Config& c, const AfterStep& after_step) {
   Batch batch;
   const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps - first_step, 0);
   const std::int64_t warmup = std::min<std::int64_t>(10, steps_to_run / 10);
-  double last_loss = 0;
-  std::optional<double> last_accuracy;
+  std::string last_losses;  // the latest report's "loss X | acc Y" (acc: classification)
   std::int64_t checkpoint_step = -1;
   const auto t0 = Clock::now();
   Clock::time_point steady_start = t0, last_report = t0;
@@ -271,19 +256,17 @@ int run(const Config& c, const AfterStep& after_step) {
       ddp::Metrics local{{"loss", loss_sum / c.accumulate}};
       if (c.task == Task::kClassification)
         local["accuracy"] = static_cast<double>(correct) / static_cast<double>(rank_samples);
-      auto avg = ddp::average_metrics(local, static_cast<double>(rank_samples), *pg);
-      last_loss = avg["loss"];
-      if (avg.count("accuracy")) last_accuracy = avg["accuracy"];
+      const auto avg = ddp::average_metrics(local, static_cast<double>(rank_samples), *pg);
+      last_losses = fmt::format("loss {:.8f}", avg.at("loss"));
+      if (avg.count("accuracy")) last_losses += fmt::format(" | acc {:.4f}", avg.at("accuracy"));
       // Samples/s since the last report; the time left at the run's mean pace so far.
       const auto now = Clock::now();
       const double interval = std::chrono::duration<double>(now - last_report).count();
       const auto eta = std::llround(std::chrono::duration<double>(now - t0).count() *
                                     static_cast<double>(total_steps - done) /
                                     static_cast<double>(done - first_step));
-      std::string line = fmt::format("step {}/{} | epoch {} | loss {:.8f}", done, total_steps,
-                                     plan->epoch_of(step) + 1, last_loss);
-      if (last_accuracy) line += fmt::format(" | acc {:.4f}", *last_accuracy);
-      ddp::log::info("{} | {:.0f} samples/s | ETA {}:{:02}:{:02}", line,
+      ddp::log::info("step {}/{} | epoch {} | {} | {:.0f} samples/s | ETA {}:{:02}:{:02}", done,
+                     total_steps, plan->epoch_of(step) + 1, last_losses,
                      static_cast<double>((done - last_report_step) * step_samples) / interval,
                      eta / 3600, eta / 60 % 60, eta % 60);
       last_report = now;
@@ -314,14 +297,12 @@ int run(const Config& c, const AfterStep& after_step) {
   } else {
     const double seconds = std::chrono::duration<double>(t_end - t0).count();
     const double steady_seconds = std::chrono::duration<double>(t_end - steady_start).count();
-    std::string line = fmt::format(
+    ddp::log::info(
         "summary: {} steps in {:.2f} s | {:.0f} samples/s | steady {:.0f} samples/s "
-        "(after {} warm-up steps) | final loss {:.8f}",
+        "(after {} warm-up steps) | final {}",
         steps_to_run, seconds, static_cast<double>(steps_to_run * step_samples) / seconds,
         static_cast<double>((steps_to_run - warmup) * step_samples) / steady_seconds, warmup,
-        last_loss);
-    if (last_accuracy) line += fmt::format(" | acc {:.4f}", *last_accuracy);
-    ddp::log::info("{}", line);
+        last_losses);
   }
   if (stats.synced_iterations > 0) {
     const double overlap_pct = timing[1] > 0 ? 100.0 * timing[2] / timing[1] : 0;
