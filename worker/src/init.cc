@@ -111,7 +111,8 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 std::shared_ptr<ProcessGroup> new_group(const std::string& name, const InitOptions& options) {
   const bool well_formed =
       !name.empty() && name.size() <= 64 &&
-      std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
+      std::all_of(name.begin(), name.end(),
+                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
   if (!well_formed || name == "default") {
     throw Error("ddp::new_group: name '" + name +
                 "' must be 1-64 letters, digits, '-' or '_', and not 'default' (the group of ddp::init())");

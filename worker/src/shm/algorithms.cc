@@ -173,22 +173,16 @@ std::size_t class_limit(int size_class) {
   return std::size_t{1} << size_class;
 }
 
-std::size_t choose(const std::vector<std::vector<double>>& seconds) {
+std::size_t choose(const std::vector<std::vector<double>>& seconds, std::vector<double>* slowest) {
   if (seconds.empty() || seconds[0].empty()) throw Error("shm: no timings to choose an algorithm from");
   const std::size_t n = seconds[0].size();
-  std::size_t best = 0;
-  double best_time = std::numeric_limits<double>::infinity();
-  for (std::size_t c = 0; c < n; ++c) {
-    double slowest = 0;
-    for (const auto& rank : seconds) {
-      if (rank.size() != n) throw Error("shm: the ranks timed different numbers of algorithms");
-      slowest = std::max(slowest, rank[c]);
-    }
-    if (slowest < best_time) {
-      best_time = slowest;
-      best = c;
-    }
+  std::vector<double> worst(n, 0.0);
+  for (const auto& rank : seconds) {
+    if (rank.size() != n) throw Error("shm: the ranks timed different numbers of algorithms");
+    for (std::size_t c = 0; c < n; ++c) worst[c] = std::max(worst[c], rank[c]);
   }
+  const std::size_t best = static_cast<std::size_t>(std::min_element(worst.begin(), worst.end()) - worst.begin());
+  if (slowest != nullptr) *slowest = std::move(worst);
   return best;
 }
 
@@ -253,7 +247,10 @@ std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string&
         cls = std::bit_width(limit) - 1;
       }
     }
-    if (cls < 0) throw Error(where + ": MAX_BYTES '" + limit_text + "' is not a power of two from 1024 to 16777216 or 'larger'");
+    if (cls < 0) {
+      throw Error(where + ": MAX_BYTES '" + limit_text +
+                  "' is not a power of two from 1024 to 16777216 or 'larger'");
+    }
     const auto a = algorithm_named(aname);
     if (!a || *a == Algorithm::kAuto || !has_variant(*c, *a)) {
       throw Error(where + ": " + cname + " has no variant '" + aname + "' (" + variant_list(*c) + ")");

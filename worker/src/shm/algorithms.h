@@ -69,9 +69,10 @@ std::size_t class_limit(int size_class);
 
 // seconds[rank][candidate]: each rank's time for each candidate. Returns the
 // candidate whose slowest rank was fastest, ties to the lower index; every
-// rank given the same table returns the same index. Throws ddp::Error for an
+// rank given the same table returns the same index. Fills `slowest`, when
+// given, with each candidate's slowest-rank time. Throws ddp::Error for an
 // empty or ragged table.
-std::size_t choose(const std::vector<std::vector<double>>& seconds);
+std::size_t choose(const std::vector<std::vector<double>>& seconds, std::vector<double>* slowest = nullptr);
 
 // The choices of one node's ranks: (collective, size class) -> variant.
 using ChoiceTable = std::map<std::pair<Collective, int>, Algorithm>;

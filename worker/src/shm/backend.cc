@@ -26,14 +26,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
-#include <optional>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "backend.h"
@@ -103,6 +103,12 @@ shm::Forced forced_from(const std::string& option) {
   return shm::parse_forced(text == nullptr ? "" : text, "environment variable DDP_SHM_ALGO");
 }
 
+// DDP_SHM_TUNE_BUDGET_MS, in milliseconds.
+double budget_from_env() {
+  const char* text = std::getenv("DDP_SHM_TUNE_BUDGET_MS");
+  return shm::parse_timing_budget(text == nullptr ? "" : text);
+}
+
 Kind kind_of(Collective c) {
   switch (c) {
     case Collective::kAllReduce: return Kind::kAllReduce;
@@ -135,8 +141,9 @@ class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendConfig& config)
       : config_(config), me_(config.local_rank), local_size_(config.local_size),
-        first_rank_(config.rank - config.local_rank), timeout_(config.timeout), forced_(forced_from(config.shm_algorithm)),
-        budget_ms_(shm::parse_timing_budget(std::getenv("DDP_SHM_TUNE_BUDGET_MS") ? std::getenv("DDP_SHM_TUNE_BUDGET_MS") : "")) {
+        first_rank_(config.rank - config.local_rank), timeout_(config.timeout),
+        forced_(forced_from(config.shm_algorithm)),
+        budget_ms_(budget_from_env()) {
     if (!config.store) throw Error("process group: the shm backend needs a store");
     if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
         first_rank_ + local_size_ > config.size) {
@@ -177,7 +184,8 @@ class ShmBackend final : public Backend {
         // One rank on this node (across nodes: Gloo among them), or nodes of different sizes.
         return state_ ? fallback().all_reduce(data, count, dtype, op) : across().all_reduce(data, count, dtype, op);
       }
-      const Algorithm a = algorithm_for_call(Collective::kAllReduce, count * dtype_size(dtype), dtype, static_cast<std::int32_t>(op), -1);
+      const Algorithm a = algorithm_for_call(Collective::kAllReduce, count * dtype_size(dtype), dtype,
+                                             static_cast<std::int32_t>(op), -1);
       run_all_reduce(a, data, count, dtype, op, needed, false);
     });
   }
@@ -232,7 +240,8 @@ class ShmBackend final : public Backend {
     guarded([&] {
       if (count == 0) return;
       if (!single_node()) return fallback().reduce_scatter(in, out, count, dtype, op);
-      const Algorithm a = algorithm_for_call(Collective::kReduceScatter, count * dtype_size(dtype), dtype, static_cast<std::int32_t>(op), -1);
+      const Algorithm a = algorithm_for_call(Collective::kReduceScatter, count * dtype_size(dtype), dtype,
+                                             static_cast<std::int32_t>(op), -1);
       run_reduce_scatter(a, in, out, count, dtype, op, false);
     });
   }
@@ -457,18 +466,14 @@ class ShmBackend final : public Backend {
     for (int k = 0; k < local_size_; ++k) {
       for (std::size_t i = 0; i < candidates.size(); ++i) seconds[k][i] = segment().control(k).timings[i];
     }
-    const Algorithm chosen = candidates[shm::choose(seconds)];
-    for (std::size_t i = 0; i < candidates.size(); ++i) {  // the slowest rank's runs, the same sum on every rank
-      double slowest = 0;
-      for (const auto& rank : seconds) slowest = std::max(slowest, rank[i]);
-      timing_spent_ms_ += slowest * (reps + 1) * 1e3;
-    }
+    std::vector<double> slowest;
+    const Algorithm chosen = candidates[shm::choose(seconds, &slowest)];
+    // The slowest rank's runs: the same sum on every rank.
+    for (double t : slowest) timing_spent_ms_ += t * (reps + 1) * 1e3;
     if (log::enabled(log::Level::kDebug)) {
       std::string times;
       for (std::size_t i = 0; i < candidates.size(); ++i) {
-        double slowest = 0;
-        for (const auto& rank : seconds) slowest = std::max(slowest, rank[i]);
-        times += fmt::format("{}{} {:.1f} us", i ? ", " : "", shm::algorithm_name(candidates[i]), slowest * 1e6);
+        times += fmt::format("{}{} {:.1f} us", i ? ", " : "", shm::algorithm_name(candidates[i]), slowest[i] * 1e6);
       }
       const int cls = shm::size_class(bytes);
       log::write(log::Level::kDebug, false,
@@ -510,7 +515,7 @@ class ShmBackend final : public Backend {
         if (source == Source::kTimed || source == Source::kFile) known[key] = choices_.at(key);
       }
     }
-    const std::string model = shm::cpu_model();
+    static const std::string model = shm::cpu_model();  // read once per process
     const std::string why = shm::write_tune_file(
         tune_path_, shm::format_tune_file(shm::merged(tune_entries_, local_size_, known),
                                           model.empty() ? "" : "timed on " + model));
@@ -547,7 +552,9 @@ class ShmBackend final : public Backend {
     if (a != Algorithm::kPush && a != Algorithm::kPull) return chunked_broadcast(p, bytes, root, &d);
     begin(d);  // which variant can run depends on where every buffer lives, known once all published
     bool others_in_segment = true;
-    for (int k = 0; k < local_size_; ++k) others_in_segment = others_in_segment && (k == root || published(k).offset >= 0);
+    for (int k = 0; k < local_size_; ++k) {
+      if (k != root && published(k).offset < 0) others_in_segment = false;
+    }
     const Algorithm run = runnable(a, published(root).offset >= 0, others_in_segment);
     if (run == Algorithm::kChunked) return chunked_broadcast(p, bytes, root, nullptr);
     if (run == Algorithm::kPull && me_ != root) {
