@@ -90,10 +90,14 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
   // Single node: loopback, independent of DNS. Several nodes: the address the agent advertised.
   if (!env->node_addr.empty()) pg.host = env->node_addr;
   route_grpc_logs();
-  static std::shared_ptr<Store> rendezvous;  // one connection for every group (under g_mu)
+  // One connection for every live group (under g_mu); it goes with the last
+  // group that holds it, as the default group's always did, never at exit.
+  static std::weak_ptr<Store> shared;
+  std::shared_ptr<Store> rendezvous = shared.lock();
   if (!rendezvous) {
     rendezvous = make_grpc_store(std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
                                                                     TlsFiles{"", "", env->rdzv_tls_ca}));
+    shared = rendezvous;
   }
   auto store =
       make_prefix_store(rendezvous, "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/" + name);
