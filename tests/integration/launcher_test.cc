@@ -51,16 +51,6 @@ std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string&
   return result;
 }
 
-std::set<pid_t> read_pids(const std::string& dir, const std::string& prefix) {
-  std::set<pid_t> pids;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    auto name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos) {
-      pids.insert(std::stoi(read_file(entry.path())));
-    }
-  }
-  return pids;
-}
 
 // A run id no other test (or concurrent test process) uses; the '-' is
 // sanitised in segment names.

@@ -163,12 +163,7 @@ TEST_F(MultiHost, PartitionStopsBothSidesWithinHeartbeatTimeout) {
                            {"--nnodes=2", "--node_rank=" + std::to_string(i), "--master_addr=" + hosts.address(0),
                             "--nproc_per_node=2", kFastConf, kWorker, "hold", dir}));
   }
-  auto pid_files = [&] {
-    int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().rfind("pid_", 0) == 0;
-    return n;
-  };
-  ASSERT_TRUE(wait_until([&] { return pid_files() == 4; }, 20s)) << nodes[0]->read_err() << nodes[1]->read_err();
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 4; }, 20s)) << nodes[0]->read_err() << nodes[1]->read_err();
   hosts.set_link(1, false);
   const auto cut = std::chrono::steady_clock::now();
   for (int i = 0; i < 2; ++i) {
@@ -183,11 +178,8 @@ TEST_F(MultiHost, PartitionStopsBothSidesWithinHeartbeatTimeout) {
         << r.err;
   }
   // No worker, nor a worker's child, is left on either side.
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(e.path());
-    pid_t pid = 0;
-    in >> pid;
-    EXPECT_TRUE(pid > 0 && wait_until([&] { return !process_alive(pid); }, 2s)) << e.path() << " pid " << pid;
+  for (pid_t pid : read_pids(dir, "")) {
+    EXPECT_TRUE(pid > 0 && wait_until([&] { return !process_alive(pid); }, 2s)) << "pid " << pid;
   }
   std::filesystem::remove_all(dir);
 }

@@ -104,19 +104,9 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   write_file(job_script, "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " hold " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/job.out");
   ASSERT_FALSE(job.empty());
-  // Finished pid files only: the worker writes NAME.tmp, then renames it to NAME.
-  auto pid_files = [&] {
-    std::set<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (!name.ends_with(".tmp")) names.insert(name);
-    }
-    return names;
-  };
-  ASSERT_TRUE(wait_until([&] { return pid_files().size() == 8; }, 60s))  // 4 workers + their children
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "").size() == 8; }, 60s))  // 4 workers + their children
       << read_file(cluster_->dir() + "/job.out") << cluster_->logs();
-  std::vector<pid_t> pids;
-  for (const auto& name : pid_files()) pids.push_back(std::stoi(read_file(dir + "/" + name)));
+  const std::set<pid_t> pids = read_pids(dir, "");
   const auto cancelled = std::chrono::steady_clock::now();
   ProcessResult cancel = run_process(cluster_->on_login({"scancel", job}), {}, 30s);
   ASSERT_EQ(cancel.code, 0) << cancel.err;
@@ -164,12 +154,7 @@ TEST_F(Slurm, Sigusr1FromScancelReachesTheWorkersAndTheJobGoesOn) {
              "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " on-usr1 " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/usr1.out");
   ASSERT_FALSE(job.empty());
-  auto workers = [&] {
-    int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().rfind("pid_", 0) == 0;
-    return n;
-  };
-  ASSERT_TRUE(wait_until([&] { return workers() == 4; }, 60s)) << read_file(cluster_->dir() + "/usr1.out");
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 4; }, 60s)) << read_file(cluster_->dir() + "/usr1.out");
   ProcessResult notice = run_process(cluster_->on_login({"scancel", "--signal=USR1", job}), {}, 30s);
   ASSERT_EQ(notice.code, 0) << notice.err;
   // The workers "checkpoint" and exit 0: the job completes.

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -31,6 +32,17 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::set<pid_t> read_pids(const std::string& dir, const std::string& prefix) {
+  std::set<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    auto name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos) {
+      pids.insert(std::stoi(read_file(entry.path())));
+    }
+  }
+  return pids;
 }
 
 void write_file(const std::string& path, const std::string& text) {

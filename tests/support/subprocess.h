@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ int free_port(int family = AF_INET);
 // A TCP connection to 127.0.0.1:`port`, or -1 when refused.
 int connect_loopback(int port);
 std::string read_file(const std::string& path);
+// The pids in the files of `dir` whose names start with `prefix` ("" for
+// all), skipping NAME.tmp files: test workers write NAME.tmp, then rename it
+// to NAME, so only finished files are read.
+std::set<pid_t> read_pids(const std::string& dir, const std::string& prefix);
 void write_file(const std::string& path, const std::string& text);
 // Lines of `text` that start with `prefix` (prefix removed).
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
