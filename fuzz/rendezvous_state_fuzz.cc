@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,90 +72,103 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string key = keys[in.ConsumeIntegralInRange(0, 4)];
     const std::int64_t round = in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
     const int rank = in.ConsumeIntegralInRange(-1, 4);
-    switch (in.ConsumeIntegralInRange(0, 17)) {
-      case 0: {
-        ddp::NodeInfo args;
-        args.node_rank = in.ConsumeIntegralInRange(-2, 4);
-        args.local_world_size = in.ConsumeIntegralInRange(0, 4);
-        const int host = in.ConsumeIntegralInRange(0, 3);
-        args.hostname = hosts[host];
-        args.address = in.ConsumeBool() ? std::string(hosts[host]) + ".addr" : "";
-        args.master_port = in.ConsumeIntegralInRange(0, 3);
-        auto r = state.join(auth, args, now);
-        if (r.ok()) joins.emplace_back(r.value, args.local_world_size);
-        break;
-      }
-      case 1: {
-        if (joins.empty()) break;
-        const std::size_t i = pick(joins);
-        auto answer = state.join_status(joins[i].first, now);
-        if (!answer) break;
-        if (answer->ok()) {
-          const ddp::RoundAssignment& j = answer->value;
-          RoundSeen& seen = rounds[j.round];
-          if (seen.world_size < 0) {
-            seen.world_size = j.world_size;
-            seen.group_world_size = j.group_world_size;
-          }
-          if (seen.world_size != j.world_size || seen.group_world_size != j.group_world_size) {
-            fail("round " + std::to_string(j.round) + ": answers disagree on the world or group size");
-          }
-          if (j.group_rank < 0 || j.group_rank >= j.group_world_size || !seen.group_ranks.insert(j.group_rank).second) {
-            fail("round " + std::to_string(j.round) + ": group rank " + std::to_string(j.group_rank) + " repeated or out of range");
-          }
-          const int lo = j.global_rank_offset, hi = lo + joins[i].second;
-          if (lo < 0 || hi > j.world_size) fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) + ") outside the world");
-          for (const auto& [a, b] : seen.ranges) {
-            if (lo < b && a < hi) fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
-          }
-          seen.ranges.emplace_back(lo, hi);
+    try {
+      switch (in.ConsumeIntegralInRange(0, 17)) {
+        case 0: {
+          ddp::NodeInfo args;
+          args.node_rank = in.ConsumeIntegralInRange(-2, 4);
+          args.local_world_size = in.ConsumeIntegralInRange(0, 4);
+          const int host = in.ConsumeIntegralInRange(0, 3);
+          args.hostname = hosts[host];
+          args.address = in.ConsumeBool() ? std::string(hosts[host]) + ".addr" : "";
+          args.master_port = in.ConsumeIntegralInRange(0, 3);
+          joins.emplace_back(state.join(auth, args, now), args.local_world_size);
+          break;
         }
-        joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-      case 2:
-        if (!joins.empty()) {
+        case 1: {
+          if (joins.empty()) break;
           const std::size_t i = pick(joins);
-          state.cancel(joins[i].first);
+          std::optional<ddp::RoundAssignment> answer;
+          try {
+            answer = state.join_status(joins[i].first, now);
+            if (!answer) break;  // still pending
+          } catch (const ddp::RpcError&) {
+            // refused: the ticket is consumed all the same
+          }
+          if (answer) {
+            const ddp::RoundAssignment& j = *answer;
+            RoundSeen& seen = rounds[j.round];
+            if (seen.world_size < 0) {
+              seen.world_size = j.world_size;
+              seen.group_world_size = j.group_world_size;
+            }
+            if (seen.world_size != j.world_size || seen.group_world_size != j.group_world_size) {
+              fail("round " + std::to_string(j.round) + ": answers disagree on the world or group size");
+            }
+            if (j.group_rank < 0 || j.group_rank >= j.group_world_size || !seen.group_ranks.insert(j.group_rank).second) {
+              fail("round " + std::to_string(j.round) + ": group rank " + std::to_string(j.group_rank) + " repeated or out of range");
+            }
+            const int lo = j.global_rank_offset, hi = lo + joins[i].second;
+            if (lo < 0 || hi > j.world_size) fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) + ") outside the world");
+            for (const auto& [a, b] : seen.ranges) {
+              if (lo < b && a < hi) fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
+            }
+            seen.ranges.emplace_back(lo, hi);
+          }
           joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
         }
-        break;
-      case 3: state.heartbeat(auth, round, rank, now, in.ConsumeBool()); break;
-      case 4: state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64), in.ConsumeIntegral<int>(), now); break;
-      case 5: state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now); break;
-      case 6: state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v')); break;
-      case 7: state.get(auth, key); break;
-      case 8: state.add(auth, key, in.ConsumeIntegral<std::int64_t>()); break;
-      case 9: state.compare_set(auth, key, in.ConsumeRandomLengthString(8), in.ConsumeRandomLengthString(80)); break;
-      case 10: state.remove(auth, key); break;
-      case 11: state.check(auth, {key, "a"}); break;
-      case 12: {
-        const std::string name = in.ConsumeBool() ? "b0" : (in.ConsumeBool() ? "b1" : "b2");
-        const int world = in.ConsumeIntegralInRange(0, 5);
-        const TimePoint deadline = now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
-        auto r = state.barrier_arrive(auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now);
-        if (r.ok()) arrivals.push_back(r.value);
-        break;
+        case 2:
+          if (!joins.empty()) {
+            const std::size_t i = pick(joins);
+            state.cancel(joins[i].first);
+            joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
+          }
+          break;
+        case 3: state.heartbeat(auth, round, rank, now, in.ConsumeBool()); break;
+        case 4: state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64), in.ConsumeIntegral<int>(), now); break;
+        case 5: state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now); break;
+        case 6: state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v')); break;
+        case 7: state.get(auth, key); break;
+        case 8: state.add(auth, key, in.ConsumeIntegral<std::int64_t>()); break;
+        case 9: state.compare_set(auth, key, in.ConsumeRandomLengthString(8), in.ConsumeRandomLengthString(80)); break;
+        case 10: state.remove(auth, key); break;
+        case 11: state.check(auth, {key, "a"}); break;
+        case 12: {
+          const std::string name = in.ConsumeBool() ? "b0" : (in.ConsumeBool() ? "b1" : "b2");
+          const int world = in.ConsumeIntegralInRange(0, 5);
+          const TimePoint deadline = now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
+          arrivals.push_back(
+              state.barrier_arrive(auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now));
+          break;
+        }
+        case 13:
+          if (!arrivals.empty()) {
+            const std::size_t i = pick(arrivals);
+            bool final = true;  // passed, or refused (which consumes the ticket too)
+            try {
+              final = state.barrier_passed(arrivals[i], now);
+            } catch (const ddp::RpcError&) {
+            }
+            if (final) arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
+          }
+          break;
+        case 14:
+          if (!arrivals.empty()) {
+            const std::size_t i = pick(arrivals);
+            state.cancel(arrivals[i]);
+            arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
+          }
+          break;
+        case 15:
+          now += std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 400));
+          state.tick(now);
+          break;
+        case 16: state.round_end(round, rank, now); break;
+        case 17: state.num_keys(auth); break;
       }
-      case 13:
-        if (!arrivals.empty()) {
-          const std::size_t i = pick(arrivals);
-          if (state.barrier_status(arrivals[i], now)) arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        break;
-      case 14:
-        if (!arrivals.empty()) {
-          const std::size_t i = pick(arrivals);
-          state.cancel(arrivals[i]);
-          arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        break;
-      case 15:
-        now += std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 400));
-        state.tick(now);
-        break;
-      case 16: state.round_end(round, rank, now); break;
-      case 17: state.num_keys(auth); break;
+    } catch (const ddp::RpcError&) {
+      // A refusal is an answer; what must hold is checked below either way.
     }
     if (std::string why = state.broken_invariant(); !why.empty()) fail(why);
   }

@@ -3,7 +3,7 @@
 // inputs reach every limit (the key and value sizes, the number of keys, the
 // store's bytes, a round's world size, open barriers, held requests).
 
-#include "rendezvous/status.h"
+#include "rendezvous/limits.h"
 
 namespace ddp::launcher {
 

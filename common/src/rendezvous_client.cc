@@ -22,22 +22,6 @@ constexpr auto kRpcSlack = 2s;
 constexpr auto kEagerReconnect = 2s;  // how long a join retries a refused connection eagerly
 constexpr auto kUnaryDeadline = 30s;
 
-
-std::string code_text(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "gRPC code " + std::to_string(static_cast<int>(code));
-  }
-}
-
 }  // namespace
 
 struct RendezvousClient::Impl {
@@ -47,9 +31,9 @@ struct RendezvousClient::Impl {
 
   void check(const grpc::Status& status, const std::string& what, const std::string& endpoint) const {
     if (status.ok()) return;
-    throw RpcError(static_cast<int>(status.error_code()),
-                   "rendezvous " + endpoint + ": " + what + ": " + code_text(status.error_code()) + ": " +
-                       status.error_message());
+    const int code = static_cast<int>(status.error_code());
+    throw RpcError(code, "rendezvous " + endpoint + ": " + what + ": " + rpc_code_name(code) +
+                             ": " + status.error_message());
   }
   // Waits for the server to be reachable (the in-process server of a
   // single-node job may still be starting when workers call) up to `d`.
@@ -202,7 +186,7 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + hold + timeout);  // fail fast: silence is the signal
   if (canceller != nullptr && !canceller->attach(&ctx)) {
-    throw RpcError(static_cast<int>(RpcCode::kCancelled), "rendezvous " + endpoint_ + ": Heartbeat: cancelled");
+    throw RpcError(RpcCode::kCancelled, "rendezvous " + endpoint_ + ": Heartbeat: cancelled");
   }
   grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
   if (canceller != nullptr) canceller->detach();

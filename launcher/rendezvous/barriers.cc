@@ -6,50 +6,51 @@
 
 namespace ddp::launcher {
 
-Result<BarrierTicket> Barriers::arrive(const std::string& name, int rank, int world_size, const std::string& host,
-                                       TimePoint deadline, TimePoint now) {
-  if (name.empty()) return {error(Code::kInvalidArgument, "barrier name is empty")};
+BarrierTicket Barriers::arrive(const std::string& name, int rank, int world_size,
+                               const std::string& host, TimePoint deadline, TimePoint now) {
+  if (name.empty()) throw refusal(RpcCode::kInvalidArgument, "barrier name is empty");
   if (name.size() > limits_.max_key_bytes) {
-    return {error(Code::kInvalidArgument, "barrier name ", quote(name), " is ", name.size(), " bytes, limit ",
-                  limits_.max_key_bytes)};
+    throw refusal(RpcCode::kInvalidArgument, "barrier name ", quote(name), " is ", name.size(),
+                  " bytes, limit ", limits_.max_key_bytes);
   }
   const std::string what = cat("barrier ", quote(name), ": ");
   if (world_size < 1 || world_size > limits_.max_world_size) {
-    return {error(Code::kInvalidArgument, what, "world size ", world_size, " is outside [1, ",
-                  limits_.max_world_size, "]")};
+    throw refusal(RpcCode::kInvalidArgument, what, "world size ", world_size, " is outside [1, ",
+                  limits_.max_world_size, "]");
   }
   if (rank < 0 || rank >= world_size) {
-    return {error(Code::kInvalidArgument, what, "rank ", rank, " is outside [0, ", world_size, ")")};
+    throw refusal(RpcCode::kInvalidArgument, what, "rank ", rank, " is outside [0, ", world_size,
+                  ")");
   }
   auto it = open_.find(name);
   if (it == open_.end()) {
     if (open_.size() >= limits_.max_open_barriers) {
-      return {error(Code::kResourceExhausted, "cannot open ", what, open_.size(), " barriers are open, limit ",
-                    limits_.max_open_barriers)};
+      throw refusal(RpcCode::kResourceExhausted, "cannot open ", what, open_.size(),
+                    " barriers are open, limit ", limits_.max_open_barriers);
     }
     it = open_.emplace(name, Barrier{world_size, {}, {}}).first;
   } else if (it->second.world_size != world_size) {
-    return {error(Code::kInvalidArgument, what, "rank ", rank, " gives world size ", world_size,
-                  ", earlier ranks gave ", it->second.world_size)};
+    throw refusal(RpcCode::kInvalidArgument, what, "rank ", rank, " gives world size ", world_size,
+                  ", earlier ranks gave ", it->second.world_size);
   } else if (auto first = it->second.arrived.find(rank); first != it->second.arrived.end()) {
-    return {error(Code::kInvalidArgument, what, "rank ", rank, " arrived twice (first from host ",
-                  quote(first->second.host), ")")};
+    throw refusal(RpcCode::kInvalidArgument, what, "rank ", rank,
+                  " arrived twice (first from host ", quote(first->second.host), ")");
   }
   Barrier& barrier = it->second;
   const std::uint64_t id = next_ticket_++;
   barrier.arrived[rank] = Arrival{id, host, now, deadline};
   barrier.gave_up.erase(rank);
-  tickets_[id] = Pending{name, rank, std::nullopt};
+  tickets_[id] = Pending{name, rank, false, std::nullopt};
   deadlines_.emplace(deadline, id);
   ++changes_;
   if (barrier.arrived.size() == static_cast<std::size_t>(world_size)) {
     for (const auto& [r, arrival] : barrier.arrived) {
-      tickets_[arrival.ticket].answer = Status{};
+      tickets_[arrival.ticket].final = true;
       deadlines_.erase({arrival.deadline, arrival.ticket});
     }
     open_.erase(it);  // the next arrival under this name starts a new generation
   }
-  return {{}, BarrierTicket{id}};
+  return BarrierTicket{id};
 }
 
 void Barriers::withdraw(const std::string& name, int rank) {
@@ -109,8 +110,10 @@ void Barriers::expire(TimePoint now) {
     for (std::uint64_t id : tickets) {
       Pending& pending = tickets_.at(id);
       const Arrival& arrival = barrier.arrived.at(pending.rank);
-      pending.answer = error(Code::kDeadlineExceeded, "barrier ", quote(name), " timed out after ",
-                             seconds(arrival.deadline - arrival.arrived), ": ", missing);
+      pending.final = true;
+      pending.failure =
+          refusal(RpcCode::kDeadlineExceeded, "barrier ", quote(name), " timed out after ",
+                  seconds(arrival.deadline - arrival.arrived), ": ", missing);
     }
     for (std::uint64_t id : tickets) {
       const int rank = tickets_.at(id).rank;
@@ -120,19 +123,20 @@ void Barriers::expire(TimePoint now) {
   }
 }
 
-std::optional<Status> Barriers::status(BarrierTicket ticket) {
+bool Barriers::passed(BarrierTicket ticket) {
   auto it = tickets_.find(ticket.id);
-  if (it == tickets_.end()) return error(Code::kNotFound, "unknown barrier ticket ", ticket.id);
-  if (!it->second.answer) return std::nullopt;
-  Status answer = std::move(*it->second.answer);
+  if (it == tickets_.end()) throw refusal(RpcCode::kNotFound, "unknown barrier ticket ", ticket.id);
+  if (!it->second.final) return false;
+  std::optional<RpcError> failure = std::move(it->second.failure);
   tickets_.erase(it);
-  return answer;
+  if (failure) throw *failure;
+  return true;
 }
 
 void Barriers::cancel(BarrierTicket ticket) {
   auto it = tickets_.find(ticket.id);
   if (it == tickets_.end()) return;
-  if (!it->second.answer) withdraw(it->second.name, it->second.rank);
+  if (!it->second.final) withdraw(it->second.name, it->second.rank);
   tickets_.erase(it);
 }
 

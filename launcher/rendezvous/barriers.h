@@ -1,6 +1,6 @@
 #pragma once
 // The rendezvous's named barriers. A barrier completes (every ticket of it
-// becomes ok) when world_size distinct ranks have arrived; the next arrival
+// passes) when world_size distinct ranks have arrived; the next arrival
 // under the same name starts a new generation. A ticket whose deadline
 // passes first fails with kDeadlineExceeded naming the ranks missing at that
 // moment (and where the others came from), and its rank is withdrawn:
@@ -13,7 +13,8 @@
 #include <set>
 #include <string>
 
-#include "rendezvous/status.h"
+#include "ddp/common/error.h"
+#include "rendezvous/limits.h"
 
 namespace ddp::launcher {
 
@@ -25,15 +26,18 @@ class Barriers {
  public:
   explicit Barriers(const RendezvousLimits& limits) : limits_(limits) {}
 
-  // Errors: kInvalidArgument (empty/oversized name, world size outside
-  // [1, max_world_size], rank outside [0, world_size), a world size that
-  // differs from earlier arrivals', a rank arriving twice in one generation);
-  // kResourceExhausted (max_open_barriers are open).
-  Result<BarrierTicket> arrive(const std::string& name, int rank, int world_size, const std::string& host,
-                               TimePoint deadline, TimePoint now);
-  // nullopt while waiting; ok; kDeadlineExceeded; kNotFound (unknown ticket).
-  // Call expire(now) first.
-  std::optional<Status> status(BarrierTicket ticket);
+  // Throws ddp::RpcError, arriving nowhere: kInvalidArgument (empty or
+  // oversized name, world size outside [1, max_world_size], rank outside
+  // [0, world_size), a world size that differs from earlier arrivals', a
+  // rank arriving twice in one generation); kResourceExhausted
+  // (max_open_barriers are open).
+  BarrierTicket arrive(const std::string& name, int rank, int world_size, const std::string& host,
+                       TimePoint deadline, TimePoint now);
+  // false while waiting; true once the barrier completed. The final answer
+  // consumes the ticket: a timed-out ticket throws RpcError
+  // kDeadlineExceeded, an unknown or consumed one kNotFound. Call
+  // expire(now) first.
+  bool passed(BarrierTicket ticket);
   // The caller went away: a waiting rank is withdrawn.
   void cancel(BarrierTicket ticket);
   // Fails the tickets whose deadline has passed.
@@ -60,7 +64,8 @@ class Barriers {
   struct Pending {
     std::string name;
     int rank = 0;
-    std::optional<Status> answer;  // set once final
+    bool final = false;               // completed or timed out
+    std::optional<RpcError> failure;  // why it timed out
   };
 
   void withdraw(const std::string& name, int rank);

@@ -6,37 +6,34 @@
 
 namespace ddp::launcher {
 
-Status KeyValueStore::check_key(const std::string& key) const {
-  if (key.empty()) return error(Code::kInvalidArgument, "key is empty");
+void KeyValueStore::check_key(const std::string& key) const {
+  if (key.empty()) throw refusal(RpcCode::kInvalidArgument, "key is empty");
   if (key.size() > limits_.max_key_bytes) {
-    return error(Code::kInvalidArgument, "key ", quote(key), " is ", key.size(), " bytes, limit ",
-                 limits_.max_key_bytes);
+    throw refusal(RpcCode::kInvalidArgument, "key ", quote(key), " is ", key.size(),
+                  " bytes, limit ", limits_.max_key_bytes);
   }
-  return {};
 }
 
-Status KeyValueStore::check_value(const std::string& key, const std::string& value) const {
+void KeyValueStore::check_value(const std::string& key, const std::string& value) const {
   if (value.size() > limits_.max_value_bytes) {
-    return error(Code::kInvalidArgument, "value of key ", quote(key), " is ", value.size(), " bytes, limit ",
-                 limits_.max_value_bytes);
+    throw refusal(RpcCode::kInvalidArgument, "value of key ", quote(key), " is ", value.size(),
+                  " bytes, limit ", limits_.max_value_bytes);
   }
-  return {};
 }
 
-Status KeyValueStore::check_room(const std::string& key, std::size_t value_bytes) const {
+void KeyValueStore::check_room(const std::string& key, std::size_t value_bytes) const {
   auto it = values_.find(key);
   if (values_.size() >= limits_.max_keys && it == values_.end()) {
-    return error(Code::kResourceExhausted, "cannot add key ", quote(key), ": the store holds ", values_.size(),
-                 " keys, limit ", limits_.max_keys, " (--rdzv_conf max_keys)");
+    throw refusal(RpcCode::kResourceExhausted, "cannot add key ", quote(key), ": the store holds ",
+                  values_.size(), " keys, limit ", limits_.max_keys, " (--rdzv_conf max_keys)");
   }
   const std::size_t freed = it == values_.end() ? 0 : it->first.size() + it->second.size();
   const std::size_t after = bytes_ - freed + key.size() + value_bytes;
   if (after > limits_.max_store_bytes && after > bytes_) {
-    return error(Code::kResourceExhausted, "cannot set key ", quote(key), " (", value_bytes,
-                 " bytes): the store would hold ", after, " bytes, limit ", limits_.max_store_bytes,
-                 " (--rdzv_conf max_store_bytes)");
+    throw refusal(RpcCode::kResourceExhausted, "cannot set key ", quote(key), " (", value_bytes,
+                  " bytes): the store would hold ", after, " bytes, limit ",
+                  limits_.max_store_bytes, " (--rdzv_conf max_store_bytes)");
   }
-  return {};
 }
 
 void KeyValueStore::put(const std::string& key, std::string value) {
@@ -47,75 +44,72 @@ void KeyValueStore::put(const std::string& key, std::string value) {
   ++changes_;
 }
 
-Status KeyValueStore::set(const std::string& key, const std::string& value) {
-  for (const Status& s : {check_key(key), check_value(key, value), check_room(key, value.size())}) {
-    if (!s.ok()) return s;
-  }
+void KeyValueStore::set(const std::string& key, const std::string& value) {
+  check_key(key);
+  check_value(key, value);
+  check_room(key, value.size());
   put(key, value);
-  return {};
 }
 
-Result<std::optional<std::string>> KeyValueStore::get(const std::string& key) const {
-  if (Status s = check_key(key); !s.ok()) return {s};
+std::optional<std::string> KeyValueStore::get(const std::string& key) const {
+  check_key(key);
   auto it = values_.find(key);
-  if (it == values_.end()) return {};
-  return {{}, it->second};
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
 }
 
-Result<std::int64_t> KeyValueStore::add(const std::string& key, std::int64_t delta) {
-  for (const Status& s : {check_key(key), check_room(key, 20)}) {  // an int64's digits
-    if (!s.ok()) return {s};
-  }
+std::int64_t KeyValueStore::add(const std::string& key, std::int64_t delta) {
+  check_key(key);
+  check_room(key, 20);  // an int64's digits
   std::int64_t value = 0;
   if (auto it = values_.find(key); it != values_.end()) {
     const char *begin = it->second.data(), *end = begin + it->second.size();
     auto [stop, ec] = std::from_chars(begin, end, value);
     if (ec != std::errc() || stop != end || begin == end) {
-      return {error(Code::kInvalidArgument, "cannot add to key ", quote(key), ": its value ", quote(it->second),
-                    " is not a decimal int64")};
+      throw refusal(RpcCode::kInvalidArgument, "cannot add to key ", quote(key), ": its value ",
+                    quote(it->second), " is not a decimal int64");
     }
   }
   std::int64_t sum = 0;
   if (__builtin_add_overflow(value, delta, &sum)) {
-    return {error(Code::kInvalidArgument, "adding ", delta, " to key ", quote(key), " (value ", value,
-                  ") overflows int64")};
+    throw refusal(RpcCode::kInvalidArgument, "adding ", delta, " to key ", quote(key), " (value ",
+                  value, ") overflows int64");
   }
   put(key, std::to_string(sum));
-  return {{}, sum};
+  return sum;
 }
 
-Result<CompareSetResult> KeyValueStore::compare_set(const std::string& key, const std::string& expected,
-                                                    const std::string& desired) {
-  for (const Status& s : {check_key(key), check_value(key, desired)}) {
-    if (!s.ok()) return {s};
-  }
+CompareSetResult KeyValueStore::compare_set(const std::string& key, const std::string& expected,
+                                            const std::string& desired) {
+  check_key(key);
+  check_value(key, desired);
   auto it = values_.find(key);
   const bool missing = it == values_.end();
   if (missing ? !expected.empty() : it->second != expected) {
-    return {{}, CompareSetResult{false, missing ? "" : it->second}};
+    return CompareSetResult{false, missing ? "" : it->second};
   }
-  if (Status s = check_room(key, desired.size()); !s.ok()) return {s};
+  check_room(key, desired.size());
   put(key, desired);
-  return {{}, CompareSetResult{true, desired}};
+  return CompareSetResult{true, desired};
 }
 
-Result<bool> KeyValueStore::check(const std::vector<std::string>& keys) const {
+bool KeyValueStore::check(const std::vector<std::string>& keys) const {
   bool all = true;
   for (const std::string& key : keys) {
-    if (Status s = check_key(key); !s.ok()) return {s};
+    check_key(key);
     all = all && values_.contains(key);
   }
-  return {{}, all};
+  return all;
 }
 
-Result<bool> KeyValueStore::remove(const std::string& key) {
-  if (Status s = check_key(key); !s.ok()) return {s};
+bool KeyValueStore::remove(const std::string& key) {
+  check_key(key);
   auto it = values_.find(key);
-  if (it == values_.end()) return {{}, false};
+  if (it == values_.end()) return false;
   bytes_ -= it->first.size() + it->second.size();
   values_.erase(it);
   ++changes_;
-  return {{}, true};
+  return true;
 }
 
 std::string KeyValueStore::broken_invariant() const {

@@ -1,11 +1,11 @@
 #pragma once
 // The rendezvous's key-value store (torch's TCPStore semantics), bounded by
 // RendezvousLimits. Keys are any non-empty bytes ('/' included) up to
-// max_key_bytes. An oversized key or value is kInvalidArgument (a bad
-// request, not a full server); a new key beyond max_keys, or a value that
-// would take the store past max_store_bytes, is kResourceExhausted naming
-// the --rdzv_conf key. Pure logic; callers check the caller's token first.
-// Not thread-safe.
+// max_key_bytes. Refusals throw ddp::RpcError and change nothing: an empty
+// or oversized key or value is kInvalidArgument (a bad request, not a full
+// server); a new key beyond max_keys, or a value that would take the store
+// past max_store_bytes, is kResourceExhausted naming the --rdzv_conf key.
+// Pure logic; callers check the caller's token first. Not thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/status.h"
+#include "rendezvous/limits.h"
 
 namespace ddp::launcher {
 
@@ -26,21 +26,21 @@ class KeyValueStore {
  public:
   explicit KeyValueStore(const RendezvousLimits& limits) : limits_(limits) {}
 
-  Status set(const std::string& key, const std::string& value);
+  void set(const std::string& key, const std::string& value);
   // nullopt when the key is missing; waiting is the service's job (re-poll).
-  Result<std::optional<std::string>> get(const std::string& key) const;
+  std::optional<std::string> get(const std::string& key) const;
   // The value is the decimal text of an int64, a missing key counts as 0.
   // Returns the new value. kInvalidArgument when the value is not an integer
   // or the sum overflows.
-  Result<std::int64_t> add(const std::string& key, std::int64_t delta);
+  std::int64_t add(const std::string& key, std::int64_t delta);
   // Sets `desired` when the key is missing and `expected` is empty, or when
   // the value equals `expected`.
-  Result<CompareSetResult> compare_set(const std::string& key, const std::string& expected,
-                                       const std::string& desired);
+  CompareSetResult compare_set(const std::string& key, const std::string& expected,
+                               const std::string& desired);
   // Whether every key exists (true for no keys).
-  Result<bool> check(const std::vector<std::string>& keys) const;
+  bool check(const std::vector<std::string>& keys) const;
   // Whether the key existed.
-  Result<bool> remove(const std::string& key);
+  bool remove(const std::string& key);
   std::int64_t size() const { return static_cast<std::int64_t>(values_.size()); }
 
   // Increments on every change (for the state's version()).
@@ -48,10 +48,11 @@ class KeyValueStore {
   std::string broken_invariant() const;  // "" when the byte count and limits hold
 
  private:
-  Status check_key(const std::string& key) const;
-  Status check_value(const std::string& key, const std::string& value) const;
+  // Each throws the refusal when its rule is broken.
+  void check_key(const std::string& key) const;
+  void check_value(const std::string& key, const std::string& value) const;
   // Whether `key` may hold a value of `value_bytes` (count and byte limits).
-  Status check_room(const std::string& key, std::size_t value_bytes) const;
+  void check_room(const std::string& key, std::size_t value_bytes) const;
   void put(const std::string& key, std::string value);  // keeps bytes_
 
   const RendezvousLimits& limits_;

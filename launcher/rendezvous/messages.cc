@@ -4,30 +4,6 @@
 
 namespace ddp::launcher {
 
-const char* code_name(Code code) {
-  switch (code) {
-    case Code::kOk:
-      return "OK";
-    case Code::kUnauthenticated:
-      return "UNAUTHENTICATED";
-    case Code::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case Code::kResourceExhausted:
-      return "RESOURCE_EXHAUSTED";
-    case Code::kDeadlineExceeded:
-      return "DEADLINE_EXCEEDED";
-    case Code::kNotFound:
-      return "NOT_FOUND";
-    case Code::kFailedPrecondition:
-      return "FAILED_PRECONDITION";
-    case Code::kAborted:
-      return "ABORTED";
-    case Code::kUnavailable:
-      return "UNAVAILABLE";
-  }
-  return "UNKNOWN";
-}
-
 std::string seconds(std::chrono::nanoseconds d) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1fs", std::chrono::duration<double>(d).count());

@@ -1,12 +1,13 @@
 #pragma once
 // Message text shared by the parts of the rendezvous state (internal).
 
+#include <chrono>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "rendezvous/status.h"
+#include "ddp/common/error.h"
 
 namespace ddp::launcher {
 
@@ -23,9 +24,10 @@ template <class... Parts>
 std::string cat(const Parts&... parts) {
   return (std::string() + ... + text_of(parts));
 }
+// throw refusal(RpcCode::kNotFound, "round ", n, " does not exist").
 template <class... Parts>
-Status error(Code code, const Parts&... parts) {
-  return {code, cat(parts...)};
+RpcError refusal(RpcCode code, const Parts&... parts) {
+  return RpcError(code, cat(parts...));
 }
 
 // "12.0s".

@@ -74,66 +74,62 @@ std::string RendezvousState::nnodes_flag() const {
   return lo == hi ? cat("--nnodes=", lo) : cat("--nnodes=", lo, ":", hi);
 }
 
-Status RendezvousState::check_auth(const Auth& auth) const {
+void RendezvousState::check_auth(const Auth& auth) const {
   if (config_.token.empty()) {
     if (!auth.token.empty()) {
-      return error(Code::kUnauthenticated,
-                   "this node has a rendezvous token but the rendezvous runs without one: give "
-                   "every node the same DDP_RDZV_TOKEN (or --rdzv_token), or none");
+      throw refusal(RpcCode::kUnauthenticated,
+                    "this node has a rendezvous token but the rendezvous runs without one: give "
+                    "every node the same DDP_RDZV_TOKEN (or --rdzv_token), or none");
     }
   } else if (!same_secret(auth.token, config_.token)) {
-    return error(Code::kUnauthenticated,
-                 auth.token.empty() ? "missing rendezvous token: the rendezvous requires one (set "
-                                      "DDP_RDZV_TOKEN or --rdzv_token on every node)"
-                                    : "wrong rendezvous token");
+    throw refusal(RpcCode::kUnauthenticated,
+                  auth.token.empty() ? "missing rendezvous token: the rendezvous requires one (set "
+                                       "DDP_RDZV_TOKEN or --rdzv_token on every node)"
+                                     : "wrong rendezvous token");
   }
   if (auth.run_id != config_.run_id) {
-    return error(Code::kInvalidArgument, "run id ", quote(auth.run_id),
-                 " does not match this server's run ", quote(config_.run_id));
+    throw refusal(RpcCode::kInvalidArgument, "run id ", quote(auth.run_id),
+                  " does not match this server's run ", quote(config_.run_id));
   }
-  return {};
 }
 
 // --- Membership and rounds --------------------------------------------------
 
-Result<JoinTicket> RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoint now) {
-  if (Status s = check_auth(auth); !s.ok()) {
+JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoint now) {
+  try {
+    check_auth(auth);
+  } catch (const RpcError& refused) {
     // A misconfigured node of this job (another run id, or a token where the
     // server has none) fails the forming round at once: the others would
     // otherwise wait out the join timeout for a node that cannot come. Only
     // for requests the server cannot take for an intruder's: with a token
     // configured, a request without it is refused and changes nothing.
-    if (s.code != Code::kUnauthenticated || config_.token.empty()) {
-      fail_forming_for(s, host_of(args));
+    if (!refused.is(RpcCode::kUnauthenticated) || config_.token.empty()) {
+      fail_forming_for(refused, host_of(args));
     }
-    return {s};
+    throw;
   }
-  if (misconfigured_) return {*misconfigured_};
+  if (misconfigured_) throw *misconfigured_;
   tick(now);
   const std::string host = cat("host ", quote(host_of(args)));
   if (args.local_world_size < 1) {
-    return {error(Code::kInvalidArgument, "local world size ", args.local_world_size, " of ", host,
-                  " must be at least 1")};
+    throw refusal(RpcCode::kInvalidArgument, "local world size ", args.local_world_size, " of ",
+                  host, " must be at least 1");
   }
   if (args.node_rank < -1 || args.node_rank >= config_.max_nodes) {
-    return {error(Code::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
-                  " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag())};
+    throw refusal(RpcCode::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
+                  " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag());
   }
-  if (phase() == Phase::kRunning) {
-    if (Status s = admit_during_round(args); !s.ok()) {
-      if (s.code == Code::kUnavailable) waiting_for_place_.insert(identity_of(args));
-      return {s};
-    }
-  }
+  if (phase() == Phase::kRunning) admit_during_round(args);
   waiting_for_place_.erase(identity_of(args));  // it hears the answer now
   switch (phase()) {
     case Phase::kSucceeded:
-      return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
-                    " has already completed")};
+      throw refusal(RpcCode::kFailedPrecondition, "run ", quote(config_.run_id),
+                    " has already completed");
     case Phase::kFailed:
-      return {error(Code::kFailedPrecondition, "run ", quote(config_.run_id),
+      throw refusal(RpcCode::kFailedPrecondition, "run ", quote(config_.run_id),
                     " failed with no restarts left (max ", config_.max_restarts,
-                    "): ", rounds_.back().reason)};
+                    "): ", rounds_.back().reason);
     case Phase::kRunning:  // admit_during_round() ended the round or refused
     case Phase::kForming:
       break;
@@ -143,27 +139,29 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const NodeInfo& args,
     if (args.node_rank >= 0 && m.args.node_rank == args.node_rank) {
       // Two nodes of one job claim a rank: a configuration error that no
       // waiting can fix, so every joiner hears of it now.
-      Status why = error(Code::kInvalidArgument, "node rank ", args.node_rank,
-                         " was given to two nodes: host ", quote(host_of(m.args)), " and ", host,
-                         "; give each node its own --node_rank (or none, for assigned ranks)");
+      RpcError why =
+          refusal(RpcCode::kInvalidArgument, "node rank ", args.node_rank,
+                  " was given to two nodes: host ", quote(host_of(m.args)), " and ", host,
+                  "; give each node its own --node_rank (or none, for assigned "
+                  "ranks)");
       fail_forming(why);
-      return {why};
+      throw why;
     }
     world_size += m.args.local_world_size;
   }
   if (world_size > config_.limits.max_world_size) {
-    return {error(Code::kResourceExhausted, host, " cannot join: the world size would be ",
-                  world_size, ", limit ", config_.limits.max_world_size)};
+    throw refusal(RpcCode::kResourceExhausted, host, " cannot join: the world size would be ",
+                  world_size, ", limit ", config_.limits.max_world_size);
   }
   const std::uint64_t id = next_id_++;
   if (forming_.members.empty()) forming_.first_join = now;
   forming_.members.push_back(Member{args, id, id, now, false});
   if (forming_.members.size() == static_cast<std::size_t>(config_.min_nodes))
     forming_.min_reached = now;
-  join_tickets_[id] = std::nullopt;
+  join_tickets_[id] = std::monostate{};
   changed();
   maybe_close_round(now);  // closes at once when this was the max_nodes-th join
-  return {{}, JoinTicket{id}};
+  return JoinTicket{id};
 }
 
 // A join while a round runs. The node may be one of the round's own,
@@ -173,7 +171,7 @@ Result<JoinTicket> RendezvousState::join(const Auth& auth, const NodeInfo& args,
 // round with room grows: it ends without using a restart and the next round
 // takes the newcomer (torchrun's scale-up). A full round keeps running and the
 // node is told to wait (kUnavailable: the agent asks again).
-Status RendezvousState::admit_during_round(const NodeInfo& args) {
+void RendezvousState::admit_during_round(const NodeInfo& args) {
   Round& running = rounds_.back();
   const int size = static_cast<int>(running.members.size());
   for (int i = 0; i < size; ++i) {
@@ -184,7 +182,7 @@ Status RendezvousState::admit_during_round(const NodeInfo& args) {
     if (!running.members[i].left && (same_rank || same_host)) {
       end_round(running, cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
                 true);
-      return {};
+      return;
     }
   }
   if (size < config_.max_nodes) {
@@ -192,19 +190,20 @@ Status RendezvousState::admit_during_round(const NodeInfo& args) {
               cat("scale-up: host ", quote(host_of(args)), " arrived while round ", current_round(),
                   " ran with ", size, " of at most ", config_.max_nodes, " nodes"),
               false);
-    return {};
+    return;
   }
-  return error(Code::kUnavailable, "round ", current_round(), " is full (", size, " nodes, ",
-               nnodes_flag(), "): host ", quote(host_of(args)),
-               " waits for a place in a later round");
+  waiting_for_place_.insert(identity_of(args));  // owed an answer: see outcome_delivered()
+  throw refusal(RpcCode::kUnavailable, "round ", current_round(), " is full (", size, " nodes, ",
+                nnodes_flag(), "): host ", quote(host_of(args)),
+                " waits for a place in a later round");
 }
 
-void RendezvousState::fail_forming_for(const Status& why, const std::string& host) {
+void RendezvousState::fail_forming_for(const RpcError& why, const std::string& host) {
   if (phase() != Phase::kForming) return;
-  fail_forming({why.code, cat("host ", quote(host), " was refused: ", why.message)});
+  fail_forming(RpcError(why.code(), cat("host ", quote(host), " was refused: ", why.what())));
 }
 
-void RendezvousState::fail_forming(const Status& why) {
+void RendezvousState::fail_forming(const RpcError& why) {
   // Remembered: a node of the job that joins later hears it too.
   misconfigured_ = why;
   discard_round(why);
@@ -217,7 +216,7 @@ void RendezvousState::maybe_close_round(TimePoint now) {
       (n >= config_.min_nodes && now >= forming_.min_reached + config_.last_call_timeout)) {
     close_round(now);
   } else if (n < config_.min_nodes && now >= forming_.first_join + config_.join_timeout) {
-    discard_round(error(Code::kDeadlineExceeded, join_timeout_message()));
+    discard_round(refusal(RpcCode::kDeadlineExceeded, join_timeout_message()));
   }
 }
 
@@ -258,10 +257,10 @@ void RendezvousState::close_round(TimePoint now) {
   for (int i = 0; i < n; ++i) {
     const int rank = joined[i].args.node_rank;
     if (rank >= n) {
-      return discard_round(error(Code::kAborted, "node rank ", rank, " (host ",
-                                 quote(host_of(joined[i].args)),
-                                 ") does not fit: the round closed with ", n, " nodes (",
-                                 nnodes_flag(), "), so node ranks must be below ", n));
+      return discard_round(refusal(RpcCode::kAborted, "node rank ", rank, " (host ",
+                                   quote(host_of(joined[i].args)),
+                                   ") does not fit: the round closed with ", n, " nodes (",
+                                   nnodes_flag(), "), so node ranks must be below ", n));
     }
     if (rank < 0) {
       automatic.push_back(i);
@@ -293,7 +292,7 @@ void RendezvousState::close_round(TimePoint now) {
   result.restart_count = restarts_used_;
   result.reason = last_end_reason_;
   for (const Member& m : round.members) {
-    join_tickets_[m.ticket] = Result<RoundAssignment>{{}, result};
+    join_tickets_[m.ticket] = result;
     ++result.group_rank;
     result.global_rank_offset += m.args.local_world_size;
   }
@@ -302,28 +301,29 @@ void RendezvousState::close_round(TimePoint now) {
   changed();
 }
 
-void RendezvousState::discard_round(const Status& why) {
-  for (const Member& m : forming_.members) join_tickets_[m.ticket] = Result<RoundAssignment>{why};
+void RendezvousState::discard_round(const RpcError& why) {
+  for (const Member& m : forming_.members) join_tickets_[m.ticket] = why;
   forming_ = {};
   changed();
 }
 
-std::optional<Result<RoundAssignment>> RendezvousState::join_status(JoinTicket ticket, TimePoint now) {
+std::optional<RoundAssignment> RendezvousState::join_status(JoinTicket ticket, TimePoint now) {
   tick(now);
   auto it = join_tickets_.find(ticket.id);
   if (it == join_tickets_.end()) {
-    return Result<RoundAssignment>{error(Code::kNotFound, "unknown join ticket ", ticket.id)};
+    throw refusal(RpcCode::kNotFound, "unknown join ticket ", ticket.id);
   }
-  if (!it->second) return std::nullopt;
-  auto answer = std::move(it->second);
+  if (std::holds_alternative<std::monostate>(it->second)) return std::nullopt;
+  JoinAnswer answer = std::move(it->second);
   join_tickets_.erase(it);
-  return answer;
+  if (auto* refused = std::get_if<RpcError>(&answer)) throw *refused;
+  return std::get<RoundAssignment>(std::move(answer));
 }
 
 void RendezvousState::cancel(JoinTicket ticket) {
   auto it = join_tickets_.find(ticket.id);
   if (it == join_tickets_.end()) return;
-  const bool pending = !it->second;
+  const bool pending = std::holds_alternative<std::monostate>(it->second);
   join_tickets_.erase(it);
   if (!pending) return;
   // Dropping below min_nodes stops the last call; the next min-th join restarts it.
@@ -331,17 +331,17 @@ void RendezvousState::cancel(JoinTicket ticket) {
   changed();
 }
 
-Result<RendezvousState::Round*> RendezvousState::find_member(std::int64_t round, int group_rank) {
+RendezvousState::Round& RendezvousState::find_member(std::int64_t round, int group_rank) {
   if (round < 1 || round > current_round()) {
-    return {error(Code::kNotFound, "round ", round,
-                  " does not exist (rounds formed so far: ", current_round(), ")")};
+    throw refusal(RpcCode::kNotFound, "round ", round,
+                  " does not exist (rounds formed so far: ", current_round(), ")");
   }
   Round& r = rounds_[round - 1];
   if (group_rank < 0 || group_rank >= static_cast<int>(r.members.size())) {
-    return {error(Code::kInvalidArgument, "group rank ", group_rank, " is not in round ", round,
-                  ", which has ", r.members.size(), " nodes")};
+    throw refusal(RpcCode::kInvalidArgument, "group rank ", group_rank, " is not in round ", round,
+                  ", which has ", r.members.size(), " nodes");
   }
-  return {{}, &r};
+  return r;
 }
 
 std::string RendezvousState::describe_node(const Round& round, int group_rank) const {
@@ -358,28 +358,28 @@ void RendezvousState::end_round(Round& round, std::string reason, bool uses_rest
   changed();
 }
 
-Result<HeartbeatReply> RendezvousState::heartbeat(const Auth& auth, std::int64_t round,
-                                                  int group_rank, TimePoint now, bool heard_end) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+HeartbeatReply RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int group_rank,
+                                          TimePoint now, bool heard_end) {
+  check_auth(auth);
   tick(now);
-  auto found = find_member(round, group_rank);
-  if (!found.ok()) return {found.status};
-  Round& r = *found.value;
+  Round& r = find_member(round, group_rank);
   if (r.ended) {
     if (heard_end) r.members[group_rank].informed = true;
-    return {{}, HeartbeatReply{true, r.reason, r.can_restart}};
+    return HeartbeatReply{true, r.reason, r.can_restart};
   }
   r.members[group_rank].last_seen = now;
-  return {};
+  return HeartbeatReply{};
 }
 
 std::optional<HeartbeatReply> RendezvousState::round_end(std::int64_t round, int group_rank, TimePoint now) {
   tick(now);
-  auto found = find_member(round, group_rank);
-  if (!found.ok()) return HeartbeatReply{true, found.status.message, false};
-  Round& r = *found.value;
-  if (!r.ended) return std::nullopt;
-  return HeartbeatReply{true, r.reason, r.can_restart};
+  try {
+    const Round& r = find_member(round, group_rank);
+    if (!r.ended) return std::nullopt;
+    return HeartbeatReply{true, r.reason, r.can_restart};
+  } catch (const RpcError& gone) {
+    return HeartbeatReply{true, gone.what(), false};
+  }
 }
 
 bool RendezvousState::outcome_delivered() const {
@@ -389,29 +389,25 @@ bool RendezvousState::outcome_delivered() const {
   return std::all_of(members.begin(), members.end(), [](const Member& m) { return m.informed; });
 }
 
-Result<FailureReply> RendezvousState::report_failure(const Auth& auth, std::int64_t round,
-                                                     int group_rank, const std::string& report,
-                                                     int exit_code, TimePoint now) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+FailureReply RendezvousState::report_failure(const Auth& auth, std::int64_t round, int group_rank,
+                                             const std::string& report, int exit_code,
+                                             TimePoint now) {
+  check_auth(auth);
   tick(now);
-  auto found = find_member(round, group_rank);
-  if (!found.ok()) return {found.status};
-  Round& r = *found.value;
+  Round& r = find_member(round, group_rank);
   r.members[group_rank].informed = true;  // the reporter knows
   end_round(r, !report.empty() ? report
                                : cat(describe_node(r, group_rank),
                                      " reported a failure, exit code ", exit_code));
-  return {{}, FailureReply{r.can_restart}};
+  return FailureReply{r.can_restart};
 }
 
-Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code,
-                              TimePoint now) {
-  if (Status s = check_auth(auth); !s.ok()) return s;
+void RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code,
+                            TimePoint now) {
+  check_auth(auth);
   tick(now);
-  auto found = find_member(round, group_rank);
-  if (!found.ok()) return found.status;
-  Round& r = *found.value;
-  if (r.members[group_rank].left) return {};
+  Round& r = find_member(round, group_rank);
+  if (r.members[group_rank].left) return;
   r.members[group_rank].left = true;
   if (exit_code != 0) {
     r.members[group_rank].informed = true;  // it failed: it knows
@@ -421,7 +417,6 @@ Status RendezvousState::leave(const Auth& auth, std::int64_t round, int group_ra
     r.ended = r.succeeded = true;
   }
   changed();
-  return {};
 }
 
 void RendezvousState::expire_heartbeats(TimePoint now) {
@@ -441,53 +436,54 @@ void RendezvousState::expire_heartbeats(TimePoint now) {
 
 // --- Key-value store and barriers (after the token) ------------------------------
 
-Status RendezvousState::set(const Auth& auth, const std::string& key, const std::string& value) {
-  if (Status s = check_auth(auth); !s.ok()) return s;
-  return store_.set(key, value);
+void RendezvousState::set(const Auth& auth, const std::string& key, const std::string& value) {
+  check_auth(auth);
+  store_.set(key, value);
 }
 
-Result<std::optional<std::string>> RendezvousState::get(const Auth& auth, const std::string& key) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+std::optional<std::string> RendezvousState::get(const Auth& auth, const std::string& key) {
+  check_auth(auth);
   return store_.get(key);
 }
 
-Result<std::int64_t> RendezvousState::add(const Auth& auth, const std::string& key, std::int64_t delta) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+std::int64_t RendezvousState::add(const Auth& auth, const std::string& key, std::int64_t delta) {
+  check_auth(auth);
   return store_.add(key, delta);
 }
 
-Result<CompareSetResult> RendezvousState::compare_set(const Auth& auth, const std::string& key,
-                                                      const std::string& expected, const std::string& desired) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+CompareSetResult RendezvousState::compare_set(const Auth& auth, const std::string& key,
+                                              const std::string& expected,
+                                              const std::string& desired) {
+  check_auth(auth);
   return store_.compare_set(key, expected, desired);
 }
 
-Result<bool> RendezvousState::check(const Auth& auth, const std::vector<std::string>& keys) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+bool RendezvousState::check(const Auth& auth, const std::vector<std::string>& keys) {
+  check_auth(auth);
   return store_.check(keys);
 }
 
-Result<bool> RendezvousState::remove(const Auth& auth, const std::string& key) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+bool RendezvousState::remove(const Auth& auth, const std::string& key) {
+  check_auth(auth);
   return store_.remove(key);
 }
 
-Result<std::int64_t> RendezvousState::num_keys(const Auth& auth) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
-  return {{}, store_.size()};
+std::int64_t RendezvousState::num_keys(const Auth& auth) {
+  check_auth(auth);
+  return store_.size();
 }
 
-Result<BarrierTicket> RendezvousState::barrier_arrive(const Auth& auth, const std::string& name, int rank,
-                                                      int world_size, const std::string& host, TimePoint deadline,
-                                                      TimePoint now) {
-  if (Status s = check_auth(auth); !s.ok()) return {s};
+BarrierTicket RendezvousState::barrier_arrive(const Auth& auth, const std::string& name, int rank,
+                                              int world_size, const std::string& host,
+                                              TimePoint deadline, TimePoint now) {
+  check_auth(auth);
   tick(now);
   return barriers_.arrive(name, rank, world_size, host, deadline, now);
 }
 
-std::optional<Status> RendezvousState::barrier_status(BarrierTicket ticket, TimePoint now) {
+bool RendezvousState::barrier_passed(BarrierTicket ticket, TimePoint now) {
   tick(now);
-  return barriers_.status(ticket);
+  return barriers_.passed(ticket);
 }
 
 void RendezvousState::cancel(BarrierTicket ticket) { barriers_.cancel(ticket); }

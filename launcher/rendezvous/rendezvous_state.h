@@ -9,17 +9,23 @@
 // drive time by hand. The store operations do not depend on time and take no
 // `now`.
 //
+// Refusals. An operation that refuses a request throws ddp::RpcError
+// (ddp/common/error.h) with the gRPC code the service answers with (listed
+// below as kInvalidArgument, ...) and a message naming the node, rank, key,
+// barrier, run or limit at fault. A refusal changes nothing unless said below.
+//
 // Blocking RPCs are tickets. join() and barrier_arrive() return a ticket; the
-// service polls it (join_status(), barrier_status()) whenever version() has
-// changed or next_deadline() has passed. The poll that returns the final
-// answer consumes the ticket (polling it again is kNotFound). When the client
-// goes away first, the service cancel()s the ticket.
+// service polls it (join_status(), barrier_passed()) whenever version() has
+// changed or next_deadline() has passed. The poll that gives the final
+// answer, or throws the final refusal, consumes the ticket (polling it again
+// is kNotFound). When the client goes away first, the service cancel()s the
+// ticket.
 //
 // Authentication. Every public operation that is an RPC takes the caller's
 // Auth first. A wrong token is kUnauthenticated (checked first, so a caller
 // without the token learns nothing about the run), a wrong run id
 // kInvalidArgument; either way the call changes nothing, not even time-based
-// transitions.
+// transitions (but see "Authentication" below for a join).
 //
 // Rounds. Nodes join a *forming* round. It closes when max_nodes have joined,
 // or when at least min_nodes have and last_call_timeout has passed since the
@@ -66,12 +72,14 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "ddp/common/error.h"
 #include "ddp/common/rendezvous_types.h"
 #include "rendezvous/barriers.h"
 #include "rendezvous/key_value_store.h"
-#include "rendezvous/status.h"
+#include "rendezvous/limits.h"
 
 namespace ddp::launcher {
 
@@ -118,28 +126,29 @@ class RendezvousState {
 
   // --- Membership and rounds ---------------------------------------------
 
-  // Errors: kInvalidArgument (local_world_size < 1, node rank outside
+  // Refusals: kInvalidArgument (local_world_size < 1, node rank outside
   // [0, max_nodes), node rank already taken in the forming round);
   // kResourceExhausted (the round's world size would pass max_world_size);
   // kResourceExhausted / kFailedPrecondition while a round runs (see above);
   // kFailedPrecondition once the job has succeeded or failed for good.
-  Result<JoinTicket> join(const Auth& auth, const NodeInfo& args, TimePoint now);
-  // nullopt while the round forms; else the node's place in the formed round,
-  // or kDeadlineExceeded / kAborted when the forming round was discarded.
-  // kNotFound for an unknown, consumed or cancelled ticket.
-  std::optional<Result<RoundAssignment>> join_status(JoinTicket ticket, TimePoint now);
+  JoinTicket join(const Auth& auth, const NodeInfo& args, TimePoint now);
+  // nullopt while the round forms; else the node's place in the formed round.
+  // Throws kDeadlineExceeded / kAborted (or the refusal that failed it) when
+  // the forming round was discarded; kNotFound for an unknown, consumed or
+  // cancelled ticket.
+  std::optional<RoundAssignment> join_status(JoinTicket ticket, TimePoint now);
   // The joiner went away: a pending node leaves the forming round.
   void cancel(JoinTicket ticket);
 
   // Records that the node is alive. A node of the running round that is
   // silent for heartbeat_timeout (since its last heartbeat, or since the round
   // formed) ends the round. For an ended round, says why it ended.
-  // Errors: kNotFound (no such formed round), kInvalidArgument (group rank).
+  // Refusals: kNotFound (no such formed round), kInvalidArgument (group rank).
   // `heard_end`: the node acknowledges that it has heard the round's end
   // (see outcome_delivered); an answer alone does not count, since a node
   // tearing down its monitor may never read it.
-  Result<HeartbeatReply> heartbeat(const Auth& auth, std::int64_t round, int group_rank,
-                                   TimePoint now, bool heard_end = false);
+  HeartbeatReply heartbeat(const Auth& auth, std::int64_t round, int group_rank, TimePoint now,
+                           bool heard_end = false);
   // For a heartbeat the service holds until the round ends: the end once it
   // has come, nullopt while the round runs. Records no liveness: only a
   // heartbeat's arrival does.
@@ -152,39 +161,39 @@ class RendezvousState {
   bool outcome_delivered() const;
   // Ends the round with `report` as its reason unless it has already ended
   // (the first failure wins). An empty report gets a generic reason.
-  Result<FailureReply> report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                                      const std::string& report, int exit_code, TimePoint now);
+  FailureReply report_failure(const Auth& auth, std::int64_t round, int group_rank,
+                              const std::string& report, int exit_code, TimePoint now);
   // The node is done. Exit code 0 from every node completes the job; a
   // non-zero code ends the round like report_failure. Leaving twice is a no-op.
-  Status leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
+  void leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
 
   // --- Key-value store (one map: the state belongs to one run) -----------
   // After the caller's token is checked, as KeyValueStore (key_value_store.h).
 
-  Status set(const Auth& auth, const std::string& key, const std::string& value);
+  void set(const Auth& auth, const std::string& key, const std::string& value);
   // nullopt when the key is missing; waiting is the service's job (re-poll).
-  Result<std::optional<std::string>> get(const Auth& auth, const std::string& key);
+  std::optional<std::string> get(const Auth& auth, const std::string& key);
   // Like torch's TCPStore: the value is the decimal text of an int64, a
   // missing key counts as 0. Returns the new value. kInvalidArgument when the
   // value is not an integer or the sum overflows.
-  Result<std::int64_t> add(const Auth& auth, const std::string& key, std::int64_t delta);
+  std::int64_t add(const Auth& auth, const std::string& key, std::int64_t delta);
   // torch semantics: sets `desired` when the key is missing and `expected` is
   // empty, or when the value equals `expected`.
-  Result<CompareSetResult> compare_set(const Auth& auth, const std::string& key,
-                                       const std::string& expected, const std::string& desired);
+  CompareSetResult compare_set(const Auth& auth, const std::string& key,
+                               const std::string& expected, const std::string& desired);
   // Whether every key exists (true for no keys).
-  Result<bool> check(const Auth& auth, const std::vector<std::string>& keys);
+  bool check(const Auth& auth, const std::vector<std::string>& keys);
   // Whether the key existed.
-  Result<bool> remove(const Auth& auth, const std::string& key);
-  Result<std::int64_t> num_keys(const Auth& auth);
+  bool remove(const Auth& auth, const std::string& key);
+  std::int64_t num_keys(const Auth& auth);
 
   // --- Barriers ----------------------------------------------------------
   // After the caller's token is checked, as Barriers (barriers.h).
-  Result<BarrierTicket> barrier_arrive(const Auth& auth, const std::string& name, int rank,
-                                       int world_size, const std::string& host, TimePoint deadline,
-                                       TimePoint now);
-  // nullopt while waiting; ok; kDeadlineExceeded; kNotFound (unknown ticket).
-  std::optional<Status> barrier_status(BarrierTicket ticket, TimePoint now);
+  BarrierTicket barrier_arrive(const Auth& auth, const std::string& name, int rank, int world_size,
+                               const std::string& host, TimePoint deadline, TimePoint now);
+  // false while waiting; true once passed; throws kDeadlineExceeded, or
+  // kNotFound for an unknown ticket (as Barriers::passed).
+  bool barrier_passed(BarrierTicket ticket, TimePoint now);
   // The caller went away: a waiting rank is withdrawn.
   void cancel(BarrierTicket ticket);
 
@@ -232,20 +241,24 @@ class RendezvousState {
     TimePoint first_join{};
     TimePoint min_reached{};  // when the min_nodes-th node joined
   };
-  Status check_auth(const Auth& auth) const;
-  Result<Round*> find_member(std::int64_t round, int group_rank);
+  // A join ticket's answer: pending (monostate), the node's place, or why not.
+  using JoinAnswer = std::variant<std::monostate, RoundAssignment, RpcError>;
+
+  void check_auth(const Auth& auth) const;  // throws the refusal
+  // The round `group_rank` belongs to; throws kNotFound / kInvalidArgument.
+  Round& find_member(std::int64_t round, int group_rank);
   std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"
   void changed() { ++version_; }
 
   void maybe_close_round(TimePoint now);
   void close_round(TimePoint now);
-  void discard_round(const Status& why);
+  void discard_round(const RpcError& why);
   std::string join_timeout_message() const;
   // uses_restart=false: a scale-up, which torchrun does not count either.
   void end_round(Round& round, std::string reason, bool uses_restart = true);
-  Status admit_during_round(const NodeInfo& args);
-  void fail_forming_for(const Status& why, const std::string& host);
-  void fail_forming(const Status& why);
+  void admit_during_round(const NodeInfo& args);  // throws kUnavailable for a full round
+  void fail_forming_for(const RpcError& why, const std::string& host);
+  void fail_forming(const RpcError& why);
   void expire_heartbeats(TimePoint now);
   std::string nnodes_flag() const;
 
@@ -256,11 +269,11 @@ class RendezvousState {
   std::string last_end_reason_;  // of the last ended round, for the next RoundAssignment
   // Joiners told that the round is full (by identity_of) that have not asked again since.
   std::set<std::string> waiting_for_place_;
-  std::optional<Status> misconfigured_;  // the job's nodes disagree: every later join is refused
+  std::optional<RpcError> misconfigured_;  // the job's nodes disagree: every later join is refused
 
   Forming forming_;
   std::vector<Round> rounds_;  // round N is rounds_[N - 1]
-  std::map<std::uint64_t, std::optional<Result<RoundAssignment>>> join_tickets_;
+  std::map<std::uint64_t, JoinAnswer> join_tickets_;
 
   KeyValueStore store_{config_.limits};
   Barriers barriers_{config_.limits};

@@ -38,14 +38,15 @@ grpc::Status error_status(grpc::StatusCode code, const std::string& message) {
   return grpc::Status(code, capped(message));
 }
 
-grpc::Status to_grpc(const Status& s) {
-  static const grpc::StatusCode kMap[] = {
-      grpc::StatusCode::OK,                 grpc::StatusCode::UNAUTHENTICATED,
-      grpc::StatusCode::INVALID_ARGUMENT,   grpc::StatusCode::RESOURCE_EXHAUSTED,
-      grpc::StatusCode::DEADLINE_EXCEEDED,  grpc::StatusCode::NOT_FOUND,
-      grpc::StatusCode::FAILED_PRECONDITION, grpc::StatusCode::ABORTED,
-      grpc::StatusCode::UNAVAILABLE};
-  return s.ok() ? grpc::Status::OK : error_status(kMap[static_cast<int>(s.code)], s.message);
+// Runs `call` on the state: OK, or the state's refusal as the gRPC status it names.
+template <class Call>
+grpc::Status status_of(Call&& call) {
+  try {
+    call();
+    return grpc::Status::OK;
+  } catch (const RpcError& refused) {
+    return error_status(static_cast<grpc::StatusCode>(refused.code()), refused.what());
+  }
 }
 
 Auth auth_of(const v1::Auth& a) { return {a.run_id(), a.token()}; }
@@ -274,27 +275,28 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
   args.master_port = req->master_port();
   const std::uint64_t before = state_.version();
   const bool was_running = state_.phase() == RendezvousState::Phase::kRunning;
-  auto ticket = state_.join(auth_of(req->auth()), args, now());
-  if (!ticket.ok()) {
+  JoinTicket t;
+  grpc::Status joined = status_of([&] { t = state_.join(auth_of(req->auth()), args, now()); });
+  if (!joined.ok()) {
     // A refused join may have discarded the forming round: its joiners hear now.
     if (state_.version() != before) {
       wake(lock, {kJoinTopic});
     } else {
       lock.unlock();
     }
-    return answer(ctx, to_grpc(ticket.status));
+    return answer(ctx, joined);
   }
   if (was_running && state_.phase() != RendezvousState::Phase::kRunning) {
     // The join ended the running round (a relaunch, a scale-up): its nodes' held heartbeats hear now.
     wake(lock, {kJoinTopic});
     lock.lock();
   }
-  JoinTicket t = ticket.value;
   Poll poll = [this, t, resp](TimePoint at) -> std::optional<grpc::Status> {
-    auto r = state_.join_status(t, at);
-    if (!r) return std::nullopt;
-    if (!r->ok()) return to_grpc(r->status);
-    const RoundAssignment& j = r->value;
+    std::optional<RoundAssignment> assigned;
+    grpc::Status status = status_of([&] { assigned = state_.join_status(t, at); });
+    if (!status.ok()) return status;
+    if (!assigned) return std::nullopt;
+    const RoundAssignment& j = *assigned;
     resp->set_round(j.round);
     resp->set_group_rank(j.group_rank);
     resp->set_group_world_size(j.group_world_size);
@@ -313,7 +315,11 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        const v1::HeartbeatRequest* req,
                                                        v1::HeartbeatResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(), req->heard_end());
+  HeartbeatReply reply;
+  grpc::Status status = status_of([&] {
+    reply = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(),
+                             req->heard_end());
+  });
   auto fill = [resp](const HeartbeatReply& reply) {
     resp->set_round_ended(reply.round_ended);
     resp->set_reason(reply.reason);
@@ -321,10 +327,10 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     resp->set_succeeded(reply.round_ended && reply.reason.empty());
   };
   // At the waiting-requests limit a heartbeat is answered at once, never refused.
-  if (!r.ok() || r.value.round_ended || req->hold_ms() == 0 || at_wait_limit()) {
-    if (r.ok()) fill(r.value);
+  if (!status.ok() || reply.round_ended || req->hold_ms() == 0 || at_wait_limit()) {
+    if (status.ok()) fill(reply);
     lock.unlock();  // a heartbeat only records liveness: no waiter depends on it
-    return answer(ctx, to_grpc(r.status));
+    return answer(ctx, status);
   }
   // Held until the round ends (a membership change) or the hold passes.
   const auto until = now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req->hold_ms()),
@@ -345,19 +351,24 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
                                                            const v1::ReportFailureRequest* req,
                                                            v1::ReportFailureResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.report_failure(auth_of(req->auth()), req->round(), req->group_rank(), req->report(),
-                                 req->exit_code(), now());
-  if (r.ok()) resp->set_can_restart(r.value.can_restart);
+  grpc::Status status = status_of([&] {
+    resp->set_can_restart(state_
+                              .report_failure(auth_of(req->auth()), req->round(), req->group_rank(),
+                                              req->report(), req->exit_code(), now())
+                              .can_restart);
+  });
   wake(lock, {kJoinTopic});
-  return answer(ctx, to_grpc(r.status));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                                    v1::LeaveResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto s = state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
+  grpc::Status status = status_of([&] {
+    state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
+  });
   wake(lock, {kJoinTopic});
-  return answer(ctx, to_grpc(s));
+  return answer(ctx, status);
 }
 
 // --- store -------------------------------------------------------------------------
@@ -365,34 +376,38 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* req,
                                                  v1::SetResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto s = state_.set(auth_of(req->auth()), req->key(), req->value());
+  grpc::Status status =
+      status_of([&] { state_.set(auth_of(req->auth()), req->key(), req->value()); });
   wake(lock, {key_topic(req->key())});
-  return answer(ctx, to_grpc(s));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req,
                                                  v1::GetResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   Auth auth = auth_of(req->auth());
-  auto first = state_.get(auth, req->key());
-  if (!first.ok() || first.value || !req->wait()) {
-    if (first.ok() && first.value) {
+  std::optional<std::string> value;
+  grpc::Status status = status_of([&] { value = state_.get(auth, req->key()); });
+  if (!status.ok() || value || !req->wait()) {
+    if (value) {
       resp->set_found(true);
-      resp->set_value(*first.value);
+      resp->set_value(*value);
     }
     lock.unlock();
-    return answer(ctx, to_grpc(first.status));
+    return answer(ctx, status);
   }
   TimePoint deadline = deadline_after(req->timeout_ms());
   std::string key = req->key();
   std::int64_t timeout_ms = req->timeout_ms();
-  Poll poll = [this, auth, key, deadline, timeout_ms, resp](TimePoint at) -> std::optional<grpc::Status> {
-    auto r = state_.get(auth, key);
-    if (!r.ok()) return to_grpc(r.status);
-    if (r.value) {
+  Poll poll = [this, auth, key, deadline, timeout_ms,
+               resp](TimePoint at) -> std::optional<grpc::Status> {
+    std::optional<std::string> value;
+    grpc::Status status = status_of([&] { value = state_.get(auth, key); });
+    if (!status.ok()) return status;
+    if (value) {
       resp->set_found(true);
-      resp->set_value(*r.value);
-      return grpc::Status::OK;
+      resp->set_value(*value);
+      return status;
     }
     if (at >= deadline) {
       return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
@@ -406,23 +421,24 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* req,
                                                  v1::AddResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.add(auth_of(req->auth()), req->key(), req->delta());
-  if (r.ok()) resp->set_value(r.value);
+  grpc::Status status = status_of(
+      [&] { resp->set_value(state_.add(auth_of(req->auth()), req->key(), req->delta())); });
   wake(lock, {key_topic(req->key())});
-  return answer(ctx, to_grpc(r.status));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerContext* ctx,
                                                         const v1::CompareSetRequest* req,
                                                         v1::CompareSetResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
-  if (r.ok()) {
-    resp->set_swapped(r.value.swapped);
-    resp->set_current(r.value.current);
-  }
+  grpc::Status status = status_of([&] {
+    CompareSetResult r =
+        state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
+    resp->set_swapped(r.swapped);
+    resp->set_current(r.current);
+  });
   wake(lock, {key_topic(req->key())});
-  return answer(ctx, to_grpc(r.status));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* req,
@@ -434,15 +450,15 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
   for (const auto& k : keys) topics.push_back(key_topic(k));
   TimePoint deadline = deadline_after(req->timeout_ms());
   std::int64_t timeout_ms = req->timeout_ms();
-  Poll poll = [this, auth, keys, deadline, timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
-    auto r = state_.check(auth, keys);
-    if (!r.ok()) return to_grpc(r.status);
-    if (r.value) return grpc::Status::OK;
+  Poll poll = [this, auth, keys, deadline,
+               timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
+    bool all_set = false;
+    grpc::Status status = status_of([&] { all_set = state_.check(auth, keys); });
+    if (!status.ok() || all_set) return status;
     if (at < deadline) return std::nullopt;
     std::string missing;
-    for (const auto& k : keys) {
-      auto g = state_.get(auth, k);
-      if (g.ok() && !g.value) missing += (missing.empty() ? "'" : ", '") + k + "'";
+    for (const auto& k : keys) {  // check() has accepted every key
+      if (!state_.get(auth, k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
     }
     return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
@@ -453,36 +469,38 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
                                                     v1::DeleteResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.remove(auth_of(req->auth()), req->key());
-  if (r.ok()) resp->set_deleted(r.value);
+  grpc::Status status =
+      status_of([&] { resp->set_deleted(state_.remove(auth_of(req->auth()), req->key())); });
   lock.unlock();  // a deletion completes no wait
-  return answer(ctx, to_grpc(r.status));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext* ctx,
                                                      const v1::NumKeysRequest* req, v1::NumKeysResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto r = state_.num_keys(auth_of(req->auth()));
-  if (r.ok()) resp->set_count(r.value);
+  grpc::Status status = status_of([&] { resp->set_count(state_.num_keys(auth_of(req->auth()))); });
   lock.unlock();
-  return answer(ctx, to_grpc(r.status));
+  return answer(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext* ctx,
                                                      const v1::BarrierRequest* req, v1::BarrierResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   TimePoint deadline = deadline_after(req->timeout_ms());
-  auto ticket = state_.barrier_arrive(auth_of(req->auth()), req->name(), req->rank(), req->world_size(),
-                                      req->host(), deadline, now());
-  if (!ticket.ok()) {
+  BarrierTicket t;
+  grpc::Status arrived = status_of([&] {
+    t = state_.barrier_arrive(auth_of(req->auth()), req->name(), req->rank(), req->world_size(),
+                              req->host(), deadline, now());
+  });
+  if (!arrived.ok()) {
     lock.unlock();
-    return answer(ctx, to_grpc(ticket.status));
+    return answer(ctx, arrived);
   }
-  BarrierTicket t = ticket.value;
   Poll poll = [this, t](TimePoint at) -> std::optional<grpc::Status> {
-    auto s = state_.barrier_status(t, at);
-    if (!s) return std::nullopt;
-    return to_grpc(*s);
+    bool passed = false;
+    grpc::Status status = status_of([&] { passed = state_.barrier_passed(t, at); });
+    if (!status.ok() || passed) return status;
+    return std::nullopt;
   };
   return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, deadline,
                   {barrier_topic(req->name())});

@@ -19,29 +19,6 @@
 
 namespace ddp {
 
-// gRPC status codes we act on (same numbers as grpc::StatusCode).
-enum class RpcCode : int {
-  kOk = 0,
-  kCancelled = 1,
-  kInvalidArgument = 3,
-  kDeadlineExceeded = 4,
-  kNotFound = 5,
-  kFailedPrecondition = 9,
-  kAborted = 10,
-  kResourceExhausted = 8,
-  kUnavailable = 14,
-  kUnauthenticated = 16,
-};
-
-class RpcError : public Error {
- public:
-  RpcError(int code, const std::string& message) : Error(message), code_(code) {}
-  int code() const { return code_; }
-
- private:
-  int code_;
-};
-
 struct TlsFiles {
   std::string cert;  // PEM certificate chain (client cert for mutual TLS; optional)
   std::string key;   // PEM private key for `cert`
