@@ -79,18 +79,18 @@ std::int64_t KeyValueStore::add(const std::string& key, std::int64_t delta) {
   return sum;
 }
 
-CompareSetResult KeyValueStore::compare_set(const std::string& key, const std::string& expected,
-                                            const std::string& desired) {
+CompareSetOutcome KeyValueStore::compare_set(const std::string& key, const std::string& expected,
+                                             const std::string& desired) {
   check_key(key);
   check_value(key, desired);
   auto it = values_.find(key);
   const bool missing = it == values_.end();
   if (missing ? !expected.empty() : it->second != expected) {
-    return CompareSetResult{false, missing ? "" : it->second};
+    return CompareSetOutcome{false, missing ? "" : it->second};
   }
   check_room(key, desired.size());
   put(key, desired);
-  return CompareSetResult{true, desired};
+  return CompareSetOutcome{true, desired};
 }
 
 bool KeyValueStore::check(const std::vector<std::string>& keys) const {

@@ -13,14 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/rendezvous_types.h"
 #include "rendezvous/limits.h"
 
 namespace ddp::launcher {
-
-struct CompareSetResult {
-  bool swapped = false;
-  std::string current;  // the value after the call; empty when the key is missing
-};
 
 class KeyValueStore {
  public:
@@ -35,8 +31,8 @@ class KeyValueStore {
   std::int64_t add(const std::string& key, std::int64_t delta);
   // Sets `desired` when the key is missing and `expected` is empty, or when
   // the value equals `expected`.
-  CompareSetResult compare_set(const std::string& key, const std::string& expected,
-                               const std::string& desired);
+  CompareSetOutcome compare_set(const std::string& key, const std::string& expected,
+                                const std::string& desired);
   // Whether every key exists (true for no keys).
   bool check(const std::vector<std::string>& keys) const;
   // Whether the key existed.

@@ -358,27 +358,28 @@ void RendezvousState::end_round(Round& round, std::string reason, bool uses_rest
   changed();
 }
 
-HeartbeatReply RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int group_rank,
-                                          TimePoint now, bool heard_end) {
+RoundStatus RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int group_rank,
+                                       TimePoint now, bool heard_end) {
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
   if (r.ended) {
     if (heard_end) r.members[group_rank].informed = true;
-    return HeartbeatReply{true, r.reason, r.can_restart};
+    return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
   }
   r.members[group_rank].last_seen = now;
-  return HeartbeatReply{};
+  return RoundStatus{};
 }
 
-std::optional<HeartbeatReply> RendezvousState::round_end(std::int64_t round, int group_rank, TimePoint now) {
+std::optional<RoundStatus> RendezvousState::round_end(std::int64_t round, int group_rank,
+                                                      TimePoint now) {
   tick(now);
   try {
     const Round& r = find_member(round, group_rank);
     if (!r.ended) return std::nullopt;
-    return HeartbeatReply{true, r.reason, r.can_restart};
+    return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
   } catch (const RpcError& gone) {
-    return HeartbeatReply{true, gone.what(), false};
+    return RoundStatus{true, false, false, gone.what()};
   }
 }
 
@@ -389,9 +390,8 @@ bool RendezvousState::outcome_delivered() const {
   return std::all_of(members.begin(), members.end(), [](const Member& m) { return m.informed; });
 }
 
-FailureReply RendezvousState::report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                                             const std::string& report, int exit_code,
-                                             TimePoint now) {
+bool RendezvousState::report_failure(const Auth& auth, std::int64_t round, int group_rank,
+                                     const std::string& report, int exit_code, TimePoint now) {
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
@@ -399,7 +399,7 @@ FailureReply RendezvousState::report_failure(const Auth& auth, std::int64_t roun
   end_round(r, !report.empty() ? report
                                : cat(describe_node(r, group_rank),
                                      " reported a failure, exit code ", exit_code));
-  return FailureReply{r.can_restart};
+  return r.can_restart;
 }
 
 void RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code,
@@ -451,9 +451,9 @@ std::int64_t RendezvousState::add(const Auth& auth, const std::string& key, std:
   return store_.add(key, delta);
 }
 
-CompareSetResult RendezvousState::compare_set(const Auth& auth, const std::string& key,
-                                              const std::string& expected,
-                                              const std::string& desired) {
+CompareSetOutcome RendezvousState::compare_set(const Auth& auth, const std::string& key,
+                                               const std::string& expected,
+                                               const std::string& desired) {
   check_auth(auth);
   return store_.compare_set(key, expected, desired);
 }

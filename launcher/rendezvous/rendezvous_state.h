@@ -96,16 +96,6 @@ struct RendezvousConfig {
   RendezvousLimits limits;
 };
 
-struct HeartbeatReply {
-  bool round_ended = false;  // stop the workers
-  std::string reason;        // why (the first failure); empty on success
-  bool can_restart = false;  // a new round will be formed: join again
-};
-
-struct FailureReply {
-  bool can_restart = false;
-};
-
 struct JoinTicket {
   std::uint64_t id = 0;
 };
@@ -147,12 +137,12 @@ class RendezvousState {
   // `heard_end`: the node acknowledges that it has heard the round's end
   // (see outcome_delivered); an answer alone does not count, since a node
   // tearing down its monitor may never read it.
-  HeartbeatReply heartbeat(const Auth& auth, std::int64_t round, int group_rank, TimePoint now,
-                           bool heard_end = false);
+  RoundStatus heartbeat(const Auth& auth, std::int64_t round, int group_rank, TimePoint now,
+                        bool heard_end = false);
   // For a heartbeat the service holds until the round ends: the end once it
   // has come, nullopt while the round runs. Records no liveness: only a
   // heartbeat's arrival does.
-  std::optional<HeartbeatReply> round_end(std::int64_t round, int group_rank, TimePoint now);
+  std::optional<RoundStatus> round_end(std::int64_t round, int group_rank, TimePoint now);
   // Whether the last formed round has ended and every node of it has heard
   // so (acknowledged with a heartbeat, or reported the failure itself) or is
   // gone (ended the round by its silence), and every node told to wait for
@@ -160,9 +150,10 @@ class RendezvousState {
   // serving without leaving anyone to learn the outcome from a dead server.
   bool outcome_delivered() const;
   // Ends the round with `report` as its reason unless it has already ended
-  // (the first failure wins). An empty report gets a generic reason.
-  FailureReply report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                              const std::string& report, int exit_code, TimePoint now);
+  // (the first failure wins). An empty report gets a generic reason. Returns
+  // whether a new round will be formed (the round's can_restart).
+  bool report_failure(const Auth& auth, std::int64_t round, int group_rank,
+                      const std::string& report, int exit_code, TimePoint now);
   // The node is done. Exit code 0 from every node completes the job; a
   // non-zero code ends the round like report_failure. Leaving twice is a no-op.
   void leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
@@ -179,8 +170,8 @@ class RendezvousState {
   std::int64_t add(const Auth& auth, const std::string& key, std::int64_t delta);
   // torch semantics: sets `desired` when the key is missing and `expected` is
   // empty, or when the value equals `expected`.
-  CompareSetResult compare_set(const Auth& auth, const std::string& key,
-                               const std::string& expected, const std::string& desired);
+  CompareSetOutcome compare_set(const Auth& auth, const std::string& key,
+                                const std::string& expected, const std::string& desired);
   // Whether every key exists (true for no keys).
   bool check(const Auth& auth, const std::vector<std::string>& keys);
   // Whether the key existed.

@@ -315,16 +315,16 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
                                                        const v1::HeartbeatRequest* req,
                                                        v1::HeartbeatResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  HeartbeatReply reply;
+  RoundStatus reply;
   grpc::Status status = status_of([&] {
     reply = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(),
                              req->heard_end());
   });
-  auto fill = [resp](const HeartbeatReply& reply) {
+  auto fill = [resp](const RoundStatus& reply) {
     resp->set_round_ended(reply.round_ended);
     resp->set_reason(reply.reason);
     resp->set_can_restart(reply.can_restart);
-    resp->set_succeeded(reply.round_ended && reply.reason.empty());
+    resp->set_succeeded(reply.succeeded);
   };
   // At the waiting-requests limit a heartbeat is answered at once, never refused.
   if (!status.ok() || reply.round_ended || req->hold_ms() == 0 || at_wait_limit()) {
@@ -352,10 +352,9 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
                                                            v1::ReportFailureResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] {
-    resp->set_can_restart(state_
-                              .report_failure(auth_of(req->auth()), req->round(), req->group_rank(),
-                                              req->report(), req->exit_code(), now())
-                              .can_restart);
+    resp->set_can_restart(state_.report_failure(auth_of(req->auth()), req->round(),
+                                                req->group_rank(), req->report(), req->exit_code(),
+                                                now()));
   });
   wake(lock, {kJoinTopic});
   return answer(ctx, status);
@@ -432,7 +431,7 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
                                                         v1::CompareSetResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] {
-    CompareSetResult r =
+    CompareSetOutcome r =
         state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
     resp->set_swapped(r.swapped);
     resp->set_current(r.current);

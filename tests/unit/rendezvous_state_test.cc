@@ -315,6 +315,7 @@ TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeAcknowledgedIt) {
   auto end = s.round_end(1, 0, now);
   ASSERT_TRUE(end.has_value());
   EXPECT_TRUE(end->round_ended);
+  EXPECT_TRUE(end->succeeded);
   EXPECT_TRUE(end->reason.empty());
   EXPECT_TRUE(s.heartbeat(kAuth, 1, 1, now).round_ended);
   EXPECT_FALSE(s.outcome_delivered()) << "answers alone may be lost (a node tearing down its monitor)";
@@ -521,10 +522,11 @@ TEST_F(RendezvousStateTest, HeartbeatRejectsUnknownRoundAndGroupRank) {
 TEST_F(RendezvousStateTest, ReportFailureFirstWins) {
   RendezvousState s(make_config(2, 2, 1));
   form(s, 2);
-  EXPECT_TRUE(s.report_failure(kAuth, 1, 1, "rank 3 crashed", 3, now).can_restart);
+  EXPECT_TRUE(s.report_failure(kAuth, 1, 1, "rank 3 crashed", 3, now));
   ASSERT_NO_THROW(s.report_failure(kAuth, 1, 0, "rank 0 was stopped", 143, now));
   auto hb = s.heartbeat(kAuth, 1, 0, now);
   EXPECT_TRUE(hb.round_ended);
+  EXPECT_FALSE(hb.succeeded);
   EXPECT_EQ(hb.reason, "rank 3 crashed");
   EXPECT_TRUE(hb.can_restart);
 }
@@ -557,11 +559,10 @@ TEST_F(RendezvousStateTest, NewRoundsGetNextNumberAndRestartCount) {
 TEST_F(RendezvousStateTest, NoRestartOnceBudgetIsSpent) {
   RendezvousState s(make_config(1, 1, 1));
   form(s, 1);
-  EXPECT_TRUE(s.report_failure(kAuth, 1, 0, "first failure", 1, now).can_restart);
+  EXPECT_TRUE(s.report_failure(kAuth, 1, 0, "first failure", 1, now));
   auto t = join(s, node("a"));
   EXPECT_EQ(joined(s, t).restart_count, 1);
-  auto last = s.report_failure(kAuth, 2, 0, "second failure", 1, now);
-  EXPECT_FALSE(last.can_restart);
+  EXPECT_FALSE(s.report_failure(kAuth, 2, 0, "second failure", 1, now)) << "no restart left";
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
   auto r = refused([&] { s.join(kAuth, node("a"), now); });
   EXPECT_EQ(r.code, RpcCode::kFailedPrecondition);

@@ -26,11 +26,6 @@ struct TlsFiles {
   bool enabled() const { return !ca.empty() || !cert.empty(); }
 };
 
-struct CompareSetOutcome {
-  bool swapped = false;
-  std::string current;
-};
-
 // Lets one thread cut short another's call in flight (the call then throws
 // RpcError kCancelled). Thread-safe; once cancelled, calls that start later
 // are cancelled at once.

@@ -30,11 +30,18 @@ struct RoundAssignment {
   std::string reason;  // why the previous round ended; empty for the first round
 };
 
+// How a round stands, as a heartbeat hears it.
 struct RoundStatus {
-  bool round_ended = false;
-  bool succeeded = false;  // ended because every node finished with exit code 0
-  bool can_restart = false;
-  std::string reason;
+  bool round_ended = false;  // stop the workers
+  bool succeeded = false;    // ended because every node finished with exit code 0
+  bool can_restart = false;  // a new round will be formed: join again
+  std::string reason;        // why it ended (the first failure); empty on success
+};
+
+// The store's compare-and-set (torch's TCPStore semantics).
+struct CompareSetOutcome {
+  bool swapped = false;
+  std::string current;  // the value after the call; empty when the key is missing
 };
 
 // A join given up because the caller was interrupted (a signal): the server
