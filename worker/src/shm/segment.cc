@@ -135,6 +135,10 @@ void Segment::map_and_prefault(bool create) {
     header->facts = SegmentFacts{0, static_cast<std::uint64_t>(geometry_.local_size), geometry_.small_bytes,
                                  geometry_.chunk_bytes, geometry_.arena_bytes, total_};
     for (int r = 0; r < geometry_.local_size; ++r) new (&control(r)) RankControl;
+    // The creator's pid is there before anyone can attach: if it dies before
+    // it marks itself attached (it pre-faults the segment first), the ranks
+    // that attached see it die instead of waiting for it until the deadline.
+    control(local_rank_).pid = static_cast<std::int32_t>(getpid());
     __atomic_store_n(&header->facts.magic, kMagic, __ATOMIC_RELEASE);
   }
   // Map every page of the fixed part into this process now.
@@ -165,14 +169,19 @@ void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point dea
   const auto want = static_cast<std::uint32_t>(geometry_.local_size);
   bool all = false;
   for (;;) {
-    // In slices: a rank that attached and then died (the creator, say) ends
-    // the wait at once rather than at the deadline.
+    // In slices: a rank that attached and then died, or the creator dying
+    // before it marked itself attached (its pid is written with the segment),
+    // ends the wait at once rather than at the deadline.
     const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
     all = futex_wait_until(header().attached, [&](std::uint32_t n) { return n >= want; }, slice);
     if (all || std::chrono::steady_clock::now() >= deadline) break;
     for (int r = 0; r < geometry_.local_size; ++r) {
       const RankControl& peer = control(r);
-      if (r == local_rank_ || peer.attached.load(std::memory_order_acquire) == 0 || peer.pid <= 0) continue;
+      if (r == local_rank_) continue;
+      // Acquire `attached` first: mark_attached() writes the pid before it.
+      // A pid without `attached` is the creator's, written with the segment.
+      (void)peer.attached.load(std::memory_order_acquire);
+      if (peer.pid <= 0) continue;
       if (proc_says_dead(peer.pid)) {
         unlink();
         throw Error("shm: local rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid) +
