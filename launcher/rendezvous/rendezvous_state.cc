@@ -130,7 +130,7 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
       throw refusal(RpcCode::kFailedPrecondition, "run ", quote(config_.run_id),
                     " failed with no restarts left (max ", config_.max_restarts,
                     "): ", rounds_.back().reason);
-    case Phase::kRunning:  // admit_during_round() ended the round or refused
+    case Phase::kRunning:  // not here: admit_during_round() ended the round or threw
     case Phase::kForming:
       break;
   }
@@ -142,8 +142,7 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
       RpcError why =
           refusal(RpcCode::kInvalidArgument, "node rank ", args.node_rank,
                   " was given to two nodes: host ", quote(host_of(m.args)), " and ", host,
-                  "; give each node its own --node_rank (or none, for assigned "
-                  "ranks)");
+                  "; give each node its own --node_rank (or none, for assigned ranks)");
       fail_forming(why);
       throw why;
     }
