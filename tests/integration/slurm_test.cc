@@ -101,7 +101,13 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   const std::string dir = cluster_->dir() + "/pids";
   std::filesystem::create_directories(dir);
   const std::string job_script = cluster_->dir() + "/job.sh";
-  write_file(job_script, "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " hold " + dir + "\n");
+  // Each ddprun's stderr goes to a file of its own, written by its node's
+  // slurmstepd: what ddprun logs after its workers are gone is not lost with
+  // srun, which scancel ends first.
+  const std::string logs = cluster_->dir() + "/logs";
+  std::filesystem::create_directories(logs);
+  write_file(job_script, "#!/bin/sh\nsrun --error=" + logs + "/ddprun-%t.err " + kDdprun + " --nproc_per_node=2 " +
+                             kWorker + " hold " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/job.out");
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_until([&] { return read_pids(dir, "").size() == 8; }, 60s))  // 4 workers + their children
@@ -125,8 +131,10 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
         return true;
       },
       5s));
-  const std::string out = read_file(cluster_->dir() + "/job.out");
-  EXPECT_NE(out.find("SIGTERM"), std::string::npos) << out;
+  // ddprun stopped its workers on SIGTERM (Slurm's, before its SIGKILL) and said so.
+  auto ddprun_logs = [&] { return read_file(logs + "/ddprun-0.err") + read_file(logs + "/ddprun-1.err"); };
+  EXPECT_TRUE(wait_until([&] { return ddprun_logs().find("after SIGTERM") != std::string::npos; }, 10s))
+      << ddprun_logs() << read_file(cluster_->dir() + "/job.out");
 }
 
 TEST_F(Slurm, AFailingRankFailsTheStepAndIsNamed) {
