@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package that ddprun's build, tests, demo and benchmarks need.
+# Installs every Debian package that ddprun's build, tests, demo and benchmarks need,
+# then the torch 2.x environment from PyPI (scripts/install-torch-env.sh).
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
 set -euo pipefail
 
@@ -10,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libgloo-dev
   libopenblas-dev zlib1g-dev
-  python3 python3-torch python3-sklearn
+  python3 python3-torch python3-sklearn python3-venv
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2 elfutils
   slurmctld slurmd slurm-client munge
@@ -26,6 +27,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  ./scripts/install-torch-env.sh
   exit 0
 fi
 
@@ -47,3 +49,5 @@ fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"
+# torch 2.x, Lightning and Accelerate from PyPI, outside the checkout.
+$SUDO ./scripts/install-torch-env.sh
