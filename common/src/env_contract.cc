@@ -43,7 +43,10 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts)},
       {"TORCHELASTIC_RUN_ID", run_id},
       {"DDP_RUN_ID", run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_async_error_handling},
   };
+  if (!error_file.empty()) env.emplace_back("TORCHELASTIC_ERROR_FILE", error_file);
   if (output_prefixed) env.emplace_back("DDP_OUTPUT_PREFIXED", "1");
   if (!rdzv_endpoint.empty()) {
     env.emplace_back("DDP_RDZV_ENDPOINT", rdzv_endpoint);
@@ -63,7 +66,8 @@ const std::vector<std::string>& contract_variable_names() {
       "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
       "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR",
-      "DDP_OUTPUT_PREFIXED", "DDP_RDZV_UNAVAILABLE"};
+      "DDP_OUTPUT_PREFIXED", "DDP_RDZV_UNAVAILABLE", "TORCHELASTIC_USE_AGENT_STORE",
+      "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE"};
   return names;
 }
 
@@ -108,6 +112,8 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.rdzv_tls_ca = optional_str("DDP_RDZV_TLS_CA", "");
   env.node_addr = optional_str("DDP_NODE_ADDR", "");
   env.output_prefixed = optional_int("DDP_OUTPUT_PREFIXED", 0, 0, 1) == 1;
+  env.error_file = optional_str("TORCHELASTIC_ERROR_FILE", "");
+  env.nccl_async_error_handling = optional_str("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

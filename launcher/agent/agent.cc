@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -40,18 +41,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
 
-
-void make_dirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      partial = path.substr(0, i);
-      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        throw Error("--log_dir: cannot create '" + partial + "': " + std::strerror(errno));
-      }
-    }
-  }
-}
 
 int open_log_file(const std::string& path) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -93,6 +82,30 @@ bool runs_python(const std::vector<std::string>& command) {
   const std::string& exe = command.front();
   const std::string base = exe.substr(exe.rfind('/') == std::string::npos ? 0 : exe.rfind('/') + 1);
   return base.rfind("python", 0) == 0;
+}
+
+// --virtual_local_rank: the worker sees only its own device, as device 0
+// (torchrun's rule: the parent's HIP_VISIBLE_DEVICES, else
+// CUDA_VISIBLE_DEVICES, names the devices; without either, device = local rank).
+void set_own_device(std::vector<std::string>& env, int local_rank) {
+  const char* hip = std::getenv("HIP_VISIBLE_DEVICES");
+  const char* parent = hip != nullptr && *hip != '\0' ? hip : std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string device = std::to_string(local_rank);
+  if (parent != nullptr) {
+    std::vector<std::string> devices;
+    std::stringstream items(parent);
+    for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
+    if (static_cast<size_t>(local_rank) >= devices.size()) {
+      throw Error("--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
+                  (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") + parent);
+    }
+    device = devices[static_cast<size_t>(local_rank)];
+  }
+  std::erase_if(env, [&](const std::string& e) {
+    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
+  });
+  env.push_back("CUDA_VISIBLE_DEVICES=" + device);
+  if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
 }
 
 // The last `n` of `lines`.
@@ -176,8 +189,11 @@ int Agent::run_rounds() {
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
+  files_ = std::make_unique<RunFiles>(spec_.log_dir, spec_.run_id);
   if (spec_.log_dir_defaulted) {
-    log.info("--redirects/--tee without --log_dir: worker logs go to {}/{}", spec_.log_dir, spec_.run_id);
+    log.info("--redirects/--tee without --log_dir: worker logs go to {}", files_->root());
+  } else if (files_->keeps_logs()) {
+    log.info("worker logs go to {}", files_->root());
   }
 
   // Single node: rounds decided here, workers' server loaded in the background.
@@ -249,6 +265,7 @@ int Agent::run_rounds() {
     if (result.first_failure) {
       log.error("{}", result.failure_report);
       if (!result.can_restart) {
+        files_->write_root_cause(*result.first_failure, round.restart_count, result.failure_report);
         linger(Linger::kUntilDelivered);
         return result.first_failure->launcher_exit_code();
       }
@@ -333,10 +350,7 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
                                               const std::vector<std::string>& base_env,
                                               const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines) {
   const int n = spec_.nproc_per_node;
-  std::string attempt_dir;
-  if (!spec_.log_dir.empty()) {
-    attempt_dir = spec_.log_dir + "/" + spec_.run_id + "/attempt_" + std::to_string(round.restart_count);
-  }
+  const char* nccl_async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
   try {
     for (int i = 0; i < n; ++i) {
@@ -346,7 +360,7 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       launch.cpus = cpus[static_cast<size_t>(i)];
       WorkerEnv env;
       env.rank = launch.rank;
-      env.local_rank = i;
+      env.local_rank = spec_.virtual_local_rank ? 0 : i;
       env.group_rank = round.group_rank;
       env.role_rank = launch.rank;
       env.world_size = round.world_size;
@@ -354,7 +368,11 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       env.group_world_size = round.group_world_size;
       env.role_world_size = env.world_size;
       env.role_name = spec_.role;
-      env.master_addr = round.master_addr;
+      // The static form passes --master_addr as given, as torchrun does: each
+      // node resolves it (a name node 0 maps to 127.0.1.1 must not become
+      // node 0's loopback address in every rank).
+      env.master_addr = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic ? spec_.master_addr
+                                                                                         : round.master_addr;
       env.master_port = round.master_port;
       env.restart_count = round.restart_count;
       env.max_restarts = spec_.max_restarts;
@@ -364,30 +382,29 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       env.rdzv_token = spec_.rdzv_token;
       env.round = round.round;
       env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+      if (nccl_async != nullptr) env.nccl_async_error_handling = nccl_async;
+      const std::string rank_dir = files_->worker_dir(round.restart_count, i);
+      env.error_file = RunFiles::error_file(rank_dir);
       if (spec_.multi_node()) {
         env.rdzv_tls_ca = spec_.tls_ca;
         env.node_addr = node_address_;
       }
       launch.env = base_env;
       for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
+      if (spec_.virtual_local_rank) set_own_device(launch.env, i);
 
       // Where each stream goes: the console unless redirected (and not tee'd)
       // or filtered out; the rank's log file whenever a log dir is set.
       bool shown = !spec_.local_ranks_filter ||
                    std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
                        spec_.local_ranks_filter->end();
-      std::string rank_dir;
-      if (!attempt_dir.empty()) {
-        rank_dir = attempt_dir + "/" + std::to_string(launch.rank);
-        make_dirs(rank_dir);
-      }
       for (int s = 0; s < 2; ++s) {
         int bit = s == 0 ? kStdout : kStderr;
         bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
         TeeTarget& target = launch.streams[s];
         target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
         target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
-        if (!rank_dir.empty()) {
+        if (files_->keeps_logs()) {
           target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
           target.file_fd = open_log_file(target.file_path);
         }

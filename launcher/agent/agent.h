@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/run_files.h"
 #include "agent/control_plane.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
@@ -58,6 +59,7 @@ class Agent {
   OrphanGuard& guard_;
   int signal_fd_;
   std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<RunFiles> files_;  // per-worker logs and error files
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
 };

@@ -19,6 +19,8 @@
 #include "ddp/common/executables.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/random_id.h"
+#include "cli/accelerators.h"
+#include "cli/launch_options.h"
 #include "cli/slurm_step.h"
 
 namespace ddp::launcher {
@@ -61,25 +63,6 @@ int parse_positive_int(const std::string& flag, const std::string& text) {
     throw Error(flag + "=" + text + ": expected a positive integer");
   }
   return std::stoi(text);
-}
-
-std::vector<int> parse_rank_list(const std::string& flag, const std::string& text, int nproc) {
-  std::vector<int> ranks;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos) {
-      throw Error(flag + "=" + text + ": '" + item + "' is not a local rank");
-    }
-    int rank = std::stoi(item);
-    if (rank >= nproc) {
-      throw Error(flag + "=" + text + ": local rank " + item + " does not exist (--nproc_per_node=" +
-                  std::to_string(nproc) + ")");
-    }
-    ranks.push_back(rank);
-  }
-  if (ranks.empty()) throw Error(flag + " is empty: give a comma-separated list of local ranks");
-  return ranks;
 }
 
 // Creates `dir` (and parents) and checks that it is writable.
@@ -160,10 +143,6 @@ struct GivenShape {
        run_id = false, standalone = false;
 };
 
-int count_gpus_in(const std::string& list) {
-  return list.empty() ? 0 : static_cast<int>(std::count(list.begin(), list.end(), ',')) + 1;
-}
-
 // Inside a Slurm job step, what the user did not give comes from the step:
 // the node count, the node rank, the rendezvous on the step's first host and
 // the run id; also the step's GPUs when CUDA_VISIBLE_DEVICES is unset.
@@ -212,9 +191,7 @@ void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& r
 
 }  // namespace
 
-bool LaunchSpec::runs_under_python() const {
-  return !no_python && (module || ends_with(program, ".py"));
-}
+bool LaunchSpec::runs_under_python() const { return !no_python && (module || python_program); }
 
 std::vector<std::string> LaunchSpec::command() const {
   std::vector<std::string> cmd;
@@ -228,30 +205,13 @@ std::vector<std::string> LaunchSpec::command() const {
   return cmd;
 }
 
-int count_visible_gpus() {
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    // CUDA stops at the first invalid entry; "-1" or "" hides every device.
-    int count = 0;
-    std::stringstream items(visible);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-      if (item.empty() || item[0] == '-') break;
-      ++count;
-    }
-    return count;
-  }
-  int count = 0;
-  if (DIR* dev = opendir("/dev")) {
-    while (dirent* entry = readdir(dev)) {
-      std::string name = entry->d_name;
-      if (name.rfind("nvidia", 0) == 0 && name.size() > 6 &&
-          name.find_first_not_of("0123456789", 6) == std::string::npos) {
-        ++count;
-      }
-    }
-    closedir(dev);
-  }
-  return count;
+bool is_python_program(const std::string& path) {
+  if (ends_with(path, ".py")) return true;
+  std::ifstream file(path, std::ios::binary);
+  char head[4] = {};
+  if (!file.read(head, sizeof(head))) return !file.is_open() ? false : std::string(head, 2) != "#!";
+  return !(head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F') &&
+         !(head[0] == '#' && head[1] == '!');
 }
 
 int count_usable_cpus() {
@@ -262,143 +222,59 @@ int count_usable_cpus() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus) {
-  if (text == "auto") return visible_gpus > 0 ? visible_gpus : usable_cpus;
+int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus, int visible_xpus) {
+  if (text == "auto") return visible_gpus > 0 ? visible_gpus : visible_xpus > 0 ? visible_xpus : usable_cpus;
   if (text == "cpu") return usable_cpus;
   if (text == "gpu") {
-    if (visible_gpus == 0) throw Error("--nproc_per_node=gpu: no GPU is visible to this process");
+    if (visible_gpus == 0) {
+      throw Error("--nproc_per_node=gpu: no GPU is visible to this process (no NVIDIA or ROCm device, "
+                  "or CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES hides them)");
+    }
     return visible_gpus;
+  }
+  if (text == "xpu") {
+    if (visible_xpus == 0) throw Error("--nproc_per_node=xpu: no Intel XPU is visible to this process");
+    return visible_xpus;
   }
   if (text == "0") throw Error("--nproc_per_node=0: at least one worker is needed");
   if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) {
-    throw Error("--nproc_per_node=" + text + ": expected a positive integer, auto, cpu or gpu");
+    throw Error("--nproc_per_node=" + text + ": expected a positive integer, auto, cpu, gpu or xpu");
   }
   return std::stoi(text);
 }
 
-ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
-  CLI::App app{
-      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
-      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
-      "ddprun"};
-  app.prefix_command();
-  // A flag given twice takes its last value, like torchrun's argparse.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
-  app.allow_config_extras(false);
-  app.set_version_flag("--version", "ddprun 0.1.0");
+namespace {
 
-  LaunchSpec spec;
-  std::string nnodes_text = "1", redirects_text, tee_text, filter_text, run_id, rdzv_conf_text;
-  std::string backend_text;
-  bool no_prefix = false;
-  // torchrun flags with nothing to do here: accepted, so that a copied
-  // command line runs, with one line saying why they change nothing.
-  std::string start_method, logs_specs, numa_binding, line_prefix;
-  bool run_path = false;
-  app.add_option("--nproc_per_node,--nproc-per-node", spec.nproc_per_node_text,
-                 "Workers on this node: N, auto (GPUs, else CPUs), cpu, gpu")
-      ->envname("PET_NPROC_PER_NODE");
-  app.add_option("--nnodes", nnodes_text, "Number of nodes (N or MIN:MAX)")->envname("PET_NNODES");
-  app.add_option("--node_rank,--node-rank", spec.node_rank,
-                 "Rank of this node (default: assigned by the rendezvous; 0 hosts the rendezvous)")
-      ->envname("PET_NODE_RANK");
-  app.add_option("--rdzv_endpoint,--rdzv-endpoint", spec.rdzv_endpoint,
-                 "Rendezvous HOST[:PORT] (default port 29400; single node: 127.0.0.1 on a free port)")
-      ->envname("PET_RDZV_ENDPOINT");
-  app.add_option("--rdzv_backend,--rdzv-backend", backend_text,
-                 "static (node rank 0 hosts the rendezvous) or c10d (the node at the endpoint's "
-                 "address hosts it, ranks assigned); default: static with --node_rank, else c10d")
-      ->envname("PET_RDZV_BACKEND");
-  app.add_option("--rdzv_conf,--rdzv-conf", rdzv_conf_text,
-                 "key=value,...: join_timeout (timeout), last_call_timeout, close_timeout, read_timeout, "
-                 "is_host, heartbeat_interval (keep_alive_interval), heartbeat_timeout, "
-                 "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes")
-      ->envname("PET_RDZV_CONF");
-  app.add_option("--rdzv_token,--rdzv-token", spec.rdzv_token,
-                 "Shared secret every rendezvous request carries (or DDP_RDZV_TOKEN); the same on "
-                 "every node. Visible to other users in ps: prefer DDP_RDZV_TOKEN")
-      ->envname("DDP_RDZV_TOKEN");
-  std::string token_file;
-  app.add_option("--rdzv_token_file,--rdzv-token-file", token_file,
-                 "Read the rendezvous token from this file (first line), kept out of ps")
-      ->envname("DDP_RDZV_TOKEN_FILE");
-  app.add_option("--local_addr,--local-addr", spec.local_addr,
-                 "Address advertised to other nodes (default: the one that routes to the endpoint)")
-      ->envname("PET_LOCAL_ADDR");
-  app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", spec.tls_cert, "PEM certificate (server: node 0)");
-  app.add_option("--rdzv_tls_key,--rdzv-tls-key", spec.tls_key, "PEM private key for --rdzv_tls_cert");
-  app.add_option("--rdzv_tls_ca,--rdzv-tls-ca", spec.tls_ca, "PEM CA that signed the server's certificate");
-  app.add_option("--master_addr,--master-addr", spec.master_addr, "MASTER_ADDR given to workers")
-      ->envname("PET_MASTER_ADDR");
-  app.add_option("--master_port,--master-port", spec.master_port,
-                 "MASTER_PORT given to workers (default: a free port ddprun reserves)")
-      ->envname("PET_MASTER_PORT");
-  app.add_flag("--standalone", spec.standalone, "Single-node job with a local rendezvous")
-      ->envname("PET_STANDALONE");
-  app.add_option("--max_restarts,--max-restarts", spec.max_restarts,
-                 "Restarts of the whole worker group before failing")
-      ->envname("PET_MAX_RESTARTS");
-  app.add_option("--monitor_interval,--monitor-interval", spec.monitor_interval_s,
-                 "Seconds between supervision checks (exits are seen at once regardless)")
-      ->envname("PET_MONITOR_INTERVAL");
-  app.add_option("--hang_timeout,--hang-timeout", spec.hang_timeout_s,
-                 "Seconds a rank may go without progress (collectives, or CPU time) before the job is reported "
-                 "hung, with each stuck rank's stack, and stopped; 0 (default): off")
-      ->envname("PET_HANG_TIMEOUT");
-  app.add_option("--shutdown_timeout,--shutdown-timeout", spec.shutdown_timeout_s,
-                 "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->envname("PET_SHUTDOWN_TIMEOUT");
-  app.add_option("--log_dir,--log-dir", spec.log_dir,
-                 "Write LOG_DIR/<run_id>/attempt_<k>/<rank>/{stdout,stderr}.log")
-      ->envname("PET_LOG_DIR");
-  app.add_option("-r,--redirects", redirects_text,
-                 "Send streams only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or "
-                 "LOCAL_RANK:BITS,...")
-      ->envname("PET_REDIRECTS");
-  app.add_option("-t,--tee", tee_text, "Send streams to the console and the log files (same syntax)")
-      ->envname("PET_TEE");
-  app.add_option("--local_ranks_filter,--local-ranks-filter", filter_text,
-                 "Show only these local ranks on the console, e.g. 0,2")
-      ->envname("PET_LOCAL_RANKS_FILTER");
-  app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id,
-                 "Job id, the same on every node (or PET_RDZV_ID; default: 'none' with several nodes, "
-                 "else a unique id)")
-      ->envname("PET_RUN_ID");
-  app.add_option("--role", spec.role, "ROLE_NAME given to workers")->envname("PET_ROLE");
-  app.add_flag("--no_python,--no-python", spec.no_python,
-               "Run PROGRAM directly even when it ends in .py")
-      ->envname("PET_NO_PYTHON");
-  app.add_flag("-m,--module", spec.module, "Run PROGRAM as a Python module (python3 -m)")
-      ->envname("PET_MODULE");
-  app.add_flag("--no_prefix,--no-prefix", no_prefix,
-               "Do not prefix worker output lines with [rank N]")
-      ->envname("PET_NO_PREFIX");
-  app.add_option("--start_method,--start-method", start_method, "torchrun's; no effect (workers are exec'd)")
-      ->envname("PET_START_METHOD");
-  app.add_option("--logs_specs,--logs-specs", logs_specs, "torchrun's; no effect (see --log_dir)")
-      ->envname("PET_LOGS_SPECS");
-  app.add_option("--log_line_prefix_template,--log-line-prefix-template", line_prefix,
-                 "torchrun's; no effect (lines are prefixed [rank N]; see --no_prefix)")
-      ->envname("PET_LOG_LINE_PREFIX_TEMPLATE");
-  app.add_flag("--run_path,--run-path", run_path, "torchrun's; no effect (PROGRAM is run as given)")
-      ->envname("PET_RUN_PATH");
-  app.add_option("--numa_binding,--numa-binding", numa_binding,
-                 "torchrun's; not implemented (see --bind_cores_to_rank)")
-      ->envname("PET_NUMA_BINDING");
-  app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", spec.bind_cores_to_rank,
-               "Run each local rank on its own slice of ddprun's CPUs (round-robin, one CPU each, "
-               "when ranks outnumber CPUs)")
-      ->envname("PET_BIND_CORES_TO_RANK");
+// `--local_ranks_filter`: torchrun shows the listed ranks this node has and
+// ignores the others (the same list serves nodes of different sizes).
+std::vector<int> parse_rank_filter(const std::string& text, int nproc) {
+  if (text.find_first_not_of(',') == std::string::npos) {
+    throw Error("--local_ranks_filter is empty: give a comma-separated list of local ranks");
+  }
+  std::vector<int> ranks;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error("--local_ranks_filter=" + text + ": '" + item + "' is not a local rank");
+    }
+    if (int rank = std::stoi(item); rank < nproc) ranks.push_back(rank);
+  }
+  return ranks;
+}
 
+// CLI11's parse, with argparse's abbreviations resolved first. Returns the
+// outcome for --help, --version and --print_completion, else nullopt.
+std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::string>& argv, LaunchText& text) {
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  args = expand_option_prefixes(args, known_options(app));
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
-    return {std::nullopt, app.help(), 0};
+    return ParseOutcome{std::nullopt, app.help(), 0};
   } catch (const CLI::CallForVersion&) {
-    return {std::nullopt, "ddprun 0.1.0\n", 0};
+    return ParseOutcome{std::nullopt, "ddprun 0.1.0\n", 0};
   } catch (const CLI::FileError& e) {
     throw Error(std::string("--config: ") + e.what());
   } catch (const CLI::ConfigError& e) {
@@ -407,55 +283,36 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     // CLI11 reports a bad value from the file under the option's name only.
     CLI::Option* config = app.get_config_ptr();
     if (config != nullptr && config->count() > 0) {
-      throw Error(std::string(e.what()) + " (on the command line or in --config " +
-                  config->as<std::string>() + ")");
+      throw Error(std::string(e.what()) + " (on the command line or in --config " + config->as<std::string>() + ")");
     }
     throw Error(e.what());
   }
+  if (!text.print_completion.empty()) return ParseOutcome{std::nullopt, completion_script(app, text.print_completion), 0};
+  return std::nullopt;
+}
 
-  // Everything CLI11 did not take: [--] PROGRAM ARGS... The first item must
-  // not look like a launcher option: an unknown option is an error, not the
-  // program's name.
-  std::vector<std::string> rest = app.remaining();
+// Everything CLI11 did not take: [--] PROGRAM ARGS... The first item must
+// not look like a launcher option: an unknown option is an error, not the
+// program's name.
+void take_program(LaunchSpec& spec, std::vector<std::string> rest) {
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    throw Error("unknown option '" + rest.front() +
-                "' (launcher options go before the program; use -- to end them)");
+    throw Error("unknown option '" + rest.front() + "' (launcher options go before the program; use -- to end them)");
   }
   if (rest.empty()) throw Error("no program given: usage: ddprun [OPTIONS] PROGRAM [ARGS...]");
   spec.program = rest.front();
   spec.program_args.assign(rest.begin() + 1, rest.end());
+}
 
-  // torchrun's PET_RDZV_ID names the run as PET_RUN_ID does.
-  if (run_id.empty()) {
-    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) run_id = id;
-  }
-  {
-    GivenShape given;
-    given.nnodes = app.count("--nnodes") > 0;
-    given.node_rank = app.count("--node_rank") > 0;
-    given.endpoint = app.count("--rdzv_endpoint") > 0;
-    given.master_addr = app.count("--master_addr") > 0;
-    given.master_port = app.count("--master_port") > 0;
-    given.run_id = !run_id.empty();
-    given.standalone = spec.standalone;
-    apply_slurm_step(spec, nnodes_text, run_id, given);
-  }
-  spec.nproc_per_node = resolve_nproc(
-      spec.nproc_per_node_text,
-      spec.cuda_visible_devices.empty() ? count_visible_gpus() : count_gpus_in(spec.cuda_visible_devices),
-      count_usable_cpus());
-  {
-    auto colon = nnodes_text.find(':');
-    int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
-    int max_nodes = colon == std::string::npos
-                        ? min_nodes
-                        : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
-    if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
-    spec.min_nodes = min_nodes;
-    spec.nnodes = max_nodes;
-  }
+void apply_nnodes(LaunchSpec& spec, const std::string& nnodes_text) {
+  auto colon = nnodes_text.find(':');
+  int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
+  int max_nodes =
+      colon == std::string::npos ? min_nodes : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
+  if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
+  spec.min_nodes = min_nodes;
+  spec.nnodes = max_nodes;
   if (!spec.multi_node() && spec.node_rank == -1) spec.node_rank = 0;
   if (spec.node_rank < -1 || spec.node_rank >= spec.nnodes) {
     throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +
@@ -464,23 +321,24 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   if (spec.standalone && spec.multi_node()) {
     throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" + nnodes_text);
   }
-  if (spec.master_port < 0 || spec.master_port > 65535) {
-    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
-  }
-  spec.rdzv_conf = parse_rdzv_conf(rdzv_conf_text);
-  apply_backend(spec, backend_text, nnodes_text, spec.master_port != 0 || app.count("--master_port") > 0);
+}
+
+void apply_endpoint(LaunchSpec& spec) {
   if (spec.rdzv_endpoint.empty()) {
     spec.rdzv_host = "127.0.0.1";
     spec.rdzv_port = 0;
-  } else {
-    Endpoint ep = parse_endpoint(spec.rdzv_endpoint, 29400, "--rdzv_endpoint");
-    spec.rdzv_host = ep.host;
-    spec.rdzv_port = ep.port;
-    if (ep.port == 0 && spec.multi_node()) {
-      throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint +
-                  ": port 0 cannot be found by the other nodes; give a port (default 29400)");
-    }
+    return;
   }
+  Endpoint ep = parse_endpoint(spec.rdzv_endpoint, 29400, "--rdzv_endpoint");
+  spec.rdzv_host = ep.host;
+  spec.rdzv_port = ep.port;
+  if (ep.port == 0 && spec.multi_node()) {
+    throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint +
+                ": port 0 cannot be found by the other nodes; give a port (default 29400)");
+  }
+}
+
+void apply_token_and_tls(LaunchSpec& spec, const std::string& token_file) {
   if (!token_file.empty()) {
     if (!spec.rdzv_token.empty()) throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
     const std::string text = read_flag_file("--rdzv_token_file", token_file);
@@ -499,10 +357,28 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
                                    {"--rdzv_tls_ca", spec.tls_ca}}) {
     if (!path.empty() && access(path.c_str(), R_OK) != 0) throw Error(flag + "=" + path + ": cannot read file");
   }
-  if (spec.master_addr.empty()) throw Error("--master_addr is empty");
-  if (spec.max_restarts < 0) {
-    throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
+}
+
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT: torchrun's grace when --shutdown_timeout
+// (or its PET_ variable, or the config file) does not give one.
+void apply_shutdown_default(LaunchSpec& spec, bool given) {
+  const char* text = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (given || text == nullptr || *text == '\0') return;
+  try {
+    size_t used = 0;
+    spec.shutdown_timeout_s = std::stod(text, &used);
+    if (used != std::strlen(text)) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text + " is not a number of seconds");
   }
+  if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
+    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text + " must be in [0, 86400] seconds");
+  }
+}
+
+void check_ranges(const LaunchSpec& spec) {
+  if (spec.master_addr.empty()) throw Error("--master_addr is empty");
+  if (spec.max_restarts < 0) throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
   if (!(spec.monitor_interval_s > 0 && spec.monitor_interval_s <= 3600)) {
     throw Error("--monitor_interval must be in (0, 3600] seconds");
   }
@@ -512,23 +388,29 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
     throw Error("--shutdown_timeout must be in [0, 86400] seconds");
   }
-  spec.redirects = parse_stream_map("--redirects", redirects_text);
-  spec.tee = parse_stream_map("--tee", tee_text);
-  if (!filter_text.empty()) {
-    spec.local_ranks_filter = parse_rank_list("--local_ranks_filter", filter_text, spec.nproc_per_node);
-  }
-  spec.rank_prefix = !no_prefix;
-  // torchrun's default id is "none", so the same command works on every node;
-  // a single node's id only has to be unique (it names shm segments and logs).
-  if (run_id.empty()) run_id = spec.multi_node() ? "none" : random_hex(12);
-  if (run_id.find('/') != std::string::npos || run_id == "." || run_id == "..") {
-    throw Error("--run_id=" + run_id + ": must not contain '/' or be '.' or '..'");
-  }
-  spec.run_id = run_id;
-  if (const char* python = std::getenv("DDP_PYTHON"); python != nullptr && *python != '\0') {
-    spec.python = python;
-  }
   if (spec.module && spec.no_python) throw Error("-m/--module and --no_python cannot be combined");
+}
+
+// The interpreter (DDP_PYTHON, else torchrun's PYTHON_EXEC) and whether the
+// program runs under it.
+void apply_python(LaunchSpec& spec) {
+  for (const char* name : {"DDP_PYTHON", "PYTHON_EXEC"}) {
+    if (const char* python = std::getenv(name); python != nullptr && *python != '\0') {
+      spec.python = python;
+      break;
+    }
+  }
+  if (spec.no_python || spec.module) return;
+  std::string path = spec.program;
+  if (path.find('/') == std::string::npos && !ends_with(path, ".py")) {
+    // A bare name: a file here (torchrun runs `train` as python -u train), else a command on PATH.
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) path = find_on_path(path);
+  }
+  spec.python_program = !path.empty() && is_python_program(path);
+}
+
+void apply_log_dir(LaunchSpec& spec) {
   if ((spec.redirects.any() || spec.tee.any()) && spec.log_dir.empty()) {
     // Like torchrun: redirected streams need files, so they go to a temp dir (announced).
     const char* tmp = std::getenv("TMPDIR");
@@ -536,24 +418,73 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     spec.log_dir_defaulted = true;
   }
   if (!spec.log_dir.empty()) ensure_writable_dir("--log_dir", spec.log_dir);
-  if (!start_method.empty()) {
-    spec.notices.push_back("--start_method=" + start_method +
-                           " has no effect: ddprun always starts each worker as a new process (fork + exec)");
+}
+
+}  // namespace
+
+ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
+  CLI::App app{
+      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
+      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
+      "ddprun"};
+  app.prefix_command();
+  // A flag given twice takes its last value, like torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
+  app.allow_config_extras(false);
+  app.set_version_flag("--version", "ddprun 0.1.0");
+
+  LaunchSpec spec;
+  LaunchText text;
+  declare_launch_options(app, spec, text);
+  if (auto early = parse_into(app, argv, text)) return *early;
+  take_program(spec, app.remaining());
+
+  // torchrun's PET_RDZV_ID names the run as PET_RUN_ID does.
+  if (text.run_id.empty()) {
+    if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) text.run_id = id;
   }
-  if (!logs_specs.empty()) {
-    spec.notices.push_back("--logs_specs=" + logs_specs + " has no effect: per-rank logs are set with --log_dir, "
-                           "--redirects and --tee");
+  {
+    GivenShape given;
+    given.nnodes = app.count("--nnodes") > 0;
+    given.node_rank = app.count("--node_rank") > 0;
+    given.endpoint = app.count("--rdzv_endpoint") > 0;
+    given.master_addr = app.count("--master_addr") > 0;
+    given.master_port = app.count("--master_port") > 0;
+    given.run_id = !text.run_id.empty();
+    given.standalone = spec.standalone;
+    apply_slurm_step(spec, text.nnodes, text.run_id, given);
   }
-  if (!line_prefix.empty()) {
-    spec.notices.push_back("--log_line_prefix_template has no effect: lines are prefixed with [rank N] "
-                           "(--no_prefix turns that off)");
+  spec.nproc_per_node = resolve_nproc(
+      spec.nproc_per_node_text,
+      spec.cuda_visible_devices.empty() ? count_gpus() : count_visible_list(spec.cuda_visible_devices),
+      count_usable_cpus(), count_xpus());
+  apply_nnodes(spec, text.nnodes);
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
   }
-  if (run_path) spec.notices.push_back("--run_path has no effect: PROGRAM is run as given");
-  if (!numa_binding.empty()) {
-    spec.notices.push_back("--numa_binding=" + numa_binding +
-                           " is not implemented; workers keep ddprun's NUMA policy (--bind_cores_to_rank "
-                           "gives each local rank its own CPUs)");
+  spec.rdzv_conf = parse_rdzv_conf(text.rdzv_conf, &spec.notices);
+  apply_backend(spec, text.rdzv_backend, text.nnodes, spec.master_port != 0 || app.count("--master_port") > 0);
+  apply_endpoint(spec);
+  apply_token_and_tls(spec, text.token_file);
+  apply_shutdown_default(spec, app.count("--shutdown_timeout") > 0);
+  check_ranges(spec);
+  spec.redirects = parse_stream_map("--redirects", text.redirects);
+  spec.tee = parse_stream_map("--tee", text.tee);
+  if (!text.local_ranks_filter.empty()) {
+    spec.local_ranks_filter = parse_rank_filter(text.local_ranks_filter, spec.nproc_per_node);
   }
+  spec.rank_prefix = !text.no_prefix;
+  // torchrun's default id is "none", so the same command works on every node;
+  // a single node's id only has to be unique (it names shm segments and logs).
+  if (text.run_id.empty()) text.run_id = spec.multi_node() ? "none" : random_hex(12);
+  if (text.run_id.find('/') != std::string::npos || text.run_id == "." || text.run_id == "..") {
+    throw Error("--run_id=" + text.run_id + ": must not contain '/' or be '.' or '..'");
+  }
+  spec.run_id = text.run_id;
+  apply_python(spec);
+  apply_log_dir(spec);
+  for (auto& notice : torchrun_only_notices(text)) spec.notices.push_back(std::move(notice));
   if (check_program_exists) check_program(spec);
   return {spec, "", 0};
 }

@@ -61,7 +61,11 @@ struct LaunchSpec {
   // is stuck, and the group is stopped (and restarted if restarts remain).
   // 0: off. See hang_detector.h for what counts as progress.
   double hang_timeout_s = 0;
-  double shutdown_timeout_s = 5.0;
+  // torchrun's default; TORCH_ELASTIC_SHUTDOWN_TIMEOUT when the flag is not given.
+  double shutdown_timeout_s = 30.0;
+  // --virtual_local_rank: LOCAL_RANK=0 in every worker, which sees only its
+  // own device (CUDA_VISIBLE_DEVICES, and HIP_VISIBLE_DEVICES when set).
+  bool virtual_local_rank = false;
   std::string log_dir;  // empty: no per-rank files
   bool log_dir_defaulted = false;  // --redirects/--tee without --log_dir chose a temp dir
   StreamMap redirects;
@@ -75,7 +79,13 @@ struct LaunchSpec {
   // --bind_cores_to_rank: each local rank runs on its own slice of ddprun's
   // CPUs (cpu_binding.h); off: workers inherit ddprun's affinity.
   bool bind_cores_to_rank = false;
-  std::string python = "python3";  // interpreter for .py programs and -m
+  // Interpreter for Python programs and -m: DDP_PYTHON, else PYTHON_EXEC
+  // (torchrun's), else python3 from PATH.
+  std::string python = "python3";
+  // The program is a Python script: it ends in .py, or (torchrun runs every
+  // program under Python) it is a file that is neither a binary nor a script
+  // with a #! line, such as an extension-less script or a .pyz archive.
+  bool python_program = false;
 
   // One line each for accepted torchrun flags that change nothing here, and
   // for what was taken from a Slurm job step.
@@ -105,11 +115,14 @@ struct ParseOutcome {
 // `check_program` resolves the program on PATH (disable in pure unit tests).
 ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program = true);
 
-// Resolves --nproc_per_node text: a positive integer, or auto|cpu|gpu.
-int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus);
+// Resolves --nproc_per_node text: a positive integer, or auto|cpu|gpu|xpu
+// (auto: GPUs, else XPUs, else CPUs; accelerators.h counts them).
+int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus, int visible_xpus = 0);
 
-// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN.
-int count_visible_gpus();
+// Whether `path` (a file) runs under Python: a .py name, or contents that are
+// neither an executable binary (ELF) nor a #! script. A file that cannot be
+// read is judged by its name.
+bool is_python_program(const std::string& path);
 // CPUs in this process's affinity mask.
 int count_usable_cpus();
 

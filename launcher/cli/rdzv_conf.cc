@@ -11,7 +11,10 @@
 
 namespace ddp::launcher {
 
-RdzvConf parse_rdzv_conf(const std::string& text) {
+RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* notices) {
+  auto notice = [&](const std::string& line) {
+    if (notices != nullptr) notices->push_back(line);
+  };
   RdzvConf conf;
   double close_timeout = 0, keep_alive_attempts = 0;  // 0: not given (both must be > 0)
   bool heartbeat_timeout_given = false;
@@ -39,6 +42,19 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     auto eq = item.find('=');
     if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "use_libuv" || key == "store_type") {
+      notice("--rdzv_conf " + key + "=" + value + " has no effect: ddprun's rendezvous is its own gRPC server");
+      continue;
+    }
+    if (!seconds.count(key) && !sizes.count(key) && key != "is_host" && key != "keep_alive_max_attempt") {
+      // torchrun hands unknown keys to custom backends and ignores them otherwise.
+      notice("--rdzv_conf " + key + "=" + value +
+             " has no effect: not a key ddprun knows (join_timeout or timeout, last_call_timeout, "
+             "close_timeout, read_timeout, is_host, heartbeat_interval or keep_alive_interval, "
+             "heartbeat_timeout, keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, "
+             "max_store_bytes, max_pending_waits, max_message_bytes)");
+      continue;
+    }
     if (key == "is_host") {
       // torchrun's spellings of a boolean.
       std::string v = value;
@@ -77,19 +93,19 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
         throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
       }
       *sz->second = static_cast<long long>(number);
-    } else {
-      throw Error("--rdzv_conf: unknown key '" + key +
-                  "' (known: join_timeout or timeout, last_call_timeout, close_timeout, read_timeout, "
-                  "is_host, heartbeat_interval or keep_alive_interval, heartbeat_timeout, "
-                  "keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes)");
     }
   }
   if (close_timeout > 0) conf.close_timeout_s = close_timeout;
   if (keep_alive_attempts > 0) {
     if (heartbeat_timeout_given) {
-      throw Error("--rdzv_conf: give heartbeat_timeout or keep_alive_max_attempt, not both");
+      notice("--rdzv_conf keep_alive_max_attempt has no effect: heartbeat_timeout is given and sets when a "
+             "silent node is declared gone");
+    } else {
+      conf.heartbeat_timeout_s = conf.heartbeat_interval_s * keep_alive_attempts;
     }
-    conf.heartbeat_timeout_s = conf.heartbeat_interval_s * keep_alive_attempts;
+  }
+  if (!heartbeat_timeout_given && keep_alive_attempts == 0 && conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
+    conf.heartbeat_timeout_s = conf.heartbeat_interval_s * 3;  // torchrun's keep_alive_max_attempt default
   }
   if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
     throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddp::launcher {
 
@@ -30,11 +31,13 @@ struct RdzvConf {
   double read_timeout_s = 60;
 };
 
-// Throws ddp::Error naming --rdzv_conf and the key when malformed or unknown.
+// Throws ddp::Error naming --rdzv_conf and the key when a value is malformed.
 // torchrun's keys are accepted with their meaning: timeout (= join_timeout),
 // last_call_timeout, close_timeout, read_timeout, is_host,
 // keep_alive_interval (= heartbeat_interval) and keep_alive_max_attempt
-// (heartbeat_timeout = interval x attempts).
-RdzvConf parse_rdzv_conf(const std::string& text);
+// (heartbeat_timeout = interval x attempts, unless heartbeat_timeout is
+// given). Keys with no effect here (use_libuv, store_type, and any other, as
+// torchrun keeps unknown keys for custom backends) add a line to `notices`.
+RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* notices = nullptr);
 
 }  // namespace ddp::launcher

@@ -267,9 +267,13 @@ TEST(Launcher, LocalRanksFilterShowsOnlyChosenRanks) {
   auto envs = env_by_rank(r.out);
   EXPECT_EQ(envs.size(), 2u);
   EXPECT_TRUE(envs.count(1) && envs.count(3));
-  auto bad = ddprun({"--nproc_per_node=2", "--local_ranks_filter=5", kWorker, "env"});
+  // torchrun's rule: ranks this node lacks are ignored (one list serves nodes of any size).
+  auto wide = ddprun({"--nproc_per_node=2", "--local_ranks_filter=0,1,2,3", kWorker, "env"});
+  ASSERT_EQ(wide.code, 0) << wide.err;
+  EXPECT_EQ(env_by_rank(wide.out).size(), 2u);
+  auto bad = ddprun({"--nproc_per_node=2", "--local_ranks_filter=x", kWorker, "env"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("--local_ranks_filter"), std::string::npos);
+  EXPECT_NE(bad.err.find("--local_ranks_filter=x"), std::string::npos);
 }
 
 TEST(Launcher, LogDirGetsRawPerRankFiles) {
@@ -280,7 +284,7 @@ TEST(Launcher, LogDirGetsRawPerRankFiles) {
   for (int b = 0; b < 256; ++b) expected += static_cast<char>(b);
   expected += "\ntail-without-newline";
   for (int rank = 0; rank < 2; ++rank) {
-    auto base = dir + "/logs/attempt_0/" + std::to_string(rank);
+    auto base = run_dir(dir, "logs") + "/attempt_0/" + std::to_string(rank);
     EXPECT_EQ(read_file(base + "/stdout.log"), expected) << "rank " << rank;
     EXPECT_TRUE(std::filesystem::exists(base + "/stderr.log"));
   }
@@ -299,8 +303,8 @@ TEST(Launcher, RedirectsKeepStreamsOffTheConsoleAndTeeKeepsThemOn) {
   EXPECT_NE(r.out.find("[rank 0] out0"), std::string::npos);   // tee'd
   EXPECT_EQ(r.out.find("out1"), std::string::npos);             // redirected
   EXPECT_EQ(r.err.find("err0"), std::string::npos);
-  EXPECT_EQ(read_file(dir + "/r/attempt_0/1/stdout.log"), "out1\n");
-  EXPECT_EQ(read_file(dir + "/r/attempt_0/0/stderr.log"), "err0\n");
+  EXPECT_EQ(read_file(run_dir(dir, "r") + "/attempt_0/1/stdout.log"), "out1\n");
+  EXPECT_EQ(read_file(run_dir(dir, "r") + "/attempt_0/0/stderr.log"), "err0\n");
 }
 
 TEST(Launcher, CrashTearsDownTheRestAndReportsTheFailedRank) {
@@ -410,11 +414,12 @@ TEST(Launcher, AFullDiskForTheLogFilesIsSaidOnceAndTheConsoleKeepsEveryLine) {
   auto dir = make_temp_dir();
   ASSERT_EQ(run_process({"mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir}, {}, 10s).code, 0);
   auto r = ddprun({"--nproc_per_node=1", "--run_id=full", "--log_dir=" + dir, "--no_prefix", "seq", "100000"});
+  const std::string full_run = run_dir(dir, "full");
   run_process({"umount", dir}, {}, 10s);
   std::filesystem::remove_all(dir);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 100000) << "the console lost lines";
-  const std::string warning = "warning: writing " + dir + "/full/attempt_0/0/stdout.log failed (No space left on device)";
+  const std::string warning = "warning: writing " + full_run + "/attempt_0/0/stdout.log failed (No space left on device)";
   const auto first = r.err.find(warning);
   EXPECT_NE(first, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(warning, first + 1), std::string::npos) << "said more than once:\n" << r.err;
@@ -543,9 +548,9 @@ TEST(Launcher, RestartsTheWholeGroupWithIncreasingRestartCount) {
   EXPECT_NE(r.err.find("restart 2 of 3"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("restart 3 of 3"), std::string::npos) << r.err;
   // The first rank to fail may stop the other before it prints: one of them said it.
-  auto attempt1 = read_file(dir + "/rs/attempt_1/0/stdout.log") + read_file(dir + "/rs/attempt_1/1/stdout.log");
+  auto attempt1 = read_file(run_dir(dir, "rs") + "/attempt_1/0/stdout.log") + read_file(run_dir(dir, "rs") + "/attempt_1/1/stdout.log");
   EXPECT_NE(attempt1.find("attempt 1\n"), std::string::npos) << attempt1;
-  EXPECT_TRUE(std::filesystem::exists(dir + "/rs/attempt_2/1/stdout.log"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir(dir, "rs") + "/attempt_2/1/stdout.log"));
   auto out_of_budget = ddprun({"--nproc_per_node=1", "--max_restarts=1", kWorker, "fail-until", "5"});
   EXPECT_EQ(out_of_budget.code, 1);
   EXPECT_NE(out_of_budget.err.find("attempt 2 of 2"), std::string::npos) << out_of_budget.err;

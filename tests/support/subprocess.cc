@@ -221,4 +221,17 @@ int connect_loopback(int port) {
   return fd;
 }
 
+std::string run_dir(const std::string& log_dir, const std::string& run_id) {
+  std::string found;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(log_dir, ignored)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() == run_id.size() + 9 && name.rfind(run_id + "_", 0) == 0) {
+      if (!found.empty()) return "";
+      found = entry.path().string();
+    }
+  }
+  return found;
+}
+
 }  // namespace ddp::testing

@@ -55,6 +55,9 @@ bool process_alive(pid_t pid);
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
 std::string make_temp_dir();
+// The run's directory under a --log_dir, in torchrun's layout: the one entry
+// named <run_id>_<random> ("" when there is none, or several).
+std::string run_dir(const std::string& log_dir, const std::string& run_id);
 
 // A loopback TCP port (AF_INET or AF_INET6) that was free a moment ago, or
 // -1 when none can be bound.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 
 #include "ddp/common/error.h"
@@ -38,6 +40,8 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.rdzv_tls_ca = "/etc/ca.pem";
   env.node_addr = "10.0.0.2";
   env.output_prefixed = true;
+  env.error_file = "/logs/attempt_0/1/error.json";
+  env.nccl_async_error_handling = "0";
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) {
@@ -67,6 +71,24 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_EQ(back->rdzv_tls_ca, "/etc/ca.pem");
   EXPECT_EQ(back->node_addr, "10.0.0.2");
   EXPECT_TRUE(back->output_prefixed);
+  EXPECT_EQ(back->error_file, "/logs/attempt_0/1/error.json");
+  EXPECT_EQ(back->nccl_async_error_handling, "0");
+  EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "False");
+}
+
+TEST(EnvContract, TorchrunsStoreAndNcclVariablesAreAlwaysWrittenAndAnInheritedErrorFileNever) {
+  WorkerEnv env;
+  auto pairs = env.to_env();
+  std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
+  // A ddprun started inside a torchrun job inherits TORCHELASTIC_USE_AGENT_STORE=True:
+  // it is always overwritten, so no rank waits for an agent store nobody serves.
+  EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+  EXPECT_FALSE(vars.count("TORCHELASTIC_ERROR_FILE"));
+  const auto& names = contract_variable_names();
+  for (const char* name : {"TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name << " would be inherited";
+  }
 }
 
 TEST(EnvContract, OutputPrefixedIsWrittenOnlyWhenTrueAndReadAsZeroOrOne) {

@@ -162,7 +162,11 @@ TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   };
   EXPECT_NE(error("is_host=maybe").find("is_host=maybe is not a boolean"), std::string::npos);
   EXPECT_NE(error("keep_alive_max_attempt=0").find("keep_alive_max_attempt=0"), std::string::npos);
-  EXPECT_NE(error("keep_alive_max_attempt=3,heartbeat_timeout=9").find("not both"), std::string::npos);
+  // Both given: heartbeat_timeout wins, and the other is named in a notice (torchrun accepts the pair).
+  std::vector<std::string> notices;
+  EXPECT_DOUBLE_EQ(parse_rdzv_conf("keep_alive_max_attempt=3,heartbeat_timeout=9", &notices).heartbeat_timeout_s, 9);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("keep_alive_max_attempt has no effect"), std::string::npos) << notices[0];
 }
 
 TEST(LaunchSpec, TorchrunFlagsWithoutEffectGiveNotices) {

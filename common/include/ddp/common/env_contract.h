@@ -40,6 +40,15 @@ struct WorkerEnv {
   // worker with "[rank N] ", so ddp::log leaves the rank out of its own
   // prefix (written only when true; "0" or "1" when read).
   bool output_prefixed = false;
+  // TORCHELASTIC_ERROR_FILE: where torch's @record writes this worker's
+  // error.json (written only when set; an inherited one is never passed on).
+  std::string error_file;
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING, as torchrun sets it: the launcher's own
+  // value, else "1".
+  std::string nccl_async_error_handling = "1";
+  // TORCHELASTIC_USE_AGENT_STORE is always "False": workers start their own
+  // store on MASTER_PORT (an inherited "True" would make every rank wait for
+  // a store nobody serves).
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
