@@ -170,8 +170,11 @@ Agent::~Agent() = default;
 
 int Agent::run() {
   try {
-    return run_rounds();
+    const int code = run_rounds();
+    files_.reset();  // main() leaves with _exit: the temporary error files go now
+    return code;
   } catch (...) {
+    files_.reset();
     // Every finished attempt cleaned up after itself; one cut short by an error
     // may have left segments (and, if its workers still run, the orphan guard
     // sweeps again once it has killed them).
