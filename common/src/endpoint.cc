@@ -1,6 +1,8 @@
 #include "ddp/common/endpoint.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -119,6 +121,31 @@ bool is_local_host(const std::string& host) {
   }
   freeaddrinfo(res);
   return local;
+}
+
+bool is_loopback_address(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1" || address.rfind("::ffff:127.", 0) == 0;
+}
+
+std::string first_non_loopback_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string v4, v6;
+  for (ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == nullptr || !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK)) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (ifa->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr, buf, sizeof(buf));
+      v4 = buf;
+    } else if (ifa->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      const auto* in6 = reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) continue;  // needs a scope to be reached
+      inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
+      v6 = buf;
+    }
+  }
+  freeifaddrs(list);
+  return v4.empty() ? v6 : v4;
 }
 
 }  // namespace ddp

@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -113,6 +114,25 @@ std::deque<std::string> tail(const std::deque<std::string>& lines, size_t n) {
   return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
 }
 
+// The address this node gives the other nodes: the one that routes to the
+// rendezvous, unless the rendezvous is named by a name that resolves to
+// loopback here (the host's own name on Debian and Ubuntu is on a 127.0.1.1
+// line): then an address of an up interface, which peers can reach.
+std::string advertised_address(const Endpoint& endpoint) {
+  std::string address = local_address_towards(endpoint);
+  // A loopback address or "localhost" given on purpose (all nodes on this machine) is kept.
+  in6_addr numeric{};
+  const bool literal = inet_pton(AF_INET, endpoint.host.c_str(), &numeric) == 1 ||
+                       inet_pton(AF_INET6, endpoint.host.c_str(), &numeric) == 1;
+  if (!is_loopback_address(address) || literal || endpoint.host.rfind("localhost", 0) == 0) return address;
+  const std::string other = first_non_loopback_address();
+  if (other.empty()) return address;  // a machine with loopback only: its peers are local too
+  launcher_log().info("{} resolves to this host's loopback address {}; advertising {} to the other nodes "
+                      "(--local_addr chooses another)",
+                      endpoint.host, address, other);
+  return other;
+}
+
 }  // namespace
 
 sigset_t forwarded_signals() {
@@ -214,7 +234,7 @@ int Agent::run_rounds() {
   node.local_world_size = spec_.nproc_per_node;
   node.hostname = hostname_;
   node_address_ = !spec_.local_addr.empty() ? spec_.local_addr
-                  : spec_.multi_node()      ? local_address_towards(endpoint)
+                  : spec_.multi_node()      ? advertised_address(endpoint)
                                             : spec_.master_addr;
   node.address = node_address_;
   node.master_port = reservation.port();

@@ -109,14 +109,15 @@ std::vector<std::string> NetnsHosts::on(int host, const std::vector<std::string>
   return full;
 }
 
-void NetnsHosts::name_hosts(const std::vector<std::string>& names) const {
-  std::string table = "127.0.0.1 localhost\n";
-  for (size_t i = 0; i < names.size() && i < hosts_.size(); ++i) {
-    table += address(static_cast<int>(i)) + " " + names[i] + "\n";
-  }
-  for (const auto& host : hosts_) {
-    std::filesystem::create_directories("/etc/netns/" + host);
-    write_file("/etc/netns/" + host + "/hosts", table);
+void NetnsHosts::name_hosts(const std::vector<std::string>& names, bool own_name_on_loopback) const {
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    std::string table = "127.0.0.1 localhost\n";
+    for (size_t i = 0; i < names.size() && i < hosts_.size(); ++i) {
+      const bool self = own_name_on_loopback && i == h;
+      table += (self ? std::string("127.0.1.1") : address(static_cast<int>(i))) + " " + names[i] + "\n";
+    }
+    std::filesystem::create_directories("/etc/netns/" + hosts_[h]);
+    write_file("/etc/netns/" + hosts_[h] + "/hosts", table);
   }
 }
 

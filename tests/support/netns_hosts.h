@@ -29,8 +29,10 @@ class NetnsHosts {
   void set_link(int host, bool up) const;
   // Host i answers to names[i] on every host, as on a cluster with DNS:
   // writes /etc/netns/<namespace>/hosts, which `ip netns exec` mounts over
-  // /etc/hosts for what it starts (removed with the hosts).
-  void name_hosts(const std::vector<std::string>& names) const;
+  // /etc/hosts for what it starts (removed with the hosts). With
+  // `own_name_on_loopback`, each host maps its own name to 127.0.1.1, as
+  // Debian's and Ubuntu's installers write /etc/hosts.
+  void name_hosts(const std::vector<std::string>& names, bool own_name_on_loopback = false) const;
 
  private:
   void remove_all();

@@ -24,6 +24,14 @@ Endpoint parse_endpoint(const std::string& text, int default_port, const std::st
 // resolved or routed.
 std::string local_address_towards(const Endpoint& remote);
 
+// Whether `address` (a numeric address) is a loopback one (127.0.0.0/8, ::1).
+bool is_loopback_address(const std::string& address);
+
+// The first address of an up interface other than loopback, IPv4 first;
+// "" when there is none. What this machine can tell its peers when the name
+// they reach it by resolves to loopback here (Debian's 127.0.1.1 line).
+std::string first_non_loopback_address();
+
 // Whether `host` names this machine: its hostname, or a name or address that
 // resolves to one of its own addresses (loopback included). torchrun's rule
 // for which node hosts a c10d rendezvous. Resolution failure: false.
