@@ -433,6 +433,16 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
         }
         target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
       }
+      // As under torchrun, whose workers write to its terminal and share its
+      // stdin: a terminal for each stream the console shows when ddprun's is
+      // one, and ddprun's stdin for local rank 0 (breakpoint(), input()).
+      if (i == 0) {
+        launch.stdio.stdin_fd = stdin_relay_             ? stdin_relay_->worker_end()
+                                : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
+                                                                    : -1;
+      }
+      launch.stdio.stdout_tty = launch.streams[0].console_fd >= 0 && isatty(STDOUT_FILENO) == 1;
+      launch.stdio.stderr_tty = launch.streams[1].console_fd >= 0 && isatty(STDERR_FILENO) == 1;
     }
   } catch (...) {
     // The log files opened so far are closed when a later one cannot be made.
@@ -482,6 +492,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     }
   }
 
+  stdin_relay_.reset();
+  if (isatty(STDIN_FILENO) == 1) stdin_relay_.emplace();
   std::optional<WorkerGroup> group;
   try {
     group.emplace(command,
@@ -492,6 +504,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     remove_leftover_segments(spec_.run_id);
     throw;
   }
+  if (stdin_relay_) stdin_relay_->close_worker_end();
   std::optional<HangWatch> hang;
   if (board) hang.emplace(spec_.hang_timeout_s, *board, python);
 
@@ -531,7 +544,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
   std::vector<pollfd> pfds;
   std::vector<std::pair<size_t, int>> owners;  // (worker, stream) per pollfd after the first two
   const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));
-  constexpr size_t kFixed = 2;  // signalfd, heartbeat eventfd
+  constexpr size_t kFixed = 3;  // signalfd, heartbeat eventfd, the terminal typed into
   auto settled = [&]() {
     return group->stopping() || result.signal != 0 || result.remote_end || result.first_failure;
   };
@@ -540,6 +553,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     owners.clear();
     pfds.push_back({signal_fd_, POLLIN, 0});
     pfds.push_back({monitor ? monitor->event_fd() : -1, POLLIN, 0});
+    pfds.push_back({stdin_relay_ ? stdin_relay_->poll_fd() : -1, POLLIN, 0});
     group->add_pipes(pfds, owners);
     int timeout_ms = monitor_ms;
     auto shorten_to = [&](Clock::time_point until) {
@@ -554,6 +568,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
       for (size_t k = kFixed; k < pfds.size(); ++k) {
         if (pfds[k].revents != 0) group->pump(owners[k - kFixed].first, owners[k - kFixed].second);
       }
+      if (pfds[2].revents != 0) stdin_relay_->pump();
       if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end && result.lost.empty()) {
         uint64_t count = 0;
         ssize_t ignored = read(monitor->event_fd(), &count, sizeof(count));
@@ -597,6 +612,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
 
   group->drain();
   group.reset();
+  stdin_relay_.reset();
   // The group is gone, however it ended (success, failure, signal, lost
   // server): remove the run's segments its killed ranks left, before any
   // restart (whose ranks create new ones) and before ddprun exits.

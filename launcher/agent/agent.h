@@ -14,10 +14,12 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/run_files.h"
+#include "worker_group/stdin_relay.h"
 #include "agent/control_plane.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
@@ -60,6 +62,7 @@ class Agent {
   int signal_fd_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<RunFiles> files_;  // per-worker logs and error files
+  std::optional<StdinRelay> stdin_relay_;  // the terminal typed into, for local rank 0
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
 };

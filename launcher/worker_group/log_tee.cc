@@ -47,15 +47,29 @@ void StreamTee::write(const char* data, size_t size) {
       write_all(STDERR_FILENO, warning.data(), warning.size());
     }
   }
-  splitter_.feed(data, size, [this](const std::string& line) { emit(line); });
+  splitter_.feed(
+      data, size, [this](const std::string& line, bool redrawn) { emit(line, redrawn); },
+      [this](const std::string& text) { redraw(text); });
 }
 
 void StreamTee::flush() {
-  splitter_.flush([this](const std::string& line) { emit(line); });
+  splitter_.flush([this](const std::string& line, bool redrawn) { emit(line, redrawn); });
 }
 
-void StreamTee::emit(const std::string& line) {
-  if (target_.console_fd >= 0) {
+void StreamTee::redraw(const std::string& text) {
+  if (target_.console_fd < 0) return;
+  std::string out;
+  out.reserve(target_.prefix.size() + text.size() + 1);
+  out += target_.prefix;
+  out += text;
+  out += '\r';
+  write_all(target_.console_fd, out.data(), out.size());
+}
+
+void StreamTee::emit(const std::string& line, bool redrawn) {
+  if (redrawn && target_.console_fd >= 0) {
+    write_all(target_.console_fd, "\n", 1);  // the line is on the console already
+  } else if (target_.console_fd >= 0) {
     std::string out;
     out.reserve(target_.prefix.size() + line.size() + 1);
     out += target_.prefix;

@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,7 +34,7 @@ rlimit g_started_nofile{};
 bool g_raised_nofile = false;
 
 [[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w,
-                             const cpu_set_t* cpus, int inherit_fd) {
+                             const cpu_set_t* cpus, int inherit_fd, int stdin_fd) {
   setpgid(0, 0);
   if (inherit_fd >= 0) fcntl(inherit_fd, F_SETFD, 0);  // survives the exec
   // Where Yama restricts ptrace to ancestors, let ddprun and its children
@@ -44,8 +47,12 @@ bool g_raised_nofile = false;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  int devnull = open("/dev/null", O_RDONLY);
-  if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+  if (stdin_fd < 0) {
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+  } else if (stdin_fd != STDIN_FILENO) {
+    dup2(stdin_fd, STDIN_FILENO);
+  }
   dup2(out_w, STDOUT_FILENO);
   dup2(err_w, STDERR_FILENO);
   if (cpus != nullptr && sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
@@ -53,6 +60,24 @@ bool g_raised_nofile = false;
   }
   execvpe(argv[0], argv, envp);
   fail_child("execute", argv[0]);
+}
+
+// A pipe, or a raw pseudo-terminal sized as ddprun's `like_fd` terminal:
+// ends[0] is read by ddprun, ends[1] becomes the child's stream. Both close-on-exec.
+void open_stream(int ends[2], bool tty, int like_fd) {
+  if (!tty) {
+    if (pipe2(ends, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + strerror(errno));
+    return;
+  }
+  termios raw{};
+  cfmakeraw(&raw);  // no output processing: "\n" stays "\n", bytes pass unchanged
+  winsize size{};
+  const bool sized = ioctl(like_fd, TIOCGWINSZ, &size) == 0;
+  if (openpty(&ends[0], &ends[1], nullptr, &raw, sized ? &size : nullptr) != 0) {
+    throw Error(std::string("openpty: ") + strerror(errno));
+  }
+  fcntl(ends[0], F_SETFD, FD_CLOEXEC);
+  fcntl(ends[1], F_SETFD, FD_CLOEXEC);
 }
 
 }  // namespace
@@ -66,7 +91,7 @@ void raise_open_file_limit() {
 }
 
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus, int inherit_fd) {
+                             const std::vector<int>& cpus, int inherit_fd, const StdioChoice& stdio) {
   if (argv.empty()) throw Error("spawn_process: empty command");
   cpu_set_t cpu_set;
   CPU_ZERO(&cpu_set);
@@ -82,11 +107,13 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
   c_env.push_back(nullptr);
 
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + strerror(errno));
-  if (pipe2(err, O_CLOEXEC) != 0) {
+  open_stream(out, stdio.stdout_tty, STDOUT_FILENO);
+  try {
+    open_stream(err, stdio.stderr_tty, STDERR_FILENO);
+  } catch (...) {
     close(out[0]);
     close(out[1]);
-    throw Error(std::string("pipe: ") + strerror(errno));
+    throw;
   }
   pid_t parent = getpid();
   pid_t pid = fork();
@@ -96,7 +123,8 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     throw Error(std::string("fork: ") + strerror(e));
   }
   if (pid == 0) {
-    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set, inherit_fd);
+    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set, inherit_fd,
+               stdio.stdin_fd);
   }
   // Also set the group from the parent so signal_group works before the child runs.
   setpgid(pid, pid);

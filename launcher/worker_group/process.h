@@ -28,8 +28,19 @@ struct SpawnedProcess {
 // the worker's stderr). `inherit_fd`, when not -1, is a close-on-exec
 // descriptor the child keeps open across the exec (the progress board).
 // ddprun and its children may ptrace the child (PR_SET_PTRACER).
+// `stdio` says what the child's standard streams are (default: /dev/null as
+// stdin, pipes for stdout and stderr).
+struct StdioChoice {
+  int stdin_fd = -1;  // duplicated as the child's stdin; -1: /dev/null
+  // A pseudo-terminal instead of a pipe (raw: bytes pass unchanged), sized as
+  // ddprun's terminal, so that the program's isatty() is true as under
+  // torchrun, whose workers write to its terminal. The read end then ends
+  // with EIO instead of EOF.
+  bool stdout_tty = false;
+  bool stderr_tty = false;
+};
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus = {}, int inherit_fd = -1);
+                             const std::vector<int>& cpus = {}, int inherit_fd = -1, const StdioChoice& stdio = {});
 
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);

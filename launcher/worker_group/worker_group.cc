@@ -25,7 +25,7 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& command, std::vector<Wo
       Worker& w = workers_[i];
       w.rank = launch.rank;
       w.local_rank = launch.local_rank;
-      SpawnedProcess p = spawn_process(command, launch.env, launch.cpus, inherit_fd);
+      SpawnedProcess p = spawn_process(command, launch.env, launch.cpus, inherit_fd, launch.stdio);
       guard_.watch(p.pid);
       w.pid = p.pid;
       w.fds[0] = p.stdout_fd;

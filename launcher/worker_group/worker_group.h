@@ -19,6 +19,7 @@
 #include "worker_group/failure_report.h"
 #include "worker_group/log_tee.h"
 #include "worker_group/orphan_guard.h"
+#include "worker_group/process.h"
 
 namespace ddp::launcher {
 
@@ -29,6 +30,7 @@ struct WorkerLaunch {
   std::vector<std::string> env;  // "NAME=value", the whole environment
   std::vector<int> cpus;         // its affinity mask; empty: inherited
   TeeTarget streams[2];          // where its stdout and stderr go
+  StdioChoice stdio;             // its stdin, and whether its streams are terminals
 };
 
 struct Worker {

@@ -64,7 +64,9 @@ TEST_F(Slurm, SrunOfDdprunOnTwoNodesIsOneJob) {
     EXPECT_EQ(env_of(r.out, rank, "LOCAL_RANK"), std::to_string(rank % 2)) << r.out;
     EXPECT_EQ(env_of(r.out, rank, "GROUP_RANK"), std::to_string(rank / 2)) << r.out;
     EXPECT_EQ(env_of(r.out, rank, "LOCAL_WORLD_SIZE"), "2") << r.out;
-    EXPECT_EQ(env_of(r.out, rank, "MASTER_ADDR"), cluster_->node_address(0)) << r.out;  // node n1
+    // The step's first host as Slurm names it, which each node resolves (as
+    // torchrun users write MASTER_ADDR=$(scontrol show hostnames | head -n1)).
+    EXPECT_EQ(env_of(r.out, rank, "MASTER_ADDR"), cluster_->node_name(0)) << r.out;
   }
   EXPECT_NE(r.err.find("took 2 node(s) (SLURM_STEP_NUM_NODES)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("node rank 1 (SLURM_NODEID)"), std::string::npos) << r.err;
