@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     if (daemon) return load_rpc_plugin().rendezvous_command(args, signal_fd);
+    // Daemons the workers start outside their process groups become ddprun's
+    // children, so they end with the job (WorkerGroup::drain).
+    if (!become_subreaper()) ddp::launcher_log().debug("PR_SET_CHILD_SUBREAPER refused");
     OrphanGuard guard(parsed.spec->run_id);  // forked while ddprun is single-threaded
     Agent agent(*parsed.spec, guard, signal_fd);
     code = agent.run();

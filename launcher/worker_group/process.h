@@ -42,6 +42,16 @@ struct StdioChoice {
 SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                              const std::vector<int>& cpus = {}, int inherit_fd = -1, const StdioChoice& stdio = {});
 
+// Makes this process the reaper of its orphaned descendants
+// (PR_SET_CHILD_SUBREAPER): a daemon a worker starts (setsid and a double
+// fork) becomes ddprun's child instead of init's, so it can be stopped with
+// the job. Returns false when the kernel refuses.
+bool become_subreaper();
+
+// This process's children other than `known` (the workers, the orphan
+// guard): the orphaned descendants it adopted as a subreaper. Read from /proc.
+std::vector<pid_t> adopted_children(const std::vector<pid_t>& known);
+
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "ddp/common/launcher_log.h"
 #include "worker_group/process.h"
 
 namespace ddp::launcher {
@@ -139,6 +140,7 @@ void WorkerGroup::kill_if_overdue() {
 
 void WorkerGroup::drain() {
   for (auto& w : workers_) signal_group(w.pid, SIGKILL);
+  stop_adopted();
   auto quiet_until = Clock::now() + std::chrono::milliseconds(500);
   const auto cap = Clock::now() + std::chrono::seconds(10);
   std::vector<pollfd> fds;
@@ -165,6 +167,23 @@ void WorkerGroup::drain() {
     if (w.pid > 0) guard_.forget(w.pid);
     w.pid = -1;  // the outcome keeps it
   }
+}
+
+void WorkerGroup::stop_adopted() {
+  // What the workers started and left behind, outside their process groups
+  // (setsid and a double fork), was adopted by ddprun, the subreaper: it
+  // ends with the group, as the group's own processes do.
+  const std::vector<pid_t> adopted = adopted_children({guard_.pid()});
+  if (adopted.empty()) return;
+  for (pid_t pid : adopted) {
+    kill(pid, SIGKILL);
+    signal_group(pid, SIGKILL);  // and its own group, if it leads one
+  }
+  for (pid_t pid : adopted) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  launcher_log().info("stopped {} process(es) the workers left outside their process groups", adopted.size());
 }
 
 }  // namespace ddp::launcher

@@ -88,12 +88,14 @@ class WorkerGroup {
   void kill_if_overdue();
 
   // Once no worker runs: kills what is left of their process groups
-  // (daemonised children), then drains the pipes until they end or stay
+  // (daemonised children) and what ddprun adopted as their subreaper
+  // (daemons that left the groups: setsid and a double fork), then drains the pipes until they end or stay
   // silent for 500 ms (a writer that escaped the group), 10 s at most
   // (time spent waiting for a slow console does not count).
   void drain();
 
  private:
+  void stop_adopted();  // kills and reaps the workers' descendants ddprun adopted
   void release();  // kill, reap, close: the destructor and a failed spawn
   OrphanGuard& guard_;
   std::vector<Worker> workers_;
