@@ -13,10 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "debian_torch.h"
 #include "rdzv_output.h"
 #include "slurm_cluster.h"
 #include "subprocess.h"
+#include "torch_env.h"
 
 namespace ddp::testing {
 namespace {
@@ -74,7 +74,7 @@ TEST_F(Slurm, SrunOfDdprunOnTwoNodesIsOneJob) {
 }
 
 TEST_F(Slurm, APytorchGlooProgramRunsAcrossBothNodes) {
-  const std::string why = torch_unavailable_reason();
+  const std::string why = torch2_unavailable_reason();
   if (!why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     GTEST_SKIP() << why;
@@ -88,7 +88,7 @@ TEST_F(Slurm, APytorchGlooProgramRunsAcrossBothNodes) {
              "print('TORCH rank=%d world=%d local=%s sum=%g' % (dist.get_rank(), dist.get_world_size(),\n"
              "      os.environ['LOCAL_RANK'], t.item()), flush=True)\n"
              "dist.destroy_process_group()\n");
-  ProcessResult r = srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", kDebianPython, script},
+  ProcessResult r = srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", torch2_python(), script},
                          120s);
   ASSERT_TRUE(r.exited) << cluster_->logs();
   ASSERT_EQ(r.code, 0) << r.out << r.err << cluster_->logs();

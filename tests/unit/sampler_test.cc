@@ -18,8 +18,8 @@
 
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
-#include "debian_torch.h"
 #include "subprocess.h"
+#include "torch_env.h"
 
 namespace ddp {
 namespace {
@@ -346,8 +346,8 @@ TEST(DistributedSampler, DefaultsComeFromTheEnvironmentContract) {
 
 // --- torch itself ---------------------------------------------------------------
 
-using testing::kDebianPython;
-using testing::torch_unavailable_reason;
+using testing::torch2_python;
+using testing::torch2_unavailable_reason;
 
 // Prints one line per (n, replicas, rank, shuffle, drop_last):
 // "n replicas rank shuffle drop_last len : i i i ...".
@@ -369,7 +369,7 @@ for n in sizes:
 )PY";
 
 TEST(DistributedSamplerVsTorch, SameIndicesWithoutShuffleAndSameCountsWithShuffle) {
-  if (auto reason = torch_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  if (auto reason = torch2_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const std::vector<std::int64_t> sizes = {0, 1, 2, 3, 7, 10, 12, 13, 17, 31};
   const std::vector<int> replicas = {1, 2, 3, 4, 5, 8, 16};
   auto join = [](const auto& v) {
@@ -380,7 +380,7 @@ TEST(DistributedSamplerVsTorch, SameIndicesWithoutShuffleAndSameCountsWithShuffl
     }
     return s;
   };
-  auto r = testing::run_process({kDebianPython, "-c", kTorchScript, join(sizes), join(replicas)},
+  auto r = testing::run_process({torch2_python(), "-c", kTorchScript, join(sizes), join(replicas)},
                                 {}, 120s);
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.err;
