@@ -120,7 +120,7 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
     throw refusal(RpcCode::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
                   " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag());
   }
-  if (phase() == Phase::kRunning) admit_during_round(args);
+  if (phase() == Phase::kRunning) admit_during_round(args, now);
   waiting_for_place_.erase(identity_of(args));  // it hears the answer now
   switch (phase()) {
     case Phase::kSucceeded:
@@ -170,15 +170,26 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
 // round with room grows: it ends without using a restart and the next round
 // takes the newcomer (torchrun's scale-up). A full round keeps running and the
 // node is told to wait (kUnavailable: the agent asks again).
-void RendezvousState::admit_during_round(const NodeInfo& args) {
+void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
   Round& running = rounds_.back();
   const int size = static_cast<int>(running.members.size());
   for (int i = 0; i < size; ++i) {
-    const NodeInfo& was = running.members[i].args;
+    const Member& member = running.members[i];
+    const NodeInfo& was = member.args;
     const bool same_rank = args.node_rank >= 0 && was.node_rank == args.node_rank;
-    const bool same_host = args.node_rank < 0 && was.node_rank < 0 && was.hostname == args.hostname &&
-                           was.address == args.address;
-    if (!running.members[i].left && (same_rank || same_host)) {
+    const bool same_host = was.hostname == args.hostname && was.address == args.address;
+    // Another host claiming the rank of a node that heartbeats: two live
+    // agents with one --node_rank, not a relaunch. Ending the round would let
+    // each end the other's rounds until the restarts run out; the newcomer
+    // is told at once and waits (it gets the rank if the holder is lost).
+    if (same_rank && !same_host && !member.left && now < member.last_seen + config_.heartbeat_timeout / 2) {
+      waiting_for_place_.insert(identity_of(args));
+      throw refusal(RpcCode::kUnavailable, "node rank ", args.node_rank, " is held by host ",
+                    quote(host_of(was)), ", which is alive (heard from ", seconds(now - member.last_seen),
+                    " ago): host ", quote(host_of(args)),
+                    " waits for it; give each node its own --node_rank");
+    }
+    if (!member.left && (same_rank || (args.node_rank < 0 && was.node_rank < 0 && same_host))) {
       end_round(running, cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
                 true);
       return;

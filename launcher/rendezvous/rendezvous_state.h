@@ -247,7 +247,9 @@ class RendezvousState {
   std::string join_timeout_message() const;
   // uses_restart=false: a scale-up, which torchrun does not count either.
   void end_round(Round& round, std::string reason, bool uses_restart = true);
-  void admit_during_round(const NodeInfo& args);  // throws kUnavailable for a full round
+  // Throws kUnavailable for a full round, or for a rank a live node of
+  // another host holds.
+  void admit_during_round(const NodeInfo& args, TimePoint now);
   void fail_forming_for(const RpcError& why, const std::string& host);
   void fail_forming(const RpcError& why);
   void expire_heartbeats(TimePoint now);

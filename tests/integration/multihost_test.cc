@@ -239,6 +239,38 @@ TEST_F(MultiHost, AHostArrivingAtAFullRoundWaitsForAPlaceAndSaysSo) {
   EXPECT_EQ(r.out.find("ENV RANK="), std::string::npos) << "the late host ran workers:\n" << r.out;
 }
 
+// Two live hosts given one --node_rank (a copied command line): the second is
+// told at once who holds the rank and waits; the running job is not disturbed
+// (no round ends, no restart is used).
+TEST_F(MultiHost, ASecondLiveHostClaimingANodeRankIsNamedAtOnceAndDisturbsNothing) {
+  NetnsHosts hosts(3);
+  auto args = [&](int node_rank, const std::string& program) {
+    return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(node_rank),
+                                    "--master_addr=" + hosts.address(0), "--max_restarts=3",
+                                    "--nproc_per_node=1", kFastConf, "/bin/sh", "-c", program};
+  };
+  std::vector<std::unique_ptr<Subprocess>> running;
+  for (int i = 0; i < 2; ++i) running.push_back(ddprun(hosts, i, args(i, "sleep 3")));
+  for (auto& n : running) {
+    ASSERT_TRUE(wait_until([&] { return n->read_err().find("round 1:") != std::string::npos; }, 20s)) << n->read_err();
+  }
+  auto twin = ddprun(hosts, 2, args(1, "echo twin ran"));
+  ASSERT_TRUE(wait_until([&] { return twin->read_err().find("node rank 1 is held by host") != std::string::npos; },
+                         10s))
+      << twin->read_err();
+  EXPECT_NE(twin->read_err().find("which is alive"), std::string::npos) << twin->read_err();
+  for (auto& n : running) {
+    auto r = n->wait(20s);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("relaunched"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("round 2"), std::string::npos) << r.err;
+  }
+  auto r = twin->wait(20s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("twin ran"), std::string::npos) << r.out;
+}
+
 TEST_F(MultiHost, SigtermDuringAJoinEndsDdprunAtOnce) {
   NetnsHosts hosts(2);
   // Host 1 waits for a rendezvous host that never comes up.

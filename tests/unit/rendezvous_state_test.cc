@@ -253,6 +253,7 @@ TEST_F(RendezvousStateTest, RelaunchedNodeEndsTheRoundUsingOneRestartAndJoinsThe
   auto t1 = join(s, node("b", 1, 1));
   joined(s, t0);
   joined(s, t1);
+  advance(16s);  // b's agent died: no heartbeat for half the heartbeat timeout
   NodeInfo again = node("b-new-pod", 1, 1);  // the same node rank from a new agent
   auto t1b = join(s, again);
   EXPECT_EQ(s.restarts_used(), 1);
@@ -267,10 +268,34 @@ TEST_F(RendezvousStateTest, RelaunchedNodeEndsTheRoundUsingOneRestartAndJoinsThe
   EXPECT_THAT(r.reason, HasSubstr("was relaunched"));
   EXPECT_EQ(joined(s, t1b).group_rank, 1);
   // No restart left: a second relaunch ends the job, and the newcomer hears why.
+  advance(16s);
   auto late = refused([&] { s.join(kAuth, node("b-third-pod", 1, 1), now); });
   EXPECT_EQ(late.code, RpcCode::kFailedPrecondition);
   EXPECT_THAT(late.message, HasSubstr("no restarts left"));
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kFailed);
+}
+
+// Two live agents on different hosts given one --node_rank: the round goes
+// on, and the newcomer hears at once who holds the rank and waits for it.
+TEST_F(RendezvousStateTest, ANodeRankHeldByALiveNodeOfAnotherHostMakesTheNewcomerWait) {
+  RendezvousState s(make_config(2, 2, 3));
+  auto t0 = join(s, node("a", 1, 0));
+  auto t1 = join(s, node("b", 1, 1));
+  joined(s, t0);
+  joined(s, t1);
+  advance(5s);
+  s.heartbeat(kAuth, 1, 1, now);  // b is alive
+  advance(1s);
+  auto r = refused([&] { s.join(kAuth, node("c", 1, 1), now); });
+  EXPECT_EQ(r.code, RpcCode::kUnavailable);
+  EXPECT_THAT(r.message, HasSubstr("node rank 1 is held by host 'b', which is alive (heard from 1.0s ago)"));
+  EXPECT_THAT(r.message, HasSubstr("host 'c' waits for it; give each node its own --node_rank"));
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.restarts_used(), 0);
+  // Once b has been silent for half the heartbeat timeout, c takes its place (a relaunch).
+  advance(15s);
+  join(s, node("c", 1, 1));
+  EXPECT_EQ(s.restarts_used(), 1);
 }
 
 TEST_F(RendezvousStateTest, RelaunchOfAnAssignedRankIsKnownByHostAndAddress) {
