@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall time to launch and reap N trivial workers: ddprun vs torchrun vs mpirun, side by side in one run.
+# Wall time to launch and reap N trivial workers: ddprun vs torchrun 2.x vs mpirun, side by side in one run.
 # Usage: bench/launch_overhead.sh BUILD_DIR [RUNS]
 # Prints, per N: the median wall time of each launcher, of the same N workers started directly by a
 # shell (the baseline), the launcher's own overhead (median - baseline; noisy when it is a few ms)
@@ -9,6 +9,7 @@ BUILD_DIR=$(cd "${1:-build}" && pwd)
 RUNS=${2:-20}
 DDPRUN="$BUILD_DIR/launcher/ddprun"
 SYSPY=/usr/bin/python3
+TORCHRUN2=${DDP_TORCH_ENV:-/opt/ddprun-torch}/bin/torchrun  # scripts/install-torch-env.sh
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 printf 'import os\nassert "RANK" in os.environ\n' > "$OUT/trivial.py"
@@ -37,10 +38,12 @@ for N in 1 4 8; do
   ddp_over_py=$(calc "$ddp_py - $base_py")
   printf '%-28s %3s %12s %12s %14s %14s\n' "ddprun /bin/true" "$N" "$ddp_true" "$base_true" "$ddp_over_true" "1.0"
   printf '%-28s %3s %12s %12s %14s %14s\n' "ddprun trivial.py" "$N" "$ddp_py" "$base_py" "$ddp_over_py" "1.0"
-  if [[ -x /usr/bin/torchrun ]]; then
-    t=$(measure "/usr/bin/torchrun --standalone --redirects 9:1 --tee 9:1 --monitor_interval 0.1 --nproc_per_node=$N $OUT/trivial.py")
+  if [[ -x $TORCHRUN2 ]]; then
+    # torchrun 2.x from the torch environment; its workers run under the same
+    # python3 as ddprun's (PYTHON_EXEC), so only the launchers differ.
+    t=$(measure "env PYTHON_EXEC=$SYSPY $TORCHRUN2 --standalone --monitor-interval 0.1 --nproc-per-node=$N $OUT/trivial.py")
     over=$(calc "$t - $base_py")
-    printf '%-28s %3s %12s %12s %14s %14s\n' "torchrun(mi=0.1) trivial.py" "$N" "$t" "$base_py" "$over" "$(calc "$t / $ddp_py")"
+    printf '%-28s %3s %12s %12s %14s %14s\n' "torchrun 2.x (mi=0.1)" "$N" "$t" "$base_py" "$over" "$(calc "$t / $ddp_py")"
   fi
   if command -v mpirun >/dev/null; then
     m=$(measure "mpirun --allow-run-as-root --oversubscribe -np $N /bin/true")
