@@ -134,6 +134,10 @@ struct EquivalenceCase {
   std::size_t cap;
   CommMode mode = CommMode::kOverlap;
 };
+// What ctest's "# GetParam() = ..." shows, instead of the struct's bytes.
+void PrintTo(const EquivalenceCase& c, std::ostream* os) {
+  *os << "world " << c.world << ", cap " << c.cap << " B" << (c.mode == CommMode::kInline ? ", inline" : "");
+}
 
 class Equivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 
@@ -447,6 +451,9 @@ struct PartialCase {
   int world;
   CommMode mode;
 };
+void PrintTo(const PartialCase& c, std::ostream* os) {
+  *os << c.backend << ", world " << c.world << (c.mode == CommMode::kInline ? ", inline" : ", overlap");
+}
 class GradSyncPartial : public ::testing::TestWithParam<PartialCase> {};
 
 ProcessGroupOptions options_for(const char* backend) {
@@ -600,6 +607,9 @@ struct CompressionCase {
   int world;
   Compression compression;
 };
+void PrintTo(const CompressionCase& c, std::ostream* os) {
+  *os << compression_name(c.compression) << ", world " << c.world;
+}
 
 class CompressionBound : public ::testing::TestWithParam<CompressionCase> {};
 

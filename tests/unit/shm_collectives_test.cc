@@ -1098,6 +1098,12 @@ struct Layout {
   std::vector<int> sizes;
   bool every_op;
 };
+// What ctest's "# GetParam() = ..." shows, instead of the struct's bytes.
+void PrintTo(const Layout& layout, std::ostream* os) {
+  *os << "ranks per node:";
+  for (int s : layout.sizes) *os << " " << s;
+  if (layout.every_op) *os << ", every collective";
+}
 
 class ShmNodes : public Shm, public ::testing::WithParamInterface<Layout> {};
 
