@@ -191,6 +191,20 @@ void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& r
 
 }  // namespace
 
+NodeRange parse_nnodes(const std::string& text) {
+  const auto colon = text.find(':');
+  NodeRange nodes;
+  try {
+    nodes.min = parse_positive_int("--nnodes", text.substr(0, colon));
+    nodes.max = colon == std::string::npos ? nodes.min : parse_positive_int("--nnodes", text.substr(colon + 1));
+  } catch (const Error&) {
+    throw Error("--nnodes=" + text + ": expected N or MIN:MAX (positive integers)");
+  }
+  if (nodes.min < 1) throw Error("--nnodes=" + text + ": at least one node is needed");
+  if (nodes.min > nodes.max) throw Error("--nnodes=" + text + ": MIN is larger than MAX");
+  return nodes;
+}
+
 bool LaunchSpec::runs_under_python() const { return !no_python && (module || python_program); }
 
 std::vector<std::string> LaunchSpec::command() const {
@@ -306,13 +320,9 @@ void take_program(LaunchSpec& spec, std::vector<std::string> rest) {
 }
 
 void apply_nnodes(LaunchSpec& spec, const std::string& nnodes_text) {
-  auto colon = nnodes_text.find(':');
-  int min_nodes = parse_positive_int("--nnodes", nnodes_text.substr(0, colon));
-  int max_nodes =
-      colon == std::string::npos ? min_nodes : parse_positive_int("--nnodes", nnodes_text.substr(colon + 1));
-  if (min_nodes > max_nodes) throw Error("--nnodes=" + nnodes_text + ": MIN is larger than MAX");
-  spec.min_nodes = min_nodes;
-  spec.nnodes = max_nodes;
+  const NodeRange nodes = parse_nnodes(nnodes_text);
+  spec.min_nodes = nodes.min;
+  spec.nnodes = nodes.max;
   if (!spec.multi_node() && spec.node_rank == -1) spec.node_rank = 0;
   if (spec.node_rank < -1 || spec.node_rank >= spec.nnodes) {
     throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +

@@ -115,6 +115,13 @@ struct ParseOutcome {
 // `check_program` resolves the program on PATH (disable in pure unit tests).
 ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program = true);
 
+// --nnodes N or MIN:MAX (positive integers, MIN <= MAX), for the launcher and
+// the standalone server alike. Throws ddp::Error naming --nnodes.
+struct NodeRange {
+  int min = 1, max = 1;
+};
+NodeRange parse_nnodes(const std::string& text);
+
 // Resolves --nproc_per_node text: a positive integer, or auto|cpu|gpu|xpu
 // (auto: GPUs, else XPUs, else CPUs; accelerators.h counts them).
 int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus, int visible_xpus = 0);

@@ -23,17 +23,7 @@ std::chrono::milliseconds to_ms(double seconds) {
 }
 
 RendezvousConfig server_config(const LaunchSpec& spec, int min_nodes, int max_nodes) {
-  RendezvousConfig config;
-  config.run_id = spec.run_id;
-  config.token = spec.rdzv_token;
-  config.min_nodes = min_nodes;
-  config.max_nodes = max_nodes;
-  config.join_timeout = to_ms(spec.rdzv_conf.join_timeout_s);
-  config.last_call_timeout = to_ms(spec.rdzv_conf.last_call_timeout_s);
-  config.heartbeat_timeout = to_ms(spec.rdzv_conf.heartbeat_timeout_s);
-  config.max_restarts = spec.max_restarts;
-  apply_limits(spec.rdzv_conf, config);
-  return config;
+  return rendezvous_config(spec.run_id, spec.rdzv_token, min_nodes, max_nodes, spec.max_restarts, spec.rdzv_conf);
 }
 
 class HeartbeatWatch final : public RoundWatch {
@@ -117,7 +107,7 @@ class RemoteControlPlane final : public ControlPlane {
   bool outcome_delivered() const override { return !server_ || server_->service().outcome_delivered(); }
   std::chrono::milliseconds linger_time() const override {
     if (!server_) return {};
-    return to_ms(spec_.rdzv_conf.close_timeout_s.value_or(2 * spec_.rdzv_conf.heartbeat_interval_s + 0.5));
+    return close_time(spec_.rdzv_conf);
   }
 
  private:

@@ -44,12 +44,27 @@ std::chrono::milliseconds to_ms(double seconds) {
 
 }  // namespace
 
-void apply_limits(const RdzvConf& conf, RendezvousConfig& config) {
+RendezvousConfig rendezvous_config(const std::string& run_id, const std::string& token, int min_nodes,
+                                   int max_nodes, int max_restarts, const RdzvConf& conf) {
+  RendezvousConfig config;
+  config.run_id = run_id;
+  config.token = token;
+  config.min_nodes = min_nodes;
+  config.max_nodes = max_nodes;
+  config.max_restarts = max_restarts;
+  config.join_timeout = to_ms(conf.join_timeout_s);
+  config.last_call_timeout = to_ms(conf.last_call_timeout_s);
+  config.heartbeat_timeout = to_ms(conf.heartbeat_timeout_s);
   config.limits.max_key_bytes = static_cast<std::size_t>(conf.max_key_bytes);
   config.limits.max_value_bytes = static_cast<std::size_t>(conf.max_value_bytes);
   config.limits.max_keys = static_cast<std::size_t>(conf.max_keys);
   config.limits.max_store_bytes = static_cast<std::size_t>(conf.max_store_bytes);
   config.limits.max_pending_waits = static_cast<std::size_t>(conf.max_pending_waits);
+  return config;
+}
+
+std::chrono::milliseconds close_time(const RdzvConf& conf) {
+  return to_ms(conf.close_timeout_s.value_or(2 * conf.heartbeat_interval_s + 0.5));
 }
 
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {
@@ -77,21 +92,8 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     if (port < 0 || port > 65535) throw Error("--port=" + std::to_string(port) + " is not a TCP port");
     if (max_restarts < 0) throw Error("--max_restarts must be >= 0");
     RdzvConf conf = parse_rdzv_conf(conf_text);
-    RendezvousConfig config;
-    config.run_id = run_id;
-    config.token = token;
-    auto colon = nnodes.find(':');
-    try {
-      config.min_nodes = std::stoi(nnodes.substr(0, colon));
-      config.max_nodes = colon == std::string::npos ? config.min_nodes : std::stoi(nnodes.substr(colon + 1));
-    } catch (const std::exception&) {
-      throw Error("--nnodes=" + nnodes + ": expected N or MIN:MAX");
-    }
-    config.join_timeout = to_ms(conf.join_timeout_s);
-    config.last_call_timeout = to_ms(conf.last_call_timeout_s);
-    config.heartbeat_timeout = to_ms(conf.heartbeat_timeout_s);
-    config.max_restarts = max_restarts;
-    apply_limits(conf, config);
+    const NodeRange nodes = parse_nnodes(nnodes);
+    RendezvousConfig config = rendezvous_config(run_id, token, nodes.min, nodes.max, max_restarts, conf);
     ServerOptions options;
     options.max_message_bytes = static_cast<int>(conf.max_message_bytes);
     options.host = host;
@@ -127,7 +129,7 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
       auto phase = server->service().phase();
       if (phase == RendezvousState::Phase::kSucceeded || phase == RendezvousState::Phase::kFailed) {
         // Let agents read the outcome with their next heartbeats, then stop.
-        std::this_thread::sleep_for(to_ms(2 * conf.heartbeat_interval_s + 0.5));
+        std::this_thread::sleep_for(close_time(conf));
         log.info("rendezvous: job {}", phase == RendezvousState::Phase::kSucceeded ? "succeeded" : "failed");
         server->shutdown();
         return phase == RendezvousState::Phase::kSucceeded ? 0 : 1;

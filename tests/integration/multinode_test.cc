@@ -420,6 +420,21 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
 }
 #endif
 
+// The standalone server reads --nnodes as the launcher does (one parser).
+TEST(MultiNode, TheStandaloneServerRefusesAMalformedNnodesAsTheLauncherDoes) {
+  for (const std::string bad : {"2x", "0", "3:2", "a:b"}) {
+    auto server = run_process({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=x", "--nnodes=" + bad},
+                              kToken, 10s);
+    auto launcher = run_process({kDdprun, "--nnodes=" + bad, "--rdzv_endpoint=127.0.0.1:1", kWorker, "env"}, kToken,
+                                10s);
+    EXPECT_NE(server.code, 0) << bad << ": " << server.out;
+    EXPECT_NE(server.err.find("--nnodes=" + bad), std::string::npos) << server.err;
+    const std::string server_error = server.err.substr(server.err.find("--nnodes="));
+    EXPECT_NE(launcher.err.find(server_error.substr(0, server_error.find('\n'))), std::string::npos)
+        << "the two errors differ:\n" << server.err << launcher.err;
+  }
+}
+
 TEST(MultiNode, MultiNodeNeedsAnEndpointOrAStaticNodeRank) {
   auto no_ep = run_process({kDdprun, "--nnodes=2", kWorker, "env"}, kToken);
   EXPECT_EQ(no_ep.code, 2);
