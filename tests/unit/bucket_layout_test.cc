@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "grad_sync/bucket_packing.h"
+#include "grad/grad_sync/bucket_packing.h"
 #include "ddp/common/error.h"
 
 namespace ddp {

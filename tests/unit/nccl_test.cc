@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "backend.h"
+#include "core/backend.h"
 #include "ddp/common/error.h"
 #include "ddp/store.h"
-#include "nccl_id.h"
+#include "backends/nccl/nccl_id.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>

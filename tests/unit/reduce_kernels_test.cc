@@ -4,7 +4,7 @@
 // scalar tail; the two-rank "into both" kernels give exactly what the plain
 // kernel followed by divide_in_place gives.
 
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 #include <gtest/gtest.h>
 

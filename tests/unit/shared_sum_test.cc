@@ -25,7 +25,7 @@
 #include "ddp/shared_grad_sum.h"
 #include "error_of.h"
 #include "reference_mlp.h"
-#include "shared_sum.h"
+#include "grad/shared_sum.h"
 #include "thread_ranks.h"
 
 namespace ddp {

@@ -10,7 +10,7 @@
 
 #include "ddp/common/error.h"
 #include "error_of.h"
-#include "shm/algorithms.h"
+#include "backends/shm/algorithms.h"
 
 namespace ddp::shm {
 namespace {

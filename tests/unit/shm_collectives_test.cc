@@ -37,7 +37,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
-#include "shm/arena.h"
+#include "backends/shm/arena.h"
 #include "error_of.h"
 #include "shm_segments.h"
 #include "thread_ranks.h"

@@ -1,9 +1,9 @@
-// The shm segment's setup between processes (worker/src/shm/segment.h): a
+// The shm segment's setup between processes (worker/src/backends/shm/segment.h): a
 // rank that attached notices at once, not at the deadline, when another
 // rank of the node dies before every rank has attached, and removes the
 // segment's name so nothing is left in /dev/shm.
 
-#include "shm/segment.h"
+#include "backends/shm/segment.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,0 +1,348 @@
+// The NCCL backend: GPU collectives on device buffers, on a stream of its own.
+// Host buffers (the helpers' scalars and byte strings) are staged through
+// device memory, so every ProcessGroup call works with either kind.
+// Compiled whenever CUDA and NCCL are found (DDP_HAVE_NCCL). Every NCCL call
+// is checked and reported with NCCL's error string; a collective that does not
+// finish within the group's timeout, or an asynchronous NCCL error, aborts the
+// communicator instead of hanging.
+
+#include "core/backend.h"
+#include "ddp/common/error.h"
+#include "device/device_memory.h"
+#include "backends/nccl/nccl_id.h"
+
+#ifdef DDP_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+#endif
+
+namespace ddp {
+
+#ifndef DDP_HAVE_NCCL
+
+bool nccl_available() { return false; }
+
+std::string exchange_nccl_unique_id(Store&, int, std::chrono::milliseconds) {
+  throw Error("this libddp was built without NCCL (CUDA Toolkit and NCCL were not found at build time)");
+}
+
+std::unique_ptr<Backend> make_nccl_backend(const BackendConfig&) {
+  throw Error("backend 'nccl': this libddp was built without NCCL (CUDA Toolkit and NCCL were not found "
+              "at build time); use DDP_BACKEND=gloo");
+}
+
+#else
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess && r != ncclInProgress) {
+    throw Error(std::string("nccl: ") + what + ": " + ncclGetErrorString(r));
+  }
+}
+
+using device::check_cuda;
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kFloat64: return ncclFloat64;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kInt32: return ncclInt32;
+    case DType::kInt64: return ncclInt64;
+    case DType::kUInt8: return ncclUint8;
+  }
+  throw Error("nccl: unknown dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kProduct: return ncclProd;
+  }
+  throw Error("nccl: unknown op");
+}
+
+class NcclBackend final : public Backend {
+ public:
+  explicit NcclBackend(const BackendConfig& config)
+      : rank_(config.rank), size_(config.size), timeout_(config.timeout), device_(config.device) {
+    int devices = 0;
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (device_ < 0 || device_ >= devices) {
+      throw Error("nccl: rank " + std::to_string(rank_) + " wants CUDA device " + std::to_string(device_) +
+                  " (LOCAL_RANK) but only " + std::to_string(devices) +
+                  " are visible (CUDA_VISIBLE_DEVICES)");
+    }
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    std::string id_bytes = exchange_nccl_unique_id(*config.store, rank_, timeout_);
+    ncclUniqueId id;
+    std::memcpy(&id, id_bytes.data(), sizeof(id));
+    // Non-blocking init so a peer that never arrives cannot hang us past the timeout.
+    ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+    nccl_config.blocking = 0;
+    check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &nccl_config), "ncclCommInitRankConfig");
+    wait_comm_ready("ncclCommInitRank");
+  }
+
+  ~NcclBackend() override {
+    if (comm_ != nullptr) {
+      if (aborted_) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommFinalize(comm_);
+        ncclCommDestroy(comm_);
+      }
+    }
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  void all_reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op) override {
+    use_device();
+    if (count == 0) return;
+    Staging io(*this, host_or_device, count * dtype_size(dtype), true);
+    check_nccl(ncclAllReduce(io.get(), io.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclAllReduce");
+    synchronize("all_reduce");
+    io.copy_back();
+  }
+  void broadcast(void* host_or_device, std::size_t count, DType dtype, int root) override {
+    use_device();
+    if (count == 0) return;
+    Staging io(*this, host_or_device, count * dtype_size(dtype), rank_ == root);
+    check_nccl(ncclBroadcast(io.get(), io.get(), count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    synchronize("broadcast");
+    io.copy_back();
+  }
+  void reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op, int root) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging in(*this, host_or_device, bytes, true);
+    // Non-root ranks' data must stay unchanged: only root receives.
+    void* recv = in.get();
+    std::shared_ptr<void> scratch;
+    if (rank_ != root) {
+      scratch = allocate(bytes);
+      recv = scratch.get();
+    }
+    check_nccl(ncclReduce(in.get(), recv, count, nccl_type(dtype), nccl_op(op), root, comm_, stream_), "ncclReduce");
+    synchronize("reduce");
+    if (rank_ == root) in.copy_back();
+  }
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(in), bytes, true);
+    Staging dst(*this, out, bytes * size_, false);
+    check_nccl(ncclAllGather(src.get(), dst.get(), count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    synchronize("all_gather");
+    dst.copy_back();
+  }
+  void gather(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes, true);
+    Staging dst(*this, rank_ == root ? host_out : nullptr, bytes * size_, false);
+    const void* in = src.get();
+    void* out = dst.get();
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        check_nccl(ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclRecv");
+      }
+    }
+    check_nccl(ncclSend(in, count, nccl_type(dtype), root, comm_, stream_), "ncclSend");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize("gather");
+    dst.copy_back();
+  }
+  void scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, rank_ == root ? const_cast<void*>(host_in) : nullptr, bytes * size_, true);
+    Staging dst(*this, host_out, bytes, false);
+    const void* in = src.get();
+    void* out = dst.get();
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclSend");
+      }
+    }
+    check_nccl(ncclRecv(out, count, nccl_type(dtype), root, comm_, stream_), "ncclRecv");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize("scatter");
+    dst.copy_back();
+  }
+  void all_to_all(const void* host_in, void* host_out, std::size_t count, DType dtype) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
+    Staging dst(*this, host_out, bytes * size_, false);
+    const void* in = src.get();
+    void* out = dst.get();
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclSend");
+      check_nccl(ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclRecv");
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize("all_to_all");
+    dst.copy_back();
+  }
+  void reduce_scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, ReduceOp op) override {
+    use_device();
+    if (count == 0) return;
+    const std::size_t bytes = count * dtype_size(dtype);
+    Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
+    Staging dst(*this, host_out, bytes, false);
+    check_nccl(ncclReduceScatter(src.get(), dst.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
+    synchronize("reduce_scatter");
+    dst.copy_back();
+  }
+  void barrier() override {
+    use_device();
+    if (!barrier_word_) barrier_word_ = allocate(sizeof(int));
+    check_nccl(ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclSum, comm_, stream_),
+               "ncclAllReduce (barrier)");
+    synchronize("barrier");
+  }
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    use_device();
+    return device::allocate(bytes, device_);
+  }
+
+
+ private:
+  // Collectives run on the caller's thread or the group's, which start on
+  // device 0: make this rank's device current first (staging memory and
+  // stream work must land on it).
+  void use_device() const { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  // A buffer as NCCL needs it: device memory as is; host memory copied into a
+  // device buffer (when `copy_in`) and, after the collective, back (copy_back).
+  class Staging {
+   public:
+    Staging(NcclBackend& backend, void* p, std::size_t bytes, bool copy_in) : p_(p), bytes_(bytes) {
+      if (p == nullptr || !is_host(p)) return;
+      device_ = backend.allocate(bytes);
+      if (copy_in) check_cuda(cudaMemcpy(device_.get(), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    }
+    void* get() const { return device_ ? device_.get() : p_; }
+    void copy_back() {
+      if (device_) check_cuda(cudaMemcpy(p_, device_.get(), bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    }
+
+   private:
+    static bool is_host(const void* p) {
+      cudaPointerAttributes attributes{};
+      if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky error of an unknown pointer: it is host memory
+        return true;
+      }
+      return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+    }
+    void* p_;
+    std::size_t bytes_;
+    std::shared_ptr<void> device_;
+  };
+
+  // Polls the stream and NCCL's async error until done; aborts on error or timeout.
+  void synchronize(const char* what) {
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) check_cuda(e, what);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        abort();
+        throw Error(std::string("nccl: ") + what + ": asynchronous error: " + ncclGetErrorString(async));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        abort();
+        throw Error(std::string("nccl: ") + what + " timed out after " + std::to_string(timeout_.count()) +
+                    " ms; the communicator was aborted");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  void wait_comm_ready(const char* what) {
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        abort();
+        throw Error(std::string("nccl: ") + what + ": " + ncclGetErrorString(state));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        abort();
+        throw Error(std::string("nccl: ") + what + " did not complete within " + std::to_string(timeout_.count()) +
+                    " ms (a rank never joined?); aborted");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  void abort() {
+    if (comm_ != nullptr && !aborted_) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      aborted_ = true;
+    }
+  }
+
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+  std::shared_ptr<void> barrier_word_;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::string exchange_nccl_unique_id(Store& store, int rank, std::chrono::milliseconds timeout) {
+  static const char kKey[] = "nccl_unique_id";
+  if (rank == 0) {
+    ncclUniqueId id;
+    check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::string bytes(reinterpret_cast<const char*>(&id), sizeof(id));
+    store.set(kKey, bytes);
+    return bytes;
+  }
+  std::string bytes = store.get(kKey, timeout);
+  if (bytes.size() != sizeof(ncclUniqueId)) {
+    throw Error("nccl: key '" + std::string(kKey) + "' holds " + std::to_string(bytes.size()) + " bytes, expected " +
+                std::to_string(sizeof(ncclUniqueId)));
+  }
+  return bytes;
+}
+
+std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config) {
+  return std::make_unique<NcclBackend>(config);
+}
+
+#endif
+
+}  // namespace ddp

@@ -1,0 +1,378 @@
+#include "ddp/process_group.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <map>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "core/backend.h"
+#include "ddp/common/error.h"
+#include "core/executor.h"
+#include "core/process_identity.h"
+#include "core/progress_counter.h"
+
+namespace ddp {
+
+struct ProcessGroup::Call {
+  const char* name;
+  std::size_t count;
+  DType dtype;
+  int op;    // ReduceOp or -1
+  int root;  // or -1
+
+  std::string describe() const {
+    std::string text = std::string(name);
+    if (count > 0 || op >= 0) text += " of " + std::to_string(count) + " " + dtype_name(dtype);
+    if (op >= 0) text += " (" + std::string(op_name(static_cast<ReduceOp>(op))) + ")";
+    if (root >= 0) text += " from root " + std::to_string(root);
+    return text;
+  }
+};
+
+namespace {
+
+// The debug check's signature of a call, gathered from every rank.
+struct Signature {
+  std::int64_t name_hash, count, dtype, op, root;
+  bool operator==(const Signature&) const = default;
+};
+
+std::int64_t hash_name(const char* name) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a, in unsigned arithmetic (it wraps)
+  for (const char* p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
+}
+
+// Set while a blocking call issues its collective: it may run on this thread.
+thread_local bool t_blocking_call = false;
+
+struct BlockingCall {
+  BlockingCall() { t_blocking_call = true; }
+  ~BlockingCall() { t_blocking_call = false; }
+};
+
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that exited would
+// kill this rank with SIGPIPE instead of failing the collective with an error
+// naming the peer. Python ignores SIGPIPE at start-up, which is why torch's
+// Gloo ranks never see it; a C++ program gets the default (terminate), so it
+// is ignored here unless the program chose a disposition itself.
+void ignore_sigpipe_unless_chosen() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shared_ptr<Store> store,
+                                                   const ProcessGroupOptions& options) {
+  if (size < 1) throw Error("process group: size " + std::to_string(size) + " must be >= 1");
+  if (rank < 0 || rank >= size) {
+    throw Error("process group: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
+  }
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(rank, size, std::move(store), options));
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
+    : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
+  const BackendConfig config = BackendConfig::of(rank, size, store_, options);
+  const std::string& b = options.backend;
+  if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
+    throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
+  }
+  if (b != "local" && size > 1 && !store_) throw Error("process group: the " + b + " backend needs a store");
+  if (b != "local" && size > 1) ignore_sigpipe_unless_chosen();
+  if (b == "local" || size == 1) {
+    backend_ = make_local_backend();
+  } else if (b == "gloo") {
+    backend_ = make_gloo_backend(config);
+  } else if (b == "shm") {
+    backend_ = make_shm_backend(config);
+  } else {
+    backend_ = make_nccl_backend(config);
+  }
+  executor_ = std::make_unique<Executor>();
+  // Where this rank runs, so that after a failure the others can tell a dead
+  // rank on their machine at once (see missing_ranks).
+  if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());
+}
+
+ProcessGroup::~ProcessGroup() {
+  executor_.reset();  // runs what was issued, then stops
+  backend_.reset();
+}
+
+std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void()> run) {
+  std::shared_ptr<Work> work(new Work(call.describe()));  // its constructor is the group's alone
+  const bool here = t_blocking_call;
+  t_blocking_call = false;
+  auto make_task = [&]() {
+    std::uint64_t sequence = ++issued_;
+    return [this, work, call, sequence, run = std::move(run)]() {
+      detail::collective_begun(call.name);
+      try {
+        if (options_.debug_checks && size_ > 1) check_signature(call);
+        run();
+        detail::collective_ended();
+        work->finish();
+      } catch (const std::exception& e) {
+        detail::collective_ended();
+        std::string message = std::string(e.what());
+        const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr;
+        std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() + " (collective #" +
+                           std::to_string(sequence) + ") failed: " + message;
+        if (store_ && size_ > 1 && !names_the_dead && message.find("mismatch") == std::string::npos) {
+          text += missing_ranks(sequence);
+        }
+        work->finish(std::make_exception_ptr(Error(text)));
+      }
+    };
+  };
+  if (here) {
+    executor_->run_now_or_post(make_task);
+  } else {
+    executor_->post(make_task);
+  }
+  return work;
+}
+
+void ProcessGroup::check_signature(const Call& call) {
+  Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count), static_cast<std::int64_t>(call.dtype),
+                 call.op, call.root};
+  std::vector<Signature> all(size_);
+  backend_->all_gather(&mine, all.data(), sizeof(Signature) / 8, DType::kInt64);
+  // The reference is the signature most ranks have (ties: the lowest rank's),
+  // so a lone rank 0 that differs is named, rather than everyone else.
+  int reference = 0, most = 0;
+  for (int r = 0; r < size_; ++r) {
+    int same = static_cast<int>(std::count(all.begin(), all.end(), all[r]));
+    if (same > most) {
+      most = same;
+      reference = r;
+    }
+  }
+  std::string differ;
+  for (int r = 0; r < size_; ++r) {
+    if (!(all[r] == all[reference])) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (differ.empty()) return;
+  auto show = [&](int r) {
+    const Signature& s = all[r];
+    std::string text = "count " + std::to_string(s.count) + ", dtype " + dtype_name(static_cast<DType>(s.dtype));
+    if (s.op >= 0) text += ", op " + std::string(op_name(static_cast<ReduceOp>(s.op)));
+    if (s.root >= 0) text += ", root " + std::to_string(s.root);
+    if (s.name_hash != all[reference].name_hash) text += ", a different collective";
+    return text;
+  };
+  int first = std::stoi(differ.substr(0, differ.find(',')));
+  throw Error("collective mismatch (DDP_DEBUG): rank " + std::to_string(reference) + " has " + show(reference) +
+              " (" + std::to_string(most) + " of " + std::to_string(size_) + " ranks agree); rank(s) " + differ +
+              " differ (rank " + std::to_string(first) + " has " + show(first) + ")");
+}
+
+std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
+  // Each rank whose collective failed says so; ranks that never say so within a
+  // short window had not arrived (stuck elsewhere or dead). A rank in this
+  // process's PID namespace whose process is gone is known dead at once: no
+  // need to wait out the window for it.
+  try {
+    std::string key = "diag/" + std::to_string(sequence) + "/";
+    store_->set(key + std::to_string(rank_), "1");
+    const std::string here_ns = detail::pid_namespace_of(detail::process_identity());
+    std::map<int, pid_t> local_pids;  // ranks whose pid this process can check
+    std::vector<int> undecided;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      undecided.push_back(r);
+      try {
+        const std::string there = store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
+        if (!here_ns.empty() && detail::pid_namespace_of(there) == here_ns) {
+          local_pids[r] = std::stoi(there.substr(there.rfind(' ') + 1));
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    std::vector<std::string> missing;
+    bool found_dead = false;
+    std::chrono::steady_clock::time_point dead_seen;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
+    while (!undecided.empty()) {
+      // Once a dead rank explains the failure, ranks that have not said so
+      // within 100 ms more are named as they are rather than waited for (one
+      // may be stuck in the collective behind this very rank, and free only
+      // once it gives up).
+      const auto now = std::chrono::steady_clock::now();
+      const bool last_look = now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
+      std::erase_if(undecided, [&](int r) {
+        try {
+          store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
+          return true;  // it reached the collective
+        } catch (const Error&) {
+        }
+        auto pid = local_pids.find(r);
+        if (pid != local_pids.end() && detail::proc_says_dead(pid->second)) {
+          missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) + ", exited)");
+          if (!found_dead) dead_seen = std::chrono::steady_clock::now();
+          found_dead = true;
+          return true;
+        }
+        if (!last_look) return false;
+        missing.push_back(std::to_string(r) + (found_dead ? " (alive; maybe still inside this collective)" : ""));
+        return true;
+      });
+      if (!undecided.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::sort(missing.begin(), missing.end(), [](const std::string& a, const std::string& b) {
+      return std::stoi(a) < std::stoi(b);
+    });
+    if (missing.empty()) return "; every rank reached this collective";
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    return "; ranks that had not arrived: " + list;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+void ProcessGroup::check_root(int root, const char* what) const {
+  if (root < 0 || root >= size_) {
+    throw Error(std::string(what) + ": root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
+  }
+}
+
+#define DDP_BLOCKING(async_call) \
+  do {                           \
+    BlockingCall blocking;       \
+    (async_call)->wait();        \
+  } while (0)
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->all_reduce(data, count, dtype, op); });
+}
+void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  DDP_BLOCKING(all_reduce_async(data, count, dtype, op));
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                                             const std::vector<ElementRange>& needed) {
+  for (const ElementRange& r : needed) {
+    if (r.begin > r.end || r.end > count) {
+      throw Error("all_reduce_partial: element range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                  ") is not within the " + std::to_string(count) + " elements");
+    }
+  }
+  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->all_reduce_partial(data, count, dtype, op, needed); });
+}
+void ProcessGroup::all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                      const std::vector<ElementRange>& needed) {
+  DDP_BLOCKING(all_reduce_partial_async(data, count, dtype, op, needed));
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, int root) {
+  check_root(root, "broadcast");
+  return submit({"broadcast", count, dtype, -1, root}, [=, this] { backend_->broadcast(data, count, dtype, root); });
+}
+void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(broadcast_async(data, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  check_root(root, "reduce");
+  return submit({"reduce", count, dtype, static_cast<int>(op), root},
+                [=, this] { backend_->reduce(data, count, dtype, op, root); });
+}
+void ProcessGroup::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  DDP_BLOCKING(reduce_async(data, count, dtype, op, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_async(const void* in, void* out, std::size_t count, DType dtype) {
+  return submit({"all_gather", count, dtype, -1, -1}, [=, this] { backend_->all_gather(in, out, count, dtype); });
+}
+void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, DType dtype) {
+  DDP_BLOCKING(all_gather_async(in, out, count, dtype));
+}
+
+std::shared_ptr<Work> ProcessGroup::gather_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  check_root(root, "gather");
+  return submit({"gather", count, dtype, -1, root}, [=, this] { backend_->gather(in, out, count, dtype, root); });
+}
+void ProcessGroup::gather(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(gather_async(in, out, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::scatter_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  check_root(root, "scatter");
+  return submit({"scatter", count, dtype, -1, root}, [=, this] { backend_->scatter(in, out, count, dtype, root); });
+}
+void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  DDP_BLOCKING(scatter_async(in, out, count, dtype, root));
+}
+
+std::shared_ptr<Work> ProcessGroup::all_to_all_async(const void* in, void* out, std::size_t count, DType dtype) {
+  return submit({"all_to_all", count, dtype, -1, -1}, [=, this] { backend_->all_to_all(in, out, count, dtype); });
+}
+void ProcessGroup::all_to_all(const void* in, void* out, std::size_t count, DType dtype) {
+  DDP_BLOCKING(all_to_all_async(in, out, count, dtype));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const void* in, void* out, std::size_t count, DType dtype,
+                                                         ReduceOp op) {
+  return submit({"reduce_scatter", count, dtype, static_cast<int>(op), -1},
+                [=, this] { backend_->reduce_scatter(in, out, count, dtype, op); });
+}
+void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+  DDP_BLOCKING(reduce_scatter_async(in, out, count, dtype, op));
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier_async() {
+  return submit({"barrier", 0, DType::kUInt8, -1, -1}, [this] { backend_->barrier(); });
+}
+void ProcessGroup::barrier() { DDP_BLOCKING(barrier_async()); }
+
+void ProcessGroup::broadcast_object(std::string& bytes, int root) {
+  std::int64_t length = static_cast<std::int64_t>(bytes.size());
+  broadcast(&length, 1, DType::kInt64, root);
+  if (rank_ != root) bytes.resize(static_cast<std::size_t>(length));
+  broadcast(bytes.data(), bytes.size(), DType::kUInt8, root);
+}
+
+std::vector<std::string> ProcessGroup::all_gather_object(const std::string& bytes) {
+  std::int64_t length = static_cast<std::int64_t>(bytes.size());
+  std::vector<std::int64_t> lengths(size_);
+  all_gather(&length, lengths.data(), 1, DType::kInt64);
+  std::int64_t longest = 0;
+  for (auto l : lengths) longest = std::max(longest, l);
+  std::string padded = bytes;
+  padded.resize(static_cast<std::size_t>(longest));
+  std::string all(static_cast<std::size_t>(longest) * size_, '\0');
+  all_gather(padded.data(), all.data(), padded.size(), DType::kUInt8);
+  std::vector<std::string> out(size_);
+  for (int r = 0; r < size_; ++r) out[r] = all.substr(static_cast<std::size_t>(longest) * r, lengths[r]);
+  return out;
+}
+
+std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) { return backend_->allocate(bytes); }
+
+std::string ProcessGroup::algorithm_for(const std::string& collective, std::size_t bytes) const {
+  return backend_ ? backend_->algorithm_for(collective, bytes) : "";
+}
+
+std::shared_ptr<void> ProcessGroup::allocate_node_shared(std::size_t bytes) {
+  if (size_ == 1) return nullptr;
+  std::int64_t offset = rank_ == 0 ? backend_->offer_node_shared(bytes) : -1;
+  broadcast(&offset, 1, DType::kInt64, 0);  // in order with every other collective
+  return offset < 0 ? nullptr : backend_->node_shared_at(offset, bytes);
+}
+
+}  // namespace ddp

@@ -1,0 +1,46 @@
+#pragma once
+// Which process this is, in a form other ranks can compare (internal):
+// "<boot id>/<pid namespace> <pid>". Two ranks whose identities agree up to
+// the space see each other's pids (same kernel, same PID namespace), so one
+// may check whether the other's process still exists.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <string>
+
+namespace ddp::detail {
+
+inline std::string process_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (boot.empty() || n <= 0) return "unknown " + std::to_string(getpid());
+  return boot + "/" + std::string(ns, static_cast<std::size_t>(n)) + " " + std::to_string(getpid());
+}
+
+// The part before the pid: equal for two processes that see each other's pids
+// ("unknown" matches nothing).
+inline std::string pid_namespace_of(const std::string& identity) {
+  std::string ns = identity.substr(0, identity.rfind(' '));
+  return ns == "unknown" ? std::string() : ns;
+}
+
+// Whether `pid` is gone or a zombie (it can no longer take part), as far as
+// this process can see: kill(pid, 0) and its /proc state.
+inline bool proc_says_dead(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  char state = line[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace ddp::detail
