@@ -21,7 +21,13 @@ std::string plugin_path() {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string(".");
   dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/libddprun_rpc.so";
+  // The build tree keeps it beside ddprun; an installed ddprun in libexec/ddprun/.
+  const std::string beside = dir + "/libddprun_rpc.so";
+#ifdef DDP_RPC_PLUGIN_INSTALL_DIR
+  const std::string installed = dir + "/" DDP_RPC_PLUGIN_INSTALL_DIR "/libddprun_rpc.so";
+  if (access(beside.c_str(), F_OK) != 0 && access(installed.c_str(), F_OK) == 0) return installed;
+#endif
+  return beside;
 }
 
 }  // namespace
