@@ -1,8 +1,9 @@
 #include "core/progress_counter.h"
 
-#include <cstdlib>
 #include <optional>
 
+#include "ddp/common/env_contract.h"
+#include "ddp/common/error.h"
 #include "ddp/common/progress_board.h"
 
 namespace ddp::detail {
@@ -10,12 +11,19 @@ namespace {
 
 ProgressSlot* my_slot() {
   static ProgressSlot* const slot = []() -> ProgressSlot* {
-    const char* local_rank = std::getenv("LOCAL_RANK");
-    if (local_rank == nullptr) return nullptr;
+    // The contract's one parser: a malformed LOCAL_RANK was already refused
+    // by init(); a process outside ddprun has no board.
+    std::optional<WorkerEnv> env;
+    try {
+      env = WorkerEnv::from_process_env();
+    } catch (const Error&) {
+      return nullptr;
+    }
+    if (!env) return nullptr;
     // This process's mapping of the board, for the rest of its life.
-    static std::optional<ProgressBoard> board = ProgressBoard::attach_from_env(std::atoi(local_rank));
+    static std::optional<ProgressBoard> board = ProgressBoard::attach_from_env(env->local_rank);
     if (!board) return nullptr;
-    ProgressSlot* s = &board->slot(std::atoi(local_rank));
+    ProgressSlot* s = &board->slot(env->local_rank);
     s->attached.store(1, std::memory_order_relaxed);
     return s;
   }();
