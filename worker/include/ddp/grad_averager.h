@@ -116,7 +116,7 @@ struct GradSyncStats {
 };
 
 namespace detail {
-struct AveragerState;  // the implementation's state (worker/src/grad_sync/state.h)
+struct AveragerState;  // the implementation's state
 }
 
 class GradAverager {

@@ -120,9 +120,8 @@ class GradSync final : public GradAverager {
   // 0 initially; +1 at every layout change.
   int layout_version() const;
 
-  struct Impl;  // worker/src/grad_sync/impl.h
-
  private:
+  struct Impl;  // the implementation's state
   void use_needed(std::vector<ElementRange> per_param) override;
   Impl& impl() const;
 };

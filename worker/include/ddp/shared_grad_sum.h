@@ -111,9 +111,8 @@ class SharedGradSum final : public GradAverager {
 
   void finish() override;
 
-  struct Impl;
-
  private:
+  struct Impl;  // the implementation's state
   Impl& impl() const;
 };
 
