@@ -112,6 +112,19 @@ bool KeyValueStore::remove(const std::string& key) {
   return true;
 }
 
+std::vector<std::string> KeyValueStore::keys() const {
+  std::vector<std::string> keys;
+  keys.reserve(values_.size());
+  for (const auto& [key, value] : values_) keys.push_back(key);
+  return keys;
+}
+
+void KeyValueStore::clear() {
+  values_.clear();
+  bytes_ = 0;
+  ++changes_;
+}
+
 std::string KeyValueStore::broken_invariant() const {
   std::size_t bytes = 0;
   for (const auto& [key, value] : values_) bytes += key.size() + value.size();

@@ -38,6 +38,10 @@ class KeyValueStore {
   // Whether the key existed.
   bool remove(const std::string& key);
   std::int64_t size() const { return static_cast<std::int64_t>(values_.size()); }
+  // Every key, in byte order.
+  std::vector<std::string> keys() const;
+  // Removes every key (counts as one change).
+  void clear();
 
   // Increments on every change (for the state's version()).
   std::uint64_t changes() const { return changes_; }

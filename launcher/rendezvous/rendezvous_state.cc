@@ -309,6 +309,7 @@ void RendezvousState::close_round(TimePoint now) {
   rounds_.push_back(std::move(round));
   forming_ = {};
   changed();
+  if (round_observer_) round_observer_(current_round());
 }
 
 void RendezvousState::discard_round(const RpcError& why) {

@@ -67,6 +67,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -206,6 +207,10 @@ class RendezvousState {
   // it does, else the first broken rule. Costs a pass over the whole state.
   std::string broken_invariant() const;
 
+  // Called with a round's number when it forms, before any node can learn
+  // its place in it (from the call that formed it, under the caller's lock).
+  void on_round_formed(std::function<void(std::int64_t round)> observer) { round_observer_ = std::move(observer); }
+
   Phase phase() const;
   std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }
   int restarts_used() const { return restarts_used_; }
@@ -270,6 +275,7 @@ class RendezvousState {
 
   KeyValueStore store_{config_.limits};
   Barriers barriers_{config_.limits};
+  std::function<void(std::int64_t)> round_observer_;
 };
 
 }  // namespace ddp::launcher

@@ -18,6 +18,7 @@
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
+#include "rpc/torch_store_protocol.h"
 
 namespace ddp::launcher {
 namespace {
@@ -86,21 +87,22 @@ struct Unready {
   Clock::time_point next_look;  // after a partial preface: not polled before then
 };
 
-enum class Preface { kComplete, kPartial, kWrong, kClosed };
+enum class Preface { kComplete, kTorchStore, kPartial, kWrong, kClosed };
 
-Preface look_at(int fd) {
+Preface look_at(int fd, bool serves_store) {
   char buf[kPrefaceBytes];
   ssize_t n = recv(fd, buf, sizeof buf, MSG_PEEK);
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Preface::kPartial : Preface::kClosed;
   if (n == 0) return Preface::kClosed;
+  if (serves_store && torch_store::starts_query(static_cast<std::uint8_t>(buf[0]))) return Preface::kTorchStore;
   if (std::memcmp(buf, kPreface, static_cast<size_t>(n)) != 0) return Preface::kWrong;
   return static_cast<size_t>(n) == kPrefaceBytes ? Preface::kComplete : Preface::kPartial;
 }
 
 }  // namespace
 
-ConnectionAcceptor::ConnectionAcceptor(const Options& options, HandOver hand_over)
-    : options_(options), hand_over_(std::move(hand_over)) {
+ConnectionAcceptor::ConnectionAcceptor(const Options& options, HandOver hand_over, HandOver store)
+    : options_(options), hand_over_(std::move(hand_over)), torch_store_(std::move(store)) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -226,9 +228,13 @@ void ConnectionAcceptor::run() {
     for (size_t k = 0; k < polled.size(); ++k) {
       if (!fds[1 + listeners_.size() + k].revents) continue;
       Unready& u = unready[polled[k]];
-      switch (look_at(u.fd)) {
+      switch (look_at(u.fd, static_cast<bool>(torch_store_))) {
         case Preface::kComplete:
           hand_over_(u.fd);
+          done[polled[k]] = true;
+          break;
+        case Preface::kTorchStore:
+          torch_store_(u.fd);
           done[polled[k]] = true;
           break;
         case Preface::kPartial:

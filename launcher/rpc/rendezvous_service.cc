@@ -119,6 +119,11 @@ std::size_t RendezvousService::pending_waits() {
   return waiters_.size();
 }
 
+void RendezvousService::on_round_formed(std::function<void(std::int64_t round)> observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.on_round_formed(std::move(observer));
+}
+
 bool RendezvousService::outcome_delivered() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.outcome_delivered();
@@ -514,6 +519,8 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     if (options.tls_cert.empty() || options.tls_key.empty()) {
       throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
     }
+    // gRPC's TLS acceptor cannot share its port with a plaintext protocol.
+    if (options.torch_store) throw Error("rendezvous: the torch store is served with plaintext only, not TLS");
     // Clients are authenticated by the run token; TLS gives confidentiality and the
     // server's identity, so client certificates are not requested.
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
@@ -548,10 +555,18 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     accept_options.host = options.host;
     accept_options.port = options.port;
     accept_options.handshake_timeout_ms = options.handshake_timeout_ms;
+    ConnectionAcceptor::HandOver to_store;
     try {
-      acceptor_ = std::make_unique<ConnectionAcceptor>(accept_options, [this](int fd) {
-        grpc::AddInsecureChannelFromFd(server_.get(), fd);
-      });
+      if (options.torch_store) {
+        // The program's store: each round's workers find it empty, before any
+        // node learns that the round formed (so before any worker starts).
+        torch_store_ = std::make_unique<TorchStore>(
+            TorchStore::Options{config.limits, static_cast<std::size_t>(options.max_message_bytes)});
+        service_->on_round_formed([store = torch_store_.get()](std::int64_t) { store->clear(); });
+        to_store = [store = torch_store_.get()](int fd) { store->adopt(fd); };
+      }
+      acceptor_ = std::make_unique<ConnectionAcceptor>(
+          accept_options, [this](int fd) { grpc::AddInsecureChannelFromFd(server_.get(), fd); }, to_store);
     } catch (const Error&) {
       service_->stop();
       throw;
@@ -562,6 +577,7 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
       service_->stop();
       throw Error("rendezvous: cannot start the gRPC server");
     }
+    if (torch_store_) torch_store_->start();
     acceptor_->start();
   } else {
     const std::string address = Endpoint{options.host, options.port}.to_string();
@@ -584,6 +600,7 @@ void RendezvousServer::shutdown() {
     if (!server_) return;
     server_->GetHealthCheckService()->SetServingStatus(false);
     if (acceptor_) acceptor_->stop();
+    if (torch_store_) torch_store_->stop();
     service_->stop();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   });

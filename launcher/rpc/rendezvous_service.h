@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "rpc/connection_acceptor.h"
+#include "rpc/torch_store.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_state.h"
 
@@ -43,6 +44,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool outcome_delivered();  // see RendezvousState::outcome_delivered
   std::string broken_invariant();  // see RendezvousState::broken_invariant (for the fuzzer)
   std::size_t pending_waits();  // requests held now
+  // See RendezvousState::on_round_formed (called under the service's mutex).
+  void on_round_formed(std::function<void(std::int64_t round)> observer);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext*, const v1::HeartbeatRequest*,
@@ -114,6 +117,10 @@ struct ServerOptions {
   // A connection that has not begun HTTP/2 (plaintext) or completed the TLS
   // handshake by then is closed.
   int handshake_timeout_ms = 10000;
+  // Plaintext only: also serve torch.distributed's TCPStore protocol on the
+  // port (torch_store.h), the program's store under
+  // TORCHELASTIC_USE_AGENT_STORE=True, emptied whenever a round forms.
+  bool torch_store = false;
 };
 
 class RendezvousServer {
@@ -125,6 +132,7 @@ class RendezvousServer {
 
   int port() const { return port_; }
   RendezvousService& service() { return *service_; }
+  TorchStore* torch_store() { return torch_store_.get(); }  // null unless ServerOptions::torch_store
   void shutdown();
   // Blocks until shutdown() is called from another thread or a signal handler thread.
   void wait();
@@ -132,6 +140,7 @@ class RendezvousServer {
  private:
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<TorchStore> torch_store_;
   std::unique_ptr<ConnectionAcceptor> acceptor_;  // plaintext only; TLS uses gRPC's
   int port_ = 0;
   std::once_flag shutdown_once_;
