@@ -67,7 +67,7 @@ if ((SERVICE_SECONDS > 0)); then
   read -r -a dep_cflags <<<"$(pkg-config --cflags grpc++ protobuf spdlog)"
   read -r -a dep_libs <<<"$(pkg-config --libs grpc++ protobuf spdlog)"
   service_sources=(fuzz/rendezvous_service_fuzz.cc launcher/rpc/rendezvous_service.cc launcher/rendezvous/*.cc
-                   launcher/rpc/connection_acceptor.cc common/src/*.cc
+                   launcher/rpc/connection_acceptor.cc launcher/rpc/torch_store*.cc common/src/*.cc
                    "$OUT/gen/ddp/v1/rendezvous.pb.cc" "$OUT/gen/ddp/v1/rendezvous.grpc.pb.cc")
   objects=()
   for src in "${service_sources[@]}"; do

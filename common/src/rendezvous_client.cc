@@ -7,7 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
-
+#include <utility>
 
 #include "ddp/common/flag_file.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
@@ -29,7 +29,8 @@ struct RendezvousClient::Impl {
   std::unique_ptr<v1::Rendezvous::Stub> stub;
   v1::Auth auth;
 
-  void check(const grpc::Status& status, const std::string& what, const std::string& endpoint) const {
+  void check(const grpc::Status& status, const std::string& what,
+             const std::string& endpoint) const {
     if (status.ok()) return;
     const int code = static_cast<int>(status.error_code());
     throw RpcError(code, "rendezvous " + endpoint + ": " + what + ": " + rpc_code_name(code) +
@@ -41,10 +42,24 @@ struct RendezvousClient::Impl {
     ctx.set_deadline(std::chrono::system_clock::now() + d);
     ctx.set_wait_for_ready(true);
   }
+  // One unary request: the token, the deadline (waiting for the server to be
+  // reachable), the call, and a refusal turned into RpcError naming `what`.
+  template <class Request, class Response>
+  Response call(grpc::Status (v1::Rendezvous::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                Request req, std::chrono::milliseconds d, const std::string& what,
+                const std::string& endpoint) {
+    *req.mutable_auth() = auth;
+    Response resp;
+    grpc::ClientContext ctx;
+    deadline(ctx, d);
+    check((stub.get()->*method)(&ctx, req, &resp), what, endpoint);
+    return resp;
+  }
 };
 
-RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_id, std::string token,
-                                   const TlsFiles& tls)
+RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_id,
+                                   std::string token, const TlsFiles& tls)
     : impl_(std::make_unique<Impl>()), endpoint_(endpoint) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (tls.enabled()) {
@@ -85,7 +100,8 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
   req.set_master_port(node.master_port);
   v1::JoinResponse resp;
   grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout + kRpcSlack);  // retries an unreachable server with backoff until then
+  Impl::deadline(ctx,
+                 timeout + kRpcSlack);  // retries an unreachable server with backoff until then
 
   // The call runs on gRPC's threads; this thread waits on an eventfd the
   // callback writes, beside the caller's fd (a signalfd), so a signal can
@@ -137,7 +153,8 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
     throw JoinInterrupted(reached ? "the other nodes to join at the rendezvous " + endpoint_
                                   : "the rendezvous at " + endpoint_ + " to become reachable");
   }
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && status.error_message() == "Deadline Exceeded") {
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      status.error_message() == "Deadline Exceeded") {
     throw RpcError(static_cast<int>(status.error_code()),
                    "rendezvous " + endpoint_ + ": Join: no answer within the join timeout (" +
                        std::to_string(timeout.count() / 1000.0).substr(0, 6) +
@@ -175,7 +192,8 @@ void CallCanceller::detach() {
   context_ = nullptr;
 }
 
-RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout,
+RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank,
+                                        std::chrono::milliseconds timeout,
                                         std::chrono::milliseconds hold, CallCanceller* canceller) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
@@ -184,7 +202,8 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   req.set_hold_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(hold.count(), 0)));
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + hold + timeout);  // fail fast: silence is the signal
+  ctx.set_deadline(std::chrono::system_clock::now() + hold +
+                   timeout);  // fail fast: silence is the signal
   if (canceller != nullptr && !canceller->attach(&ctx)) {
     throw RpcError(RpcCode::kCancelled, "rendezvous " + endpoint_ + ": Heartbeat: cancelled");
   }
@@ -194,7 +213,8 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank, std:
   return {resp.round_ended(), resp.succeeded(), resp.can_restart(), resp.reason()};
 }
 
-void RendezvousClient::acknowledge_end(std::int64_t round, int group_rank, std::chrono::milliseconds timeout) {
+void RendezvousClient::acknowledge_end(std::int64_t round, int group_rank,
+                                       std::chrono::milliseconds timeout) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
@@ -203,143 +223,110 @@ void RendezvousClient::acknowledge_end(std::int64_t round, int group_rank, std::
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  (void)impl_->stub->Heartbeat(&ctx, req, &resp);  // the host waits at most its close_timeout anyway
+  (void)impl_->stub->Heartbeat(&ctx, req,
+                               &resp);  // the host waits at most its close_timeout anyway
 }
 
-bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report, int exit_code,
-                                      std::chrono::milliseconds deadline) {
+bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const std::string& report,
+                                      int exit_code, std::chrono::milliseconds deadline) {
   v1::ReportFailureRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
   req.set_report(report);
   req.set_exit_code(exit_code);
-  v1::ReportFailureResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, deadline);
-  impl_->check(impl_->stub->ReportFailure(&ctx, req, &resp), "ReportFailure", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::ReportFailure, std::move(req), deadline,
+                                "ReportFailure", endpoint_);
   return resp.can_restart();
 }
 
 void RendezvousClient::leave(std::int64_t round, int group_rank, int exit_code) {
   v1::LeaveRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
   req.set_exit_code(exit_code);
-  v1::LeaveResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->Leave(&ctx, req, &resp), "Leave", endpoint_);
+  impl_->call(&v1::Rendezvous::Stub::Leave, std::move(req), kUnaryDeadline, "Leave", endpoint_);
 }
 
 void RendezvousClient::set(const std::string& key, const std::string& value) {
   v1::SetRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
   req.set_value(value);
-  v1::SetResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->Set(&ctx, req, &resp), "Set '" + key + "'", endpoint_);
+  impl_->call(&v1::Rendezvous::Stub::Set, std::move(req), kUnaryDeadline, "Set '" + key + "'",
+              endpoint_);
 }
 
 std::optional<std::string> RendezvousClient::try_get(const std::string& key) {
   v1::GetRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
-  v1::GetResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->Get(&ctx, req, &resp), "Get '" + key + "'", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::Get, std::move(req), kUnaryDeadline,
+                                "Get '" + key + "'", endpoint_);
   if (!resp.found()) return std::nullopt;
   return resp.value();
 }
 
 std::string RendezvousClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   v1::GetRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
   req.set_wait(true);
   req.set_timeout_ms(timeout.count());
-  v1::GetResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout + kRpcSlack);
-  impl_->check(impl_->stub->Get(&ctx, req, &resp), "Get '" + key + "'", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::Get, std::move(req), timeout + kRpcSlack,
+                                "Get '" + key + "'", endpoint_);
   return resp.value();
 }
 
 std::int64_t RendezvousClient::add(const std::string& key, std::int64_t delta) {
   v1::AddRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
   req.set_delta(delta);
-  v1::AddResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->Add(&ctx, req, &resp), "Add '" + key + "'", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::Add, std::move(req), kUnaryDeadline,
+                                "Add '" + key + "'", endpoint_);
   return resp.value();
 }
 
 CompareSetOutcome RendezvousClient::compare_set(const std::string& key, const std::string& expected,
                                                 const std::string& desired) {
   v1::CompareSetRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
   req.set_expected(expected);
   req.set_desired(desired);
-  v1::CompareSetResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->CompareSet(&ctx, req, &resp), "CompareSet '" + key + "'", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::CompareSet, std::move(req), kUnaryDeadline,
+                                "CompareSet '" + key + "'", endpoint_);
   return {resp.swapped(), resp.current()};
 }
 
-void RendezvousClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+void RendezvousClient::wait(const std::vector<std::string>& keys,
+                            std::chrono::milliseconds timeout) {
   v1::WaitRequest req;
-  *req.mutable_auth() = impl_->auth;
   for (const auto& k : keys) req.add_keys(k);
   req.set_timeout_ms(timeout.count());
-  v1::WaitResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout + kRpcSlack);
-  impl_->check(impl_->stub->Wait(&ctx, req, &resp), "Wait", endpoint_);
+  impl_->call(&v1::Rendezvous::Stub::Wait, std::move(req), timeout + kRpcSlack, "Wait", endpoint_);
 }
 
 bool RendezvousClient::remove(const std::string& key) {
   v1::DeleteRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_key(key);
-  v1::DeleteResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->Delete(&ctx, req, &resp), "Delete '" + key + "'", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::Delete, std::move(req), kUnaryDeadline,
+                                "Delete '" + key + "'", endpoint_);
   return resp.deleted();
 }
 
 std::int64_t RendezvousClient::num_keys() {
   v1::NumKeysRequest req;
-  *req.mutable_auth() = impl_->auth;
-  v1::NumKeysResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, kUnaryDeadline);
-  impl_->check(impl_->stub->NumKeys(&ctx, req, &resp), "NumKeys", endpoint_);
+  const auto resp = impl_->call(&v1::Rendezvous::Stub::NumKeys, std::move(req), kUnaryDeadline,
+                                "NumKeys", endpoint_);
   return resp.count();
 }
 
-void RendezvousClient::barrier(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout,
-                               const std::string& host) {
+void RendezvousClient::barrier(const std::string& name, int rank, int world_size,
+                               std::chrono::milliseconds timeout, const std::string& host) {
   v1::BarrierRequest req;
-  *req.mutable_auth() = impl_->auth;
   req.set_name(name);
   req.set_rank(rank);
   req.set_world_size(world_size);
   req.set_timeout_ms(timeout.count());
   req.set_host(host);
-  v1::BarrierResponse resp;
-  grpc::ClientContext ctx;
-  Impl::deadline(ctx, timeout + kRpcSlack);
-  impl_->check(impl_->stub->Barrier(&ctx, req, &resp), "Barrier '" + name + "'", endpoint_);
+  impl_->call(&v1::Rendezvous::Stub::Barrier, std::move(req), timeout + kRpcSlack,
+              "Barrier '" + name + "'", endpoint_);
 }
 
 }  // namespace ddp
