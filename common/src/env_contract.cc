@@ -43,7 +43,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts)},
       {"TORCHELASTIC_RUN_ID", run_id},
       {"DDP_RUN_ID", run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", use_agent_store ? "True" : "False"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_async_error_handling},
   };
   if (!error_file.empty()) env.emplace_back("TORCHELASTIC_ERROR_FILE", error_file);
@@ -114,6 +114,7 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.output_prefixed = optional_int("DDP_OUTPUT_PREFIXED", 0, 0, 1) == 1;
   env.error_file = optional_str("TORCHELASTIC_ERROR_FILE", "");
   env.nccl_async_error_handling = optional_str("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  env.use_agent_store = optional_str("TORCHELASTIC_USE_AGENT_STORE", "False") == "True";  // torch's test
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

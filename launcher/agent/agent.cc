@@ -207,8 +207,11 @@ int Agent::run_rounds() {
   auto& log = launcher_log();
   // MASTER_PORT is offered by the node that becomes group rank 0; the static
   // form knows which that is, so the others need no (possibly taken) port.
+  // With the agent store, node rank 0's rendezvous listens on MASTER_PORT
+  // itself: nothing is reserved for the program.
   const bool static_non_zero = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
-  PortReservation reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
+  std::optional<PortReservation> reservation;
+  if (!spec_.agent_store) reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
@@ -237,7 +240,7 @@ int Agent::run_rounds() {
                   : spec_.multi_node()      ? advertised_address(endpoint)
                                             : spec_.master_addr;
   node.address = node_address_;
-  node.master_port = reservation.port();
+  node.master_port = reservation ? reservation->port() : spec_.master_port;
 
   // A signal during a join (or between rounds) ends ddprun at once; the
   // server withdraws the node, so the others see it leave.
@@ -397,6 +400,7 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       env.master_addr = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic ? spec_.master_addr
                                                                                          : round.master_addr;
       env.master_port = round.master_port;
+      env.use_agent_store = spec_.agent_store;
       env.restart_count = round.restart_count;
       env.max_restarts = spec_.max_restarts;
       env.run_id = spec_.run_id;

@@ -87,11 +87,35 @@ void ensure_writable_dir(const std::string& flag, const std::string& dir) {
   }
 }
 
+// Whether the rendezvous uses TLS: node 0 serves with a certificate, the
+// others verify with a CA, so either says so on every node.
+bool uses_tls(const LaunchSpec& spec) { return !spec.tls_cert.empty() || !spec.tls_key.empty() || !spec.tls_ca.empty(); }
+
+// The static form's rendezvous when --rdzv_endpoint is not given: on
+// MASTER_ADDR:MASTER_PORT, serving the program's store too (the agent store,
+// as torchrun 2.x), or with TLS on MASTER_PORT+1 beside the program's store.
+void derive_static_endpoint(LaunchSpec& spec) {
+  if (uses_tls(spec)) {
+    if (spec.master_port == 0 || spec.master_port >= 65535) {
+      throw Error("--master_port=" + std::to_string(spec.master_port) +
+                  ": the static form with TLS needs a port below 65535 (the rendezvous listens on the next one)");
+    }
+    spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
+    return;
+  }
+  if (spec.master_port == 0) throw Error("--master_port=0: the static form needs a port the other nodes can find");
+  spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port}.to_string();
+  spec.agent_store = true;
+}
+
 // --rdzv_backend and the static form's endpoint (torchrun's rules, see
-// RdzvBackend). The static form without --rdzv_endpoint finds the rendezvous
-// at MASTER_ADDR:MASTER_PORT+1, leaving MASTER_PORT to the program's own store.
+// RdzvBackend). Without --rdzv_endpoint the static form's rendezvous is at
+// MASTER_ADDR:MASTER_PORT (derive_static_endpoint); so is a Slurm step's
+// (`from_slurm`: MASTER_ADDR and MASTER_PORT came from the step), which with
+// an elastic --nnodes (the c10d form) listens on MASTER_PORT+1 instead,
+// leaving MASTER_PORT to the program's own store.
 void apply_backend(LaunchSpec& spec, const std::string& text, const std::string& nnodes_text,
-                   bool master_port_given) {
+                   bool master_port_given, bool from_slurm) {
   if (text == "etcd" || text == "etcd-v2" || text == "etcd_v2") {
     throw Error("--rdzv_backend=" + text +
                 " is not supported: ddprun serves the rendezvous itself; use --rdzv_backend=c10d "
@@ -122,14 +146,13 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
       throw Error("--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
     }
     if (spec.rdzv_endpoint.empty()) {
-      if (!master_port_given) spec.master_port = 29500;  // torchrun's default
-      if (spec.master_port == 0 || spec.master_port >= 65535) {
-        throw Error("--master_port=" + std::to_string(spec.master_port) +
-                    ": the static form needs a port below 65535 (the rendezvous listens on the next one)");
-      }
-      spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
+      if (!master_port_given && !from_slurm) spec.master_port = 29500;  // torchrun's default
+      derive_static_endpoint(spec);
     }
     return;
+  }
+  if (spec.rdzv_endpoint.empty() && from_slurm) {
+    spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
   }
   if (spec.rdzv_endpoint.empty()) {
     throw Error("--rdzv_backend=c10d with --nnodes=" + nnodes_text +
@@ -143,15 +166,36 @@ struct GivenShape {
        run_id = false, standalone = false;
 };
 
+// What a Slurm step gave: the line that says so, written once the
+// rendezvous's endpoint is known (apply_backend derives it).
+struct SlurmTook {
+  bool rendezvous = false;  // MASTER_ADDR and MASTER_PORT came from the step
+  std::vector<std::string> before, after;  // what was taken, around the rendezvous
+  std::string step, nodelist;              // "Slurm job J step S", "first host of VAR=LIST"
+  bool any() const { return !step.empty(); }
+  std::string line(const LaunchSpec& spec) const {
+    std::vector<std::string> took = before;
+    if (rendezvous) {
+      took.push_back("rendezvous at " + spec.rdzv_endpoint + " (" + nodelist + ", MASTER_PORT " +
+                     std::to_string(spec.master_port) + ")");
+    }
+    took.insert(took.end(), after.begin(), after.end());
+    std::string text = step + ": took ";
+    for (std::size_t i = 0; i < took.size(); ++i) text += (i == 0 ? "" : ", ") + took[i];
+    return text;
+  }
+};
+
 // Inside a Slurm job step, what the user did not give comes from the step:
 // the node count, the node rank, the rendezvous on the step's first host and
 // the run id; also the step's GPUs when CUDA_VISIBLE_DEVICES is unset.
 // Explicit flags and PET_* win; a single node asked for explicitly
 // (--nnodes=1, --standalone) ignores Slurm.
-void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given) {
-  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1")) return;
+SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given) {
+  SlurmTook result;
+  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1")) return result;
   std::optional<SlurmStep> step = read_slurm_step([](const char* name) { return std::getenv(name); });
-  if (!step) return;
+  if (!step) return result;
   const std::string nodes = std::to_string(step->num_nodes);
   if (given.nnodes) {
     const std::string min_text = nnodes_text.substr(0, nnodes_text.find(':'));
@@ -162,31 +206,28 @@ void apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& r
   } else {
     nnodes_text = nodes;
   }
-  std::vector<std::string> took;
-  if (!given.nnodes) took.push_back(nodes + " node(s) (" + step->num_nodes_var + ")");
+  if (!given.nnodes) result.before.push_back(nodes + " node(s) (" + step->num_nodes_var + ")");
   if (!given.node_rank && nnodes_text.find(':') == std::string::npos) {
     spec.node_rank = step->node_id;
-    took.push_back("node rank " + std::to_string(step->node_id) + " (SLURM_NODEID)");
+    result.before.push_back("node rank " + std::to_string(step->node_id) + " (SLURM_NODEID)");
   }
   if (!given.endpoint && nnodes_text != "1") {
     if (!given.master_addr) spec.master_addr = step->first_host;
     if (!given.master_port) spec.master_port = step->master_port();
-    spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
-    took.push_back("rendezvous at " + spec.rdzv_endpoint + " (first host of " + step->nodelist_var + "=" +
-                   step->nodelist + ", MASTER_PORT " + std::to_string(spec.master_port) + ")");
+    result.rendezvous = true;
+    result.nodelist = "first host of " + step->nodelist_var + "=" + step->nodelist;
   }
   if (!given.run_id) {
     run_id = step->run_id();
-    took.push_back("run id " + run_id);
+    result.after.push_back("run id " + run_id);
   }
   if (std::getenv("CUDA_VISIBLE_DEVICES") == nullptr && !step->gpus.empty()) {
     spec.cuda_visible_devices = step->gpus;
-    took.push_back("CUDA_VISIBLE_DEVICES=" + step->gpus + " (SLURM_STEP_GPUS)");
+    result.after.push_back("CUDA_VISIBLE_DEVICES=" + step->gpus + " (SLURM_STEP_GPUS)");
   }
-  if (nnodes_text == "1" && spec.cuda_visible_devices.empty()) return;  // a one-node step: nothing changed
-  std::string line = "Slurm job " + step->job_id + " step " + step->step_id + ": took ";
-  for (std::size_t i = 0; i < took.size(); ++i) line += (i == 0 ? "" : ", ") + took[i];
-  spec.notices.push_back(line);
+  if (nnodes_text == "1" && spec.cuda_visible_devices.empty()) return result;  // a one-node step: nothing changed
+  result.step = "Slurm job " + step->job_id + " step " + step->step_id;
+  return result;
 }
 
 }  // namespace
@@ -454,6 +495,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   if (text.run_id.empty()) {
     if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) text.run_id = id;
   }
+  SlurmTook slurm;
   {
     GivenShape given;
     given.nnodes = app.count("--nnodes") > 0;
@@ -463,7 +505,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     given.master_port = app.count("--master_port") > 0;
     given.run_id = !text.run_id.empty();
     given.standalone = spec.standalone;
-    apply_slurm_step(spec, text.nnodes, text.run_id, given);
+    slurm = apply_slurm_step(spec, text.nnodes, text.run_id, given);
   }
   spec.nproc_per_node = resolve_nproc(
       spec.nproc_per_node_text,
@@ -474,7 +516,9 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
   }
   spec.rdzv_conf = parse_rdzv_conf(text.rdzv_conf, &spec.notices);
-  apply_backend(spec, text.rdzv_backend, text.nnodes, spec.master_port != 0 || app.count("--master_port") > 0);
+  apply_backend(spec, text.rdzv_backend, text.nnodes, spec.master_port != 0 || app.count("--master_port") > 0,
+                slurm.rendezvous);
+  if (slurm.any()) spec.notices.insert(spec.notices.begin(), slurm.line(spec));
   apply_endpoint(spec);
   apply_token_and_tls(spec, text.token_file);
   apply_shutdown_default(spec, app.count("--shutdown_timeout") > 0);

@@ -42,6 +42,15 @@ struct LaunchSpec {
     return multi_node() && rdzv_backend == RdzvBackend::kC10d && !rdzv_conf.is_host.has_value();
   }
 
+  // The static form's agent store, as torchrun 2.x: the rendezvous listens
+  // on MASTER_ADDR:MASTER_PORT itself and also serves torch.distributed's
+  // TCPStore there (node rank 0 hosts both), so the job needs one port and
+  // workers get TORCHELASTIC_USE_AGENT_STORE=True. Set for the static form of
+  // several nodes (Slurm's included) without --rdzv_endpoint and without TLS
+  // (--rdzv_tls_*: gRPC's TLS acceptor cannot share its port; the rendezvous
+  // then listens on MASTER_PORT+1 and the program's rank 0 binds MASTER_PORT).
+  bool agent_store = false;
+
   // Rendezvous. Single-node jobs default to 127.0.0.1 on a free port.
   std::string rdzv_endpoint;  // HOST:PORT as given ("" = default)
   std::string rdzv_host;      // parsed

@@ -30,8 +30,8 @@ struct SlurmStep {
   // between steps.
   std::string run_id() const;
   // A MASTER_PORT for the step in [10000, 19998], even, derived from the job
-  // and step ids, so that jobs sharing a node rarely collide (the rendezvous
-  // takes the port after it).
+  // and step ids, so that jobs sharing a node rarely collide (with TLS or an
+  // elastic size the rendezvous takes the port after it).
   int master_port() const;
 };
 

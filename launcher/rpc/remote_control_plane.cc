@@ -49,8 +49,10 @@ class RemoteControlPlane final : public ControlPlane {
       try {
         server_ = start_server(spec);
         endpoint.port = server_->port();
-        log.info("hosting the rendezvous on port {} ({}; run id '{}')", endpoint.port,
-                 guessed ? "this node has the endpoint's address" : "this node's role", spec.run_id);
+        log.info("hosting the rendezvous on port {} ({}; run id '{}'){}", endpoint.port,
+                 guessed ? "this node has the endpoint's address" : "this node's role", spec.run_id,
+                 spec.agent_store ? ", with torch.distributed's store for the workers (TORCHELASTIC_USE_AGENT_STORE)"
+                                  : "");
       } catch (const Error& e) {
         if (!guessed) throw;
         // torchrun's rule: another agent on this machine got there first.
@@ -118,7 +120,11 @@ class RemoteControlPlane final : public ControlPlane {
     options.tls_cert = spec.tls_cert;
     options.tls_key = spec.tls_key;
     options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
+    options.torch_store = spec.agent_store;
     auto config = server_config(spec, spec.min_nodes, spec.nnodes);
+    // The port a user gave: --master_port for the agent store's, else --rdzv_endpoint.
+    const std::string flag = spec.agent_store ? "--master_port=" + std::to_string(spec.master_port)
+                                              : "--rdzv_endpoint=" + spec.rdzv_endpoint;
     try {
       return std::make_unique<RendezvousServer>(config, options);
     } catch (const Error& e) {
@@ -126,7 +132,7 @@ class RemoteControlPlane final : public ControlPlane {
       try {
         return std::make_unique<RendezvousServer>(config, options);
       } catch (const Error&) {
-        throw Error("--rdzv_endpoint=" + spec.rdzv_endpoint + ": " + e.what());
+        throw Error(flag + ": " + e.what());
       }
     }
   }

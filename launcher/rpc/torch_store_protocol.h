@@ -6,12 +6,13 @@
 // byte order; a string or byte vector is a uint64 length and its bytes; a
 // list is a uint64 count and its items. Two dialects, told apart by a
 // connection's first query:
-//   - modern (torch 2.2 and later, checked against 2.15): the connection
-//     opens with VALIDATE and the magic 0x3C85F7CE; types VALIDATE=0, SET,
+//   - modern (the torch 2.x releases whose clients validate; checked against
+//     2.15): the connection opens with VALIDATE and the magic 0x3C85F7CE,
+//     then PING; types VALIDATE=0, SET,
 //     COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, DELETE_KEY, APPEND,
 //     MULTI_GET, MULTI_SET, CANCEL_WAIT, PING, QUEUE_PUSH, QUEUE_POP,
 //     QUEUE_LEN, LIST_KEYS, BARRIER=18;
-//   - legacy (torch 1.x to 2.1, checked against Debian's 1.13): no VALIDATE;
+//   - legacy (older clients, checked against Debian's 1.13): no VALIDATE;
 //     types SET=0, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, WATCH_KEY,
 //     DELETE_KEY, APPEND, MULTI_GET, MULTI_SET, CANCEL_WAIT=12. WATCH_KEY
 //     (watchKey callbacks, C++ only) is not served.

@@ -69,10 +69,12 @@ TEST_F(MultiHost, StaticFormWithMasterAddrAndPort) {
       EXPECT_EQ(env_of(r.out, rank, "WORLD_SIZE"), "4") << r.out;
       EXPECT_EQ(env_of(r.out, rank, "GROUP_RANK"), std::to_string(i)) << r.out;
       EXPECT_EQ(env_of(r.out, rank, "TORCHELASTIC_RUN_ID"), "none") << r.out;
+      EXPECT_EQ(env_of(r.out, rank, "TORCHELASTIC_USE_AGENT_STORE"), "True") << r.out;
     }
   }
-  // The rendezvous listened on MASTER_PORT + 1, leaving MASTER_PORT to the program.
-  EXPECT_NE(nodes[0]->read_err().find("hosting the rendezvous on port 29501"), std::string::npos)
+  // One port, as under torchrun 2.x: the rendezvous listened on MASTER_PORT
+  // and served the program's torch store there (agent_store_test.cc).
+  EXPECT_NE(nodes[0]->read_err().find("hosting the rendezvous on port 29500"), std::string::npos)
       << nodes[0]->read_err();
   EXPECT_NE(nodes[0]->read_err().find("unauthenticated"), std::string::npos) << nodes[0]->read_err();
 }

@@ -85,6 +85,17 @@ TEST(EnvContract, TorchrunsStoreAndNcclVariablesAreAlwaysWrittenAndAnInheritedEr
   EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "False");
   EXPECT_EQ(vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_FALSE(vars.count("TORCHELASTIC_ERROR_FILE"));
+  // The static form's agent store (the launcher serves the program's store), read back.
+  env.use_agent_store = true;
+  auto agent = env.to_env();
+  std::map<std::string, std::string> agent_vars(agent.begin(), agent.end());
+  EXPECT_EQ(agent_vars["TORCHELASTIC_USE_AGENT_STORE"], "True");
+  auto back = WorkerEnv::from_env([&](const char* name) -> const char* {
+    auto it = agent_vars.find(name);
+    return it == agent_vars.end() ? nullptr : it->second.c_str();
+  });
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(back->use_agent_store);
   const auto& names = contract_variable_names();
   for (const char* name : {"TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name << " would be inherited";

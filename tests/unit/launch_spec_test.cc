@@ -1,6 +1,7 @@
 #include "cli/launch_spec.h"
 
 #include <gtest/gtest.h>
+#include <fstream>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -75,22 +76,48 @@ TEST(LaunchSpec, PetEnvironmentFallbacks) {
   EXPECT_EQ(cli_wins.nproc_per_node, 2);
 }
 
-TEST(LaunchSpec, TorchrunStaticFormFindsTheRendezvousNextToMasterPort) {
+// torchrun 2.x's one port: node rank 0's rendezvous listens on MASTER_PORT
+// and serves the program's store there (TORCHELASTIC_USE_AGENT_STORE).
+TEST(LaunchSpec, TorchrunStaticFormServesTheRendezvousAndTheAgentStoreOnMasterPort) {
   auto n0 = parse({"--nnodes=2", "--node_rank=0", "--master_addr=10.1.2.3", "--master_port=29600", "prog"});
   EXPECT_EQ(n0.rdzv_backend, RdzvBackend::kStatic);
   EXPECT_EQ(n0.rdzv_host, "10.1.2.3");
-  EXPECT_EQ(n0.rdzv_port, 29601);
+  EXPECT_EQ(n0.rdzv_port, 29600);
   EXPECT_EQ(n0.master_port, 29600);
+  EXPECT_TRUE(n0.agent_store);
   EXPECT_TRUE(n0.hosts_rendezvous());
   EXPECT_EQ(n0.run_id, "none");  // torchrun's default: the same on every node
   EXPECT_EQ(n0.rdzv_token, "");  // no token: unauthenticated, as torchrun
   auto n1 = parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "prog"});
   EXPECT_FALSE(n1.hosts_rendezvous());
   EXPECT_EQ(n1.master_port, 29500);  // torchrun's default port
-  EXPECT_EQ(n1.rdzv_port, 29501);
+  EXPECT_EQ(n1.rdzv_port, 29500);
+  EXPECT_TRUE(n1.agent_store);
   auto v6 = parse({"--nnodes=2", "--node_rank=1", "--master_addr=fd00::1", "prog"});
   EXPECT_EQ(v6.rdzv_host, "fd00::1");
-  EXPECT_EQ(v6.rdzv_endpoint, "[fd00::1]:29501");
+  EXPECT_EQ(v6.rdzv_endpoint, "[fd00::1]:29500");
+  EXPECT_EQ(parse({"--nnodes=2", "--node_rank=1", "--master_port=65535", "prog"}).rdzv_port, 65535);
+}
+
+// TLS keeps gRPC's own acceptor, which cannot share a port: two ports, the
+// program's rank 0 binding MASTER_PORT. So does a --rdzv_endpoint given.
+TEST(LaunchSpec, TheStaticFormWithTlsOrAnEndpointKeepsMasterPortForTheProgram) {
+  const std::string ca = ::testing::TempDir() + "/ca.pem";
+  std::ofstream(ca) << "not read here\n";
+  for (const std::string& tls : {"--rdzv_tls_ca=" + ca, "--rdzv_tls_cert=" + ca}) {
+    std::vector<std::string> args = {"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", tls, "prog"};
+    if (tls.find("cert") != std::string::npos) args.insert(args.end() - 1, "--rdzv_tls_key=" + ca);
+    auto spec = parse(args);
+    EXPECT_EQ(spec.rdzv_port, 29501) << tls;
+    EXPECT_EQ(spec.master_port, 29500) << tls;
+    EXPECT_FALSE(spec.agent_store) << tls;
+  }
+  auto given = parse({"--nnodes=2", "--node_rank=0", "--rdzv_endpoint=10.1.2.3:29400", "--master_port=29500", "prog"});
+  EXPECT_EQ(given.rdzv_backend, RdzvBackend::kStatic);
+  EXPECT_EQ(given.rdzv_port, 29400);
+  EXPECT_FALSE(given.agent_store);
+  EXPECT_FALSE(parse({"--nnodes=2", "--rdzv_endpoint=h", "prog"}).agent_store) << "the c10d form";
+  EXPECT_FALSE(parse({"prog"}).agent_store) << "a single node";
 }
 
 TEST(LaunchSpec, TorchrunC10dFormAndItsDefaults) {
@@ -136,7 +163,10 @@ TEST(LaunchSpec, BackendsAndStaticFormErrors) {
             std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "p"}).find("needs --rdzv_endpoint"), std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=h:0", "p"}).find("port 0"), std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=65535", "p"}).find("--master_port=65535"),
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=65535", "--rdzv_tls_ca=ca.pem", "p"})
+                .find("--master_port=65535: the static form with TLS needs a port below 65535"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=0", "p"}).find("--master_port=0"),
             std::string::npos);
 }
 

@@ -170,7 +170,8 @@ TEST(SlurmLaunch, AStepOfTwoNodesIsOneJob) {
   const int port = step_of(kTwoNodeStep)->master_port();
   EXPECT_EQ(s.master_port, port);
   EXPECT_EQ(s.rdzv_host, "gpu07");
-  EXPECT_EQ(s.rdzv_port, port + 1);
+  EXPECT_EQ(s.rdzv_port, port);  // the static form's one port: the rendezvous and the agent store
+  EXPECT_TRUE(s.agent_store);
   EXPECT_EQ(s.run_id, "slurm-4242.0");
   EXPECT_FALSE(s.hosts_rendezvous()) << "node 1";
   ASSERT_EQ(s.notices.size(), 1u);
@@ -183,7 +184,7 @@ TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
   ScopedEnv env(kTwoNodeStep);
   LaunchSpec s = parse({"--master_addr=10.1.1.1", "--master_port=30000", "--rdzv_id=mine", "train.py"});
   EXPECT_EQ(s.rdzv_host, "10.1.1.1");
-  EXPECT_EQ(s.rdzv_port, 30001);
+  EXPECT_EQ(s.rdzv_port, 30000);
   EXPECT_EQ(s.run_id, "mine");
   EXPECT_EQ(s.node_rank, 1);
 
@@ -209,6 +210,9 @@ TEST(SlurmLaunch, ElasticSizeKeepsAssignedRanksAndTooFewNodesIsAnError) {
   EXPECT_EQ(elastic.rdzv_backend, RdzvBackend::kC10d);
   EXPECT_EQ(elastic.node_rank, -1);
   EXPECT_EQ(elastic.rdzv_host, "gpu07");
+  // The c10d form: MASTER_PORT is the program's, the rendezvous takes the next port.
+  EXPECT_EQ(elastic.rdzv_port, step_of(kTwoNodeStep)->master_port() + 1);
+  EXPECT_FALSE(elastic.agent_store);
   std::string e = error_of([] { parse({"--nnodes=4", "train.py"}); });
   EXPECT_THAT(e, HasSubstr("--nnodes=4 needs more nodes than this Slurm step has (SLURM_STEP_NUM_NODES=2)"));
   EXPECT_THAT(e, HasSubstr("srun -N4"));

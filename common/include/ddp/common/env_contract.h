@@ -46,9 +46,13 @@ struct WorkerEnv {
   // TORCH_NCCL_ASYNC_ERROR_HANDLING, as torchrun sets it: the launcher's own
   // value, else "1".
   std::string nccl_async_error_handling = "1";
-  // TORCHELASTIC_USE_AGENT_STORE is always "False": workers start their own
-  // store on MASTER_PORT (an inherited "True" would make every rank wait for
-  // a store nobody serves).
+  // TORCHELASTIC_USE_AGENT_STORE ("True"/"False", always written): whether
+  // the launcher serves torch.distributed's store on MASTER_ADDR:MASTER_PORT
+  // (the static form of several nodes, as torchrun 2.x), so every rank is a
+  // client of it; otherwise the program's rank 0 binds MASTER_PORT itself
+  // (an inherited "True" is never passed on: it would make every rank wait
+  // for a store nobody serves).
+  bool use_agent_store = false;
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
