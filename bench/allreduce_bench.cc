@@ -61,7 +61,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 int iterations_for(std::size_t bytes) {
   if (bytes <= (64u << 10)) return 200;
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
   int trials = 5;
   std::string buffers = "allocated";
   std::string collective = "all_reduce";
-  std::string algo;  // --algo LIST
+  std::string algo;    // --algo LIST
   bool sweep = false;  // --algo given: the variants' groups instead of the default group
   bool fresh = false;
   auto usage_error = [](const std::string& what) {
@@ -118,11 +120,12 @@ int main(int argc, char** argv) {
       fresh = true;
       continue;
     }
-    if (flag != "--buffers" && flag != "--min" && flag != "--max" && flag != "--trials" && flag != "--collective" &&
-        flag != "--algo") {
-      return usage_error("unknown flag '" + flag +
-                         "' (flags: --min B, --max B, --trials N, --buffers allocated|private, --fresh, "
-                         "--collective C, --algo LIST)");
+    if (flag != "--buffers" && flag != "--min" && flag != "--max" && flag != "--trials" &&
+        flag != "--collective" && flag != "--algo") {
+      return usage_error(
+          "unknown flag '" + flag +
+          "' (flags: --min B, --max B, --trials N, --buffers allocated|private, --fresh, "
+          "--collective C, --algo LIST)");
     }
     if (i + 1 >= argc) return usage_error(flag + " needs a value");
     const char* value = argv[++i];
@@ -143,15 +146,17 @@ int main(int argc, char** argv) {
     }
   }
   if (min_bytes > max_bytes) {
-    return usage_error("--min " + std::to_string(min_bytes) + " is above --max " + std::to_string(max_bytes));
+    return usage_error("--min " + std::to_string(min_bytes) + " is above --max " +
+                       std::to_string(max_bytes));
   }
   if (buffers != "allocated" && buffers != "private") {
     return usage_error("--buffers must be allocated or private, not '" + buffers + "'");
   }
   if (collective != "all_reduce" && collective != "reduce_scatter" && collective != "all_gather" &&
       collective != "broadcast") {
-    return usage_error("--collective must be all_reduce, reduce_scatter, all_gather or broadcast, not '" + collective +
-                       "'");
+    return usage_error(
+        "--collective must be all_reduce, reduce_scatter, all_gather or broadcast, not '" +
+        collective + "'");
   }
   // --algo's variants, in the order given (checked against the collective by the library).
   std::vector<std::string> variants;
@@ -166,7 +171,8 @@ int main(int argc, char** argv) {
         const std::string name = algo.substr(at, comma - at);
         if (name.empty()) return usage_error("--algo '" + algo + "' has an empty variant name");
         if (name == "all") {
-          return usage_error("--algo: 'all' stands alone (auto and every variant of " + collective + ")");
+          return usage_error("--algo: 'all' stands alone (auto and every variant of " + collective +
+                             ")");
         }
         if (std::find(variants.begin(), variants.end(), name) != variants.end()) {
           return usage_error("--algo '" + algo + "' names " + name + " twice");
@@ -179,11 +185,14 @@ int main(int argc, char** argv) {
   auto pg = ddp::init();
   const int n = pg->size();
   if (fresh && pg->backend_name() == "nccl") {
-    std::fprintf(stderr, "allreduce_bench: --fresh rewrites host buffers; backend nccl's are device memory\n");
+    std::fprintf(
+        stderr,
+        "allreduce_bench: --fresh rewrites host buffers; backend nccl's are device memory\n");
     return 64;
   }
   if (sweep && pg->backend_name() != "shm") {
-    return usage_error("--algo compares the shm backend's variants; this run's backend is " + pg->backend_name() +
+    return usage_error("--algo compares the shm backend's variants; this run's backend is " +
+                       pg->backend_name() +
                        " (launch several ranks per node with DDP_BACKEND=shm)");
   }
   // The backend's own memory: host memory for gloo, device memory for nccl (so a
@@ -226,14 +235,18 @@ int main(int argc, char** argv) {
   if (pg->rank() == 0) {
     const bool reduces = collective == "all_reduce" || collective == "reduce_scatter";
     std::printf("# libddp %s float32%s, backend %s, %d ranks, %s buffers%s, median of %d trials\n",
-                collective.c_str(), reduces ? " sum" : "", pg->backend_name().c_str(), n, buffers.c_str(),
+                collective.c_str(), reduces ? " sum" : "", pg->backend_name().c_str(), n,
+                buffers.c_str(),
                 fresh ? " rewritten by their rank before every call (--fresh)" : "", trials);
     if (!sweep) {
-      std::printf("%12s %12s %10s %10s  %s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "algorithm");
+      std::printf("%12s %12s %10s %10s  %s\n", "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                  "algorithm");
     } else {
-      std::printf("# busbw (GB/s) of each variant: its own group with options.shm_algorithm = %s=VARIANT%s\n",
-                  collective.c_str(),
-                  has_auto ? "; auto chose: what the auto group timed and picked for the size" : "");
+      std::printf(
+          "# busbw (GB/s) of each variant: its own group with options.shm_algorithm = "
+          "%s=VARIANT%s\n",
+          collective.c_str(),
+          has_auto ? "; auto chose: what the auto group timed and picked for the size" : "");
       std::printf("%12s", "size(B)");
       for (const Column& c : columns) std::printf(" %10s", c.variant.c_str());
       if (has_auto) std::printf("  %s", "auto chose");
@@ -241,7 +254,8 @@ int main(int argc, char** argv) {
     }
   }
   const int me = pg->rank();
-  const bool whole = collective == "all_reduce" || collective == "broadcast";  // every rank holds the whole buffer
+  const bool whole =
+      collective == "all_reduce" || collective == "broadcast";  // every rank holds the whole buffer
   const double bus_factor = collective == "all_reduce"  ? 2.0 * (n - 1) / n
                             : collective == "broadcast" ? 1.0
                                                         : 1.0 * (n - 1) / n;
@@ -264,15 +278,18 @@ int main(int argc, char** argv) {
         if (collective == "all_reduce") {
           group.all_reduce(buffer, count, ddp::DType::kFloat32);
         } else if (collective == "reduce_scatter") {
-          group.reduce_scatter(buffer, buffer + capacity, per, ddp::DType::kFloat32, ddp::ReduceOp::kSum);
+          group.reduce_scatter(buffer, buffer + capacity, per, ddp::DType::kFloat32,
+                               ddp::ReduceOp::kSum);
         } else if (collective == "all_gather") {
-          group.all_gather(buffer + static_cast<std::size_t>(me) * per, buffer, per, ddp::DType::kFloat32);
+          group.all_gather(buffer + static_cast<std::size_t>(me) * per, buffer, per,
+                           ddp::DType::kFloat32);
         } else {
           group.broadcast(buffer, count, ddp::DType::kFloat32, 0);
         }
       };
       // What a producer rewrites before each call under --fresh: the input.
-      float* input = collective == "all_gather" ? buffer + static_cast<std::size_t>(me) * per : buffer;
+      float* input =
+          collective == "all_gather" ? buffer + static_cast<std::size_t>(me) * per : buffer;
       const std::size_t input_count = collective == "all_gather"             ? per
                                       : collective == "broadcast" && me != 0 ? 0
                                                                              : count;
@@ -310,8 +327,8 @@ int main(int argc, char** argv) {
       if (!sweep) {
         const double t = medians[0];
         const double algbw = moved / t / 1e9;
-        std::printf("%12zu %12.1f %10.3f %10.3f  %s\n", count * sizeof(float), t * 1e6, algbw, algbw * bus_factor,
-                    algorithm_of(*pg).c_str());
+        std::printf("%12zu %12.1f %10.3f %10.3f  %s\n", count * sizeof(float), t * 1e6, algbw,
+                    algbw * bus_factor, algorithm_of(*pg).c_str());
       } else {
         std::printf("%12zu", count * sizeof(float));
         for (double t : medians) {
@@ -337,7 +354,8 @@ int main(int argc, char** argv) {
   auto start = Clock::now();
   for (int i = 0; i < kCalls; ++i) local->all_reduce(&word, 2, ddp::DType::kFloat32);
   if (pg->rank() == 0) {
-    std::printf("# library overhead per blocking call (world of one, 8 B): %.2f us\n", seconds_since(start) / kCalls * 1e6);
+    std::printf("# library overhead per blocking call (world of one, 8 B): %.2f us\n",
+                seconds_since(start) / kCalls * 1e6);
   }
   ddp::shutdown();
   return 0;

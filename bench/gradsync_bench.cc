@@ -41,8 +41,8 @@
 #include "ddp/bucket_layout.h"
 #include "ddp/ddp.h"
 #include "ddp/grad_sync.h"
-#include "ddp/shared_grad_sum.h"
 #include "ddp/log.h"
+#include "ddp/shared_grad_sum.h"
 
 #ifdef DDP_HAVE_OPENBLAS
 #include <cblas.h>
@@ -280,7 +280,8 @@ int run(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: gradsync_bench [--layers N] [--width N] [--batch N] [--rounds N] "
                    "[--steps N] [--warmup N] [--first MiB] [--caps MiB,MiB,...] "
-                   "[--inline_caps MiB,...] [--shared 0|1] [--shared_block_kib KiB] [--compression none|fp16|bf16]\n");
+                   "[--inline_caps MiB,...] [--shared 0|1] [--shared_block_kib KiB] [--compression "
+                   "none|fp16|bf16]\n");
       return 64;
     }
   }
@@ -320,8 +321,9 @@ int run(int argc, char** argv) {
   const bool shared_possible = n == 1 || pg->backend_name() == "shm";
   if (c.shared && shared_possible) configs.emplace_back(-1, ddp::CommMode::kShared);
   if (c.shared && !shared_possible && rank == 0) {
-    std::printf("# comm_mode shared skipped: backend %s (it needs the ranks of one node under shm)\n",
-                pg->backend_name().c_str());
+    std::printf(
+        "# comm_mode shared skipped: backend %s (it needs the ranks of one node under shm)\n",
+        pg->backend_name().c_str());
   }
   for (auto [cap, mode] : configs) {
     ddp::GradSyncOptions options;
@@ -398,7 +400,8 @@ int run(int argc, char** argv) {
   std::vector<Row> rows;
   for (std::size_t k = 0; k < syncs.size(); ++k) {
     const auto* bucketed = dynamic_cast<const ddp::GradSync*>(syncs[k].get());
-    rows.push_back({configs[k].first, configs[k].second, bucketed ? bucketed->layout().buckets.size() : 0,
+    rows.push_back({configs[k].first, configs[k].second,
+                    bucketed ? bucketed->layout().buckets.size() : 0,
                     max_over_ranks(*pg, median(per_cap[k].step)),
                     max_over_ranks(*pg, median(per_cap[k].backward)),
                     max_over_ranks(*pg, median(per_cap[k].comm)),
@@ -415,8 +418,8 @@ int run(int argc, char** argv) {
     std::printf("%-44s %8.2f ms (%.2f MB float32, one blocking call; %.2f ms of CPU per rank)\n",
                 "all_reduce of all gradients alone", allreduce_ms, grad_bytes / 1e6,
                 allreduce_cpu_ms);
-    std::printf("%10s %8s %8s %9s %10s %13s %9s %12s %12s %18s\n", "cap(MiB)", "comm", "buckets", "step(ms)",
-                "vs_single", "backward(ms)", "comm(ms)", "overlap(ms)", "exposed(ms)",
+    std::printf("%10s %8s %8s %9s %10s %13s %9s %12s %12s %18s\n", "cap(MiB)", "comm", "buckets",
+                "step(ms)", "vs_single", "backward(ms)", "comm(ms)", "overlap(ms)", "exposed(ms)",
                 "exposed/allreduce");
     for (const Row& row : rows) {
       char ratio[32] = "-";
@@ -432,9 +435,8 @@ int run(int argc, char** argv) {
         std::snprintf(cap, sizeof cap, "%g", row.cap_mib);
       }
       std::printf("%10s %8s %8zu %9.2f %9.3fx %13.2f %9.2f %12.2f %12.2f %18s\n", cap,
-                  ddp::comm_mode_name(row.mode), row.buckets,
-                  row.step, row.step / single_ms, row.backward, row.comm, row.overlap, row.exposed,
-                  ratio);
+                  ddp::comm_mode_name(row.mode), row.buckets, row.step, row.step / single_ms,
+                  row.backward, row.comm, row.overlap, row.exposed, ratio);
     }
     if (!rows.empty()) {
       // The targets concern overlapped configurations (not the no-overlap reference).

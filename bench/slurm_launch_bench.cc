@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   }
   SlurmCluster cluster(2);
   const std::string trivial = cluster.dir() + "/trivial.py";
-  ddp::testing::write_file(trivial, "import os\nassert 'RANK' in os.environ or 'SLURM_PROCID' in os.environ\n");
+  ddp::testing::write_file(
+      trivial, "import os\nassert 'RANK' in os.environ or 'SLURM_PROCID' in os.environ\n");
   const std::string python = "/usr/bin/python3";
   struct Launcher {
     std::string name;
@@ -62,27 +63,33 @@ int main(int argc, char** argv) {
   };
   std::vector<Launcher> launchers = {
       {"bare srun -n4", {"srun", "-N2", "-n4", python, trivial}, {}},
-      {"ddprun", {"srun", "-N2", "--ntasks-per-node=1", ddprun, "--nproc_per_node=2", python, trivial}, {}},
+      {"ddprun",
+       {"srun", "-N2", "--ntasks-per-node=1", ddprun, "--nproc_per_node=2", python, trivial},
+       {}},
   };
   if (std::filesystem::exists("/usr/bin/torchrun")) {
     launchers.push_back({"torchrun (c10d)",
                          {"srun", "-N2", "--ntasks-per-node=1", "/usr/bin/torchrun", "--nnodes=2",
-                          "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=n1:29400", "--rdzv_id=bench",
-                          "--redirects", "9:1", "--tee", "9:1", "--monitor_interval", "0.1", trivial},
+                          "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=n1:29400",
+                          "--rdzv_id=bench", "--redirects", "9:1", "--tee", "9:1",
+                          "--monitor_interval", "0.1", trivial},
                          {}});
   }
   for (int r = 0; r < runs + 1; ++r) {  // the first round warms caches and is not counted
     for (auto& l : launchers) {
       ProcessResult p = ddp::testing::run_process(cluster.on_login(l.argv), {}, 120s);
       if (!p.exited || p.code != 0) {
-        std::fprintf(stderr, "%s failed (exit %d):\n%s%s\n", l.name.c_str(), p.code, p.out.c_str(), p.err.c_str());
+        std::fprintf(stderr, "%s failed (exit %d):\n%s%s\n", l.name.c_str(), p.code, p.out.c_str(),
+                     p.err.c_str());
         return 1;
       }
       if (r > 0) l.seconds.push_back(p.seconds);
     }
   }
-  std::printf("CPU: %s; Slurm test cluster of 2 nodes (network namespaces), 2 trivial Python workers per node\n",
-              cpu_model().c_str());
+  std::printf(
+      "CPU: %s; Slurm test cluster of 2 nodes (network namespaces), 2 trivial Python workers per "
+      "node\n",
+      cpu_model().c_str());
   std::printf("median of %d runs, srun start to exit:\n", runs);
   std::printf("%-18s %12s %22s\n", "launcher", "wall_ms", "overhead_vs_bare_ms");
   const double bare = median(launchers[0].seconds) * 1e3;

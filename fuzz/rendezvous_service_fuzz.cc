@@ -90,15 +90,30 @@ struct Fixture {
 };
 
 enum Method {
-  kJoin, kHeartbeat, kReportFailure, kLeave, kSet, kGet, kAdd, kCompareSet, kWait, kDelete, kNumKeys,
-  kBarrier, kHealthCheck, kUnknown, kMethods
+  kJoin,
+  kHeartbeat,
+  kReportFailure,
+  kLeave,
+  kSet,
+  kGet,
+  kAdd,
+  kCompareSet,
+  kWait,
+  kDelete,
+  kNumKeys,
+  kBarrier,
+  kHealthCheck,
+  kUnknown,
+  kMethods
 };
 const char* const kPaths[kMethods] = {
-    "/ddp.v1.Rendezvous/Join",    "/ddp.v1.Rendezvous/Heartbeat",  "/ddp.v1.Rendezvous/ReportFailure",
-    "/ddp.v1.Rendezvous/Leave",   "/ddp.v1.Rendezvous/Set",        "/ddp.v1.Rendezvous/Get",
-    "/ddp.v1.Rendezvous/Add",     "/ddp.v1.Rendezvous/CompareSet", "/ddp.v1.Rendezvous/Wait",
-    "/ddp.v1.Rendezvous/Delete",  "/ddp.v1.Rendezvous/NumKeys",    "/ddp.v1.Rendezvous/Barrier",
-    "/grpc.health.v1.Health/Check", "/ddp.v1.Rendezvous/NoSuchMethod"};
+    "/ddp.v1.Rendezvous/Join",          "/ddp.v1.Rendezvous/Heartbeat",
+    "/ddp.v1.Rendezvous/ReportFailure", "/ddp.v1.Rendezvous/Leave",
+    "/ddp.v1.Rendezvous/Set",           "/ddp.v1.Rendezvous/Get",
+    "/ddp.v1.Rendezvous/Add",           "/ddp.v1.Rendezvous/CompareSet",
+    "/ddp.v1.Rendezvous/Wait",          "/ddp.v1.Rendezvous/Delete",
+    "/ddp.v1.Rendezvous/NumKeys",       "/ddp.v1.Rendezvous/Barrier",
+    "/grpc.health.v1.Health/Check",     "/ddp.v1.Rendezvous/NoSuchMethod"};
 
 enum class Caller { kRight, kWrongToken, kWrongRun, kNoAuth };
 
@@ -115,7 +130,8 @@ struct Call {
 
   void wait() {
     std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, 10s, [this] { return done; })) fail(std::string(kPaths[method]) + ": no answer within 10 s");
+    if (!cv.wait_for(lock, 10s, [this] { return done; }))
+      fail(std::string(kPaths[method]) + ": no answer within 10 s");
   }
 };
 
@@ -132,8 +148,8 @@ std::string bytes_of(const grpc::ByteBuffer& buffer) {
 
 void start(Fixture& f, Call& call, std::chrono::milliseconds deadline) {
   call.ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  f.stub->UnaryCall(&call.ctx, kPaths[call.method], grpc::StubOptions(), &call.request, &call.response,
-                    [&call](grpc::Status status) {
+  f.stub->UnaryCall(&call.ctx, kPaths[call.method], grpc::StubOptions(), &call.request,
+                    &call.response, [&call](grpc::Status status) {
                       std::lock_guard<std::mutex> lock(call.mu);
                       call.status = std::move(status);
                       call.done = true;
@@ -152,10 +168,12 @@ void check(Call& call) {
     }
     return;
   }
-  if (call.method != kHealthCheck && call.caller != Caller::kRight && code == grpc::StatusCode::OK) {
+  if (call.method != kHealthCheck && call.caller != Caller::kRight &&
+      code == grpc::StatusCode::OK) {
     fail(name + ": a request with a wrong or missing token or run id was answered OK");
   }
-  if (call.method != kHealthCheck && (call.caller == Caller::kWrongToken || call.caller == Caller::kNoAuth) &&
+  if (call.method != kHealthCheck &&
+      (call.caller == Caller::kWrongToken || call.caller == Caller::kNoAuth) &&
       code != grpc::StatusCode::UNAUTHENTICATED && code != grpc::StatusCode::DEADLINE_EXCEEDED) {
     fail(name + ": a request with a wrong token was answered " + std::to_string(code) + " " +
          call.status.error_message());
@@ -164,25 +182,51 @@ void check(Call& call) {
   const std::string body = bytes_of(call.response);
   std::unique_ptr<google::protobuf::MessageLite> response;
   switch (call.method) {
-    case kJoin: response = std::make_unique<ddp::v1::JoinResponse>(); break;
-    case kHeartbeat: response = std::make_unique<ddp::v1::HeartbeatResponse>(); break;
-    case kReportFailure: response = std::make_unique<ddp::v1::ReportFailureResponse>(); break;
-    case kLeave: response = std::make_unique<ddp::v1::LeaveResponse>(); break;
-    case kSet: response = std::make_unique<ddp::v1::SetResponse>(); break;
-    case kGet: response = std::make_unique<ddp::v1::GetResponse>(); break;
-    case kAdd: response = std::make_unique<ddp::v1::AddResponse>(); break;
-    case kCompareSet: response = std::make_unique<ddp::v1::CompareSetResponse>(); break;
-    case kWait: response = std::make_unique<ddp::v1::WaitResponse>(); break;
-    case kDelete: response = std::make_unique<ddp::v1::DeleteResponse>(); break;
-    case kNumKeys: response = std::make_unique<ddp::v1::NumKeysResponse>(); break;
-    case kBarrier: response = std::make_unique<ddp::v1::BarrierResponse>(); break;
-    default: return;
+    case kJoin:
+      response = std::make_unique<ddp::v1::JoinResponse>();
+      break;
+    case kHeartbeat:
+      response = std::make_unique<ddp::v1::HeartbeatResponse>();
+      break;
+    case kReportFailure:
+      response = std::make_unique<ddp::v1::ReportFailureResponse>();
+      break;
+    case kLeave:
+      response = std::make_unique<ddp::v1::LeaveResponse>();
+      break;
+    case kSet:
+      response = std::make_unique<ddp::v1::SetResponse>();
+      break;
+    case kGet:
+      response = std::make_unique<ddp::v1::GetResponse>();
+      break;
+    case kAdd:
+      response = std::make_unique<ddp::v1::AddResponse>();
+      break;
+    case kCompareSet:
+      response = std::make_unique<ddp::v1::CompareSetResponse>();
+      break;
+    case kWait:
+      response = std::make_unique<ddp::v1::WaitResponse>();
+      break;
+    case kDelete:
+      response = std::make_unique<ddp::v1::DeleteResponse>();
+      break;
+    case kNumKeys:
+      response = std::make_unique<ddp::v1::NumKeysResponse>();
+      break;
+    case kBarrier:
+      response = std::make_unique<ddp::v1::BarrierResponse>();
+      break;
+    default:
+      return;
   }
-  if (!response->ParseFromString(body)) fail(name + ": the OK answer does not decode as its response type");
+  if (!response->ParseFromString(body))
+    fail(name + ": the OK answer does not decode as its response type");
   if (call.method == kJoin) {
     const auto& j = static_cast<const ddp::v1::JoinResponse&>(*response);
-    if (j.group_rank() < 0 || j.group_rank() >= j.group_world_size() || j.global_rank_offset() < 0 ||
-        j.global_rank_offset() >= j.world_size()) {
+    if (j.group_rank() < 0 || j.group_rank() >= j.group_world_size() ||
+        j.global_rank_offset() < 0 || j.global_rank_offset() >= j.world_size()) {
       fail("Join: answered a place outside its round: " + j.ShortDebugString());
     }
   }
@@ -191,10 +235,20 @@ void check(Call& call) {
 ddp::v1::Auth auth_for(Caller caller) {
   ddp::v1::Auth a;
   switch (caller) {
-    case Caller::kRight: a.set_run_id(kRunId); a.set_token(kToken); break;
-    case Caller::kWrongToken: a.set_run_id(kRunId); a.set_token("wrong"); break;
-    case Caller::kWrongRun: a.set_run_id("other"); a.set_token(kToken); break;
-    case Caller::kNoAuth: break;
+    case Caller::kRight:
+      a.set_run_id(kRunId);
+      a.set_token(kToken);
+      break;
+    case Caller::kWrongToken:
+      a.set_run_id(kRunId);
+      a.set_token("wrong");
+      break;
+    case Caller::kWrongRun:
+      a.set_run_id("other");
+      a.set_token(kToken);
+      break;
+    case Caller::kNoAuth:
+      break;
   }
   return a;
 }
@@ -204,7 +258,10 @@ std::string build_request(Method method, Caller caller, FuzzedDataProvider& in) 
   static const char* const kKeys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16"};
   static const char* const kHosts[] = {"h0", "h1", "h2"};
   auto key = [&] { return std::string(kKeys[in.ConsumeIntegralInRange(0, 4)]); };
-  auto value = [&] { return in.ConsumeBool() ? std::to_string(in.ConsumeIntegral<std::int8_t>()) : in.ConsumeRandomLengthString(80); };
+  auto value = [&] {
+    return in.ConsumeBool() ? std::to_string(in.ConsumeIntegral<std::int8_t>())
+                            : in.ConsumeRandomLengthString(80);
+  };
   auto round = [&] { return in.ConsumeIntegralInRange<std::int64_t>(-1, 4); };
   auto rank = [&] { return in.ConsumeIntegralInRange(-1, 3); };
   auto timeout = [&] { return in.ConsumeIntegralInRange<std::int64_t>(-1, 60); };
@@ -236,7 +293,8 @@ std::string build_request(Method method, Caller caller, FuzzedDataProvider& in) 
       r.set_round(round());
       r.set_group_rank(rank());
       std::string report = in.ConsumeRandomLengthString(64);
-      for (char& c : report) c = static_cast<char>(c & 0x7f);  // a proto3 string is UTF-8, else undecodable
+      for (char& c : report)
+        c = static_cast<char>(c & 0x7f);  // a proto3 string is UTF-8, else undecodable
       r.set_report(report);
       r.set_exit_code(in.ConsumeIntegral<std::int32_t>());
       return r.SerializeAsString();
@@ -268,7 +326,8 @@ std::string build_request(Method method, Caller caller, FuzzedDataProvider& in) 
       ddp::v1::AddRequest r;
       *r.mutable_auth() = auth;
       r.set_key(key());
-      r.set_delta(in.ConsumeBool() ? in.ConsumeIntegral<std::int64_t>() : in.ConsumeIntegralInRange(-3, 3));
+      r.set_delta(in.ConsumeBool() ? in.ConsumeIntegral<std::int64_t>()
+                                   : in.ConsumeIntegralInRange(-3, 3));
       return r.SerializeAsString();
     }
     case kCompareSet: {
@@ -310,9 +369,11 @@ std::string build_request(Method method, Caller caller, FuzzedDataProvider& in) 
     case kHealthCheck: {
       // grpc.health.v1.HealthCheckRequest { string service = 1; }
       const std::string service = in.ConsumeBool() ? "" : "ddp.v1.Rendezvous";
-      return service.empty() ? std::string() : std::string("\x0a", 1) + char(service.size()) + service;
+      return service.empty() ? std::string()
+                             : std::string("\x0a", 1) + char(service.size()) + service;
     }
-    default: return in.ConsumeRandomLengthString(16);
+    default:
+      return in.ConsumeRandomLengthString(16);
   }
 }
 
@@ -325,15 +386,16 @@ void check_still_serving(Fixture& f) {
     start(f, call, 5s);
     call.wait();
     if (!call.status.ok()) {
-      fail(std::string(kPaths[method]) + " after the input: " + std::to_string(call.status.error_code()) + " " +
-           call.status.error_message());
+      fail(std::string(kPaths[method]) + " after the input: " +
+           std::to_string(call.status.error_code()) + " " + call.status.error_message());
     }
     return bytes_of(call.response);
   };
   ddp::v1::NumKeysRequest num_keys;
   *num_keys.mutable_auth() = auth_for(Caller::kRight);
   ddp::v1::NumKeysResponse count;
-  if (!count.ParseFromString(call_ok(kNumKeys, num_keys.SerializeAsString())) || count.count() < 0 ||
+  if (!count.ParseFromString(call_ok(kNumKeys, num_keys.SerializeAsString())) ||
+      count.count() < 0 ||
       count.count() > static_cast<std::int64_t>(make_config().limits.max_keys)) {
     fail("NumKeys after the input: a count outside [0, max_keys]: " + count.ShortDebugString());
   }
@@ -341,7 +403,8 @@ void check_still_serving(Fixture& f) {
   *get.mutable_auth() = auth_for(Caller::kRight);
   get.set_key("a");
   ddp::v1::GetResponse got;
-  if (!got.ParseFromString(call_ok(kGet, get.SerializeAsString()))) fail("Get after the input: undecodable answer");
+  if (!got.ParseFromString(call_ok(kGet, get.SerializeAsString())))
+    fail("Get after the input: undecodable answer");
   // grpc.health.v1.HealthCheckResponse { ServingStatus status = 1; }, SERVING = 1
   const std::string serving = call_ok(kHealthCheck, "");
   if (serving != std::string("\x08\x01", 2)) fail("Health/Check after the input: not SERVING");
@@ -352,7 +415,7 @@ void check_still_serving(Fixture& f) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   gpr_set_log_function([](gpr_log_func_args*) {});  // gRPC's and protobuf's own logs (invalid
-  google::protobuf::SetLogHandler(nullptr);           // UTF-8 in a string field...): noise here
+  google::protobuf::SetLogHandler(nullptr);         // UTF-8 in a string field...): noise here
   grpc::EnableDefaultHealthCheckService(true);
   return 0;
 }

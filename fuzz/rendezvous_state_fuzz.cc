@@ -64,13 +64,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (in.remaining_bytes() > 0) {
     Auth auth = right;
     switch (in.ConsumeIntegralInRange(0, 7)) {  // mostly the right caller
-      case 0: auth.token = "wrong"; break;
-      case 1: auth.run_id = "other"; break;
-      default: break;
+      case 0:
+        auth.token = "wrong";
+        break;
+      case 1:
+        auth.run_id = "other";
+        break;
+      default:
+        break;
     }
-    auto pick = [&](auto& list) { return in.ConsumeIntegralInRange<std::size_t>(0, list.size() - 1); };
+    auto pick = [&](auto& list) {
+      return in.ConsumeIntegralInRange<std::size_t>(0, list.size() - 1);
+    };
     const std::string key = keys[in.ConsumeIntegralInRange(0, 4)];
-    const std::int64_t round = in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
+    const std::int64_t round =
+        in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
     const int rank = in.ConsumeIntegralInRange(-1, 4);
     try {
       switch (in.ConsumeIntegralInRange(0, 17)) {
@@ -103,15 +111,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               seen.group_world_size = j.group_world_size;
             }
             if (seen.world_size != j.world_size || seen.group_world_size != j.group_world_size) {
-              fail("round " + std::to_string(j.round) + ": answers disagree on the world or group size");
+              fail("round " + std::to_string(j.round) +
+                   ": answers disagree on the world or group size");
             }
-            if (j.group_rank < 0 || j.group_rank >= j.group_world_size || !seen.group_ranks.insert(j.group_rank).second) {
-              fail("round " + std::to_string(j.round) + ": group rank " + std::to_string(j.group_rank) + " repeated or out of range");
+            if (j.group_rank < 0 || j.group_rank >= j.group_world_size ||
+                !seen.group_ranks.insert(j.group_rank).second) {
+              fail("round " + std::to_string(j.round) + ": group rank " +
+                   std::to_string(j.group_rank) + " repeated or out of range");
             }
             const int lo = j.global_rank_offset, hi = lo + joins[i].second;
-            if (lo < 0 || hi > j.world_size) fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) + ") outside the world");
+            if (lo < 0 || hi > j.world_size)
+              fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                   ") outside the world");
             for (const auto& [a, b] : seen.ranges) {
-              if (lo < b && a < hi) fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
+              if (lo < b && a < hi)
+                fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
             }
             seen.ranges.emplace_back(lo, hi);
           }
@@ -125,21 +139,42 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
           }
           break;
-        case 3: state.heartbeat(auth, round, rank, now, in.ConsumeBool()); break;
-        case 4: state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64), in.ConsumeIntegral<int>(), now); break;
-        case 5: state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now); break;
-        case 6: state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v')); break;
-        case 7: state.get(auth, key); break;
-        case 8: state.add(auth, key, in.ConsumeIntegral<std::int64_t>()); break;
-        case 9: state.compare_set(auth, key, in.ConsumeRandomLengthString(8), in.ConsumeRandomLengthString(80)); break;
-        case 10: state.remove(auth, key); break;
-        case 11: state.check(auth, {key, "a"}); break;
+        case 3:
+          state.heartbeat(auth, round, rank, now, in.ConsumeBool());
+          break;
+        case 4:
+          state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64),
+                               in.ConsumeIntegral<int>(), now);
+          break;
+        case 5:
+          state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now);
+          break;
+        case 6:
+          state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v'));
+          break;
+        case 7:
+          state.get(auth, key);
+          break;
+        case 8:
+          state.add(auth, key, in.ConsumeIntegral<std::int64_t>());
+          break;
+        case 9:
+          state.compare_set(auth, key, in.ConsumeRandomLengthString(8),
+                            in.ConsumeRandomLengthString(80));
+          break;
+        case 10:
+          state.remove(auth, key);
+          break;
+        case 11:
+          state.check(auth, {key, "a"});
+          break;
         case 12: {
           const std::string name = in.ConsumeBool() ? "b0" : (in.ConsumeBool() ? "b1" : "b2");
           const int world = in.ConsumeIntegralInRange(0, 5);
-          const TimePoint deadline = now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
-          arrivals.push_back(
-              state.barrier_arrive(auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now));
+          const TimePoint deadline =
+              now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
+          arrivals.push_back(state.barrier_arrive(
+              auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now));
           break;
         }
         case 13:
@@ -164,8 +199,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           now += std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 400));
           state.tick(now);
           break;
-        case 16: state.round_end(round, rank, now); break;
-        case 17: state.num_keys(auth); break;
+        case 16:
+          state.round_end(round, rank, now);
+          break;
+        case 17:
+          state.num_keys(auth);
+          break;
       }
     } catch (const ddp::RpcError&) {
       // A refusal is an answer; what must hold is checked below either way.

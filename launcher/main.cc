@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/rpc_plugin.h"
+#include "cli/launch_spec.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
-#include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
 #include "worker_group/process.h"
-#include "agent/rpc_plugin.h"
 
 int main(int argc, char** argv) {
   ddp::launcher::raise_open_file_limit();

@@ -81,9 +81,10 @@ std::string local_address_towards(const Endpoint& remote) {
       socklen_t len = sizeof(local);
       char buf[INET6_ADDRSTRLEN] = {};
       if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-        const void* addr = local.ss_family == AF_INET6
-                               ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                               : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+        const void* addr =
+            local.ss_family == AF_INET6
+                ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
         if (inet_ntop(local.ss_family, addr, buf, sizeof(buf)) != nullptr) result = buf;
       }
     } else {
@@ -92,7 +93,8 @@ std::string local_address_towards(const Endpoint& remote) {
     close(fd);
   }
   freeaddrinfo(res);
-  if (result.empty()) throw Error("no route to rendezvous endpoint " + remote.to_string() + ": " + error);
+  if (result.empty())
+    throw Error("no route to rendezvous endpoint " + remote.to_string() + ": " + error);
   return result;
 }
 
@@ -132,10 +134,12 @@ std::string first_non_loopback_address() {
   if (getifaddrs(&list) != 0) return "";
   std::string v4, v6;
   for (ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == nullptr || !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK)) continue;
+    if (ifa->ifa_addr == nullptr || !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK))
+      continue;
     char buf[INET6_ADDRSTRLEN] = {};
     if (ifa->ifa_addr->sa_family == AF_INET && v4.empty()) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr, buf, sizeof(buf));
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr, buf,
+                sizeof(buf));
       v4 = buf;
     } else if (ifa->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
       const auto* in6 = reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr);

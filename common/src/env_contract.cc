@@ -61,13 +61,31 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
 }
 
 const std::vector<std::string>& contract_variable_names() {
-  static const std::vector<std::string> names = {
-      "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-      "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
-      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "DDP_RUN_ID", "DDP_RDZV_ENDPOINT", "DDP_RDZV_TOKEN", "DDP_ROUND", "DDP_RDZV_TLS_CA", "DDP_NODE_ADDR",
-      "DDP_OUTPUT_PREFIXED", "DDP_RDZV_UNAVAILABLE", "TORCHELASTIC_USE_AGENT_STORE",
-      "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE"};
+  static const std::vector<std::string> names = {"RANK",
+                                                 "LOCAL_RANK",
+                                                 "GROUP_RANK",
+                                                 "ROLE_RANK",
+                                                 "WORLD_SIZE",
+                                                 "LOCAL_WORLD_SIZE",
+                                                 "GROUP_WORLD_SIZE",
+                                                 "ROLE_WORLD_SIZE",
+                                                 "ROLE_NAME",
+                                                 "MASTER_ADDR",
+                                                 "MASTER_PORT",
+                                                 "TORCHELASTIC_RESTART_COUNT",
+                                                 "TORCHELASTIC_MAX_RESTARTS",
+                                                 "TORCHELASTIC_RUN_ID",
+                                                 "DDP_RUN_ID",
+                                                 "DDP_RDZV_ENDPOINT",
+                                                 "DDP_RDZV_TOKEN",
+                                                 "DDP_ROUND",
+                                                 "DDP_RDZV_TLS_CA",
+                                                 "DDP_NODE_ADDR",
+                                                 "DDP_OUTPUT_PREFIXED",
+                                                 "DDP_RDZV_UNAVAILABLE",
+                                                 "TORCHELASTIC_USE_AGENT_STORE",
+                                                 "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                                 "TORCHELASTIC_ERROR_FILE"};
   return names;
 }
 
@@ -77,7 +95,8 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   const char* world_text = getenv("WORLD_SIZE");
   if (rank_text == nullptr && world_text == nullptr) return std::nullopt;
   if (rank_text == nullptr) throw Error("environment variable RANK is missing (WORLD_SIZE is set)");
-  if (world_text == nullptr) throw Error("environment variable WORLD_SIZE is missing (RANK is set)");
+  if (world_text == nullptr)
+    throw Error("environment variable WORLD_SIZE is missing (RANK is set)");
 
   constexpr long kMaxInt = std::numeric_limits<int>::max();
   WorkerEnv env;
@@ -114,7 +133,8 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.output_prefixed = optional_int("DDP_OUTPUT_PREFIXED", 0, 0, 1) == 1;
   env.error_file = optional_str("TORCHELASTIC_ERROR_FILE", "");
   env.nccl_async_error_handling = optional_str("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  env.use_agent_store = optional_str("TORCHELASTIC_USE_AGENT_STORE", "False") == "True";  // torch's test
+  env.use_agent_store =
+      optional_str("TORCHELASTIC_USE_AGENT_STORE", "False") == "True";  // torch's test
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

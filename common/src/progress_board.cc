@@ -14,13 +14,14 @@
 namespace ddp {
 namespace {
 
-constexpr const char* kOpNames[] = {"collective", "all_reduce", "broadcast",      "reduce", "all_gather",
-                                    "gather",     "scatter",    "all_to_all", "reduce_scatter", "barrier"};
+constexpr const char* kOpNames[] = {"collective",     "all_reduce", "broadcast", "reduce",
+                                    "all_gather",     "gather",     "scatter",   "all_to_all",
+                                    "reduce_scatter", "barrier"};
 constexpr std::uint32_t kOpCount = sizeof kOpNames / sizeof kOpNames[0];
 
 ProgressSlot* map_slots(int fd, int slots) {
-  void* p = mmap(nullptr, sizeof(ProgressSlot) * static_cast<size_t>(slots), PROT_READ | PROT_WRITE, MAP_SHARED,
-                 fd, 0);
+  void* p = mmap(nullptr, sizeof(ProgressSlot) * static_cast<size_t>(slots), PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<ProgressSlot*>(p);
 }
 
@@ -72,7 +73,8 @@ std::optional<ProgressBoard> ProgressBoard::attach_from_env(int slot) {
 }
 
 ProgressBoard::ProgressBoard(ProgressBoard&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), base_(std::exchange(other.base_, nullptr)),
+    : fd_(std::exchange(other.fd_, -1)),
+      base_(std::exchange(other.base_, nullptr)),
       slots_(std::exchange(other.slots_, 0)) {}
 
 ProgressBoard& ProgressBoard::operator=(ProgressBoard&& other) noexcept {

@@ -19,7 +19,8 @@ std::string sanitise(const std::string& text, std::size_t longest) {
   // outside [A-Za-z0-9.] -> "_" and two hex digits ("a-b" -> "a_2db").
   static const char* hex = "0123456789abcdef";
   for (char c : text) {
-    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.';
+    bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.';
     if (keep) {
       out += c;
     } else if (c == '_') {
@@ -42,12 +43,14 @@ std::string sanitise(const std::string& text, std::size_t longest) {
 
 }  // namespace
 
-std::string shm_run_prefix(const std::string& run_id) { return "ddp-" + sanitise(run_id, 96) + "-"; }
+std::string shm_run_prefix(const std::string& run_id) {
+  return "ddp-" + sanitise(run_id, 96) + "-";
+}
 
-std::string shm_segment_name(const std::string& run_id, long round, const std::string& group, int node,
-                             const std::string& unique) {
-  return "/" + shm_run_prefix(run_id) + "r" + std::to_string(round) + "-" + sanitise(group, 64) + "-n" +
-         std::to_string(node) + "-" + sanitise(unique, 32);
+std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
+                             int node, const std::string& unique) {
+  return "/" + shm_run_prefix(run_id) + "r" + std::to_string(round) + "-" + sanitise(group, 64) +
+         "-n" + std::to_string(node) + "-" + sanitise(unique, 32);
 }
 
 int remove_segments_with_prefix(const char* dir, const char* prefix) {
@@ -68,7 +71,8 @@ int remove_segments_with_prefix(const char* dir, const char* prefix) {
       for (ssize_t off = 0; off < n;) {
         const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
         // unlinkat on a /dev/shm entry is what shm_unlink does.
-        if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 && unlinkat(fd, entry->d_name, 0) == 0) {
+        if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 &&
+            unlinkat(fd, entry->d_name, 0) == 0) {
           ++removed;
         }
         if (entry->d_reclen == 0) break;

@@ -18,21 +18,21 @@
 
 #include <fmt/ranges.h>
 
-#include "worker_group/cpu_binding.h"
+#include "agent/hang_watch.h"
+#include "agent/local_control_plane.h"
+#include "agent/port_reservation.h"
+#include "agent/rpc_plugin.h"
+#include "ddp/common/endpoint.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
-#include "ddp/common/endpoint.h"
-#include "ddp/common/shm_names.h"
 #include "ddp/common/progress_board.h"
+#include "ddp/common/shm_names.h"
+#include "worker_group/cpu_binding.h"
 #include "worker_group/failure_report.h"
-#include "agent/hang_watch.h"
-#include "agent/local_control_plane.h"
 #include "worker_group/log_tee.h"
-#include "worker_group/worker_group.h"
-#include "agent/port_reservation.h"
 #include "worker_group/process.h"
-#include "agent/rpc_plugin.h"
+#include "worker_group/worker_group.h"
 
 extern char** environ;
 
@@ -41,7 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
-
 
 int open_log_file(const std::string& path) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -71,7 +70,8 @@ std::vector<std::string> base_environment() {
 void remove_leftover_segments(const std::string& run_id) {
   int removed = remove_run_segments(run_id);
   if (removed > 0) {
-    launcher_log().info("removed {} shared-memory segment(s) of run {} left by killed workers", removed, run_id);
+    launcher_log().info("removed {} shared-memory segment(s) of run {} left by killed workers",
+                        removed, run_id);
   } else {
     launcher_log().debug("no shared-memory segments of run {} left", run_id);
   }
@@ -97,13 +97,16 @@ void set_own_device(std::vector<std::string>& env, int local_rank) {
     std::stringstream items(parent);
     for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
     if (static_cast<size_t>(local_rank) >= devices.size()) {
-      throw Error("--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
-                  (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") + parent);
+      throw Error(
+          "--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
+          (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") +
+          parent);
     }
     device = devices[static_cast<size_t>(local_rank)];
   }
   std::erase_if(env, [&](const std::string& e) {
-    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
+    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
+           (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
   });
   env.push_back("CUDA_VISIBLE_DEVICES=" + device);
   if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
@@ -124,12 +127,14 @@ std::string advertised_address(const Endpoint& endpoint) {
   in6_addr numeric{};
   const bool literal = inet_pton(AF_INET, endpoint.host.c_str(), &numeric) == 1 ||
                        inet_pton(AF_INET6, endpoint.host.c_str(), &numeric) == 1;
-  if (!is_loopback_address(address) || literal || endpoint.host.rfind("localhost", 0) == 0) return address;
+  if (!is_loopback_address(address) || literal || endpoint.host.rfind("localhost", 0) == 0)
+    return address;
   const std::string other = first_non_loopback_address();
   if (other.empty()) return address;  // a machine with loopback only: its peers are local too
-  launcher_log().info("{} resolves to this host's loopback address {}; advertising {} to the other nodes "
-                      "(--local_addr chooses another)",
-                      endpoint.host, address, other);
+  launcher_log().info(
+      "{} resolves to this host's loopback address {}; advertising {} to the other nodes "
+      "(--local_addr chooses another)",
+      endpoint.host, address, other);
   return other;
 }
 
@@ -147,10 +152,10 @@ sigset_t forwarded_signals() {
 struct Agent::AttemptResult {
   std::optional<WorkerOutcome> first_failure;  // a local worker failed first
   std::string failure_report;
-  int signal = 0;               // a signal to ddprun ended the attempt
+  int signal = 0;                         // a signal to ddprun ended the attempt
   std::optional<RoundStatus> remote_end;  // the round ended elsewhere (or the job succeeded)
-  std::string lost;             // the rendezvous server stopped answering
-  bool can_restart = false;     // the server will form another round
+  std::string lost;                       // the rendezvous server stopped answering
+  bool can_restart = false;               // the server will form another round
 };
 
 namespace {
@@ -209,9 +214,11 @@ int Agent::run_rounds() {
   // form knows which that is, so the others need no (possibly taken) port.
   // With the agent store, node rank 0's rendezvous listens on MASTER_PORT
   // itself: nothing is reserved for the program.
-  const bool static_non_zero = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
+  const bool static_non_zero =
+      spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
   std::optional<PortReservation> reservation;
-  if (!spec_.agent_store) reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
+  if (!spec_.agent_store)
+    reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
@@ -257,7 +264,8 @@ int Agent::run_rounds() {
     try {
       round = control_->join(node, to_ms(spec_.rdzv_conf.join_timeout_s), wait);
     } catch (const JoinInterrupted& e) {
-      log.warn("received {} while waiting for {}; left the rendezvous", signal_name(join_signal), e.what());
+      log.warn("received {} while waiting for {}; left the rendezvous", signal_name(join_signal),
+               e.what());
       return 128 + join_signal;
     } catch (const Error& e) {
       log.error("error: {}", e.what());
@@ -265,10 +273,11 @@ int Agent::run_rounds() {
       return 1;
     }
     if (spec_.multi_node()) {
-      log.info("round {}: {} node(s), world size {}; this node is node rank {} with ranks {}-{} ({})",
-               round.round, round.group_world_size, round.world_size, round.group_rank,
-               round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
-               round.reason.empty() ? "first round" : "after: " + round.reason);
+      log.info(
+          "round {}: {} node(s), world size {}; this node is node rank {} with ranks {}-{} ({})",
+          round.round, round.group_world_size, round.world_size, round.group_rank,
+          round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
+          round.reason.empty() ? "first round" : "after: " + round.reason);
     }
     AttemptResult result = run_attempt(round, rdzv_target);
     if (result.signal != 0) {
@@ -276,8 +285,8 @@ int Agent::run_rounds() {
       if (spec_.multi_node()) {
         try {
           control_->report_failure(round,
-                                   "node " + std::to_string(round.group_rank) + " (host " + hostname_ +
-                                       ") was stopped by " + signal_name(result.signal),
+                                   "node " + std::to_string(round.group_rank) + " (host " +
+                                       hostname_ + ") was stopped by " + signal_name(result.signal),
                                    128 + result.signal);
         } catch (const Error&) {
         }
@@ -295,7 +304,8 @@ int Agent::run_rounds() {
         linger(Linger::kUntilDelivered);
         return result.first_failure->launcher_exit_code();
       }
-      log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1,
+               spec_.max_restarts);
       continue;
     }
     if (result.remote_end) {
@@ -305,7 +315,8 @@ int Agent::run_rounds() {
         linger(Linger::kUntilDelivered);
         return 1;
       }
-      log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+      log.warn("joining the next round (restart {} of {})", round.restart_count + 1,
+               spec_.max_restarts);
       continue;
     }
     // Every local worker succeeded: tell the server, then wait for the job's outcome.
@@ -319,7 +330,8 @@ void Agent::linger(Linger until) {
   const auto deadline = Clock::now() + control_->linger_time();
   for (;;) {
     if (until == Linger::kUntilDelivered && control_->outcome_delivered()) return;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return;
     // Nodes hear the outcome within a few ms (held heartbeats): look often.
     pollfd pfd{signal_fd_, POLLIN, 0};
@@ -358,7 +370,8 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
       }
       log.error("round {} ended on another node: {}", round.round, end->reason);
       if (end->can_restart) {
-        log.warn("joining the next round (restart {} of {})", round.restart_count + 1, spec_.max_restarts);
+        log.warn("joining the next round (restart {} of {})", round.restart_count + 1,
+                 spec_.max_restarts);
         *restart = true;
         return 0;
       }
@@ -372,9 +385,11 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
   }
 }
 
-std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, const std::string& rdzv_endpoint,
+std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round,
+                                              const std::string& rdzv_endpoint,
                                               const std::vector<std::string>& base_env,
-                                              const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines) {
+                                              const std::vector<std::vector<int>>& cpus,
+                                              size_t kept_stderr_lines) {
   const int n = spec_.nproc_per_node;
   const char* nccl_async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
@@ -397,8 +412,9 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       // The static form passes --master_addr as given, as torchrun does: each
       // node resolves it (a name node 0 maps to 127.0.1.1 must not become
       // node 0's loopback address in every rank).
-      env.master_addr = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic ? spec_.master_addr
-                                                                                         : round.master_addr;
+      env.master_addr = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic
+                            ? spec_.master_addr
+                            : round.master_addr;
       env.master_port = round.master_port;
       env.use_agent_store = spec_.agent_store;
       env.restart_count = round.restart_count;
@@ -423,8 +439,8 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       // Where each stream goes: the console unless redirected (and not tee'd)
       // or filtered out; the rank's log file whenever a log dir is set.
       bool shown = !spec_.local_ranks_filter ||
-                   std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(), i) !=
-                       spec_.local_ranks_filter->end();
+                   std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(),
+                             i) != spec_.local_ranks_filter->end();
       for (int s = 0; s < 2; ++s) {
         int bit = s == 0 ? kStdout : kStderr;
         bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
@@ -441,7 +457,7 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
       // stdin: a terminal for each stream the console shows when ddprun's is
       // one, and ddprun's stdin for local rank 0 (breakpoint(), input()).
       if (i == 0) {
-        launch.stdio.stdin_fd = stdin_relay_             ? stdin_relay_->worker_end()
+        launch.stdio.stdin_fd = stdin_relay_                        ? stdin_relay_->worker_end()
                                 : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
                                                                     : -1;
       }
@@ -460,7 +476,8 @@ std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round, cons
   return launches;
 }
 
-Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
+Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
+                                        const std::string& rdzv_endpoint) {
   const int attempt = round.restart_count;
   const int n = spec_.nproc_per_node;
   std::vector<std::string> base_env = base_environment();
@@ -481,8 +498,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     for (std::size_t r = 0; r < cpus.size(); ++r) {
       text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(cpus[r], " "));
     }
-    launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(), n,
-                        text);
+    launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(),
+                        n, text);
   }
   // --hang_timeout: the progress board libddp counts collectives on, and
   // Python's fault handler (every thread's traceback on SIGABRT).
@@ -521,7 +538,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     result.failure_report = std::move(report);
     group->stop(SIGTERM, grace);
     try {
-      result.can_restart = control_->report_failure(round, result.failure_report, outcome.launcher_exit_code());
+      result.can_restart =
+          control_->report_failure(round, result.failure_report, outcome.launcher_exit_code());
     } catch (const Error& e) {
       launcher_log().error("error: could not report the failure: {}", e.what());
     }
@@ -536,8 +554,9 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         continue;
       }
       group->pump_all(i);  // what the rank wrote before it died: its last words for the report
-      fail_with(w.outcome, format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines), attempt,
-                                                 spec_.max_restarts));
+      fail_with(w.outcome,
+                format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines),
+                                      attempt, spec_.max_restarts));
     }
   };
 
@@ -561,7 +580,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
     group->add_pipes(pfds, owners);
     int timeout_ms = monitor_ms;
     auto shorten_to = [&](Clock::time_point until) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
     };
     if (hang && (!settled() || hang->found())) shorten_to(hang->next_wake());
@@ -573,7 +593,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
         if (pfds[k].revents != 0) group->pump(owners[k - kFixed].first, owners[k - kFixed].second);
       }
       if (pfds[2].revents != 0) stdin_relay_->pump();
-      if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end && result.lost.empty()) {
+      if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end &&
+          result.lost.empty()) {
         uint64_t count = 0;
         ssize_t ignored = read(monitor->event_fd(), &count, sizeof(count));
         (void)ignored;
@@ -592,7 +613,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round, const std:
           if (sig == SIGCHLD) continue;  // reaped below
           if (is_notice_signal(sig)) {
             int told = group->signal_workers(sig);
-            launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig), told);
+            launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig),
+                                told);
             continue;
           }
           if (result.signal == 0 && !group->stopping()) {

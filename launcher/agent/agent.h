@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/run_files.h"
-#include "worker_group/stdin_relay.h"
 #include "agent/control_plane.h"
+#include "agent/run_files.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
+#include "worker_group/stdin_relay.h"
 #include "worker_group/worker_group.h"
 
 namespace ddp::launcher {
@@ -47,9 +47,11 @@ class Agent {
   int run_rounds();
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   // Each local worker's environment, CPUs and output routing for `round`.
-  std::vector<WorkerLaunch> launches_for(const RoundAssignment& round, const std::string& rdzv_endpoint,
+  std::vector<WorkerLaunch> launches_for(const RoundAssignment& round,
+                                         const std::string& rdzv_endpoint,
                                          const std::vector<std::string>& base_env,
-                                         const std::vector<std::vector<int>>& cpus, size_t kept_stderr_lines);
+                                         const std::vector<std::vector<int>>& cpus,
+                                         size_t kept_stderr_lines);
   int finish_after_success(const RoundAssignment& round, bool* restart);
   // Keeps a hosted rendezvous answering for control_->linger_time(), or,
   // kUntilDelivered, until every node of the round has heard how it ended;
@@ -61,7 +63,7 @@ class Agent {
   OrphanGuard& guard_;
   int signal_fd_;
   std::unique_ptr<ControlPlane> control_;
-  std::unique_ptr<RunFiles> files_;  // per-worker logs and error files
+  std::unique_ptr<RunFiles> files_;        // per-worker logs and error files
   std::optional<StdinRelay> stdin_relay_;  // the terminal typed into, for local rank 0
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)

@@ -18,9 +18,10 @@ namespace ddp::launcher {
 class RoundWatch {
  public:
   virtual ~RoundWatch() = default;
-  virtual int event_fd() const = 0;                    // readable once ended() or lost() says something
-  virtual std::optional<RoundStatus> ended() = 0;      // the round ended (elsewhere, or the job succeeded)
-  virtual std::string lost() = 0;                      // why the server is considered gone
+  virtual int event_fd() const = 0;  // readable once ended() or lost() says something
+  virtual std::optional<RoundStatus>
+  ended() = 0;                     // the round ended (elsewhere, or the job succeeded)
+  virtual std::string lost() = 0;  // why the server is considered gone
 };
 
 class ControlPlane {
@@ -33,9 +34,11 @@ class ControlPlane {
   virtual std::string workers_server_missing() const { return {}; }
   // Blocks until this node has its place in the next round; `wait` lets a
   // signal end the wait (JoinInterrupted, the node withdrawn).
-  virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) = 0;
+  virtual RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout,
+                               const JoinWait& wait) = 0;
   // A local worker failed; returns whether another round will be formed.
-  virtual bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) = 0;
+  virtual bool report_failure(const RoundAssignment& round, const std::string& report,
+                              int exit_code) = 0;
   // Every local worker succeeded.
   virtual void leave(const RoundAssignment& round, int exit_code) = 0;
   // Heartbeats for a round (nullptr when the node is alone and needs none).

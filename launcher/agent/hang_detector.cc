@@ -49,7 +49,8 @@ std::string rank_list(std::vector<int> ranks) {
   return text;
 }
 
-std::optional<HangVerdict> HangDetector::observe(Clock::time_point now, const std::vector<RankSample>& ranks) {
+std::optional<HangVerdict> HangDetector::observe(Clock::time_point now,
+                                                 const std::vector<RankSample>& ranks) {
   if (last_.size() != ranks.size()) {
     last_ = ranks;
     last_progress_.assign(ranks.size(), now);
@@ -67,7 +68,8 @@ std::optional<HangVerdict> HangDetector::observe(Clock::time_point now, const st
   // ranks that have not begun their k-th (collectives run in the same order
   // on every rank of a group).
   const int n = static_cast<int>(ranks.size());
-  std::vector<std::vector<int>> waiters(ranks.size());  // per waited-for rank: the indexes of those waiting
+  std::vector<std::vector<int>> waiters(
+      ranks.size());  // per waited-for rank: the indexes of those waiting
   for (int r = 0; r < n; ++r) {
     if (!in_collective(ranks[r])) continue;
     for (int q = 0; q < n; ++q) {
@@ -75,7 +77,8 @@ std::optional<HangVerdict> HangDetector::observe(Clock::time_point now, const st
     }
   }
   for (int q = 0; q < n; ++q) {
-    const bool is_stuck = std::find(verdict.stuck.begin(), verdict.stuck.end(), q) != verdict.stuck.end();
+    const bool is_stuck =
+        std::find(verdict.stuck.begin(), verdict.stuck.end(), q) != verdict.stuck.end();
     if (!waiters[q].empty() || (is_stuck && !in_collective(ranks[q]))) verdict.blamed.push_back(q);
   }
   if (verdict.blamed.empty()) {
@@ -95,8 +98,9 @@ std::optional<HangVerdict> HangDetector::observe(Clock::time_point now, const st
     verdict.lines.push_back(std::move(line));
   }
   if (verdict.waits_elsewhere) {
-    verdict.lines.push_back("every rank on this node began that collective: they wait for a rank on another node, "
-                            "or the backend is stuck");
+    verdict.lines.push_back(
+        "every rank on this node began that collective: they wait for a rank on another node, "
+        "or the backend is stuck");
   }
   return verdict;
 }

@@ -27,9 +27,9 @@ struct RankSample {
   int rank = 0;  // global rank
   bool libddp = false;
   std::uint64_t begun = 0, completed = 0;  // from the board (libddp ranks)
-  ProgressOp op = ProgressOp::kNone;        // the last collective begun
-  std::uint64_t cpu_ticks = 0;              // CPU time of the rank's process group, any unit
-  bool stopped = false;                     // in the stopped state (SIGSTOP, Ctrl-Z, a debugger)
+  ProgressOp op = ProgressOp::kNone;       // the last collective begun
+  std::uint64_t cpu_ticks = 0;             // CPU time of the rank's process group, any unit
+  bool stopped = false;                    // in the stopped state (SIGSTOP, Ctrl-Z, a debugger)
   bool exited = false;  // ended already (successfully): never stuck, but may be waited for
 };
 

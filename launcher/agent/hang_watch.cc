@@ -25,7 +25,8 @@ std::chrono::milliseconds to_ms(double seconds) {
 // and the tracebacks after it), or nothing.
 std::vector<std::string> python_traceback(const std::deque<std::string>& lines) {
   for (size_t i = lines.size(); i-- > 0;) {
-    if (lines[i].rfind("Fatal Python error", 0) == 0) return {lines.begin() + static_cast<long>(i), lines.end()};
+    if (lines[i].rfind("Fatal Python error", 0) == 0)
+      return {lines.begin() + static_cast<long>(i), lines.end()};
   }
   return {};
 }
@@ -38,7 +39,8 @@ HangWatch::HangWatch(double timeout_s, const ProgressBoard& board, bool python)
       python_(python),
       detector_(to_ms(timeout_s)),
       // Every tenth of the timeout, 50 ms to 1 s.
-      sample_every_(std::clamp(to_ms(timeout_s / 10), std::chrono::milliseconds(50), std::chrono::milliseconds(1000))),
+      sample_every_(std::clamp(to_ms(timeout_s / 10), std::chrono::milliseconds(50),
+                               std::chrono::milliseconds(1000))),
       next_sample_(Clock::now() + sample_every_) {}
 
 HangWatch::Clock::time_point HangWatch::next_wake() const {
@@ -86,7 +88,8 @@ std::vector<RankSample> HangWatch::sample(const WorkerGroup& group) const {
 }
 
 void HangWatch::begin_dump(WorkerGroup& group, HangVerdict verdict) {
-  launcher_log().warn("no progress for {:g} s (--hang_timeout): collecting where the ranks are stuck", timeout_s_);
+  launcher_log().warn(
+      "no progress for {:g} s (--hang_timeout): collecting where the ranks are stuck", timeout_s_);
   std::vector<int> shown = verdict.blamed;
   for (int i : verdict.stuck) {
     if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
@@ -113,7 +116,8 @@ void HangWatch::finish_dump(WorkerGroup& group) {
   for (size_t i : dump_->aborted) {
     group.pump_all(i);
     auto lines = python_traceback(group[i].tees[1]->last_lines());
-    if (lines.empty()) lines = {"(no traceback: the rank did not answer SIGABRT with a faulthandler dump)"};
+    if (lines.empty())
+      lines = {"(no traceback: the rank did not answer SIGABRT with a faulthandler dump)"};
     dump_->stacks.push_back({group[i].rank, "Python traceback (faulthandler)", std::move(lines)});
   }
   // The blamed ranks' stacks first, then the others', each by rank.
@@ -122,9 +126,10 @@ void HangWatch::finish_dump(WorkerGroup& group) {
     return std::any_of(blamed.begin(), blamed.end(),
                        [&](int i) { return group[static_cast<size_t>(i)].rank == rank; });
   };
-  std::sort(dump_->stacks.begin(), dump_->stacks.end(), [&](const StuckRank& a, const StuckRank& b) {
-    return std::pair(!is_blamed(a.rank), a.rank) < std::pair(!is_blamed(b.rank), b.rank);
-  });
+  std::sort(dump_->stacks.begin(), dump_->stacks.end(),
+            [&](const StuckRank& a, const StuckRank& b) {
+              return std::pair(!is_blamed(a.rank), a.rank) < std::pair(!is_blamed(b.rank), b.rank);
+            });
   dump_->done = true;
 }
 
@@ -139,7 +144,8 @@ std::vector<WorkerOutcome> HangWatch::blamed(const WorkerGroup& group) const {
 }
 
 std::string HangWatch::report(const WorkerGroup& group, int attempt, int max_restarts) const {
-  return format_hang_report(blamed(group), timeout_s_, dump_->verdict.lines, dump_->stacks, attempt, max_restarts);
+  return format_hang_report(blamed(group), timeout_s_, dump_->verdict.lines, dump_->stacks, attempt,
+                            max_restarts);
 }
 
 }  // namespace ddp::launcher

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "agent/hang_detector.h"
 #include "ddp/common/progress_board.h"
 #include "worker_group/failure_report.h"
-#include "agent/hang_detector.h"
 #include "worker_group/worker_group.h"
 
 namespace ddp::launcher {

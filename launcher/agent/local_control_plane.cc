@@ -6,7 +6,9 @@
 namespace ddp::launcher {
 
 LocalControlPlane::LocalControlPlane(const LaunchSpec& spec)
-    : spec_(spec), reservation_(PortReservation::reserve(spec.rdzv_port, "--rdzv_endpoint")), host_(spec.rdzv_host) {
+    : spec_(spec),
+      reservation_(PortReservation::reserve(spec.rdzv_port, "--rdzv_endpoint")),
+      host_(spec.rdzv_host) {
   // A missing plugin is found before the workers start, so that a worker
   // needing the server fails at once instead of after its connect timeout.
   missing_ = rpc_plugin_missing();
@@ -34,7 +36,8 @@ std::string LocalControlPlane::worker_endpoint() const {
   return Endpoint{host_, reservation_.port()}.to_string();
 }
 
-RoundAssignment LocalControlPlane::join(const NodeInfo& node, std::chrono::milliseconds, const JoinWait&) {
+RoundAssignment LocalControlPlane::join(const NodeInfo& node, std::chrono::milliseconds,
+                                        const JoinWait&) {
   RoundAssignment a;
   a.round = ++rounds_;
   a.group_rank = 0;

@@ -7,9 +7,9 @@
 #include <future>
 
 #include "agent/control_plane.h"
-#include "cli/launch_spec.h"
 #include "agent/port_reservation.h"
 #include "agent/rpc_plugin.h"
+#include "cli/launch_spec.h"
 
 namespace ddp::launcher {
 
@@ -20,8 +20,10 @@ class LocalControlPlane final : public ControlPlane {
 
   std::string worker_endpoint() const override;
   std::string workers_server_missing() const override { return missing_; }
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) override;
-  bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override;
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout,
+                       const JoinWait& wait) override;
+  bool report_failure(const RoundAssignment& round, const std::string& report,
+                      int exit_code) override;
   void leave(const RoundAssignment& round, int exit_code) override;
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;
 

@@ -53,7 +53,8 @@ PortReservation PortReservation::reserve(int port, const std::string& flag) {
   int fd = bind_wildcard(port, &error);
   if (fd < 0) {
     if (error == EADDRINUSE) {
-      throw Error(flag + "=" + std::to_string(port) + ": port in use (another process listens on it)");
+      throw Error(flag + "=" + std::to_string(port) +
+                  ": port in use (another process listens on it)");
     }
     throw Error(flag + "=" + std::to_string(port) + ": cannot reserve: " + std::strerror(error));
   }
@@ -66,7 +67,8 @@ PortReservation PortReservation::reserve(int port, const std::string& flag) {
   return PortReservation(fd, actual);
 }
 
-PortReservation::PortReservation(PortReservation&& other) noexcept : fd_(other.fd_), port_(other.port_) {
+PortReservation::PortReservation(PortReservation&& other) noexcept
+    : fd_(other.fd_), port_(other.port_) {
   other.fd_ = -1;
 }
 

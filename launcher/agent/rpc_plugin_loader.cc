@@ -3,18 +3,19 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
-#include "ddp/common/error.h"
 #include "agent/rpc_plugin.h"
+#include "ddp/common/error.h"
 
 namespace ddp::launcher {
 namespace {
 
 std::string plugin_path() {
-  if (const char* explicit_path = std::getenv("DDPRUN_RPC_PLUGIN"); explicit_path && *explicit_path) {
+  if (const char* explicit_path = std::getenv("DDPRUN_RPC_PLUGIN");
+      explicit_path && *explicit_path) {
     return explicit_path;
   }
   char exe[PATH_MAX] = {};

@@ -8,26 +8,27 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "cli/accelerators.h"
+#include "cli/launch_options.h"
+#include "cli/slurm_launch.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/executables.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/random_id.h"
-#include "cli/accelerators.h"
-#include "cli/launch_options.h"
-#include "cli/slurm_launch.h"
 
 namespace ddp::launcher {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 void check_program(const LaunchSpec& spec) {
@@ -49,8 +50,10 @@ void check_program(const LaunchSpec& spec) {
   }
   if (spec.program.find('/') != std::string::npos) {
     struct stat st {};
-    if (stat(spec.program.c_str(), &st) != 0) throw Error("program '" + spec.program + "': no such file");
-    if (!is_executable_file(spec.program)) throw Error("program '" + spec.program + "' is not executable");
+    if (stat(spec.program.c_str(), &st) != 0)
+      throw Error("program '" + spec.program + "': no such file");
+    if (!is_executable_file(spec.program))
+      throw Error("program '" + spec.program + "' is not executable");
     return;
   }
   if (find_on_path(spec.program).empty()) {
@@ -59,7 +62,8 @@ void check_program(const LaunchSpec& spec) {
 }
 
 int parse_positive_int(const std::string& flag, const std::string& text) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.size() > 9 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
     throw Error(flag + "=" + text + ": expected a positive integer");
   }
   return std::stoi(text);
@@ -89,7 +93,9 @@ void ensure_writable_dir(const std::string& flag, const std::string& dir) {
 
 // Whether the rendezvous uses TLS: node 0 serves with a certificate, the
 // others verify with a CA, so either says so on every node.
-bool uses_tls(const LaunchSpec& spec) { return !spec.tls_cert.empty() || !spec.tls_key.empty() || !spec.tls_ca.empty(); }
+bool uses_tls(const LaunchSpec& spec) {
+  return !spec.tls_cert.empty() || !spec.tls_key.empty() || !spec.tls_ca.empty();
+}
 
 // The static form's rendezvous when --rdzv_endpoint is not given: on
 // MASTER_ADDR:MASTER_PORT, serving the program's store too (the agent store,
@@ -98,12 +104,14 @@ void derive_static_endpoint(LaunchSpec& spec) {
   if (uses_tls(spec)) {
     if (spec.master_port == 0 || spec.master_port >= 65535) {
       throw Error("--master_port=" + std::to_string(spec.master_port) +
-                  ": the static form with TLS needs a port below 65535 (the rendezvous listens on the next one)");
+                  ": the static form with TLS needs a port below 65535 (the rendezvous listens on "
+                  "the next one)");
     }
     spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port + 1}.to_string();
     return;
   }
-  if (spec.master_port == 0) throw Error("--master_port=0: the static form needs a port the other nodes can find");
+  if (spec.master_port == 0)
+    throw Error("--master_port=0: the static form needs a port the other nodes can find");
   spec.rdzv_endpoint = Endpoint{spec.master_addr, spec.master_port}.to_string();
   spec.agent_store = true;
 }
@@ -128,7 +136,7 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
   } else if (text.empty()) {
     // Static needs a node rank and a fixed size; anything else is elastic.
     spec.rdzv_backend = spec.node_rank >= 0 && spec.min_nodes == spec.nnodes ? RdzvBackend::kStatic
-                                                                            : RdzvBackend::kC10d;
+                                                                             : RdzvBackend::kC10d;
   } else {
     throw Error("--rdzv_backend=" + text + ": expected static or c10d");
   }
@@ -140,10 +148,12 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
                   "to have ranks assigned");
     }
     if (spec.min_nodes != spec.nnodes) {
-      throw Error("--nnodes=" + nnodes_text + " is elastic: use --rdzv_backend=c10d (static needs a fixed size)");
+      throw Error("--nnodes=" + nnodes_text +
+                  " is elastic: use --rdzv_backend=c10d (static needs a fixed size)");
     }
     if (spec.rdzv_conf.is_host.has_value()) {
-      throw Error("--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
+      throw Error(
+          "--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
     }
     if (spec.rdzv_endpoint.empty()) {
       if (!master_port_given && !from_slurm) spec.master_port = 29500;  // torchrun's default
@@ -156,7 +166,8 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
   }
   if (spec.rdzv_endpoint.empty()) {
     throw Error("--rdzv_backend=c10d with --nnodes=" + nnodes_text +
-                " needs --rdzv_endpoint HOST[:PORT] (the node that hosts the rendezvous; default port 29400)");
+                " needs --rdzv_endpoint HOST[:PORT] (the node that hosts the rendezvous; default "
+                "port 29400)");
   }
 }
 
@@ -167,7 +178,8 @@ NodeRange parse_nnodes(const std::string& text) {
   NodeRange nodes;
   try {
     nodes.min = parse_positive_int("--nnodes", text.substr(0, colon));
-    nodes.max = colon == std::string::npos ? nodes.min : parse_positive_int("--nnodes", text.substr(colon + 1));
+    nodes.max = colon == std::string::npos ? nodes.min
+                                           : parse_positive_int("--nnodes", text.substr(colon + 1));
   } catch (const Error&) {
     throw Error("--nnodes=" + text + ": expected N or MIN:MAX (positive integers)");
   }
@@ -208,22 +220,27 @@ int count_usable_cpus() {
 }
 
 int resolve_nproc(const std::string& text, int visible_gpus, int usable_cpus, int visible_xpus) {
-  if (text == "auto") return visible_gpus > 0 ? visible_gpus : visible_xpus > 0 ? visible_xpus : usable_cpus;
+  if (text == "auto")
+    return visible_gpus > 0 ? visible_gpus : visible_xpus > 0 ? visible_xpus : usable_cpus;
   if (text == "cpu") return usable_cpus;
   if (text == "gpu") {
     if (visible_gpus == 0) {
-      throw Error("--nproc_per_node=gpu: no GPU is visible to this process (no NVIDIA or ROCm device, "
-                  "or CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES hides them)");
+      throw Error(
+          "--nproc_per_node=gpu: no GPU is visible to this process (no NVIDIA or ROCm device, "
+          "or CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES hides them)");
     }
     return visible_gpus;
   }
   if (text == "xpu") {
-    if (visible_xpus == 0) throw Error("--nproc_per_node=xpu: no Intel XPU is visible to this process");
+    if (visible_xpus == 0)
+      throw Error("--nproc_per_node=xpu: no Intel XPU is visible to this process");
     return visible_xpus;
   }
   if (text == "0") throw Error("--nproc_per_node=0: at least one worker is needed");
-  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) {
-    throw Error("--nproc_per_node=" + text + ": expected a positive integer, auto, cpu, gpu or xpu");
+  if (text.empty() || text.size() > 6 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error("--nproc_per_node=" + text +
+                ": expected a positive integer, auto, cpu, gpu or xpu");
   }
   return std::stoi(text);
 }
@@ -240,7 +257,8 @@ std::vector<int> parse_rank_filter(const std::string& text, int nproc) {
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos) {
+    if (item.empty() || item.size() > 9 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
       throw Error("--local_ranks_filter=" + text + ": '" + item + "' is not a local rank");
     }
     if (int rank = std::stoi(item); rank < nproc) ranks.push_back(rank);
@@ -250,7 +268,8 @@ std::vector<int> parse_rank_filter(const std::string& text, int nproc) {
 
 // CLI11's parse, with argparse's abbreviations resolved first. Returns the
 // outcome for --help, --version and --print_completion, else nullopt.
-std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::string>& argv, LaunchText& text) {
+std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::string>& argv,
+                                       LaunchText& text) {
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
   args = expand_option_prefixes(args, known_options(app));
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
@@ -268,11 +287,13 @@ std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::str
     // CLI11 reports a bad value from the file under the option's name only.
     CLI::Option* config = app.get_config_ptr();
     if (config != nullptr && config->count() > 0) {
-      throw Error(std::string(e.what()) + " (on the command line or in --config " + config->as<std::string>() + ")");
+      throw Error(std::string(e.what()) + " (on the command line or in --config " +
+                  config->as<std::string>() + ")");
     }
     throw Error(e.what());
   }
-  if (!text.print_completion.empty()) return ParseOutcome{std::nullopt, completion_script(app, text.print_completion), 0};
+  if (!text.print_completion.empty())
+    return ParseOutcome{std::nullopt, completion_script(app, text.print_completion), 0};
   return std::nullopt;
 }
 
@@ -283,7 +304,8 @@ void take_program(LaunchSpec& spec, std::vector<std::string> rest) {
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    throw Error("unknown option '" + rest.front() + "' (launcher options go before the program; use -- to end them)");
+    throw Error("unknown option '" + rest.front() +
+                "' (launcher options go before the program; use -- to end them)");
   }
   if (rest.empty()) throw Error("no program given: usage: ddprun [OPTIONS] PROGRAM [ARGS...]");
   spec.program = rest.front();
@@ -296,11 +318,12 @@ void apply_nnodes(LaunchSpec& spec, const std::string& nnodes_text) {
   spec.nnodes = nodes.max;
   if (!spec.multi_node() && spec.node_rank == -1) spec.node_rank = 0;
   if (spec.node_rank < -1 || spec.node_rank >= spec.nnodes) {
-    throw Error("--node_rank=" + std::to_string(spec.node_rank) + " must be in [0, --nnodes=" +
-                std::to_string(spec.nnodes) + ")");
+    throw Error("--node_rank=" + std::to_string(spec.node_rank) +
+                " must be in [0, --nnodes=" + std::to_string(spec.nnodes) + ")");
   }
   if (spec.standalone && spec.multi_node()) {
-    throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" + nnodes_text);
+    throw Error("--standalone runs a single node; it cannot be combined with --nnodes=" +
+                nnodes_text);
   }
 }
 
@@ -321,22 +344,27 @@ void apply_endpoint(LaunchSpec& spec) {
 
 void apply_token_and_tls(LaunchSpec& spec, const std::string& token_file) {
   if (!token_file.empty()) {
-    if (!spec.rdzv_token.empty()) throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
+    if (!spec.rdzv_token.empty())
+      throw Error("--rdzv_token_file and --rdzv_token (or DDP_RDZV_TOKEN) are both given");
     const std::string text = read_flag_file("--rdzv_token_file", token_file);
     spec.rdzv_token = text.substr(0, text.find('\n'));
-    while (!spec.rdzv_token.empty() && std::isspace(static_cast<unsigned char>(spec.rdzv_token.back()))) {
+    while (!spec.rdzv_token.empty() &&
+           std::isspace(static_cast<unsigned char>(spec.rdzv_token.back()))) {
       spec.rdzv_token.pop_back();
     }
-    if (spec.rdzv_token.empty()) throw Error("--rdzv_token_file=" + token_file + ": the first line is empty");
+    if (spec.rdzv_token.empty())
+      throw Error("--rdzv_token_file=" + token_file + ": the first line is empty");
   }
   if (spec.rdzv_token.empty() && !spec.multi_node()) spec.rdzv_token = random_hex(32);
   if (spec.tls_cert.empty() != spec.tls_key.empty()) {
     throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
   }
-  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--rdzv_tls_cert", spec.tls_cert},
-                                   {"--rdzv_tls_key", spec.tls_key},
-                                   {"--rdzv_tls_ca", spec.tls_ca}}) {
-    if (!path.empty() && access(path.c_str(), R_OK) != 0) throw Error(flag + "=" + path + ": cannot read file");
+  for (const auto& [flag, path] :
+       {std::pair<std::string, std::string>{"--rdzv_tls_cert", spec.tls_cert},
+        {"--rdzv_tls_key", spec.tls_key},
+        {"--rdzv_tls_ca", spec.tls_ca}}) {
+    if (!path.empty() && access(path.c_str(), R_OK) != 0)
+      throw Error(flag + "=" + path + ": cannot read file");
   }
 }
 
@@ -350,20 +378,24 @@ void apply_shutdown_default(LaunchSpec& spec, bool given) {
     spec.shutdown_timeout_s = std::stod(text, &used);
     if (used != std::strlen(text)) throw std::invalid_argument(text);
   } catch (const std::exception&) {
-    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text + " is not a number of seconds");
+    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
+                " is not a number of seconds");
   }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
-    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text + " must be in [0, 86400] seconds");
+    throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
+                " must be in [0, 86400] seconds");
   }
 }
 
 void check_ranges(const LaunchSpec& spec) {
   if (spec.master_addr.empty()) throw Error("--master_addr is empty");
-  if (spec.max_restarts < 0) throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
+  if (spec.max_restarts < 0)
+    throw Error("--max_restarts=" + std::to_string(spec.max_restarts) + " must be >= 0");
   if (!(spec.monitor_interval_s > 0 && spec.monitor_interval_s <= 3600)) {
     throw Error("--monitor_interval must be in (0, 3600] seconds");
   }
-  if (!(spec.hang_timeout_s == 0 || (spec.hang_timeout_s >= 0.5 && spec.hang_timeout_s <= 86400 * 7))) {
+  if (!(spec.hang_timeout_s == 0 ||
+        (spec.hang_timeout_s >= 0.5 && spec.hang_timeout_s <= 86400 * 7))) {
     throw Error("--hang_timeout must be 0 (off) or in [0.5, 604800] seconds");
   }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
@@ -411,7 +443,8 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   app.prefix_command();
   // A flag given twice takes its last value, like torchrun's argparse.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_config("--config", "", "TOML job file; the command line wins over it, and it wins over PET_* variables");
+  app.set_config("--config", "",
+                 "TOML job file; the command line wins over it, and it wins over PET_* variables");
   app.allow_config_extras(false);
   app.set_version_flag("--version", "ddprun 0.1.0");
 
@@ -437,17 +470,19 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     given.standalone = spec.standalone;
     slurm = apply_slurm_step(spec, text.nnodes, text.run_id, given);
   }
-  spec.nproc_per_node = resolve_nproc(
-      spec.nproc_per_node_text,
-      spec.cuda_visible_devices.empty() ? count_gpus() : count_visible_list(spec.cuda_visible_devices),
-      count_usable_cpus(), count_xpus());
+  spec.nproc_per_node = resolve_nproc(spec.nproc_per_node_text,
+                                      spec.cuda_visible_devices.empty()
+                                          ? count_gpus()
+                                          : count_visible_list(spec.cuda_visible_devices),
+                                      count_usable_cpus(), count_xpus());
   apply_nnodes(spec, text.nnodes);
   if (spec.master_port < 0 || spec.master_port > 65535) {
-    throw Error("--master_port=" + std::to_string(spec.master_port) + " is not a TCP port (0-65535)");
+    throw Error("--master_port=" + std::to_string(spec.master_port) +
+                " is not a TCP port (0-65535)");
   }
   spec.rdzv_conf = parse_rdzv_conf(text.rdzv_conf, &spec.notices);
-  apply_backend(spec, text.rdzv_backend, text.nnodes, spec.master_port != 0 || app.count("--master_port") > 0,
-                slurm.rendezvous);
+  apply_backend(spec, text.rdzv_backend, text.nnodes,
+                spec.master_port != 0 || app.count("--master_port") > 0, slurm.rendezvous);
   if (slurm.any()) spec.notices.insert(spec.notices.begin(), slurm.line(spec));
   apply_endpoint(spec);
   apply_token_and_tls(spec, text.token_file);

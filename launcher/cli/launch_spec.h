@@ -23,9 +23,9 @@ enum class RdzvBackend { kStatic, kC10d };
 struct LaunchSpec {
   int nproc_per_node = 1;
   std::string nproc_per_node_text = "1";  // as given (N, auto, cpu, gpu)
-  int min_nodes = 1;  // --nnodes=MIN:MAX (both equal for a fixed size)
-  int nnodes = 1;     // MAX
-  int node_rank = -1;  // -1: assigned by the rendezvous (0 on a single node)
+  int min_nodes = 1;                      // --nnodes=MIN:MAX (both equal for a fixed size)
+  int nnodes = 1;                         // MAX
+  int node_rank = -1;                     // -1: assigned by the rendezvous (0 on a single node)
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   bool multi_node() const { return nnodes > 1; }
   // This agent must run the rendezvous server in-process: a single node, the
@@ -55,10 +55,10 @@ struct LaunchSpec {
   std::string rdzv_endpoint;  // HOST:PORT as given ("" = default)
   std::string rdzv_host;      // parsed
   int rdzv_port = 0;
-  std::string rdzv_token;     // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs;
-                              // empty: a multi-node job without authentication
+  std::string rdzv_token;  // --rdzv_token / DDP_RDZV_TOKEN; generated for single-node jobs;
+                           // empty: a multi-node job without authentication
   RdzvConf rdzv_conf;
-  std::string local_addr;     // advertised to peers ("" = the address that routes to the endpoint)
+  std::string local_addr;  // advertised to peers ("" = the address that routes to the endpoint)
   std::string tls_cert, tls_key, tls_ca;
 
   std::string master_addr = "127.0.0.1";
@@ -75,7 +75,7 @@ struct LaunchSpec {
   // --virtual_local_rank: LOCAL_RANK=0 in every worker, which sees only its
   // own device (CUDA_VISIBLE_DEVICES, and HIP_VISIBLE_DEVICES when set).
   bool virtual_local_rank = false;
-  std::string log_dir;  // empty: no per-rank files
+  std::string log_dir;             // empty: no per-rank files
   bool log_dir_defaulted = false;  // --redirects/--tee without --log_dir chose a temp dir
   StreamMap redirects;
   StreamMap tee;

@@ -28,13 +28,12 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
       {"heartbeat_timeout", &conf.heartbeat_timeout_s},
       {"read_timeout", &conf.read_timeout_s},
       {"close_timeout", &close_timeout}};
-  const std::map<std::string, long long*> sizes = {
-      {"max_key_bytes", &conf.max_key_bytes},
-      {"max_value_bytes", &conf.max_value_bytes},
-      {"max_keys", &conf.max_keys},
-      {"max_store_bytes", &conf.max_store_bytes},
-      {"max_pending_waits", &conf.max_pending_waits},
-      {"max_message_bytes", &conf.max_message_bytes}};
+  const std::map<std::string, long long*> sizes = {{"max_key_bytes", &conf.max_key_bytes},
+                                                   {"max_value_bytes", &conf.max_value_bytes},
+                                                   {"max_keys", &conf.max_keys},
+                                                   {"max_store_bytes", &conf.max_store_bytes},
+                                                   {"max_pending_waits", &conf.max_pending_waits},
+                                                   {"max_message_bytes", &conf.max_message_bytes}};
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
@@ -43,10 +42,12 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
     if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "use_libuv" || key == "store_type") {
-      notice("--rdzv_conf " + key + "=" + value + " has no effect: ddprun's rendezvous is its own gRPC server");
+      notice("--rdzv_conf " + key + "=" + value +
+             " has no effect: ddprun's rendezvous is its own gRPC server");
       continue;
     }
-    if (!seconds.count(key) && !sizes.count(key) && key != "is_host" && key != "keep_alive_max_attempt") {
+    if (!seconds.count(key) && !sizes.count(key) && key != "is_host" &&
+        key != "keep_alive_max_attempt") {
       // torchrun hands unknown keys to custom backends and ignores them otherwise.
       notice("--rdzv_conf " + key + "=" + value +
              " has no effect: not a key ddprun knows (join_timeout or timeout, last_call_timeout, "
@@ -58,7 +59,8 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
     if (key == "is_host") {
       // torchrun's spellings of a boolean.
       std::string v = value;
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y" || v == "on") {
         conf.is_host = true;
       } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n" || v == "off") {
@@ -78,7 +80,8 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
     }
     if (key == "keep_alive_max_attempt") {
       if (!(number >= 1 && number <= 1000000) || number != static_cast<long long>(number)) {
-        throw Error("--rdzv_conf: keep_alive_max_attempt=" + value + " must be a whole number >= 1");
+        throw Error("--rdzv_conf: keep_alive_max_attempt=" + value +
+                    " must be a whole number >= 1");
       }
       keep_alive_attempts = number;
     } else if (auto it = seconds.find(key); it != seconds.end()) {
@@ -89,7 +92,8 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
       *it->second = number;
       if (key == "heartbeat_timeout") heartbeat_timeout_given = true;
     } else if (auto sz = sizes.find(key); sz != sizes.end()) {
-      if (!(number >= 1) || number > 1024.0 * 1024 * 1024 || number != static_cast<long long>(number)) {
+      if (!(number >= 1) || number > 1024.0 * 1024 * 1024 ||
+          number != static_cast<long long>(number)) {
         throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
       }
       *sz->second = static_cast<long long>(number);
@@ -98,20 +102,25 @@ RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* noti
   if (close_timeout > 0) conf.close_timeout_s = close_timeout;
   if (keep_alive_attempts > 0) {
     if (heartbeat_timeout_given) {
-      notice("--rdzv_conf keep_alive_max_attempt has no effect: heartbeat_timeout is given and sets when a "
-             "silent node is declared gone");
+      notice(
+          "--rdzv_conf keep_alive_max_attempt has no effect: heartbeat_timeout is given and sets "
+          "when a "
+          "silent node is declared gone");
     } else {
       conf.heartbeat_timeout_s = conf.heartbeat_interval_s * keep_alive_attempts;
     }
   }
-  if (!heartbeat_timeout_given && keep_alive_attempts == 0 && conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
-    conf.heartbeat_timeout_s = conf.heartbeat_interval_s * 3;  // torchrun's keep_alive_max_attempt default
+  if (!heartbeat_timeout_given && keep_alive_attempts == 0 &&
+      conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
+    conf.heartbeat_timeout_s =
+        conf.heartbeat_interval_s * 3;  // torchrun's keep_alive_max_attempt default
   }
   if (conf.heartbeat_interval_s >= conf.heartbeat_timeout_s) {
     throw Error("--rdzv_conf: heartbeat_interval must be shorter than heartbeat_timeout");
   }
   if (conf.max_value_bytes + conf.max_key_bytes + 4096 > conf.max_message_bytes) {
-    throw Error("--rdzv_conf: max_message_bytes must exceed max_key_bytes + max_value_bytes + 4096");
+    throw Error(
+        "--rdzv_conf: max_message_bytes must exceed max_key_bytes + max_value_bytes + 4096");
   }
   return conf;
 }

@@ -31,7 +31,8 @@ std::vector<Range> parse_group(std::string_view list, std::string_view group) {
   std::size_t start = 0;
   for (;;) {
     std::size_t comma = group.find(',', start);
-    std::string_view item = group.substr(start, comma == std::string_view::npos ? group.npos : comma - start);
+    std::string_view item =
+        group.substr(start, comma == std::string_view::npos ? group.npos : comma - start);
     std::size_t dash = item.find('-');
     Range r;
     std::string_view lo = item.substr(0, dash);

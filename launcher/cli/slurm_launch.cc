@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "ddp/common/error.h"
 #include "cli/slurm_step.h"
+#include "ddp/common/error.h"
 
 namespace ddp::launcher {
 
@@ -20,17 +20,21 @@ std::string SlurmTook::line(const LaunchSpec& spec) const {
   return text;
 }
 
-SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given) {
+SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id,
+                           const GivenShape& given) {
   SlurmTook result;
-  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1")) return result;
-  std::optional<SlurmStep> step = read_slurm_step([](const char* name) { return std::getenv(name); });
+  if (given.standalone || (given.nnodes && given.node_rank) || (given.nnodes && nnodes_text == "1"))
+    return result;
+  std::optional<SlurmStep> step =
+      read_slurm_step([](const char* name) { return std::getenv(name); });
   if (!step) return result;
   const std::string nodes = std::to_string(step->num_nodes);
   if (given.nnodes) {
     const std::string min_text = nnodes_text.substr(0, nnodes_text.find(':'));
     if (parse_nnodes(nnodes_text).min > step->num_nodes) {
-      throw Error("--nnodes=" + nnodes_text + " needs more nodes than this Slurm step has (" + step->num_nodes_var +
-                  "=" + nodes + "): run srun -N" + min_text + ", or leave --nnodes out to take the step's");
+      throw Error("--nnodes=" + nnodes_text + " needs more nodes than this Slurm step has (" +
+                  step->num_nodes_var + "=" + nodes + "): run srun -N" + min_text +
+                  ", or leave --nnodes out to take the step's");
     }
   } else {
     nnodes_text = nodes;
@@ -54,7 +58,8 @@ SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::stri
     spec.cuda_visible_devices = step->gpus;
     result.after.push_back("CUDA_VISIBLE_DEVICES=" + step->gpus + " (SLURM_STEP_GPUS)");
   }
-  if (nnodes_text == "1" && spec.cuda_visible_devices.empty()) return result;  // a one-node step: nothing changed
+  if (nnodes_text == "1" && spec.cuda_visible_devices.empty())
+    return result;  // a one-node step: nothing changed
   result.step = "Slurm job " + step->job_id + " step " + step->step_id;
   return result;
 }

@@ -12,14 +12,14 @@ namespace ddp::launcher {
 
 // Which of the job's shape the command line, PET_* or the config file gave.
 struct GivenShape {
-  bool nnodes = false, node_rank = false, endpoint = false, master_addr = false, master_port = false,
-       run_id = false, standalone = false;
+  bool nnodes = false, node_rank = false, endpoint = false, master_addr = false,
+       master_port = false, run_id = false, standalone = false;
 };
 
 // What a Slurm step gave: the line that says so, written once the
 // rendezvous's endpoint is known (apply_backend derives it).
 struct SlurmTook {
-  bool rendezvous = false;  // MASTER_ADDR and MASTER_PORT came from the step
+  bool rendezvous = false;                 // MASTER_ADDR and MASTER_PORT came from the step
   std::vector<std::string> before, after;  // what was taken, around the rendezvous
   std::string step, nodelist;              // "Slurm job J step S", "first host of VAR=LIST"
   bool any() const { return !step.empty(); }
@@ -31,6 +31,7 @@ struct SlurmTook {
 // the run id; also the step's GPUs when CUDA_VISIBLE_DEVICES is unset.
 // Explicit flags and PET_* win; a single node asked for explicitly
 // (--nnodes=1, --standalone) ignores Slurm.
-SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id, const GivenShape& given);
+SlurmTook apply_slurm_step(LaunchSpec& spec, std::string& nnodes_text, std::string& run_id,
+                           const GivenShape& given);
 
 }  // namespace ddp::launcher

@@ -15,16 +15,16 @@
 namespace ddp::launcher {
 
 struct SlurmStep {
-  std::string job_id;        // SLURM_JOB_ID
-  std::string step_id;       // SLURM_STEP_ID
-  int num_nodes = 1;         // SLURM_STEP_NUM_NODES, else SLURM_NNODES
+  std::string job_id;         // SLURM_JOB_ID
+  std::string step_id;        // SLURM_STEP_ID
+  int num_nodes = 1;          // SLURM_STEP_NUM_NODES, else SLURM_NNODES
   std::string num_nodes_var;  // which of the two it came from
-  int node_id = 0;           // SLURM_NODEID: this node's index in the step
-  std::string nodelist;      // SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST
+  int node_id = 0;            // SLURM_NODEID: this node's index in the step
+  std::string nodelist;       // SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST
   std::string nodelist_var;
-  std::string first_host;    // node 0 of nodelist
+  std::string first_host;      // node 0 of nodelist
   int tasks_on_this_node = 1;  // ddprun tasks srun started on this node
-  std::string gpus;          // SLURM_STEP_GPUS, else SLURM_JOB_GPUS ("" when none)
+  std::string gpus;            // SLURM_STEP_GPUS, else SLURM_JOB_GPUS ("" when none)
 
   // "slurm-<job>.<step>": the same on every node of the step, distinct
   // between steps.

@@ -42,9 +42,11 @@ StreamMap parse_stream_map(const std::string& flag, const std::string& text) {
       throw Error(flag + "=" + text + ": '" + item + "' is not LOCAL_RANK:BITS");
     }
     std::string rank_text = item.substr(0, colon);
-    if (rank_text.size() > 6) throw Error(flag + "=" + text + ": local rank '" + rank_text + "' is too large");
+    if (rank_text.size() > 6)
+      throw Error(flag + "=" + text + ": local rank '" + rank_text + "' is too large");
     for (char c : rank_text) {
-      if (c < '0' || c > '9') throw Error(flag + "=" + text + ": '" + rank_text + "' is not a local rank");
+      if (c < '0' || c > '9')
+        throw Error(flag + "=" + text + ": '" + rank_text + "' is not a local rank");
     }
     int rank = std::stoi(rank_text);
     map.per_rank[rank] = parse_bits(flag, item.substr(colon + 1), item);

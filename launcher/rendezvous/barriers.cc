@@ -82,10 +82,12 @@ std::string Barriers::describe_missing(const Barrier& barrier) {
   if (prev + 1 < barrier.world_size) missing.emplace_back(prev + 1, barrier.world_size - 1);
   std::string text;
   if (!missing.empty()) {
-    text = cat(format_ranks(missing, barrier.world_size - static_cast<long>(seen.size())), " never arrived");
+    text = cat(format_ranks(missing, barrier.world_size - static_cast<long>(seen.size())),
+               " never arrived");
   }
   if (!barrier.gave_up.empty()) {
-    text += cat(text.empty() ? "" : "; ", format_ranks(std::vector<int>(barrier.gave_up.begin(), barrier.gave_up.end())),
+    text += cat(text.empty() ? "" : "; ",
+                format_ranks(std::vector<int>(barrier.gave_up.begin(), barrier.gave_up.end())),
                 " arrived but timed out first");
   }
   text += " (arrived: ";
@@ -151,8 +153,10 @@ std::string Barriers::broken_invariant() const {
       return cat("barrier ", quote(name), " is complete but still open");
     }
     for (const auto& [rank, arrival] : barrier.arrived) {
-      if (rank < 0 || rank >= barrier.world_size) return cat("barrier ", quote(name), " holds rank ", rank);
-      if (barrier.gave_up.contains(rank)) return cat("barrier ", quote(name), ": rank ", rank, " both waits and gave up");
+      if (rank < 0 || rank >= barrier.world_size)
+        return cat("barrier ", quote(name), " holds rank ", rank);
+      if (barrier.gave_up.contains(rank))
+        return cat("barrier ", quote(name), ": rank ", rank, " both waits and gave up");
     }
   }
   return "";

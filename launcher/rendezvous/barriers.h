@@ -45,7 +45,7 @@ class Barriers {
   std::optional<TimePoint> next_deadline() const;
 
   std::uint64_t changes() const { return changes_; }  // increments on every change
-  std::string broken_invariant() const;  // "" when the open barriers are consistent
+  std::string broken_invariant() const;               // "" when the open barriers are consistent
 
  private:
   struct Arrival {

@@ -128,9 +128,12 @@ void KeyValueStore::clear() {
 std::string KeyValueStore::broken_invariant() const {
   std::size_t bytes = 0;
   for (const auto& [key, value] : values_) bytes += key.size() + value.size();
-  if (bytes != bytes_) return cat("store byte count ", bytes_, " but the keys and values hold ", bytes);
-  if (values_.size() > limits_.max_keys) return cat("store holds ", values_.size(), " keys, over max_keys");
-  if (bytes_ > limits_.max_store_bytes) return cat("store holds ", bytes_, " bytes, over the limit");
+  if (bytes != bytes_)
+    return cat("store byte count ", bytes_, " but the keys and values hold ", bytes);
+  if (values_.size() > limits_.max_keys)
+    return cat("store holds ", values_.size(), " keys, over max_keys");
+  if (bytes_ > limits_.max_store_bytes)
+    return cat("store holds ", bytes_, " bytes, over the limit");
   return "";
 }
 

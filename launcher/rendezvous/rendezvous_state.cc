@@ -182,15 +182,17 @@ void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
     // agents with one --node_rank, not a relaunch. Ending the round would let
     // each end the other's rounds until the restarts run out; the newcomer
     // is told at once and waits (it gets the rank if the holder is lost).
-    if (same_rank && !same_host && !member.left && now < member.last_seen + config_.heartbeat_timeout / 2) {
+    if (same_rank && !same_host && !member.left &&
+        now < member.last_seen + config_.heartbeat_timeout / 2) {
       waiting_for_place_.insert(identity_of(args));
       throw refusal(RpcCode::kUnavailable, "node rank ", args.node_rank, " is held by host ",
-                    quote(host_of(was)), ", which is alive (heard from ", seconds(now - member.last_seen),
-                    " ago): host ", quote(host_of(args)),
+                    quote(host_of(was)), ", which is alive (heard from ",
+                    seconds(now - member.last_seen), " ago): host ", quote(host_of(args)),
                     " waits for it; give each node its own --node_rank");
     }
     if (!member.left && (same_rank || (args.node_rank < 0 && was.node_rank < 0 && same_host))) {
-      end_round(running, cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
+      end_round(running,
+                cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
                 true);
       return;
     }
@@ -530,7 +532,8 @@ std::optional<TimePoint> RendezvousState::next_deadline() const {
 std::string RendezvousState::broken_invariant() const {
   if (std::string why = store_.broken_invariant(); !why.empty()) return why;
   if (std::string why = barriers_.broken_invariant(); !why.empty()) return why;
-  if (restarts_used_ > config_.max_restarts) return cat(restarts_used_, " restarts used, over max_restarts");
+  if (restarts_used_ > config_.max_restarts)
+    return cat(restarts_used_, " restarts used, over max_restarts");
   if (static_cast<int>(forming_.members.size()) > config_.max_nodes) {
     return cat("forming round has ", forming_.members.size(), " nodes, over max_nodes");
   }
@@ -545,7 +548,8 @@ std::string RendezvousState::broken_invariant() const {
     if (r.members.empty() || static_cast<int>(r.members.size()) > config_.max_nodes) {
       return cat("round ", i + 1, " has ", r.members.size(), " nodes");
     }
-    if (i + 1 < rounds_.size() && !rounds_[i].ended) return cat("round ", i + 1, " never ended but a later one formed");
+    if (i + 1 < rounds_.size() && !rounds_[i].ended)
+      return cat("round ", i + 1, " never ended but a later one formed");
     if (r.succeeded && !r.ended) return cat("round ", i + 1, " succeeded without ending");
     for (std::size_t g = 0; g < r.members.size(); ++g) {
       const int explicit_rank = r.members[g].args.node_rank;

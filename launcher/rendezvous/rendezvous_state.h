@@ -209,7 +209,9 @@ class RendezvousState {
 
   // Called with a round's number when it forms, before any node can learn
   // its place in it (from the call that formed it, under the caller's lock).
-  void on_round_formed(std::function<void(std::int64_t round)> observer) { round_observer_ = std::move(observer); }
+  void on_round_formed(std::function<void(std::int64_t round)> observer) {
+    round_observer_ = std::move(observer);
+  }
 
   Phase phase() const;
   std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }

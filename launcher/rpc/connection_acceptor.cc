@@ -63,8 +63,9 @@ int listen_on(const addrinfo* a, int port, std::string& why) {
   } else {
     reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(static_cast<uint16_t>(port));
   }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
-    why = errno == EADDRINUSE ? "port " + std::to_string(port) + " in use"
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), a->ai_addrlen) != 0 ||
+      listen(fd, SOMAXCONN) != 0) {
+    why = errno == EADDRINUSE      ? "port " + std::to_string(port) + " in use"
           : errno == EADDRNOTAVAIL ? "not a local address"
                                    : std::strerror(errno);
     close(fd);
@@ -92,9 +93,12 @@ enum class Preface { kComplete, kTorchStore, kPartial, kWrong, kClosed };
 Preface look_at(int fd, bool serves_store) {
   char buf[kPrefaceBytes];
   ssize_t n = recv(fd, buf, sizeof buf, MSG_PEEK);
-  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Preface::kPartial : Preface::kClosed;
+  if (n < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Preface::kPartial
+                                                                     : Preface::kClosed;
   if (n == 0) return Preface::kClosed;
-  if (serves_store && torch_store::starts_query(static_cast<std::uint8_t>(buf[0]))) return Preface::kTorchStore;
+  if (serves_store && torch_store::starts_query(static_cast<std::uint8_t>(buf[0])))
+    return Preface::kTorchStore;
   if (std::memcmp(buf, kPreface, static_cast<size_t>(n)) != 0) return Preface::kWrong;
   return static_cast<size_t>(n) == kPrefaceBytes ? Preface::kComplete : Preface::kPartial;
 }
@@ -110,7 +114,8 @@ ConnectionAcceptor::ConnectionAcceptor(const Options& options, HandOver hand_ove
   addrinfo* found = nullptr;
   const std::string service = std::to_string(options.port);
   if (int rc = getaddrinfo(options.host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    throw Error("rendezvous: cannot listen on " + where(options.host, options.port) + ": " + gai_strerror(rc));
+    throw Error("rendezvous: cannot listen on " + where(options.host, options.port) + ": " +
+                gai_strerror(rc));
   }
   std::string why;
   int port = options.port;
@@ -122,7 +127,8 @@ ConnectionAcceptor::ConnectionAcceptor(const Options& options, HandOver hand_ove
   }
   freeaddrinfo(found);
   if (listeners_.empty()) {
-    throw Error("rendezvous: cannot listen on " + where(options.host, options.port) + " (" + why + ")");
+    throw Error("rendezvous: cannot listen on " + where(options.host, options.port) + " (" + why +
+                ")");
   }
   port_ = port;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -137,7 +143,9 @@ ConnectionAcceptor::~ConnectionAcceptor() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-void ConnectionAcceptor::start() { thread_ = std::thread([this] { run(); }); }
+void ConnectionAcceptor::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void ConnectionAcceptor::stop() {
   if (thread_.joinable()) {
@@ -162,7 +170,8 @@ void ConnectionAcceptor::run() {
   auto drop_connection = [&](int fd) {
     if (!warned) {
       launcher_log().warn(
-          "rendezvous: out of file descriptors (open-file limit {}): refusing connections until some close",
+          "rendezvous: out of file descriptors (open-file limit {}): refusing connections until "
+          "some close",
           limit);
       warned = true;
     }

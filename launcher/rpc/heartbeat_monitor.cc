@@ -8,8 +8,13 @@
 namespace ddp::launcher {
 
 HeartbeatMonitor::HeartbeatMonitor(RendezvousClient& client, std::int64_t round, int group_rank,
-                                   std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
-    : client_(client), round_(round), group_rank_(group_rank), interval_(interval), timeout_(timeout) {
+                                   std::chrono::milliseconds interval,
+                                   std::chrono::milliseconds timeout)
+    : client_(client),
+      round_(round),
+      group_rank_(group_rank),
+      interval_(interval),
+      timeout_(timeout) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) throw Error("heartbeat: eventfd failed");
   thread_ = std::thread([this] { loop(); });
@@ -49,8 +54,9 @@ void HeartbeatMonitor::loop() {
       // The server holds the answer for up to an interval and answers at once
       // when the round ends; beyond that one RPC may take at most another
       // interval, so a hung server is noticed in time.
-      status = client_.heartbeat(round_, group_rank_, std::max(interval_, std::chrono::milliseconds(200)),
-                                 interval_, &canceller_);
+      status = client_.heartbeat(round_, group_rank_,
+                                 std::max(interval_, std::chrono::milliseconds(200)), interval_,
+                                 &canceller_);
       last_ok = Clock::now();
     } catch (const RpcError& e) {
       last_error = e.what();
@@ -60,7 +66,8 @@ void HeartbeatMonitor::loop() {
     if (status && status->round_ended) {
       lock.unlock();
       // Before the agent hears it (and may exit): the host waits for this.
-      client_.acknowledge_end(round_, group_rank_, std::max(interval_, std::chrono::milliseconds(200)));
+      client_.acknowledge_end(round_, group_rank_,
+                              std::max(interval_, std::chrono::milliseconds(200)));
       lock.lock();
       ended_ = status;
       break;

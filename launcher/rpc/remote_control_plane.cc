@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <thread>
 
+#include "agent/rpc_plugin.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/grpc_logging.h"
 #include "ddp/common/launcher_log.h"
 #include "ddp/common/rendezvous_client.h"
 #include "rpc/heartbeat_monitor.h"
 #include "rpc/rendezvous_service.h"
-#include "agent/rpc_plugin.h"
 #include "rpc/subcommands.h"
 
 namespace ddp::launcher {
@@ -23,7 +23,8 @@ std::chrono::milliseconds to_ms(double seconds) {
 }
 
 RendezvousConfig server_config(const LaunchSpec& spec, int min_nodes, int max_nodes) {
-  return rendezvous_config(spec.run_id, spec.rdzv_token, min_nodes, max_nodes, spec.max_restarts, spec.rdzv_conf);
+  return rendezvous_config(spec.run_id, spec.rdzv_token, min_nodes, max_nodes, spec.max_restarts,
+                           spec.rdzv_conf);
 }
 
 class HeartbeatWatch final : public RoundWatch {
@@ -49,37 +50,45 @@ class RemoteControlPlane final : public ControlPlane {
       try {
         server_ = start_server(spec);
         endpoint.port = server_->port();
-        log.info("hosting the rendezvous on port {} ({}; run id '{}'){}", endpoint.port,
-                 guessed ? "this node has the endpoint's address" : "this node's role", spec.run_id,
-                 spec.agent_store ? ", with torch.distributed's store for the workers (TORCHELASTIC_USE_AGENT_STORE)"
-                                  : "");
+        log.info(
+            "hosting the rendezvous on port {} ({}; run id '{}'){}", endpoint.port,
+            guessed ? "this node has the endpoint's address" : "this node's role", spec.run_id,
+            spec.agent_store
+                ? ", with torch.distributed's store for the workers (TORCHELASTIC_USE_AGENT_STORE)"
+                : "");
       } catch (const Error& e) {
         if (!guessed) throw;
         // torchrun's rule: another agent on this machine got there first.
-        log.info("joining the rendezvous at {} as a client (not hosting it here: {})", endpoint.to_string(),
-                 e.what());
+        log.info("joining the rendezvous at {} as a client (not hosting it here: {})",
+                 endpoint.to_string(), e.what());
       }
     }
     if (spec.rdzv_token.empty() && (server_ || spec.node_rank <= 0)) {
-      log.warn("the rendezvous at {} is unauthenticated: anyone who can reach it can join or read its store; "
-               "set DDP_RDZV_TOKEN (or --rdzv_token_file) to the same secret on every node to require one",
-               endpoint.to_string());
+      log.warn(
+          "the rendezvous at {} is unauthenticated: anyone who can reach it can join or read its "
+          "store; "
+          "set DDP_RDZV_TOKEN (or --rdzv_token_file) to the same secret on every node to require "
+          "one",
+          endpoint.to_string());
     }
     // TLS certificates name a host, so the client keeps the endpoint's name.
     endpoint_ = endpoint.to_string();
-    client_ = std::make_unique<RendezvousClient>(endpoint_, spec.run_id, spec.rdzv_token,
-                                                 TlsFiles{spec.tls_cert, spec.tls_key, spec.tls_ca});
+    client_ =
+        std::make_unique<RendezvousClient>(endpoint_, spec.run_id, spec.rdzv_token,
+                                           TlsFiles{spec.tls_cert, spec.tls_key, spec.tls_ca});
   }
 
   std::string worker_endpoint() const override { return endpoint_; }
 
   // A full round answers UNAVAILABLE: ask again each second, saying so once,
   // until the join timeout; a signal ends the wait at once.
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait) override {
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout,
+                       const JoinWait& wait) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool told = false;
     for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       try {
         return client_->join(node, std::max(left, std::chrono::milliseconds(1)), wait);
       } catch (const RpcError& e) {
@@ -97,8 +106,10 @@ class RemoteControlPlane final : public ControlPlane {
       }
     }
   }
-  bool report_failure(const RoundAssignment& round, const std::string& report, int exit_code) override {
-    return client_->report_failure(round.round, round.group_rank, report, exit_code, short_deadline());
+  bool report_failure(const RoundAssignment& round, const std::string& report,
+                      int exit_code) override {
+    return client_->report_failure(round.round, round.group_rank, report, exit_code,
+                                   short_deadline());
   }
   void leave(const RoundAssignment& round, int exit_code) override {
     client_->leave(round.round, round.group_rank, exit_code);
@@ -106,7 +117,9 @@ class RemoteControlPlane final : public ControlPlane {
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override {
     return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf);
   }
-  bool outcome_delivered() const override { return !server_ || server_->service().outcome_delivered(); }
+  bool outcome_delivered() const override {
+    return !server_ || server_->service().outcome_delivered();
+  }
   std::chrono::milliseconds linger_time() const override {
     if (!server_) return {};
     return close_time(spec_.rdzv_conf);
@@ -175,7 +188,9 @@ class Plugin final : public RpcPlugin {
   int rendezvous_command(const std::vector<std::string>& argv, int signal_fd) override {
     return run_rendezvous_command(argv, signal_fd);
   }
-  int health_command(const std::vector<std::string>& argv) override { return run_health_command(argv); }
+  int health_command(const std::vector<std::string>& argv) override {
+    return run_health_command(argv);
+  }
 };
 
 }  // namespace

@@ -30,8 +30,10 @@ constexpr std::size_t kMaxStatusMessage = 4096;
 std::string capped(const std::string& message) {
   if (message.size() <= kMaxStatusMessage) return message;
   std::size_t cut = kMaxStatusMessage;
-  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
-  return message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) + " more bytes cut)";
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80)
+    --cut;  // whole UTF-8 characters
+  return message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) +
+         " more bytes cut)";
 }
 
 grpc::Status error_status(grpc::StatusCode code, const std::string& message) {
@@ -55,7 +57,8 @@ TimePoint now() { return RendezvousClock::now(); }
 
 TimePoint deadline_after(std::int64_t timeout_ms) {
   if (timeout_ms <= 0) return now() + kMaxWait;
-  return now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), kMaxWait);
+  return now() +
+         std::min<std::chrono::milliseconds>(std::chrono::milliseconds(timeout_ms), kMaxWait);
 }
 
 // Waiter topics (see RendezvousService::Waiter).
@@ -98,7 +101,8 @@ void RendezvousService::stop() {
     stopping_ = true;
     for (auto& w : waiters_) {
       w.cancel();
-      finished.emplace_back(w.reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+      finished.emplace_back(w.reactor, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                    "rendezvous server shutting down"));
     }
     waiters_.clear();
     by_topic_.clear();
@@ -134,7 +138,8 @@ std::string RendezvousService::broken_invariant() {
   return state_.broken_invariant();
 }
 
-grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext* ctx,
+                                                    const grpc::Status& status) {
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(status);
   return reactor;
@@ -143,7 +148,8 @@ grpc::ServerUnaryReactor* RendezvousService::answer(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContext* /*ctx*/,
                                                       std::unique_lock<std::mutex>& lock, Poll poll,
                                                       std::function<void()> cancel,
-                                                      std::optional<TimePoint> deadline, Topics topics) {
+                                                      std::optional<TimePoint> deadline,
+                                                      Topics topics) {
   auto* reactor = new WaitReactor(this);
   if (stopping_) {
     cancel();
@@ -159,9 +165,10 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
     }
     cancel();
     lock.unlock();
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 "the rendezvous server holds " + std::to_string(waiters_.size()) +
-                                     " waiting requests, its limit (--rdzv_conf max_pending_waits)"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "the rendezvous server holds " + std::to_string(waiters_.size()) +
+                         " waiting requests, its limit (--rdzv_conf max_pending_waits)"));
     return reactor;
   }
   if (auto status = poll(now())) {
@@ -174,7 +181,8 @@ grpc::ServerUnaryReactor* RendezvousService::wait_for(grpc::CallbackServerContex
   // the round. Only time can, and the timer sees to that.
   std::sort(topics.begin(), topics.end());
   topics.erase(std::unique(topics.begin(), topics.end()), topics.end());
-  auto it = waiters_.insert(waiters_.end(), {reactor, std::move(poll), std::move(cancel), deadline, std::move(topics)});
+  auto it = waiters_.insert(
+      waiters_.end(), {reactor, std::move(poll), std::move(cancel), deadline, std::move(topics)});
   for (const auto& topic : it->topics) by_topic_.emplace(topic, it);
   by_reactor_.emplace(reactor, it);
   TimePoint due = deadline.value_or(TimePoint::max());
@@ -269,7 +277,8 @@ void RendezvousService::timer_loop() {
 
 // --- membership ------------------------------------------------------------------
 
-grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   NodeInfo args;
@@ -292,7 +301,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     return answer(ctx, joined);
   }
   if (was_running && state_.phase() != RendezvousState::Phase::kRunning) {
-    // The join ended the running round (a relaunch, a scale-up): its nodes' held heartbeats hear now.
+    // The join ended the running round (a relaunch, a scale-up): its nodes' held heartbeats hear
+    // now.
     wake(lock, {kJoinTopic});
     lock.lock();
   }
@@ -313,7 +323,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     resp->set_reason(j.reason);
     return grpc::Status::OK;
   };
-  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt, {kJoinTopic});
+  return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt,
+                  {kJoinTopic});
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -338,10 +349,10 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     return answer(ctx, status);
   }
   // Held until the round ends (a membership change) or the hold passes.
-  const auto until = now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(req->hold_ms()),
-                                                                 kMaxHeartbeatHold);
-  Poll poll = [this, fill, until, round = req->round(), rank = req->group_rank()](
-                  TimePoint at) -> std::optional<grpc::Status> {
+  const auto until = now() + std::min<std::chrono::milliseconds>(
+                                 std::chrono::milliseconds(req->hold_ms()), kMaxHeartbeatHold);
+  Poll poll = [this, fill, until, round = req->round(),
+               rank = req->group_rank()](TimePoint at) -> std::optional<grpc::Status> {
     if (auto end = state_.round_end(round, rank, at)) {
       fill(*end);
       return grpc::Status::OK;
@@ -365,7 +376,8 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   return answer(ctx, status);
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx,
+                                                   const v1::LeaveRequest* req,
                                                    v1::LeaveResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] {
@@ -377,8 +389,8 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
 
 // --- store -------------------------------------------------------------------------
 
-grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* req,
-                                                 v1::SetResponse*) {
+grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx,
+                                                 const v1::SetRequest* req, v1::SetResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status =
       status_of([&] { state_.set(auth_of(req->auth()), req->key(), req->value()); });
@@ -386,8 +398,8 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
   return answer(ctx, status);
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req,
-                                                 v1::GetResponse* resp) {
+grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx,
+                                                 const v1::GetRequest* req, v1::GetResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   Auth auth = auth_of(req->auth());
   std::optional<std::string> value;
@@ -422,8 +434,8 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
   return wait_for(ctx, lock, std::move(poll), [] {}, deadline, {key_topic(key)});
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* req,
-                                                 v1::AddResponse* resp) {
+grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx,
+                                                 const v1::AddRequest* req, v1::AddResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of(
       [&] { resp->set_value(state_.add(auth_of(req->auth()), req->key(), req->delta())); });
@@ -445,8 +457,8 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
   return answer(ctx, status);
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* req,
-                                                  v1::WaitResponse*) {
+grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx,
+                                                  const v1::WaitRequest* req, v1::WaitResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   Auth auth = auth_of(req->auth());
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
@@ -467,10 +479,12 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
     return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
   };
-  return wait_for(ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
+  return wait_for(
+      ctx, lock, std::move(poll), [] {}, deadline, std::move(topics));
 }
 
-grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx,
+                                                    const v1::DeleteRequest* req,
                                                     v1::DeleteResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status =
@@ -480,7 +494,8 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext* ctx,
-                                                     const v1::NumKeysRequest* req, v1::NumKeysResponse* resp) {
+                                                     const v1::NumKeysRequest* req,
+                                                     v1::NumKeysResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] { resp->set_count(state_.num_keys(auth_of(req->auth()))); });
   lock.unlock();
@@ -488,7 +503,8 @@ grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext* ctx,
-                                                     const v1::BarrierRequest* req, v1::BarrierResponse*) {
+                                                     const v1::BarrierRequest* req,
+                                                     v1::BarrierResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   TimePoint deadline = deadline_after(req->timeout_ms());
   BarrierTicket t;
@@ -520,12 +536,13 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
       throw Error("--rdzv_tls_cert and --rdzv_tls_key must be given together");
     }
     // gRPC's TLS acceptor cannot share its port with a plaintext protocol.
-    if (options.torch_store) throw Error("rendezvous: the torch store is served with plaintext only, not TLS");
+    if (options.torch_store)
+      throw Error("rendezvous: the torch store is served with plaintext only, not TLS");
     // Clients are authenticated by the run token; TLS gives confidentiality and the
     // server's identity, so client certificates are not requested.
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    ssl.pem_key_cert_pairs.push_back(
-        {read_flag_file("--rdzv_tls_key", options.tls_key), read_flag_file("--rdzv_tls_cert", options.tls_cert)});
+    ssl.pem_key_cert_pairs.push_back({read_flag_file("--rdzv_tls_key", options.tls_key),
+                                      read_flag_file("--rdzv_tls_cert", options.tls_cert)});
     creds = grpc::SslServerCredentials(ssl);
   }
   // Debian's Abseil is built without NDEBUG, so every absl::Mutex lock inside
@@ -560,13 +577,14 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
       if (options.torch_store) {
         // The program's store: each round's workers find it empty, before any
         // node learns that the round formed (so before any worker starts).
-        torch_store_ = std::make_unique<TorchStore>(
-            TorchStore::Options{config.limits, static_cast<std::size_t>(options.max_message_bytes)});
+        torch_store_ = std::make_unique<TorchStore>(TorchStore::Options{
+            config.limits, static_cast<std::size_t>(options.max_message_bytes)});
         service_->on_round_formed([store = torch_store_.get()](std::int64_t) { store->clear(); });
         to_store = [store = torch_store_.get()](int fd) { store->adopt(fd); };
       }
       acceptor_ = std::make_unique<ConnectionAcceptor>(
-          accept_options, [this](int fd) { grpc::AddInsecureChannelFromFd(server_.get(), fd); }, to_store);
+          accept_options, [this](int fd) { grpc::AddInsecureChannelFromFd(server_.get(), fd); },
+          to_store);
     } catch (const Error&) {
       service_->stop();
       throw;
@@ -586,7 +604,8 @@ RendezvousServer::RendezvousServer(const RendezvousConfig& config, const ServerO
     if (!server_ || port_ == 0) {
       service_->stop();
       throw Error("rendezvous: cannot listen on " + address +
-                  (options.port != 0 ? " (port " + std::to_string(options.port) + " in use, or not a local address)"
+                  (options.port != 0 ? " (port " + std::to_string(options.port) +
+                                           " in use, or not a local address)"
                                      : " (not a local address)"));
     }
   }

@@ -5,8 +5,8 @@
 // when a change it depends on happens (its key is written, its barrier or
 // round completes) and by a timer thread at the state's next deadline, and
 // finished as soon as its answer is known, so a thousand waiting ranks cost
-// no threads, and one arrival costs one poll, not one per waiting rank. A client that goes away cancels its waiter
-// (its join or barrier arrival is withdrawn).
+// no threads, and one arrival costs one poll, not one per waiting rank. A client that goes away
+// cancels its waiter (its join or barrier arrival is withdrawn).
 //
 // RendezvousServer owns a grpc::Server with this service plus the standard
 // grpc.health.v1.Health service (SERVING while up, NOT_SERVING once shutdown
@@ -26,10 +26,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rpc/connection_acceptor.h"
-#include "rpc/torch_store.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_state.h"
+#include "rpc/connection_acceptor.h"
+#include "rpc/torch_store.h"
 
 namespace ddp::launcher {
 
@@ -41,24 +41,31 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Finishes every waiter with UNAVAILABLE and stops the timer thread.
   void stop();
   RendezvousState::Phase phase();
-  bool outcome_delivered();  // see RendezvousState::outcome_delivered
+  bool outcome_delivered();        // see RendezvousState::outcome_delivered
   std::string broken_invariant();  // see RendezvousState::broken_invariant (for the fuzzer)
-  std::size_t pending_waits();  // requests held now
+  std::size_t pending_waits();     // requests held now
   // See RendezvousState::on_round_formed (called under the service's mutex).
   void on_round_formed(std::function<void(std::int64_t round)> observer);
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*,
+                                 v1::JoinResponse*) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext*, const v1::HeartbeatRequest*,
                                       v1::HeartbeatResponse*) override;
-  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext*, const v1::ReportFailureRequest*,
+  grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext*,
+                                          const v1::ReportFailureRequest*,
                                           v1::ReportFailureResponse*) override;
-  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext*, const v1::LeaveRequest*, v1::LeaveResponse*) override;
-  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext*, const v1::SetRequest*, v1::SetResponse*) override;
-  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext*, const v1::GetRequest*, v1::GetResponse*) override;
-  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext*, const v1::AddRequest*, v1::AddResponse*) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext*, const v1::LeaveRequest*,
+                                  v1::LeaveResponse*) override;
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext*, const v1::SetRequest*,
+                                v1::SetResponse*) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext*, const v1::GetRequest*,
+                                v1::GetResponse*) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext*, const v1::AddRequest*,
+                                v1::AddResponse*) override;
   grpc::ServerUnaryReactor* CompareSet(grpc::CallbackServerContext*, const v1::CompareSetRequest*,
                                        v1::CompareSetResponse*) override;
-  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext*, const v1::WaitRequest*, v1::WaitResponse*) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext*, const v1::WaitRequest*,
+                                 v1::WaitResponse*) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext*, const v1::DeleteRequest*,
                                    v1::DeleteResponse*) override;
   grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext*, const v1::NumKeysRequest*,
@@ -76,9 +83,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   struct Waiter {
     WaitReactor* reactor;
     Poll poll;
-    std::function<void()> cancel;         // withdraws the request from the state
-    std::optional<TimePoint> deadline;    // when poll() must be asked again
-    Topics topics;                        // sorted, distinct
+    std::function<void()> cancel;       // withdraws the request from the state
+    std::optional<TimePoint> deadline;  // when poll() must be asked again
+    Topics topics;                      // sorted, distinct
   };
   using WaiterList = std::list<Waiter>;
   using Finished = std::vector<std::pair<grpc::ServerUnaryReactor*, grpc::Status>>;
@@ -86,9 +93,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* answer(grpc::CallbackServerContext* ctx, const grpc::Status& status);
   // Polls once; if final, wakes the waiters of `topics` (this request may be
   // what they waited for); else registers a waiter. Called with mu_ held via `lock`.
-  grpc::ServerUnaryReactor* wait_for(grpc::CallbackServerContext* ctx, std::unique_lock<std::mutex>& lock,
-                                     Poll poll, std::function<void()> cancel, std::optional<TimePoint> deadline,
-                                     Topics topics);
+  grpc::ServerUnaryReactor* wait_for(grpc::CallbackServerContext* ctx,
+                                     std::unique_lock<std::mutex>& lock, Poll poll,
+                                     std::function<void()> cancel,
+                                     std::optional<TimePoint> deadline, Topics topics);
   void poll_waiters_locked(TimePoint now, Finished& finished);  // all of them (the timer)
   // Polls the waiters of `topics`, then unlocks and finishes those answered.
   void wake(std::unique_lock<std::mutex>& lock, const Topics& topics);
@@ -112,7 +120,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 struct ServerOptions {
   std::string host = "127.0.0.1";  // "::" or "0.0.0.0" for every interface
   int port = 0;                    // 0: pick a free port
-  std::string tls_cert, tls_key;  // PEM files: serve TLS (clients are authenticated by the token)
+  std::string tls_cert, tls_key;   // PEM files: serve TLS (clients are authenticated by the token)
   int max_message_bytes = 8 << 20;
   // A connection that has not begun HTTP/2 (plaintext) or completed the TLS
   // handshake by then is closed.
@@ -132,7 +140,9 @@ class RendezvousServer {
 
   int port() const { return port_; }
   RendezvousService& service() { return *service_; }
-  TorchStore* torch_store() { return torch_store_.get(); }  // null unless ServerOptions::torch_store
+  TorchStore* torch_store() {
+    return torch_store_.get();
+  }  // null unless ServerOptions::torch_store
   void shutdown();
   // Blocks until shutdown() is called from another thread or a signal handler thread.
   void wait();

@@ -10,14 +10,14 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli/launch_spec.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/launcher_log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "cli/launch_spec.h"
-#include "worker_group/process.h"
 #include "rpc/rendezvous_service.h"
+#include "worker_group/process.h"
 
 namespace ddp::launcher {
 namespace {
@@ -44,8 +44,9 @@ std::chrono::milliseconds to_ms(double seconds) {
 
 }  // namespace
 
-RendezvousConfig rendezvous_config(const std::string& run_id, const std::string& token, int min_nodes,
-                                   int max_nodes, int max_restarts, const RdzvConf& conf) {
+RendezvousConfig rendezvous_config(const std::string& run_id, const std::string& token,
+                                   int min_nodes, int max_nodes, int max_restarts,
+                                   const RdzvConf& conf) {
   RendezvousConfig config;
   config.run_id = run_id;
   config.token = token;
@@ -68,17 +69,20 @@ std::chrono::milliseconds close_time(const RdzvConf& conf) {
 }
 
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {
-  CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job", "ddprun rendezvous"};
+  CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job",
+               "ddprun rendezvous"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string host = "::", run_id, token, nnodes = "1", conf_text, cert, key;
   int port = 29400, max_restarts = 0;
   app.add_option("--port", port, "TCP port to listen on (0: any free port, printed)");
   app.add_option("--host", host, "Address to listen on (default: every interface)");
   app.add_option("--run_id,--run-id,--rdzv_id,--rdzv-id", run_id, "The job's run id")->required();
-  app.add_option("--rdzv_token,--rdzv-token", token, "Shared secret (or DDP_RDZV_TOKEN)")->envname("DDP_RDZV_TOKEN");
+  app.add_option("--rdzv_token,--rdzv-token", token, "Shared secret (or DDP_RDZV_TOKEN)")
+      ->envname("DDP_RDZV_TOKEN");
   app.add_option("--nnodes", nnodes, "Nodes in the job: N or MIN:MAX");
   app.add_option("--max_restarts,--max-restarts", max_restarts, "Job-wide restart budget");
-  app.add_option("--rdzv_conf,--rdzv-conf", conf_text, "join_timeout=S,last_call_timeout=S,heartbeat_timeout=S,max_key_bytes=N,...");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf_text,
+                 "join_timeout=S,last_call_timeout=S,heartbeat_timeout=S,max_key_bytes=N,...");
   app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", cert, "PEM certificate to serve TLS with");
   app.add_option("--rdzv_tls_key,--rdzv-tls-key", key, "PEM private key for the certificate");
   if (int code = parse(app, argv); code >= 0) return code;
@@ -86,14 +90,18 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
   auto& log = launcher_log();
   try {
     if (token.empty()) {
-      log.warn("no --rdzv_token (or DDP_RDZV_TOKEN): the rendezvous is unauthenticated; anyone who can reach "
-               "it can join or read its store");
+      log.warn(
+          "no --rdzv_token (or DDP_RDZV_TOKEN): the rendezvous is unauthenticated; anyone who can "
+          "reach "
+          "it can join or read its store");
     }
-    if (port < 0 || port > 65535) throw Error("--port=" + std::to_string(port) + " is not a TCP port");
+    if (port < 0 || port > 65535)
+      throw Error("--port=" + std::to_string(port) + " is not a TCP port");
     if (max_restarts < 0) throw Error("--max_restarts must be >= 0");
     RdzvConf conf = parse_rdzv_conf(conf_text);
     const NodeRange nodes = parse_nnodes(nnodes);
-    RendezvousConfig config = rendezvous_config(run_id, token, nodes.min, nodes.max, max_restarts, conf);
+    RendezvousConfig config =
+        rendezvous_config(run_id, token, nodes.min, nodes.max, max_restarts, conf);
     ServerOptions options;
     options.max_message_bytes = static_cast<int>(conf.max_message_bytes);
     options.host = host;
@@ -130,7 +138,8 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
       if (phase == RendezvousState::Phase::kSucceeded || phase == RendezvousState::Phase::kFailed) {
         // Let agents read the outcome with their next heartbeats, then stop.
         std::this_thread::sleep_for(close_time(conf));
-        log.info("rendezvous: job {}", phase == RendezvousState::Phase::kSucceeded ? "succeeded" : "failed");
+        log.info("rendezvous: job {}",
+                 phase == RendezvousState::Phase::kSucceeded ? "succeeded" : "failed");
         server->shutdown();
         return phase == RendezvousState::Phase::kSucceeded ? 0 : 1;
       }
@@ -142,8 +151,9 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
 }
 
 int run_health_command(const std::vector<std::string>& argv) {
-  CLI::App app{"ddprun health HOST:PORT: query the standard gRPC health service; exit 0 when SERVING",
-               "ddprun health"};
+  CLI::App app{
+      "ddprun health HOST:PORT: query the standard gRPC health service; exit 0 when SERVING",
+      "ddprun health"};
   std::string target, ca, service;
   double timeout_s = 5;
   app.add_option("endpoint", target, "HOST:PORT of a rendezvous server")->required();

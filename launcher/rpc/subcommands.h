@@ -13,8 +13,9 @@ struct RdzvConf;
 struct RendezvousConfig;
 // The one builder of a rendezvous server's config, for the standalone server
 // and the hosting agent alike: --rdzv_conf's timeouts and store limits.
-RendezvousConfig rendezvous_config(const std::string& run_id, const std::string& token, int min_nodes,
-                                   int max_nodes, int max_restarts, const RdzvConf& conf);
+RendezvousConfig rendezvous_config(const std::string& run_id, const std::string& token,
+                                   int min_nodes, int max_nodes, int max_restarts,
+                                   const RdzvConf& conf);
 // How long a server keeps answering once the job's outcome is known:
 // close_timeout, else two heartbeat intervals and half a second.
 std::chrono::milliseconds close_time(const RdzvConf& conf);

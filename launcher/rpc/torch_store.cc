@@ -22,8 +22,9 @@ using torch_store::ClientId;
 using torch_store::Outgoing;
 
 constexpr ClientId kWakeId = 0;
-constexpr std::size_t kReadChunk = 64 * 1024;  // read per wake-up, so one client cannot hog the loop
-constexpr std::size_t kBatch = 256;            // queries answered before the loop looks at others
+constexpr std::size_t kReadChunk =
+    64 * 1024;                       // read per wake-up, so one client cannot hog the loop
+constexpr std::size_t kBatch = 256;  // queries answered before the loop looks at others
 
 std::string peer_of(int fd) {
   sockaddr_storage addr{};
@@ -41,7 +42,8 @@ std::string peer_of(int fd) {
     port = ntohs(a->sin_port);
   }
   std::string text = host;
-  if (text.rfind("::ffff:", 0) == 0) text = text.substr(7);  // an IPv4 client of a dual-stack socket
+  if (text.rfind("::ffff:", 0) == 0)
+    text = text.substr(7);  // an IPv4 client of a dual-stack socket
   return Endpoint{text, port}.to_string();
 }
 
@@ -70,7 +72,9 @@ TorchStore::~TorchStore() {
   close(wake_fd_);
 }
 
-void TorchStore::start() { thread_ = std::thread([this] { run(); }); }
+void TorchStore::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void TorchStore::stop() {
   {
@@ -199,7 +203,8 @@ std::size_t TorchStore::answer_batch(Connection& c) {
     try {
       while (answered < kBatch) {
         torch_store::Query query;
-        const std::size_t n = torch_store::decode(std::string_view(c.in).substr(used), c.dialect, wire_, query);
+        const std::size_t n =
+            torch_store::decode(std::string_view(c.in).substr(used), c.dialect, wire_, query);
         if (n == 0) break;
         used += n;
         ++answered;
@@ -268,8 +273,9 @@ void TorchStore::grow(Connection& c, std::size_t bytes) {
   buffered_ += bytes;
   const std::size_t limit = std::max(options_.limits.max_store_bytes, 2 * options_.max_query_bytes);
   if (buffered_ <= limit || c.closing) return;
-  c.closing = "the store's connections would buffer " + std::to_string(buffered_) + " bytes, limit " +
-              std::to_string(limit) + " (--rdzv_conf max_store_bytes, at least twice max_message_bytes)";
+  c.closing = "the store's connections would buffer " + std::to_string(buffered_) +
+              " bytes, limit " + std::to_string(limit) +
+              " (--rdzv_conf max_store_bytes, at least twice max_message_bytes)";
   doomed_.push_back(c.id);
 }
 

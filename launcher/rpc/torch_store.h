@@ -51,7 +51,7 @@ class TorchStore {
   };
 
   explicit TorchStore(const Options& options);  // throws ddp::Error (epoll, eventfd)
-  ~TorchStore();                                 // stop()
+  ~TorchStore();                                // stop()
   TorchStore(const TorchStore&) = delete;
   TorchStore& operator=(const TorchStore&) = delete;
 
@@ -73,9 +73,9 @@ class TorchStore {
     torch_store::ClientId id = 0;
     std::string peer;
     torch_store::Dialect dialect = torch_store::Dialect::kUnknown;
-    std::string in;                     // received, not yet decoded
-    std::string out;                    // answers not yet sent
-    std::uint32_t watched = 0;          // the epoll events asked for
+    std::string in;                      // received, not yet decoded
+    std::string out;                     // answers not yet sent
+    std::uint32_t watched = 0;           // the epoll events asked for
     std::optional<std::string> closing;  // to be closed: why ("" for the peer's own close)
   };
 

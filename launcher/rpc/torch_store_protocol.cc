@@ -10,34 +10,52 @@ namespace {
 constexpr std::uint8_t kLegacyWatchKey = 7;
 // Legacy type code -> the same query's Op (WATCH_KEY has none).
 constexpr std::array<std::optional<Op>, 13> kLegacyOps = {
-    Op::kSet,       Op::kCompareSet, Op::kGet,    Op::kAdd,      Op::kCheck,    Op::kWait,       Op::kNumKeys,
-    std::nullopt,   Op::kDeleteKey,  Op::kAppend, Op::kMultiGet, Op::kMultiSet, Op::kCancelWait,
+    Op::kSet,      Op::kCompareSet, Op::kGet,        Op::kAdd,       Op::kCheck,
+    Op::kWait,     Op::kNumKeys,    std::nullopt,    Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet,   Op::kCancelWait,
 };
 
 // What follows a query's type byte.
-enum class Shape { kNothing, kNonce, kKey, kKeyValue, kKeyTwoValues, kKeyNumber, kKeys, kKeyValuePairs };
+enum class Shape {
+  kNothing,
+  kNonce,
+  kKey,
+  kKeyValue,
+  kKeyTwoValues,
+  kKeyNumber,
+  kKeys,
+  kKeyValuePairs
+};
 
 Shape shape_of(Op op) {
   switch (op) {
     case Op::kValidate:
-    case Op::kPing: return Shape::kNonce;
+    case Op::kPing:
+      return Shape::kNonce;
     case Op::kSet:
     case Op::kAppend:
-    case Op::kQueuePush: return Shape::kKeyValue;
-    case Op::kCompareSet: return Shape::kKeyTwoValues;
+    case Op::kQueuePush:
+      return Shape::kKeyValue;
+    case Op::kCompareSet:
+      return Shape::kKeyTwoValues;
     case Op::kGet:
     case Op::kDeleteKey:
     case Op::kQueuePop:
-    case Op::kQueueLen: return Shape::kKey;
+    case Op::kQueueLen:
+      return Shape::kKey;
     case Op::kAdd:
-    case Op::kBarrier: return Shape::kKeyNumber;
+    case Op::kBarrier:
+      return Shape::kKeyNumber;
     case Op::kCheck:
     case Op::kWait:
-    case Op::kMultiGet: return Shape::kKeys;
-    case Op::kMultiSet: return Shape::kKeyValuePairs;
+    case Op::kMultiGet:
+      return Shape::kKeys;
+    case Op::kMultiSet:
+      return Shape::kKeyValuePairs;
     case Op::kNumKeys:
     case Op::kCancelWait:
-    case Op::kListKeys: return Shape::kNothing;
+    case Op::kListKeys:
+      return Shape::kNothing;
   }
   return Shape::kNothing;
 }
@@ -46,7 +64,8 @@ Shape shape_of(Op op) {
 // read returns false when the bytes end first; a length over a limit throws.
 class Reader {
  public:
-  Reader(std::string_view bytes, const WireLimits& limits, Op op) : bytes_(bytes), limits_(limits), op_(op) {}
+  Reader(std::string_view bytes, const WireLimits& limits, Op op)
+      : bytes_(bytes), limits_(limits), op_(op) {}
 
   std::size_t used() const { return pos_; }
 
@@ -58,7 +77,9 @@ class Reader {
     return true;
   }
   bool key(std::string& out) { return text(out, limits_.max_key_bytes, "key", "max_key_bytes"); }
-  bool payload(std::string& out) { return text(out, limits_.max_value_bytes, "value", "max_value_bytes"); }
+  bool payload(std::string& out) {
+    return text(out, limits_.max_value_bytes, "value", "max_value_bytes");
+  }
   // A list's count: each item takes at least its 8-byte length.
   bool count(std::uint64_t& n) {
     if (!value(n)) return false;
@@ -75,11 +96,12 @@ class Reader {
     std::uint64_t n = 0;
     if (!value(n)) return false;
     if (n > limit) {
-      fail(std::string(kind) + " of " + std::to_string(n) + " bytes, limit " + std::to_string(limit) +
-           " (--rdzv_conf " + conf_key + ")");
+      fail(std::string(kind) + " of " + std::to_string(n) + " bytes, limit " +
+           std::to_string(limit) + " (--rdzv_conf " + conf_key + ")");
     }
     if (pos_ + n > limits_.max_query_bytes) {
-      fail("over " + std::to_string(limits_.max_query_bytes) + " bytes (--rdzv_conf max_message_bytes)");
+      fail("over " + std::to_string(limits_.max_query_bytes) +
+           " bytes (--rdzv_conf max_message_bytes)");
     }
     if (bytes_.size() - pos_ < n) return false;
     out.assign(bytes_.data() + pos_, n);
@@ -110,16 +132,22 @@ bool read_keys(Reader& in, Query& q, bool with_values) {
 bool read_arguments(Reader& in, Query& q) {
   std::string key, value;
   switch (shape_of(q.op)) {
-    case Shape::kNothing: return true;
-    case Shape::kNonce: return in.value(q.nonce);
-    case Shape::kKeys: return read_keys(in, q, false);
-    case Shape::kKeyValuePairs: return read_keys(in, q, true);
-    default: break;
+    case Shape::kNothing:
+      return true;
+    case Shape::kNonce:
+      return in.value(q.nonce);
+    case Shape::kKeys:
+      return read_keys(in, q, false);
+    case Shape::kKeyValuePairs:
+      return read_keys(in, q, true);
+    default:
+      break;
   }
   if (!in.key(key)) return false;
   q.keys.push_back(std::move(key));
   switch (shape_of(q.op)) {
-    case Shape::kKeyNumber: return in.value(q.number);
+    case Shape::kKeyNumber:
+      return in.value(q.number);
     case Shape::kKeyTwoValues:
       if (!in.payload(value)) return false;
       q.values.push_back(std::move(value));
@@ -128,7 +156,8 @@ bool read_arguments(Reader& in, Query& q) {
       if (!in.payload(value)) return false;
       q.values.push_back(std::move(value));
       return true;
-    default: return true;  // kKey
+    default:
+      return true;  // kKey
   }
 }
 
@@ -137,12 +166,15 @@ Op op_of(std::uint8_t type, Dialect dialect, bool first) {
   if (dialect == Dialect::kModern) {
     if (!starts_query(type)) throw ProtocolError("unknown query type " + std::to_string(type));
     const Op op = static_cast<Op>(type);
-    if (op == Op::kValidate && !first) throw ProtocolError("query VALIDATE after the connection's first query");
+    if (op == Op::kValidate && !first)
+      throw ProtocolError("query VALIDATE after the connection's first query");
     return op;
   }
-  if (type == kLegacyWatchKey) throw ProtocolError("query WATCH_KEY (torch's watch_key callbacks) is not served");
+  if (type == kLegacyWatchKey)
+    throw ProtocolError("query WATCH_KEY (torch's watch_key callbacks) is not served");
   if (type >= kLegacyOps.size()) {
-    throw ProtocolError("unknown query type " + std::to_string(type) + (first ? " (not a TCPStore client?)" : ""));
+    throw ProtocolError("unknown query type " + std::to_string(type) +
+                        (first ? " (not a TCPStore client?)" : ""));
   }
   return *kLegacyOps[type];
 }
@@ -159,14 +191,15 @@ std::uint8_t type_of(Op op, Dialect dialect) {
 
 const char* op_name(Op op) {
   static constexpr const char* kNames[] = {
-      "VALIDATE",  "SET",       "COMPARE_SET", "GET",        "ADD",       "CHECK",     "WAIT",
-      "GETNUMKEYS", "DELETE_KEY", "APPEND",    "MULTI_GET",  "MULTI_SET", "CANCEL_WAIT", "PING",
-      "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN",  "LIST_KEYS",  "BARRIER"};
+      "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",       "WAIT",
+      "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
+      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER"};
   const auto i = static_cast<std::size_t>(op);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
 
-std::size_t decode(std::string_view bytes, Dialect& dialect, const WireLimits& limits, Query& query) {
+std::size_t decode(std::string_view bytes, Dialect& dialect, const WireLimits& limits,
+                   Query& query) {
   if (bytes.empty()) return 0;
   const auto type = static_cast<std::uint8_t>(bytes[0]);
   const bool first = dialect == Dialect::kUnknown;
@@ -186,7 +219,8 @@ std::size_t decode(std::string_view bytes, Dialect& dialect, const WireLimits& l
   q.op = op_of(type, d, first);
   Reader in(bytes.substr(1), limits, q.op);
   if (!read_arguments(in, q)) {
-    if (bytes.size() > limits.max_query_bytes) in.fail("over " + std::to_string(limits.max_query_bytes) + " bytes");
+    if (bytes.size() > limits.max_query_bytes)
+      in.fail("over " + std::to_string(limits.max_query_bytes) + " bytes");
     return 0;
   }
   query = std::move(q);
@@ -215,7 +249,8 @@ std::string encode(const Query& query, Dialect dialect) {
   put_u8(out, type_of(query.op, dialect));
   const Shape shape = shape_of(query.op);
   if (shape == Shape::kNonce) put_u32(out, query.nonce);
-  if (shape == Shape::kKeys || shape == Shape::kKeyValuePairs) put_i64(out, static_cast<std::int64_t>(query.keys.size()));
+  if (shape == Shape::kKeys || shape == Shape::kKeyValuePairs)
+    put_i64(out, static_cast<std::int64_t>(query.keys.size()));
   if (shape == Shape::kNothing || shape == Shape::kNonce) return out;
   for (std::size_t i = 0; i < query.keys.size(); ++i) {
     put_bytes(out, query.keys[i]);

@@ -62,7 +62,9 @@ constexpr std::uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 
 // Whether a connection that begins with `byte` speaks TCPStore: every query
 // type is below 19, and an HTTP/2 client begins with 'P'.
-inline bool starts_query(std::uint8_t byte) { return byte <= static_cast<std::uint8_t>(Op::kBarrier); }
+inline bool starts_query(std::uint8_t byte) {
+  return byte <= static_cast<std::uint8_t>(Op::kBarrier);
+}
 
 // "SET", "WAIT", ... as torch names them.
 const char* op_name(Op op);
@@ -94,7 +96,8 @@ class ProtocolError : public std::runtime_error {
 // query took, or 0 when `bytes` holds only the beginning of one. Throws
 // ProtocolError naming the query and the limit or byte at fault; a length
 // over a limit is refused as soon as it arrives, before its bytes.
-std::size_t decode(std::string_view bytes, Dialect& dialect, const WireLimits& limits, Query& query);
+std::size_t decode(std::string_view bytes, Dialect& dialect, const WireLimits& limits,
+                   Query& query);
 
 // Replies, appended to `out` as torch's clients read them.
 void put_u8(std::string& out, std::uint8_t value);

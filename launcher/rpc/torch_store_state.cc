@@ -21,28 +21,39 @@ void TorchStoreState::execute(ClientId client, const Query& query, std::vector<O
   if (!reply.empty()) out.push_back({client, std::move(reply)});
 }
 
-void TorchStoreState::answer(const Query& q, ClientId client, std::string& reply, std::vector<Outgoing>& out) {
+void TorchStoreState::answer(const Query& q, ClientId client, std::string& reply,
+                             std::vector<Outgoing>& out) {
   const std::string empty;
   const std::string& key = q.keys.empty() ? empty : q.keys.front();
   switch (q.op) {
-    case Op::kValidate: return;  // the magic was checked by decode
-    case Op::kPing: return put_u32(reply, q.nonce);
-    case Op::kSet: return set(key, q.values.at(0), out);
-    case Op::kCompareSet: return compare_set(q, reply, out);
-    case Op::kGet: return put_bytes(reply, store_.get(key).value_or(""));
+    case Op::kValidate:
+      return;  // the magic was checked by decode
+    case Op::kPing:
+      return put_u32(reply, q.nonce);
+    case Op::kSet:
+      return set(key, q.values.at(0), out);
+    case Op::kCompareSet:
+      return compare_set(q, reply, out);
+    case Op::kGet:
+      return put_bytes(reply, store_.get(key).value_or(""));
     case Op::kAdd: {
       const std::int64_t value = store_.add(key, q.number);
       release(key, out);
       return put_i64(reply, value);
     }
     case Op::kCheck: {
-      const bool all = std::all_of(q.keys.begin(), q.keys.end(), [&](const std::string& k) { return exists(k); });
+      const bool all = std::all_of(q.keys.begin(), q.keys.end(),
+                                   [&](const std::string& k) { return exists(k); });
       return put_u8(reply, all ? kReady : kNotReady);
     }
-    case Op::kWait: return wait(q, client, reply);
-    case Op::kNumKeys: return put_i64(reply, store_.size());
-    case Op::kDeleteKey: return put_i64(reply, store_.remove(key) ? 1 : 0);
-    case Op::kAppend: return set(key, store_.get(key).value_or("") + q.values.at(0), out);
+    case Op::kWait:
+      return wait(q, client, reply);
+    case Op::kNumKeys:
+      return put_i64(reply, store_.size());
+    case Op::kDeleteKey:
+      return put_i64(reply, store_.remove(key) ? 1 : 0);
+    case Op::kAppend:
+      return set(key, store_.get(key).value_or("") + q.values.at(0), out);
     case Op::kMultiGet:
       for (const std::string& k : q.keys) put_bytes(reply, store_.get(k).value_or(""));
       return;
@@ -52,8 +63,10 @@ void TorchStoreState::answer(const Query& q, ClientId client, std::string& reply
     case Op::kCancelWait:
       forget(client);
       return put_u8(reply, kWaitCanceled);
-    case Op::kQueuePush: return queue_push(key, q.values.at(0), out);
-    case Op::kQueuePop: return queue_pop(key, reply);
+    case Op::kQueuePush:
+      return queue_push(key, q.values.at(0), out);
+    case Op::kQueuePop:
+      return queue_pop(key, reply);
     case Op::kQueueLen: {
       auto it = queues_.find(key);
       return put_i64(reply, it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size()));
@@ -64,11 +77,13 @@ void TorchStoreState::answer(const Query& q, ClientId client, std::string& reply
       for (const std::string& k : keys) put_bytes(reply, k);
       return;
     }
-    case Op::kBarrier: return barrier(q, client, reply, out);
+    case Op::kBarrier:
+      return barrier(q, client, reply, out);
   }
 }
 
-void TorchStoreState::set(const std::string& key, const std::string& value, std::vector<Outgoing>& out) {
+void TorchStoreState::set(const std::string& key, const std::string& value,
+                          std::vector<Outgoing>& out) {
   store_.set(key, value);
   release(key, out);
 }
@@ -77,7 +92,8 @@ void TorchStoreState::compare_set(const Query& q, std::string& reply, std::vecto
   const std::string& key = q.keys.front();
   const std::string& expected = q.values.at(0);
   const std::string& desired = q.values.at(1);
-  if (!store_.get(key) && !expected.empty()) return put_bytes(reply, expected);  // torch's answer: nothing set
+  if (!store_.get(key) && !expected.empty())
+    return put_bytes(reply, expected);  // torch's answer: nothing set
   const CompareSetOutcome outcome = store_.compare_set(key, expected, desired);
   release(key, out);
   put_bytes(reply, outcome.current);
@@ -93,17 +109,20 @@ void TorchStoreState::wait(const Query& q, ClientId client, std::string& reply) 
   forget(client);  // a new WAIT replaces the client's last one
   std::vector<std::string> missing;
   for (const std::string& key : q.keys) {
-    if (!exists(key) && std::find(missing.begin(), missing.end(), key) == missing.end()) missing.push_back(key);
+    if (!exists(key) && std::find(missing.begin(), missing.end(), key) == missing.end())
+      missing.push_back(key);
   }
   if (missing.empty()) return put_u8(reply, kStopWaiting);
   const std::size_t left = missing.size();
   add_wait(client, std::move(missing), left);
 }
 
-void TorchStoreState::barrier(const Query& q, ClientId client, std::string& reply, std::vector<Outgoing>& out) {
+void TorchStoreState::barrier(const Query& q, ClientId client, std::string& reply,
+                              std::vector<Outgoing>& out) {
   const std::string& key = q.keys.front();
   forget(client);
-  const std::int64_t arrived = store_.add(key, 1);  // no release: the waiters wait for the last arrival
+  const std::int64_t arrived =
+      store_.add(key, 1);  // no release: the waiters wait for the last arrival
   if (arrived >= q.number) {
     release(key, out);
     return put_u8(reply, kStopWaiting);
@@ -111,16 +130,18 @@ void TorchStoreState::barrier(const Query& q, ClientId client, std::string& repl
   add_wait(client, {key}, 1);
 }
 
-void TorchStoreState::queue_push(const std::string& key, const std::string& value, std::vector<Outgoing>& out) {
+void TorchStoreState::queue_push(const std::string& key, const std::string& value,
+                                 std::vector<Outgoing>& out) {
   if (queue_items_ >= limits_.max_keys) {
-    throw refusal(RpcCode::kResourceExhausted, "cannot push to queue ", quote(key), ": the queues hold ",
-                  queue_items_, " values, limit ", limits_.max_keys, " (--rdzv_conf max_keys)");
+    throw refusal(RpcCode::kResourceExhausted, "cannot push to queue ", quote(key),
+                  ": the queues hold ", queue_items_, " values, limit ", limits_.max_keys,
+                  " (--rdzv_conf max_keys)");
   }
   const std::size_t bytes = key.size() + value.size();
   if (queue_bytes_ + bytes > limits_.max_store_bytes) {
-    throw refusal(RpcCode::kResourceExhausted, "cannot push ", value.size(), " bytes to queue ", quote(key),
-                  ": the queues would hold ", queue_bytes_ + bytes, " bytes, limit ", limits_.max_store_bytes,
-                  " (--rdzv_conf max_store_bytes)");
+    throw refusal(RpcCode::kResourceExhausted, "cannot push ", value.size(), " bytes to queue ",
+                  quote(key), ": the queues would hold ", queue_bytes_ + bytes, " bytes, limit ",
+                  limits_.max_store_bytes, " (--rdzv_conf max_store_bytes)");
   }
   queues_[key].push_back(value);
   ++queue_items_;

@@ -85,7 +85,8 @@ class TorchStoreState {
   KeyValueStore store_;
   std::map<std::string, std::deque<std::string>> queues_;
   std::size_t queue_items_ = 0, queue_bytes_ = 0;
-  std::unordered_map<std::string, std::vector<ClientId>> waiting_;  // key -> clients, in arrival order
+  std::unordered_map<std::string, std::vector<ClientId>>
+      waiting_;  // key -> clients, in arrival order
   std::unordered_map<ClientId, Wait> waits_;
 };
 

@@ -27,8 +27,9 @@ struct WorkerOutcome {
 
 // The multi-line report naming the first failed rank, its pid, how it ended
 // and the last lines of its stderr.
-std::string format_failure_report(const WorkerOutcome& failed, const std::deque<std::string>& last_stderr,
-                                  int attempt, int max_restarts);
+std::string format_failure_report(const WorkerOutcome& failed,
+                                  const std::deque<std::string>& last_stderr, int attempt,
+                                  int max_restarts);
 
 // Where one rank of a hung group is stuck, for the hang report.
 struct StuckRank {
@@ -42,7 +43,8 @@ struct StuckRank {
 // line per blamed rank: what it does, who waits for it), then each stuck
 // rank's stacks (at most max_lines_each lines each).
 std::string format_hang_report(const std::vector<WorkerOutcome>& blamed, double timeout_s,
-                               const std::vector<std::string>& what, const std::vector<StuckRank>& stacks,
-                               int attempt, int max_restarts, size_t max_lines_each = 40);
+                               const std::vector<std::string>& what,
+                               const std::vector<StuckRank>& stacks, int attempt, int max_restarts,
+                               size_t max_lines_each = 40);
 
 }  // namespace ddp::launcher

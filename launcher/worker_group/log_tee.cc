@@ -42,8 +42,8 @@ void StreamTee::write(const char* data, size_t size) {
   if (target_.file_fd >= 0 && !file_failed_) {
     if (int err = write_all(target_.file_fd, data, size); err != 0) {
       file_failed_ = true;  // say it once; the console still gets the lines
-      std::string warning = "[ddprun] warning: writing " + target_.file_path + " failed (" + std::strerror(err) +
-                            "); the rest of this stream is not in the file\n";
+      std::string warning = "[ddprun] warning: writing " + target_.file_path + " failed (" +
+                            std::strerror(err) + "); the rest of this stream is not in the file\n";
       write_all(STDERR_FILENO, warning.data(), warning.size());
     }
   }

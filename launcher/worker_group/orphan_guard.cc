@@ -82,7 +82,6 @@ bool any_group_running(const pid_t* groups, int count) {
   return running;
 }
 
-
 // Runs in the forked guard: only async-signal-safe calls, no allocation.
 // `shm_prefix`: the run's segment-name prefix, built before the fork.
 [[noreturn]] void guard_main(int read_fd, const char* shm_prefix) {
@@ -134,7 +133,8 @@ OrphanGuard::OrphanGuard(const std::string& run_id) {
   // Built before the fork: the guard must not allocate.
   const std::string shm_prefix = shm_run_prefix(run_id);
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);

@@ -1,12 +1,12 @@
 #include "worker_group/process.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <pty.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <termios.h>
 #include <unistd.h>
@@ -39,8 +39,8 @@ namespace {
 rlimit g_started_nofile{};
 bool g_raised_nofile = false;
 
-[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w,
-                             const cpu_set_t* cpus, int inherit_fd, int stdin_fd) {
+[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_w,
+                             int err_w, const cpu_set_t* cpus, int inherit_fd, int stdin_fd) {
   setpgid(0, 0);
   if (inherit_fd >= 0) fcntl(inherit_fd, F_SETFD, 0);  // survives the exec
   // Where Yama restricts ptrace to ancestors, let ddprun and its children
@@ -96,8 +96,9 @@ void raise_open_file_limit() {
   g_raised_nofile = setrlimit(RLIMIT_NOFILE, &limit) == 0;
 }
 
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus, int inherit_fd, const StdioChoice& stdio) {
+SpawnedProcess spawn_process(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, const std::vector<int>& cpus,
+                             int inherit_fd, const StdioChoice& stdio) {
   if (argv.empty()) throw Error("spawn_process: empty command");
   cpu_set_t cpu_set;
   CPU_ZERO(&cpu_set);
@@ -129,8 +130,8 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::ve
     throw Error(std::string("fork: ") + strerror(e));
   }
   if (pid == 0) {
-    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1], cpus.empty() ? nullptr : &cpu_set, inherit_fd,
-               stdio.stdin_fd);
+    exec_child(parent, c_argv.data(), c_env.data(), out[1], err[1],
+               cpus.empty() ? nullptr : &cpu_set, inherit_fd, stdio.stdin_fd);
   }
   // Also set the group from the parent so signal_group works before the child runs.
   setpgid(pid, pid);

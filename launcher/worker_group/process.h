@@ -10,8 +10,8 @@
 namespace ddp::launcher {
 
 struct SpawnedProcess {
-  pid_t pid = -1;        // also its process group id
-  int stdout_fd = -1;    // read ends of the worker's stdout/stderr pipes (non-blocking, cloexec)
+  pid_t pid = -1;      // also its process group id
+  int stdout_fd = -1;  // read ends of the worker's stdout/stderr pipes (non-blocking, cloexec)
   int stderr_fd = -1;
 };
 
@@ -39,8 +39,9 @@ struct StdioChoice {
   bool stdout_tty = false;
   bool stderr_tty = false;
 };
-SpawnedProcess spawn_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::vector<int>& cpus = {}, int inherit_fd = -1, const StdioChoice& stdio = {});
+SpawnedProcess spawn_process(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, const std::vector<int>& cpus = {},
+                             int inherit_fd = -1, const StdioChoice& stdio = {});
 
 // Makes this process the reaper of its orphaned descendants
 // (PR_SET_CHILD_SUBREAPER): a daemon a worker starts (setsid and a double

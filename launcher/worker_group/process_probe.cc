@@ -45,11 +45,11 @@ bool read_stat(const std::string& pid, Stat& out) {
   // cmajflt utime stime cutime cstime (fields 4-17 of proc(5)).
   out.state = f[0][0];
   out.pgrp = static_cast<pid_t>(std::atol(f[2].c_str()));
-  out.ticks = std::strtoull(f[11].c_str(), nullptr, 10) + std::strtoull(f[12].c_str(), nullptr, 10) +
+  out.ticks = std::strtoull(f[11].c_str(), nullptr, 10) +
+              std::strtoull(f[12].c_str(), nullptr, 10) +
               std::strtoull(f[13].c_str(), nullptr, 10) + std::strtoull(f[14].c_str(), nullptr, 10);
   return true;
 }
-
 
 // The non-empty lines of `text`, without gdb's remarks about itself.
 std::vector<std::string> split_lines(const std::string& text) {
@@ -57,8 +57,8 @@ std::vector<std::string> split_lines(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.empty() || line.rfind("[Thread debugging", 0) == 0 || line.rfind("Using host libthread_db", 0) == 0 ||
-        line.rfind("[Inferior ", 0) == 0) {
+    if (line.empty() || line.rfind("[Thread debugging", 0) == 0 ||
+        line.rfind("Using host libthread_db", 0) == 0 || line.rfind("[Inferior ", 0) == 0) {
       continue;
     }
     lines.push_back(line);
@@ -108,7 +108,8 @@ std::vector<std::string> native_stacks(pid_t pid, std::chrono::milliseconds time
   int fds[2] = {tool.stdout_fd, tool.stderr_fd};
   bool cut = false;
   while (fds[0] >= 0 || fds[1] >= 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0 || stop_signal_pending()) {
       cut = true;
       break;
@@ -135,10 +136,12 @@ std::vector<std::string> native_stacks(pid_t pid, std::chrono::milliseconds time
   int status = 0;
   waitpid(tool.pid, &status, 0);
   std::vector<std::string> lines = split_lines(out);
-  if (cut) lines.push_back("(" + argv[0] + " cut off after " + std::to_string(timeout.count()) + " ms)");
+  if (cut)
+    lines.push_back("(" + argv[0] + " cut off after " + std::to_string(timeout.count()) + " ms)");
   if (lines.empty()) {
     auto why = split_lines(err);
-    return {"(no stacks: " + argv[0] + " printed nothing" + (why.empty() ? "" : ": " + why.front()) + ")"};
+    return {"(no stacks: " + argv[0] + " printed nothing" +
+            (why.empty() ? "" : ": " + why.front()) + ")"};
   }
   return lines;
 }

@@ -14,7 +14,8 @@
 namespace ddp::launcher {
 
 struct GroupUsage {
-  std::uint64_t cpu_ticks = 0;  // user + system time of every process in the group, and of its reaped children
+  std::uint64_t cpu_ticks =
+      0;  // user + system time of every process in the group, and of its reaped children
   bool leader_stopped = false;  // the group leader (the worker) is in the stopped state
 };
 

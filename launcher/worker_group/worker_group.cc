@@ -12,13 +12,15 @@
 
 namespace ddp::launcher {
 
-WorkerGroup::WorkerGroup(const std::vector<std::string>& command, std::vector<WorkerLaunch> launches,
-                         OrphanGuard& guard, int inherit_fd, const std::string& host)
+WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
+                         std::vector<WorkerLaunch> launches, OrphanGuard& guard, int inherit_fd,
+                         const std::string& host)
     : guard_(guard), workers_(launches.size()) {
   // Every tee first: they own the log files, which are closed with them
   // however far the spawning gets.
   for (size_t i = 0; i < launches.size(); ++i) {
-    for (int s = 0; s < 2; ++s) workers_[i].tees[s] = std::make_unique<StreamTee>(std::move(launches[i].streams[s]));
+    for (int s = 0; s < 2; ++s)
+      workers_[i].tees[s] = std::make_unique<StreamTee>(std::move(launches[i].streams[s]));
   }
   try {
     for (size_t i = 0; i < launches.size(); ++i) {
@@ -62,10 +64,12 @@ void WorkerGroup::release() {
 }
 
 int WorkerGroup::running() const {
-  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; }));
+  return static_cast<int>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; }));
 }
 
-void WorkerGroup::add_pipes(std::vector<pollfd>& fds, std::vector<std::pair<size_t, int>>& owners) const {
+void WorkerGroup::add_pipes(std::vector<pollfd>& fds,
+                            std::vector<std::pair<size_t, int>>& owners) const {
   for (size_t i = 0; i < workers_.size(); ++i) {
     for (int s = 0; s < 2; ++s) {
       if (workers_[i].fds[s] < 0) continue;
@@ -149,7 +153,8 @@ void WorkerGroup::drain() {
     fds.clear();
     owners.clear();
     add_pipes(fds, owners);
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(quiet_until - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(quiet_until - Clock::now()).count();
     if (fds.empty() || left <= 0) break;
     if (poll(fds.data(), fds.size(), static_cast<int>(left)) <= 0) continue;
     for (size_t k = 0; k < fds.size(); ++k) {
@@ -183,7 +188,8 @@ void WorkerGroup::stop_adopted() {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
-  launcher_log().info("stopped {} process(es) the workers left outside their process groups", adopted.size());
+  launcher_log().info("stopped {} process(es) the workers left outside their process groups",
+                      adopted.size());
 }
 
 }  // namespace ddp::launcher

@@ -25,7 +25,7 @@ namespace ddp::launcher {
 
 // What one worker is started with.
 struct WorkerLaunch {
-  int rank = 0;        // global rank
+  int rank = 0;  // global rank
   int local_rank = 0;
   std::vector<std::string> env;  // "NAME=value", the whole environment
   std::vector<int> cpus;         // its affinity mask; empty: inherited
@@ -36,7 +36,7 @@ struct WorkerLaunch {
 struct Worker {
   int rank = 0;
   int local_rank = 0;
-  pid_t pid = -1;  // also its process group
+  pid_t pid = -1;         // also its process group
   int fds[2] = {-1, -1};  // stdout, stderr read ends; -1 once at EOF
   std::unique_ptr<StreamTee> tees[2];
   bool running = false;
@@ -51,8 +51,8 @@ class WorkerGroup {
   // none; `host`: for the outcomes, empty on a single node). When one cannot
   // be started, those already started are killed and reaped and the error
   // (ddp::Error) is rethrown.
-  WorkerGroup(const std::vector<std::string>& command, std::vector<WorkerLaunch> launches, OrphanGuard& guard,
-              int inherit_fd, const std::string& host);
+  WorkerGroup(const std::vector<std::string>& command, std::vector<WorkerLaunch> launches,
+              OrphanGuard& guard, int inherit_fd, const std::string& host);
   ~WorkerGroup();  // kills and reaps whatever still runs, closes the pipes
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -89,14 +89,14 @@ class WorkerGroup {
 
   // Once no worker runs: kills what is left of their process groups
   // (daemonised children) and what ddprun adopted as their subreaper
-  // (daemons that left the groups: setsid and a double fork), then drains the pipes until they end or stay
-  // silent for 500 ms (a writer that escaped the group), 10 s at most
-  // (time spent waiting for a slow console does not count).
+  // (daemons that left the groups: setsid and a double fork), then drains the pipes until they end
+  // or stay silent for 500 ms (a writer that escaped the group), 10 s at most (time spent waiting
+  // for a slow console does not count).
   void drain();
 
  private:
   void stop_adopted();  // kills and reaps the workers' descendants ddprun adopted
-  void release();  // kill, reap, close: the destructor and a failed spawn
+  void release();       // kill, reap, close: the destructor and a failed spawn
   OrphanGuard& guard_;
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> kill_deadline_;

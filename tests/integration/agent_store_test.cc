@@ -42,16 +42,19 @@ class MultiHostTorchAgentStore : public ::testing::Test {
   // Another program listening on MASTER_PORT+1 on node 0 (where ddprun's
   // rendezvous used to go), until the test ends.
   void take_next_port_on_node_zero() {
-    squatter_ = std::make_unique<Subprocess>(hosts_->on(
-        0, {kDebianPython, "-c",
-            "import socket, time\n"
-            "s = socket.socket(socket.AF_INET6)\n"
-            "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
-            "s.bind(('::', " + std::to_string(kMasterPort + 1) + "))\n"
-            "s.listen()\n"
-            "print('listening', flush=True)\n"
-            "time.sleep(600)\n"}));
-    ASSERT_TRUE(wait_until([&] { return squatter_->read_out().find("listening") != std::string::npos; }, 10s))
+    squatter_ = std::make_unique<Subprocess>(
+        hosts_->on(0, {kDebianPython, "-c",
+                       "import socket, time\n"
+                       "s = socket.socket(socket.AF_INET6)\n"
+                       "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+                       "s.bind(('::', " +
+                           std::to_string(kMasterPort + 1) +
+                           "))\n"
+                           "s.listen()\n"
+                           "print('listening', flush=True)\n"
+                           "time.sleep(600)\n"}));
+    ASSERT_TRUE(wait_until(
+        [&] { return squatter_->read_out().find("listening") != std::string::npos; }, 10s))
         << squatter_->read_err();
   }
 
@@ -61,13 +64,14 @@ class MultiHostTorchAgentStore : public ::testing::Test {
                                                  const std::map<std::string, std::string>& env) {
     std::vector<std::unique_ptr<Subprocess>> nodes;
     for (int i = 0; i < 2; ++i) {
-      std::vector<std::string> args = {kDdprun,
-                                       "--nnodes=2",
-                                       "--node_rank=" + std::to_string(i),
-                                       "--master_addr=" + hosts_->address(0),
-                                       "--master_port=" + std::to_string(kMasterPort),
-                                       "--nproc_per_node=1",
-                                       "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=3,join_timeout=30"};
+      std::vector<std::string> args = {
+          kDdprun,
+          "--nnodes=2",
+          "--node_rank=" + std::to_string(i),
+          "--master_addr=" + hosts_->address(0),
+          "--master_port=" + std::to_string(kMasterPort),
+          "--nproc_per_node=1",
+          "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=3,join_timeout=30"};
       args.insert(args.end(), launcher_args.begin(), launcher_args.end());
       args.insert(args.end(), program.begin(), program.end());
       nodes.push_back(std::make_unique<Subprocess>(hosts_->on(i, args), env));
@@ -80,7 +84,8 @@ class MultiHostTorchAgentStore : public ::testing::Test {
     std::string weights[2];
     for (int i = 0; i < 2; ++i) {
       auto r = nodes[i]->wait(100s);
-      ASSERT_TRUE(r.exited) << "host " << i << " did not finish\n" << nodes[i]->read_out() << nodes[i]->read_err();
+      ASSERT_TRUE(r.exited) << "host " << i << " did not finish\n"
+                            << nodes[i]->read_out() << nodes[i]->read_err();
       ASSERT_EQ(r.code, 0) << "host " << i << "\n" << r.out << r.err;
       auto lines = lines_with_prefix(r.out, "[rank " + std::to_string(i) + "] FINAL_WEIGHTS ");
       ASSERT_EQ(lines.size(), 1u) << r.out;
@@ -105,7 +110,8 @@ TEST_F(MultiHostTorchAgentStore, EveryRankIsToldToUseTheStoreOnMasterPort) {
     auto r = nodes[i]->wait(30s);
     ASSERT_EQ(r.code, 0) << r.err << r.out;
     const std::string prefix = "[rank " + std::to_string(i) + "] ENV ";
-    EXPECT_EQ(lines_with_prefix(r.out, prefix + "TORCHELASTIC_USE_AGENT_STORE="), std::vector<std::string>{"True"})
+    EXPECT_EQ(lines_with_prefix(r.out, prefix + "TORCHELASTIC_USE_AGENT_STORE="),
+              std::vector<std::string>{"True"})
         << r.out;
     EXPECT_EQ(lines_with_prefix(r.out, prefix + "MASTER_PORT="),
               std::vector<std::string>{std::to_string(kMasterPort)})
@@ -115,21 +121,25 @@ TEST_F(MultiHostTorchAgentStore, EveryRankIsToldToUseTheStoreOnMasterPort) {
         << r.out;
   }
   const std::string err0 = nodes[0]->read_err();
-  EXPECT_NE(err0.find("hosting the rendezvous on port " + std::to_string(kMasterPort)), std::string::npos) << err0;
+  EXPECT_NE(err0.find("hosting the rendezvous on port " + std::to_string(kMasterPort)),
+            std::string::npos)
+      << err0;
   EXPECT_NE(err0.find("torch.distributed's store for the workers"), std::string::npos) << err0;
 }
 
 TEST_F(MultiHostTorchAgentStore, Torch2DdpTrainsToEqualWeightsWithOnlyMasterPortFree) {
   if (auto why = torch2_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   take_next_port_on_node_zero();
-  auto nodes = start({}, {kTrainScript, "--epochs", "1", "--samples", "256"}, torch_env(torch2_python()));
+  auto nodes =
+      start({}, {kTrainScript, "--epochs", "1", "--samples", "256"}, torch_env(torch2_python()));
   expect_equal_weights(nodes);
 }
 
 TEST_F(MultiHostTorchAgentStore, DebianTorch113DdpTrainsToEqualWeightsWithOnlyMasterPortFree) {
   if (auto why = torch_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   take_next_port_on_node_zero();
-  auto nodes = start({}, {kTrainScript, "--epochs", "1", "--samples", "256"}, torch_env(kDebianPython));
+  auto nodes =
+      start({}, {kTrainScript, "--epochs", "1", "--samples", "256"}, torch_env(kDebianPython));
   expect_equal_weights(nodes);
 }
 
@@ -145,12 +155,16 @@ TEST_F(MultiHostTorchAgentStore, Torch2GroupRestartsAfterARankFailsOnce) {
              "import os, runpy, sys\n"
              "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
              "    sys.argv += ['--crash-rank', '1']\n"
-             "sys.argv[0] = " + std::string("'") + kTrainScript + "'\n"
-             "runpy.run_path(sys.argv[0], run_name='__main__')\n");
-  auto nodes = start({"--max_restarts=1"}, {once, "--epochs", "1", "--samples", "256"}, torch_env(torch2_python()));
+             "sys.argv[0] = " +
+                 std::string("'") + kTrainScript +
+                 "'\n"
+                 "runpy.run_path(sys.argv[0], run_name='__main__')\n");
+  auto nodes = start({"--max_restarts=1"}, {once, "--epochs", "1", "--samples", "256"},
+                     torch_env(torch2_python()));
   expect_equal_weights(nodes);
   for (int i = 0; i < 2; ++i) {
-    EXPECT_NE(nodes[i]->read_err().find("round 2: 2 node(s)"), std::string::npos) << nodes[i]->read_err();
+    EXPECT_NE(nodes[i]->read_err().find("round 2: 2 node(s)"), std::string::npos)
+        << nodes[i]->read_err();
   }
   EXPECT_NE(nodes[1]->read_err().find("rank 1"), std::string::npos) << nodes[1]->read_err();
 }

@@ -148,21 +148,21 @@ void expect_documented(const std::vector<std::string>& subcommand, const std::st
       continue;
     }
     if (matching.size() > 1) {
-      ADD_FAILURE() << join(option.names) << " is documented " << matching.size() << " times under '## "
-                    << heading << "' (lines " << matching[0]->line << " and " << matching[1]->line
-                    << "): document each flag once";
+      ADD_FAILURE() << join(option.names) << " is documented " << matching.size()
+                    << " times under '## " << heading << "' (lines " << matching[0]->line << " and "
+                    << matching[1]->line << "): document each flag once";
     }
     if (!option.env.empty()) {
       EXPECT_NE(matching[0]->text.find("`" + option.env + "`"), std::string::npos)
-          << join(option.names) << " reads " << option.env << ", which its row (line " << matching[0]->line
-          << ") does not name";
+          << join(option.names) << " reads " << option.env << ", which its row (line "
+          << matching[0]->line << ") does not name";
     }
   }
   for (const auto& row : rows) {
     for (const auto& flag : row.flags) {
       EXPECT_TRUE(known.count(flag) > 0)
-          << kCliDoc << ":" << row.line << " documents " << flag << " under '## " << heading << "', but "
-          << command << " --help does not list it";
+          << kCliDoc << ":" << row.line << " documents " << flag << " under '## " << heading
+          << "', but " << command << " --help does not list it";
     }
   }
 }
@@ -173,14 +173,17 @@ TEST(CliDocs, EveryFlagOfRendezvousIsDocumentedOnce) {
   expect_documented({"rendezvous"}, "Options of ddprun rendezvous");
 }
 
-TEST(CliDocs, EveryFlagOfHealthIsDocumentedOnce) { expect_documented({"health"}, "Options of ddprun health"); }
+TEST(CliDocs, EveryFlagOfHealthIsDocumentedOnce) {
+  expect_documented({"health"}, "Options of ddprun health");
+}
 
 // Anywhere on the page (prose, examples), a --flag must be one that some
 // command accepts: a removed or renamed flag cannot linger in the text.
 TEST(CliDocs, NamesNoFlagThatNoCommandAccepts) {
   std::set<std::string> known;
   for (const auto& sub : std::vector<std::vector<std::string>>{{}, {"rendezvous"}, {"health"}}) {
-    for (const auto& option : parse_help(help_of(sub))) known.insert(option.names.begin(), option.names.end());
+    for (const auto& option : parse_help(help_of(sub)))
+      known.insert(option.names.begin(), option.names.end());
   }
   const std::string doc = read_file(kCliDoc);
   const std::regex flag_re("--[A-Za-z][A-Za-z0-9_-]*");
@@ -192,8 +195,8 @@ TEST(CliDocs, NamesNoFlagThatNoCommandAccepts) {
     for (std::sregex_iterator it(line.begin(), line.end(), flag_re), end; it != end; ++it) {
       std::string flag = it->str();
       while (!flag.empty() && (flag.back() == '-' || flag.back() == '_')) flag.pop_back();
-      EXPECT_TRUE(known.count(flag) > 0)
-          << kCliDoc << ":" << number << " names " << flag << ", which no ddprun command accepts:\n  " << line;
+      EXPECT_TRUE(known.count(flag) > 0) << kCliDoc << ":" << number << " names " << flag
+                                         << ", which no ddprun command accepts:\n  " << line;
     }
   }
 }
@@ -209,7 +212,8 @@ TEST(CliDocs, DocumentsEveryRdzvConfKey) {
   const std::string doc = read_file(kCliDoc);
   const std::regex key_re("[a-z_]+");
   int keys = 0;
-  for (std::sregex_iterator it(description.begin(), description.end(), key_re), end; it != end; ++it, ++keys) {
+  for (std::sregex_iterator it(description.begin(), description.end(), key_re), end; it != end;
+       ++it, ++keys) {
     EXPECT_NE(doc.find("`" + it->str() + "`"), std::string::npos)
         << "--rdzv_conf key " << it->str() << " (ddprun --help) is not documented in " << kCliDoc;
   }

@@ -3,8 +3,8 @@
 // and check every collective, dtype and op against values computed locally,
 // on gloo and on the default backend (shm for several ranks on this node).
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -62,7 +62,6 @@ ProcessResult ddprun(int nproc, std::vector<std::string> worker_args,
   return run_process(argv, env, timeout);
 }
 
-
 std::string unique_run_id(const std::string& what) { return what + std::to_string(getpid()); }
 
 // What rank `rank` printed (ddprun prefixes each line with "[rank R] ").
@@ -90,7 +89,8 @@ class EveryCollective : public ::testing::TestWithParam<std::tuple<int, std::str
 
 TEST_P(EveryCollective, AgreesWithLocalReferenceOnEveryRank) {
   const int n = nproc();
-  const std::string run_id = unique_run_id("every" + std::get<1>(GetParam()) + std::to_string(n) + "x");
+  const std::string run_id =
+      unique_run_id("every" + std::get<1>(GetParam()) + std::to_string(n) + "x");
   auto r = ddprun(n, {"all"}, env(), 60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -104,7 +104,8 @@ TEST_P(EveryCollective, AgreesWithLocalReferenceOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, EveryCollective,
-                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values("gloo", "auto")),
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values("gloo", "auto")),
                          [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
                            return "nproc" + std::to_string(std::get<0>(info.param)) + "_" +
                                   std::get<1>(info.param);
@@ -116,7 +117,8 @@ class LargeAllReduce : public EveryCollective {};
 
 TEST_P(LargeAllReduce, InPrivateAndAllocatedMemoryOnEveryRank) {
   const int n = nproc();
-  const std::string run_id = unique_run_id("large" + std::get<1>(GetParam()) + std::to_string(n) + "x");
+  const std::string run_id =
+      unique_run_id("large" + std::get<1>(GetParam()) + std::to_string(n) + "x");
   auto r = ddprun(n, {"large"}, env(), 60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -129,7 +131,8 @@ TEST_P(LargeAllReduce, InPrivateAndAllocatedMemoryOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, LargeAllReduce,
-                         ::testing::Combine(::testing::Values(3), ::testing::Values("gloo", "auto")),
+                         ::testing::Combine(::testing::Values(3),
+                                            ::testing::Values("gloo", "auto")),
                          [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
                            return "nproc" + std::to_string(std::get<0>(info.param)) + "_" +
                                   std::get<1>(info.param);
@@ -172,56 +175,69 @@ class ShmAlgorithm : public ::testing::TestWithParam<std::tuple<std::string, int
 TEST_P(ShmAlgorithm, InPlaceAllReducesAreRightOnEveryRank) {
   const auto& [algorithm, n] = GetParam();
   const std::string run_id = unique_run_id("algo" + algorithm + std::to_string(n) + "x");
-  auto r = ddprun(n, {"large", "16"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", algorithm}}), 60s,
-                  {"--run_id=" + run_id});
+  auto r =
+      ddprun(n, {"large", "16"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", algorithm}}),
+             60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
-    EXPECT_EQ(line_starting(r, rank, "LARGE"),
-              "LARGE OK rank=" + std::to_string(rank) + " world=" + std::to_string(n) + " backend=shm")
+    EXPECT_EQ(line_starting(r, rank, "LARGE"), "LARGE OK rank=" + std::to_string(rank) +
+                                                   " world=" + std::to_string(n) + " backend=shm")
         << r.out << r.err;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ShmAlgorithm,
-                         ::testing::Combine(::testing::Values("auto", "push", "pull", "chunked", "small"),
+                         ::testing::Combine(::testing::Values("auto", "push", "pull", "chunked",
+                                                              "small"),
                                             ::testing::Values(2, 3)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariable) {
   // Local rank 1 alone asks for pull.
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "sh", "-c",
-                        "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_ALGO=pull; fi; exec \"$0\" large 1", kWorker},
-                       worker_env({{"DDP_BACKEND", "shm"}}), 60s);
+  auto r = run_process(
+      {kDdprun, "--nproc_per_node=2", "sh", "-c",
+       "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_ALGO=pull; fi; exec \"$0\" large 1",
+       kWorker},
+      worker_env({{"DDP_BACKEND", "shm"}}), 60s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("force different algorithms (DDP_SHM_ALGO): rank 0 auto, rank 1 pull"), std::string::npos)
+  EXPECT_NE(r.err.find("force different algorithms (DDP_SHM_ALGO): rank 0 auto, rank 1 pull"),
+            std::string::npos)
       << r.out << r.err;
   // Local rank 1 alone sets a timing budget.
-  auto budget = run_process({kDdprun, "--nproc_per_node=2", "sh", "-c",
-                             "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_TUNE_BUDGET_MS=1; fi; exec \"$0\" large 1",
-                             kWorker},
-                            worker_env({{"DDP_BACKEND", "shm"}}), 60s);
+  auto budget = run_process(
+      {kDdprun, "--nproc_per_node=2", "sh", "-c",
+       "if [ \"$LOCAL_RANK\" = 1 ]; then export DDP_SHM_TUNE_BUDGET_MS=1; fi; exec \"$0\" large 1",
+       kWorker},
+      worker_env({{"DDP_BACKEND", "shm"}}), 60s);
   ASSERT_TRUE(budget.exited) << budget.out << budget.err;
   EXPECT_NE(budget.code, 0);
-  EXPECT_NE(budget.err.find("different timing budgets (DDP_SHM_TUNE_BUDGET_MS): rank 0 50 ms, rank 1 1 ms"),
+  EXPECT_NE(budget.err.find(
+                "different timing budgets (DDP_SHM_TUNE_BUDGET_MS): rank 0 50 ms, rank 1 1 ms"),
             std::string::npos)
       << budget.out << budget.err;
-  auto bad = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
+  auto bad =
+      ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
   EXPECT_NE(bad.code, 0);
-  EXPECT_NE((bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"),
-            std::string::npos)
+  EXPECT_NE(
+      (bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"),
+      std::string::npos)
       << bad.out << bad.err;
   // A tune file with a line that is not a choice: every rank fails naming it.
   const std::string file = std::filesystem::temp_directory_path() / unique_run_id("tunefile");
   std::ofstream(file) << "all_reduce 2 1048576 fastest\n";
-  auto tune = ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_TUNE_FILE", file}}));
+  auto tune =
+      ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_TUNE_FILE", file}}));
   std::filesystem::remove(file);
   EXPECT_NE(tune.code, 0);
-  EXPECT_NE((tune.out + tune.err).find("shm tune file " + file + " line 1"), std::string::npos) << tune.out << tune.err;
-  EXPECT_NE((tune.out + tune.err).find("all_reduce has no variant 'fastest'"), std::string::npos) << tune.out << tune.err;
+  EXPECT_NE((tune.out + tune.err).find("shm tune file " + file + " line 1"), std::string::npos)
+      << tune.out << tune.err;
+  EXPECT_NE((tune.out + tune.err).find("all_reduce has no variant 'fastest'"), std::string::npos)
+      << tune.out << tune.err;
 }
 
 // ddp::new_group: a second group over the job's ranks, with its own shm
@@ -239,7 +255,8 @@ TEST(NewGroup, ASecondGroupRunsBesideTheDefaultOneWithItsOwnVariants) {
       } else {
         EXPECT_EQ(line, "GROUPS rank=" + std::to_string(rank) + " default= second=") << r.out;
       }
-      EXPECT_NE(line_starting(r, rank, "REFUSED").find("name 'default' must be 1-64 letters"), std::string::npos)
+      EXPECT_NE(line_starting(r, rank, "REFUSED").find("name 'default' must be 1-64 letters"),
+                std::string::npos)
           << r.out;
     }
   }
@@ -251,9 +268,12 @@ struct StandaloneStore {
   Subprocess daemon;
   std::string endpoint;
   explicit StandaloneStore(const std::string& run_id)
-      : daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id, "--nnodes=1"},
+      : daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id,
+                "--nnodes=1"},
                {{"DDP_RDZV_TOKEN", "t"}}) {
-    if (!wait_until([&] { return daemon.read_out().find("listening on ") != std::string::npos; }, 10s)) return;
+    if (!wait_until([&] { return daemon.read_out().find("listening on ") != std::string::npos; },
+                    10s))
+      return;
     const std::string out = daemon.read_out();
     const auto at = out.find("listening on ") + 13;
     endpoint = out.substr(at, out.find('\n', at) - at);
@@ -287,7 +307,8 @@ TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
     SCOPED_TRACE("rank " + std::to_string(rank) + ":\n" + r.out + r.err);
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("ranks that had not arrived: "), std::string::npos);
-    EXPECT_NE(r.out.find("1 (pid " + std::to_string(ranks[1]->pid()) + ", exited)"), std::string::npos);
+    EXPECT_NE(r.out.find("1 (pid " + std::to_string(ranks[1]->pid()) + ", exited)"),
+              std::string::npos);
     const auto at = r.out.find("FAILED AFTER ms=");
     ASSERT_NE(at, std::string::npos);
     EXPECT_LT(std::stol(r.out.substr(at + 16)), 1000) << "the death took long to name";
@@ -303,12 +324,17 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
   ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
   const std::string& endpoint = store.endpoint;
   auto rank_env = [&](int rank) {
-    return auto_env({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"DDP_RDZV_ENDPOINT", endpoint},
-                     {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}});
+    return auto_env({{"RANK", std::to_string(rank)},
+                     {"WORLD_SIZE", "2"},
+                     {"DDP_RDZV_ENDPOINT", endpoint},
+                     {"DDP_RUN_ID", run_id},
+                     {"DDP_RDZV_TOKEN", "t"},
+                     {"DDP_TIMEOUT_S", "30"}});
   };
   Subprocess creator({kWorker, "all"}, rank_env(0));  // waits for rank 1 to attach
   // Killed once it has made the segment (its name is published first).
-  ASSERT_TRUE(wait_until([&] { return shm_segments_of(run_id).size() == 1; }, 20s)) << creator.read_err();
+  ASSERT_TRUE(wait_until([&] { return shm_segments_of(run_id).size() == 1; }, 20s))
+      << creator.read_err();
   kill(creator.pid(), SIGKILL);
   creator.wait(5s);
   ASSERT_EQ(shm_segments_of(run_id).size(), 1u) << "the killed creator left its segment";
@@ -326,7 +352,8 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
 // that died in between (here: a dead pid announced by hand, with a segment of
 // size 0 as creation would leave it after shm_open) is named by the rank
 // attaching, which removes what it left.
-TEST(CollectiveFailures, WithoutDdprunARankThatDiedWhileMakingTheSegmentIsNamedAndItsSegmentRemoved) {
+TEST(CollectiveFailures,
+     WithoutDdprunARankThatDiedWhileMakingTheSegmentIsNamedAndItsSegmentRemoved) {
   const std::string run_id = unique_run_id("making");
   StandaloneStore store(run_id);
   ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
@@ -345,13 +372,18 @@ TEST(CollectiveFailures, WithoutDdprunARankThatDiedWhileMakingTheSegmentIsNamedA
   store_client.set("pg/" + run_id + "/round0/default/shm/node0",
                    boot + "/" + ns + " " + std::to_string(dead) + " " + name);
   ASSERT_EQ(shm_segments_of(run_id).size(), 1u);
-  Subprocess late({kWorker, "all"}, auto_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"DDP_RDZV_ENDPOINT", store.endpoint},
-                                              {"DDP_RUN_ID", run_id}, {"DDP_RDZV_TOKEN", "t"}, {"DDP_TIMEOUT_S", "30"}}));
+  Subprocess late({kWorker, "all"}, auto_env({{"RANK", "1"},
+                                              {"WORLD_SIZE", "2"},
+                                              {"DDP_RDZV_ENDPOINT", store.endpoint},
+                                              {"DDP_RUN_ID", run_id},
+                                              {"DDP_RDZV_TOKEN", "t"},
+                                              {"DDP_TIMEOUT_S", "30"}}));
   auto r = late.wait(20s);
   ASSERT_TRUE(r.exited);
   EXPECT_NE(r.code, 0);
   EXPECT_LT(r.seconds, 10.0) << "named at once, not at the 30 s timeout";
-  EXPECT_NE(r.err.find("pid " + std::to_string(dead) + ") exited before it had made segment"), std::string::npos)
+  EXPECT_NE(r.err.find("pid " + std::to_string(dead) + ") exited before it had made segment"),
+            std::string::npos)
       << r.err;
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
 }
@@ -430,7 +462,8 @@ TEST(CollectiveSettings, UnknownBackendIsAnErrorNamingTheVariable) {
   auto r = ddprun(2, {"all"}, worker_env({{"DDP_BACKEND", "shared"}}), 30s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.err.find("DDP_BACKEND='shared' is not one of auto, shm, gloo, nccl, local"), std::string::npos)
+  EXPECT_NE(r.err.find("DDP_BACKEND='shared' is not one of auto, shm, gloo, nccl, local"),
+            std::string::npos)
       << r.out << r.err;
 }
 

@@ -123,16 +123,15 @@ TEST(GradSyncProcesses, CApiContributesToTheSharedSum) {
 // The C API's sharded parameters (ZeRO stage 1): one node-wide copy over shm,
 // one per rank over Gloo; every element updated by exactly one rank.
 TEST(GradSyncProcesses, CApiShardsTheParametersAmongTheRanks) {
-  for (const auto& [backend, n, node_shared] :
-       std::vector<std::tuple<std::string, int, int>>{{"shm", 2, 1}, {"gloo", 3, 0}, {"shm", 3, 1}}) {
+  for (const auto& [backend, n, node_shared] : std::vector<std::tuple<std::string, int, int>>{
+           {"shm", 2, 1}, {"gloo", 3, 0}, {"shm", 3, 1}}) {
     SCOPED_TRACE(backend + ", " + std::to_string(n) + " ranks");
     auto r = ddprun(n, "capi_shards", backend);
     ASSERT_TRUE(r.exited) << r.out << r.err;
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     for (int rank = 0; rank < n; ++rank) {
-      EXPECT_EQ(line_starting(r, rank, "SHARDS"),
-                "SHARDS CAPI OK rank=" + std::to_string(rank) +
-                    " node_shared=" + std::to_string(node_shared))
+      EXPECT_EQ(line_starting(r, rank, "SHARDS"), "SHARDS CAPI OK rank=" + std::to_string(rank) +
+                                                      " node_shared=" + std::to_string(node_shared))
           << r.out << r.err;
     }
   }

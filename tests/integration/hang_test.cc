@@ -18,7 +18,8 @@ const std::string kWorker = TEST_WORKER_PATH;
 const std::string kCollectiveWorker = COLLECTIVE_WORKER_PATH;
 
 bool have_tool(const std::string& name) {
-  return access(("/usr/bin/" + name).c_str(), X_OK) == 0 || access(("/bin/" + name).c_str(), X_OK) == 0;
+  return access(("/usr/bin/" + name).c_str(), X_OK) == 0 ||
+         access(("/bin/" + name).c_str(), X_OK) == 0;
 }
 
 // The first line of ddprun's report (after "[ddprun] ").
@@ -35,8 +36,9 @@ std::string write_script(const std::string& dir, const std::string& text) {
 }
 
 TEST(Hang, AStoppedLibddpRankIsNamedWithTheRanksWaitingForIt) {
-  auto r = run_process({kDdprun, "--nproc_per_node=3", "--hang_timeout=1.5", kCollectiveWorker, "stop"},
-                       {{"DDP_BACKEND", "shm"}}, 60s);
+  auto r =
+      run_process({kDdprun, "--nproc_per_node=3", "--hang_timeout=1.5", kCollectiveWorker, "stop"},
+                  {{"DDP_BACKEND", "shm"}}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 124) << r.err;
   const std::string head = headline(r.err);
@@ -45,16 +47,19 @@ TEST(Hang, AStoppedLibddpRankIsNamedWithTheRanksWaitingForIt) {
   EXPECT_NE(head.find("no progress for 1.5 s"), std::string::npos) << r.err;
   EXPECT_NE(head.find(": rank 1 (local rank 1, pid "), std::string::npos) << r.err;
   EXPECT_EQ(head.find("rank 0"), std::string::npos) << head;
-  EXPECT_NE(r.err.find("rank 1: stopped (SIGSTOP or a debugger), between collectives (3 done); ranks 0, 2 wait "
-                       "for it in all_reduce #4"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find(
+          "rank 1: stopped (SIGSTOP or a debugger), between collectives (3 done); ranks 0, 2 wait "
+          "for it in all_reduce #4"),
+      std::string::npos)
       << r.err;
   if (have_tool("eu-stack") || have_tool("gdb")) {
     // The blamed rank's stacks first.
     const auto blamed_stacks = r.err.find("rank 1, native stacks:");
     EXPECT_NE(blamed_stacks, std::string::npos) << r.err;
     EXPECT_GT(r.err.find("rank 0, native stacks:"), blamed_stacks) << r.err;
-    EXPECT_NE(r.err.find("all_reduce"), std::string::npos) << r.err;  // rank 0's frames: in the collective
+    EXPECT_NE(r.err.find("all_reduce"), std::string::npos)
+        << r.err;  // rank 0's frames: in the collective
     EXPECT_NE(r.err.find("#0 "), std::string::npos) << r.err;
   } else {
     std::printf("eu-stack and gdb missing: the stacks part is not checked\n");
@@ -66,7 +71,8 @@ TEST(Hang, AStoppedLibddpRankIsNamedWithTheRanksWaitingForIt) {
 
 TEST(Hang, ANativeProgramUsingNoCpuIsHungAndTheGroupStopped) {
   auto dir = make_temp_dir();
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1", kWorker, "hold", dir}, {}, 60s);
+  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1", kWorker, "hold", dir},
+                       {}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 124) << r.err;
   EXPECT_NE(headline(r.err).find(": ranks 0 (local rank 0"), std::string::npos) << r.err;
@@ -93,7 +99,8 @@ if os.environ["RANK"] == "1":
 while True:
     sum(range(1000))
 )");
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1.5", "/usr/bin/python3", script}, {}, 60s);
+  auto r = run_process(
+      {kDdprun, "--nproc_per_node=2", "--hang_timeout=1.5", "/usr/bin/python3", script}, {}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 124) << r.err;
   const std::string head = headline(r.err);
@@ -101,7 +108,8 @@ while True:
   EXPECT_EQ(head.find("rank 0"), std::string::npos) << head;
   EXPECT_NE(r.err.find("rank 1, Python traceback (faulthandler):"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("  | Current thread"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("job.py\", line 8 in <module>"), std::string::npos) << r.err;  // the second acquire
+  EXPECT_NE(r.err.find("job.py\", line 8 in <module>"), std::string::npos)
+      << r.err;  // the second acquire
   EXPECT_NE(r.err.find("job.py\", line 3 in helper"), std::string::npos) << r.err;
 }
 
@@ -112,8 +120,8 @@ if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
     time.sleep(600)
 print("done on restart", os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
 )");
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1", "--max_restarts=1", "/usr/bin/python3",
-                        script},
+  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1", "--max_restarts=1",
+                        "/usr/bin/python3", script},
                        {}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 0) << r.err;
@@ -125,8 +133,9 @@ print("done on restart", os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
 TEST(Hang, RanksThatMakeProgressAreNeverCalledHung) {
   // All-reduces from 4 KiB to 64 MiB (steady progress, the large ones taking
   // a while each) under a short timeout: finishes normally.
-  auto r = run_process({kDdprun, "--nproc_per_node=2", "--hang_timeout=1", kCollectiveWorker, "large", "64"}, {},
-                       120s);
+  auto r = run_process(
+      {kDdprun, "--nproc_per_node=2", "--hang_timeout=1", kCollectiveWorker, "large", "64"}, {},
+      120s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
@@ -138,7 +147,8 @@ TEST(Hang, AMalformedTimeoutIsAnErrorNamingTheFlag) {
     EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
     EXPECT_NE(r.err.find("--hang_timeout"), std::string::npos) << bad << ": " << r.err;
   }
-  auto env = run_process({kDdprun, "--nproc_per_node=1", kWorker, "env"}, {{"PET_HANG_TIMEOUT", "-3"}}, 20s);
+  auto env = run_process({kDdprun, "--nproc_per_node=1", kWorker, "env"},
+                         {{"PET_HANG_TIMEOUT", "-3"}}, 20s);
   EXPECT_EQ(env.code, 2) << env.err;
   EXPECT_NE(env.err.find("--hang_timeout"), std::string::npos) << env.err;
 }

@@ -32,7 +32,8 @@ using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = TEST_WORKER_PATH;
 
-ProcessResult ddprun(std::vector<std::string> args, const std::map<std::string, std::string>& env = {},
+ProcessResult ddprun(std::vector<std::string> args,
+                     const std::map<std::string, std::string>& env = {},
                      std::chrono::milliseconds timeout = 30s) {
   args.insert(args.begin(), kDdprun);
   return run_process(args, env, timeout);
@@ -51,14 +52,12 @@ std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string&
   return result;
 }
 
-
 // A run id no other test (or concurrent test process) uses; the '-' is
 // sanitised in segment names.
 std::string unique_run_id(const std::string& tag) {
   static int counter = 0;
   return "shm-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
-
 
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -117,7 +116,8 @@ TEST(Launcher, UserOmpNumThreadsIsKept) {
 }
 
 TEST(Launcher, ArgumentsAfterTheProgramPassUntouched) {
-  auto r = ddprun({"--nproc_per_node=1", kWorker, "args", "--nproc_per_node=7", "--", "-m", "x y", ""});
+  auto r =
+      ddprun({"--nproc_per_node=1", kWorker, "args", "--nproc_per_node=7", "--", "-m", "x y", ""});
   ASSERT_EQ(r.code, 0) << r.err;
   auto args = lines_with_prefix(r.out, "[rank 0] ARG ");
   std::vector<std::string> expected = {"--nproc_per_node=7", "--", "-m", "x y"};
@@ -199,7 +199,8 @@ std::map<int, std::vector<int>> cpus_by_rank(const std::string& out) {
   return result;
 }
 
-const std::vector<std::string> kPrintCpus = {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+const std::vector<std::string> kPrintCpus = {"sh", "-c",
+                                             "grep Cpus_allowed_list /proc/self/status"};
 
 TEST(Launcher, BindCoresToRankGivesEachLocalRankItsOwnSliceOfDdprunsCpus) {
   cpu_set_t mask;
@@ -222,8 +223,8 @@ TEST(Launcher, BindCoresToRankGivesEachLocalRankItsOwnSliceOfDdprunsCpus) {
   // With it: disjoint, non-empty, ascending slices that together are ddprun's mask.
   auto bound = ddprun({nproc, "--bind_cores_to_rank", kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]});
   ASSERT_EQ(bound.code, 0) << bound.err;
-  EXPECT_NE(bound.err.find("--bind_cores_to_rank: " + std::to_string(allowed.size()) + " CPU(s) for " +
-                           std::to_string(n) + " local rank(s)"),
+  EXPECT_NE(bound.err.find("--bind_cores_to_rank: " + std::to_string(allowed.size()) +
+                           " CPU(s) for " + std::to_string(n) + " local rank(s)"),
             std::string::npos)
       << bound.err;
   const auto slices = cpus_by_rank(bound.out);
@@ -239,25 +240,27 @@ TEST(Launcher, BindCoresToRankGivesEachLocalRankItsOwnSliceOfDdprunsCpus) {
                      {{"DDP_NODE_CPUS", "99"}});
   ASSERT_EQ(told.code, 0) << told.err;
   for (int rank = 0; rank < n; ++rank) {
-    EXPECT_NE(told.out.find("[rank " + std::to_string(rank) + "] NODE_CPUS=" +
-                            std::to_string(allowed.size()) + "\n"),
+    EXPECT_NE(told.out.find("[rank " + std::to_string(rank) +
+                            "] NODE_CPUS=" + std::to_string(allowed.size()) + "\n"),
               std::string::npos)
         << told.out;
   }
 
   // More ranks than CPUs (ddprun itself restricted with taskset): one CPU
   // each, in turn, so every CPU carries the same number of ranks.
-  const std::vector<int> two(allowed.begin(), allowed.begin() + std::min<std::size_t>(2, allowed.size()));
+  const std::vector<int> two(allowed.begin(),
+                             allowed.begin() + std::min<std::size_t>(2, allowed.size()));
   std::string list = std::to_string(two[0]);
   if (two.size() > 1) list += "," + std::to_string(two[1]);
-  auto over = run_process({"taskset", "-c", list, kDdprun, "--nproc_per_node=4", "--bind_cores_to_rank",
-                           kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]},
+  auto over = run_process({"taskset", "-c", list, kDdprun, "--nproc_per_node=4",
+                           "--bind_cores_to_rank", kPrintCpus[0], kPrintCpus[1], kPrintCpus[2]},
                           {}, 30s);
   ASSERT_EQ(over.code, 0) << over.err;
   const auto turns = cpus_by_rank(over.out);
   ASSERT_EQ(turns.size(), 4u) << over.out;
   for (const auto& [rank, cpus] : turns) {
-    EXPECT_EQ(cpus, std::vector<int>{two[static_cast<std::size_t>(rank) % two.size()]}) << "rank " << rank;
+    EXPECT_EQ(cpus, std::vector<int>{two[static_cast<std::size_t>(rank) % two.size()]})
+        << "rank " << rank;
   }
 }
 
@@ -297,11 +300,11 @@ TEST(Launcher, LogDirGetsRawPerRankFiles) {
 
 TEST(Launcher, RedirectsKeepStreamsOffTheConsoleAndTeeKeepsThemOn) {
   auto dir = make_temp_dir();
-  auto r = ddprun({"--nproc_per_node=2", "--run_id=r", "--log_dir=" + dir, "--redirects=3", "--tee=0:1",
-                   "sh", "-c", "echo out$RANK; echo err$RANK >&2"});
+  auto r = ddprun({"--nproc_per_node=2", "--run_id=r", "--log_dir=" + dir, "--redirects=3",
+                   "--tee=0:1", "sh", "-c", "echo out$RANK; echo err$RANK >&2"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("[rank 0] out0"), std::string::npos);   // tee'd
-  EXPECT_EQ(r.out.find("out1"), std::string::npos);             // redirected
+  EXPECT_NE(r.out.find("[rank 0] out0"), std::string::npos);  // tee'd
+  EXPECT_EQ(r.out.find("out1"), std::string::npos);           // redirected
   EXPECT_EQ(r.err.find("err0"), std::string::npos);
   EXPECT_EQ(read_file(run_dir(dir, "r") + "/attempt_0/1/stdout.log"), "out1\n");
   EXPECT_EQ(read_file(run_dir(dir, "r") + "/attempt_0/0/stderr.log"), "err0\n");
@@ -314,18 +317,22 @@ TEST(Launcher, ADaemonThatLeftTheWorkersSessionIsStoppedWithTheJob) {
   for (const std::string ending : {"exit 0", "exit 3"}) {
     const std::string dir = make_temp_dir();
     // Each rank starts its daemon, waits until both exist, then ends.
-    const std::string script = "( setsid sh -c 'echo $$ > " + dir + "/d$RANK.tmp; mv " + dir + "/d$RANK.tmp " + dir +
-                               "/daemon_$RANK; exec sleep 300' & ); until [ -e " + dir + "/daemon_0 ] && [ -e " + dir +
-                               "/daemon_1 ]; do sleep 0.01; done; " + ending;
+    const std::string script =
+        "( setsid sh -c 'echo $$ > " + dir + "/d$RANK.tmp; mv " + dir + "/d$RANK.tmp " + dir +
+        "/daemon_$RANK; exec sleep 300' & ); until [ -e " + dir + "/daemon_0 ] && [ -e " + dir +
+        "/daemon_1 ]; do sleep 0.01; done; " + ending;
     auto r = ddprun({"--nproc_per_node=2", "sh", "-c", script});
     EXPECT_EQ(r.code, ending == "exit 0" ? 0 : 3) << r.err;
     const std::set<pid_t> daemons = read_pids(dir, "daemon_");
     ASSERT_EQ(daemons.size(), 2u) << r.err;
     for (pid_t pid : daemons) {
-      EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << "daemon " << pid << " outlived the job";
+      EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s))
+          << "daemon " << pid << " outlived the job";
       kill(pid, SIGKILL);
     }
-    EXPECT_NE(r.err.find("process(es) the workers left outside their process groups"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("process(es) the workers left outside their process groups"),
+              std::string::npos)
+        << r.err;
   }
 }
 
@@ -353,7 +360,8 @@ TEST(Launcher, WorkerKilledBySignalGivesSignalNameAndCode) {
 TEST(Launcher, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
   auto dir = make_temp_dir();
   auto start = std::chrono::steady_clock::now();
-  Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=0.5", kWorker, "hold", dir, "ignore-term"});
+  Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=0.5", kWorker, "hold", dir,
+                "ignore-term"});
   ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 10s));
   kill(p.pid(), SIGTERM);
   auto r = p.wait(10s);
@@ -368,8 +376,9 @@ TEST(Launcher, ForwardedSignalsReachEveryWorkerGroup) {
   for (int sig : {SIGINT, SIGHUP, SIGQUIT}) {
     auto dir = make_temp_dir();
     Subprocess p({kDdprun, "--nproc_per_node=2", "--shutdown_timeout=5", kWorker, "hold", dir});
-    ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 2 &&
-                                        read_pids(dir, "pid_").size() == 2; }, 10s));
+    ASSERT_TRUE(wait_until(
+        [&] { return read_pids(dir, "child_").size() == 2 && read_pids(dir, "pid_").size() == 2; },
+        10s));
     kill(p.pid(), sig);
     auto r = p.wait(10s);
     ASSERT_TRUE(r.exited) << strsignal(sig);
@@ -390,9 +399,12 @@ TEST(Launcher, Sigusr1IsForwardedToEachWorkerAndTheJobGoesOn) {
   EXPECT_EQ(r.code, 0) << r.err;  // the workers checkpointed and exited 0: a success
   for (int rank : {0, 1}) {
     // The worker got it; its child (a data loader, say) did not.
-    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " got SIGUSR1, child alive"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " got SIGUSR1, child alive"),
+              std::string::npos)
+        << r.out;
   }
-  EXPECT_NE(r.err.find("forwarded SIGUSR1 to 2 worker(s); the job goes on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("forwarded SIGUSR1 to 2 worker(s); the job goes on"), std::string::npos)
+      << r.err;
   std::filesystem::remove_all(dir);
 }
 
@@ -405,9 +417,13 @@ TEST(Launcher, Sigusr2ToAProgramThatIgnoresNoticesEndsItAsAWorkerFailure) {
   ASSERT_TRUE(r.exited);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("forwarded SIGUSR2 to 2 worker(s)"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("stopped workers after SIGUSR2"), std::string::npos) << "ddprun stopped itself:\n" << r.err;
-  EXPECT_NE(r.err.find("SIGUSR2"), std::string::npos) << r.err;  // the failure names the workers' signal
-  for (pid_t pid : read_pids(dir, "")) EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
+  EXPECT_EQ(r.err.find("stopped workers after SIGUSR2"), std::string::npos)
+      << "ddprun stopped itself:\n"
+      << r.err;
+  EXPECT_NE(r.err.find("SIGUSR2"), std::string::npos)
+      << r.err;  // the failure names the workers' signal
+  for (pid_t pid : read_pids(dir, ""))
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
   std::filesystem::remove_all(dir);
 }
 
@@ -418,11 +434,12 @@ TEST(Launcher, ANonBlockingStdoutPipeLosesNoLine) {
       "import fcntl, os, sys\n"
       "fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)\n"
       "os.execv(sys.argv[1], sys.argv[1:])\n";
-  auto r = run_process({"/bin/sh", "-c",
-                        "/usr/bin/python3 -c \"$0\" \"$1\" --nproc_per_node=2 --no_prefix seq 200000 | "
-                        "(sleep 1; wc -l)",
-                        script, kDdprun},
-                       {}, 60s);
+  auto r =
+      run_process({"/bin/sh", "-c",
+                   "/usr/bin/python3 -c \"$0\" \"$1\" --nproc_per_node=2 --no_prefix seq 200000 | "
+                   "(sleep 1; wc -l)",
+                   script, kDdprun},
+                  {}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "400000\n") << r.err;
@@ -435,13 +452,15 @@ TEST(Launcher, AFullDiskForTheLogFilesIsSaidOnceAndTheConsoleKeepsEveryLine) {
   }
   auto dir = make_temp_dir();
   ASSERT_EQ(run_process({"mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir}, {}, 10s).code, 0);
-  auto r = ddprun({"--nproc_per_node=1", "--run_id=full", "--log_dir=" + dir, "--no_prefix", "seq", "100000"});
+  auto r = ddprun(
+      {"--nproc_per_node=1", "--run_id=full", "--log_dir=" + dir, "--no_prefix", "seq", "100000"});
   const std::string full_run = run_dir(dir, "full");
   run_process({"umount", dir}, {}, 10s);
   std::filesystem::remove_all(dir);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 100000) << "the console lost lines";
-  const std::string warning = "warning: writing " + full_run + "/attempt_0/0/stdout.log failed (No space left on device)";
+  const std::string warning =
+      "warning: writing " + full_run + "/attempt_0/0/stdout.log failed (No space left on device)";
   const auto first = r.err.find(warning);
   EXPECT_NE(first, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(warning, first + 1), std::string::npos) << "said more than once:\n" << r.err;
@@ -459,7 +478,9 @@ TEST(Launcher, DdprunRaisesItsOpenFileLimitButWorkersGetTheOneItWasGiven) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "256") << r.out;
   const std::string hard = std::to_string(limit.rlim_max);
-  EXPECT_NE(r.out.find("Max open files            " + hard), std::string::npos) << "ddprun's soft limit:\n" << r.out;
+  EXPECT_NE(r.out.find("Max open files            " + hard), std::string::npos)
+      << "ddprun's soft limit:\n"
+      << r.out;
 }
 
 TEST(Launcher, AStoppedWorkerIsContinuedWithTheSigtermSoItEndsWithinTheGracePeriod) {
@@ -470,26 +491,31 @@ TEST(Launcher, AStoppedWorkerIsContinuedWithTheSigtermSoItEndsWithinTheGracePeri
   const auto sent = std::chrono::steady_clock::now();
   kill(p.pid(), SIGTERM);
   auto r = p.wait(40s);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
   EXPECT_LT(took, 10.0) << "the stopped workers waited for the 30 s SIGKILL:\n" << r.err;
-  for (pid_t pid : read_pids(dir, "")) EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
+  for (pid_t pid : read_pids(dir, ""))
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s)) << pid;
   std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, SigkillOfDdprunLeavesNoWorkerNorGrandchild) {
   auto dir = make_temp_dir();
   Subprocess p({kDdprun, "--nproc_per_node=3", kWorker, "hold", dir, "ignore-term"});
-  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 3 &&
-                                      read_pids(dir, "pid_").size() == 3; }, 10s));
+  ASSERT_TRUE(wait_until(
+      [&] { return read_pids(dir, "child_").size() == 3 && read_pids(dir, "pid_").size() == 3; },
+      10s));
   auto pids = read_pids(dir, "");
   ASSERT_EQ(pids.size(), 6u);
   kill(p.pid(), SIGKILL);
   p.wait(5s);
-  EXPECT_TRUE(wait_until([&] {
-    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
-  }, 5s));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
+      },
+      5s));
   for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << pid;
 }
 
@@ -516,17 +542,21 @@ TEST(SharedMemory, SigkillOfDdprunLeavesNoSegmentNorWorker) {
   // removes the segments.
   auto dir = make_temp_dir();
   const std::string run_id = unique_run_id("sigkill");
-  Subprocess p({kDdprun, "--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", "hold", dir});
+  Subprocess p(
+      {kDdprun, "--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", "hold", dir});
   ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 3; }, 10s)) << p.read_err();
   auto pids = read_pids(dir, "pid_");
-  ASSERT_EQ(shm_segments_of(run_id).size(), 3u);  // each rank wrote its pid after creating its segment
+  ASSERT_EQ(shm_segments_of(run_id).size(),
+            3u);  // each rank wrote its pid after creating its segment
   kill(p.pid(), SIGKILL);
   auto r = p.wait(5s);
   EXPECT_TRUE(r.exited && r.signaled);
-  EXPECT_TRUE(wait_until([&] {
-    return shm_segments_of(run_id).empty() &&
-           std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
-  }, 5s));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return shm_segments_of(run_id).empty() &&
+               std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return process_alive(pid); });
+      },
+      5s));
   EXPECT_TRUE(shm_segments_of(run_id).empty());
   for (pid_t pid : pids) EXPECT_FALSE(process_alive(pid)) << pid;
 }
@@ -536,13 +566,14 @@ TEST(SharedMemory, SegmentsOfAFailedAttemptAreRemovedBeforeTheRestart) {
   // each rank counts the run's segments from other rounds before creating its
   // own, then exits 0.
   const std::string run_id = unique_run_id("restart");
-  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--run_id=" + run_id, kWorker, "shm-leak",
-                   "kill-first"});
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--run_id=" + run_id, kWorker,
+                   "shm-leak", "kill-first"});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("restart 1 of 1"), std::string::npos) << r.err;
   // Both attempts printed their STALE line; only attempt 1's would see attempt 0's segments.
-  EXPECT_GE(count_of(r.out, "] SHM STALE 0\n"), 3u) << r.out;  // attempt 1 (2 ranks) + attempt 0 (>= 1)
+  EXPECT_GE(count_of(r.out, "] SHM STALE 0\n"), 3u)
+      << r.out;  // attempt 1 (2 ranks) + attempt 0 (>= 1)
   EXPECT_EQ(count_of(r.out, "] SHM STALE "), count_of(r.out, "] SHM STALE 0\n")) << r.out;
   EXPECT_GE(count_of(r.err, "left by killed workers"), 1u) << r.err;
   EXPECT_TRUE(shm_segments_of(run_id).empty());
@@ -551,8 +582,8 @@ TEST(SharedMemory, SegmentsOfAFailedAttemptAreRemovedBeforeTheRestart) {
 TEST(Launcher, NormalExitKillsLeftoverGrandchildren) {
   auto dir = make_temp_dir();
   // Each worker leaves a background child behind and exits 0.
-  auto r = ddprun({"--nproc_per_node=2", "sh", "-c",
-                   "sleep 300 & echo $! > " + dir + "/child_$RANK; exit 0"});
+  auto r = ddprun(
+      {"--nproc_per_node=2", "sh", "-c", "sleep 300 & echo $! > " + dir + "/child_$RANK; exit 0"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_LT(r.seconds, 5.0);
   for (pid_t pid : read_pids(dir, "child_")) {
@@ -562,18 +593,20 @@ TEST(Launcher, NormalExitKillsLeftoverGrandchildren) {
 
 TEST(Launcher, RestartsTheWholeGroupWithIncreasingRestartCount) {
   auto dir = make_temp_dir();
-  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--run_id=rs", "--log_dir=" + dir, kWorker,
-                   "fail-until", "2"});
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--run_id=rs", "--log_dir=" + dir,
+                   kWorker, "fail-until", "2"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("[rank 0] attempt 2"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("restart 1 of 3"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("restart 2 of 3"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("restart 3 of 3"), std::string::npos) << r.err;
   // The first rank to fail may stop the other before it prints: one of them said it.
-  auto attempt1 = read_file(run_dir(dir, "rs") + "/attempt_1/0/stdout.log") + read_file(run_dir(dir, "rs") + "/attempt_1/1/stdout.log");
+  auto attempt1 = read_file(run_dir(dir, "rs") + "/attempt_1/0/stdout.log") +
+                  read_file(run_dir(dir, "rs") + "/attempt_1/1/stdout.log");
   EXPECT_NE(attempt1.find("attempt 1\n"), std::string::npos) << attempt1;
   EXPECT_TRUE(std::filesystem::exists(run_dir(dir, "rs") + "/attempt_2/1/stdout.log"));
-  auto out_of_budget = ddprun({"--nproc_per_node=1", "--max_restarts=1", kWorker, "fail-until", "5"});
+  auto out_of_budget =
+      ddprun({"--nproc_per_node=1", "--max_restarts=1", kWorker, "fail-until", "5"});
   EXPECT_EQ(out_of_budget.code, 1);
   EXPECT_NE(out_of_budget.err.find("attempt 2 of 2"), std::string::npos) << out_of_budget.err;
 }
@@ -585,14 +618,16 @@ TEST(Launcher, MasterPortIsReservedUntilTheProgramBindsIt) {
   EXPECT_EQ(lines_with_prefix(r.out, "[rank ").size(), 4u);
   // While the job runs, a plain bind (no SO_REUSEADDR) to MASTER_PORT fails.
   auto dir = make_temp_dir();
-  Subprocess p({kDdprun, "--nproc_per_node=1", "sh", "-c", "echo $MASTER_PORT > " + dir + "/port; sleep 30"});
+  Subprocess p({kDdprun, "--nproc_per_node=1", "sh", "-c",
+                "echo $MASTER_PORT > " + dir + "/port; sleep 30"});
   ASSERT_TRUE(wait_until([&] { return !read_file(dir + "/port").empty(); }, 10s));
   int port = std::stoi(read_file(dir + "/port"));
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_NE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << "port " << port << " not held";
+  EXPECT_NE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << "port " << port << " not held";
   close(fd);
 }
 
@@ -606,10 +641,13 @@ TEST(Launcher, MasterPortInUseIsAnError) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
   auto dir = make_temp_dir();
-  auto r = ddprun({"--nproc_per_node=1", "--master_port=" + std::to_string(port), kWorker, "hold", dir});
+  auto r =
+      ddprun({"--nproc_per_node=1", "--master_port=" + std::to_string(port), kWorker, "hold", dir});
   close(fd);
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("--master_port=" + std::to_string(port) + ": port in use"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--master_port=" + std::to_string(port) + ": port in use"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(read_pids(dir, "pid_").empty());
 }
 
@@ -641,7 +679,8 @@ TEST(BadInput, EachGetsOneClearErrorAndStartsNothing) {
   };
   std::vector<Case> cases = {
       {{"--nproc_per_node=2"}, "no program given"},
-      {{"--nproc_per_node=2", "no-such-program-xyz"}, "'no-such-program-xyz' was not found on PATH"},
+      {{"--nproc_per_node=2", "no-such-program-xyz"},
+       "'no-such-program-xyz' was not found on PATH"},
       {{"--nproc_per_node=2", dir + "/missing.py"}, "no such file"},
       {{"--nproc_per_node=0", kWorker, "hold", dir}, "--nproc_per_node=0"},
       {{"--nproc_per_node=lots", kWorker, "hold", dir}, "--nproc_per_node=lots"},
@@ -658,7 +697,8 @@ TEST(BadInput, EachGetsOneClearErrorAndStartsNothing) {
   for (const auto& c : cases) {
     auto r = ddprun(c.args);
     EXPECT_EQ(r.code, 2) << c.expected << "\n" << r.err;
-    EXPECT_NE(r.err.find(c.expected), std::string::npos) << "expected '" << c.expected << "' in: " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos)
+        << "expected '" << c.expected << "' in: " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }

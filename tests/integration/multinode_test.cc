@@ -14,8 +14,8 @@
 #include <set>
 #include <thread>
 
-#include "shm_segments.h"
 #include "rdzv_output.h"
+#include "shm_segments.h"
 #include "subprocess.h"
 #include "test_pki.h"
 
@@ -30,13 +30,20 @@ const std::string kWorker = TEST_WORKER_PATH;
 const std::string kCollectiveWorker = COLLECTIVE_WORKER_PATH;
 const std::map<std::string, std::string> kToken = {{"DDP_RDZV_TOKEN", "test-secret"}};
 // Fast liveness settings so failures propagate in about 2 s.
-const std::string kFastConf = "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
+const std::string kFastConf =
+    "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
 
 std::unique_ptr<Subprocess> agent(const std::string& endpoint, int nnodes, int node_rank, int nproc,
-                                  std::vector<std::string> program, std::vector<std::string> extra = {},
-                                  std::map<std::string, std::string> env = kToken, const std::string& run_id = "mn") {
-  std::vector<std::string> args = {kDdprun, "--nnodes=" + std::to_string(nnodes), "--nproc_per_node=" + std::to_string(nproc),
-                                   "--rdzv_endpoint=" + endpoint, "--run_id=" + run_id, kFastConf};
+                                  std::vector<std::string> program,
+                                  std::vector<std::string> extra = {},
+                                  std::map<std::string, std::string> env = kToken,
+                                  const std::string& run_id = "mn") {
+  std::vector<std::string> args = {kDdprun,
+                                   "--nnodes=" + std::to_string(nnodes),
+                                   "--nproc_per_node=" + std::to_string(nproc),
+                                   "--rdzv_endpoint=" + endpoint,
+                                   "--run_id=" + run_id,
+                                   kFastConf};
   if (node_rank >= 0) args.push_back("--node_rank=" + std::to_string(node_rank));
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), program.begin(), program.end());
@@ -50,9 +57,10 @@ struct Daemon {
   // `wrapper` runs before ddprun (e.g. prlimit to give it a low open-file limit).
   Daemon(int nnodes, std::vector<std::string> extra = {}, std::vector<std::string> wrapper = {}) {
     std::vector<std::string> args = wrapper;
-    args.insert(args.end(), {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=mn",
-                                     "--nnodes=" + std::to_string(nnodes),
-                                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"});
+    args.insert(args.end(),
+                {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=mn",
+                 "--nnodes=" + std::to_string(nnodes),
+                 "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"});
     args.insert(args.end(), extra.begin(), extra.end());
     process = std::make_unique<Subprocess>(args, kToken);
     wait_until([&] { return process->read_out().find("listening on") != std::string::npos; }, 10s);
@@ -79,7 +87,8 @@ TEST(MultiNode, ThreeNodesWithStandaloneDaemonAndAutomaticRanks) {
   Daemon daemon(3);
   ASSERT_GT(daemon.port, 0) << daemon.process->read_err();
   std::vector<std::unique_ptr<Subprocess>> nodes;
-  for (int i = 0; i < 3; ++i) nodes.push_back(agent(daemon.endpoint(), 3, -1, 2, {kWorker, "rdzv"}));
+  for (int i = 0; i < 3; ++i)
+    nodes.push_back(agent(daemon.endpoint(), 3, -1, 2, {kWorker, "rdzv"}));
   std::set<int> all;
   for (auto& n : nodes) {
     auto r = n->wait(60s);
@@ -113,7 +122,9 @@ TEST(MultiNode, SigkillOfOneAgentStopsTheOthersWithinHeartbeatTimeout) {
   auto dir0 = make_temp_dir(), dir1 = make_temp_dir();
   auto n0 = agent(ep, 2, 0, 1, {kWorker, "hold", dir0});
   auto n1 = agent(ep, 2, 1, 1, {kWorker, "hold", dir1});
-  auto has_pid = [](const std::string& dir) { return !read_file(dir + "/pid_0").empty() || !read_file(dir + "/pid_1").empty(); };
+  auto has_pid = [](const std::string& dir) {
+    return !read_file(dir + "/pid_0").empty() || !read_file(dir + "/pid_1").empty();
+  };
   ASSERT_TRUE(wait_until([&] { return has_pid(dir0) && has_pid(dir1); }, 20s));
   auto start = std::chrono::steady_clock::now();
   kill(n1->pid(), SIGKILL);
@@ -132,21 +143,27 @@ TEST(MultiNode, RestartRoundGivesFreshRoundAndRestartCount) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());
   auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"}, {"--max_restarts=2"});
   // Node 1's worker fails in the first round only: a script around the test worker.
-  auto n1 = agent(ep, 2, 1, 1,
-                  {"sh", "-c", "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exit 4; fi; exec " + kWorker + " rdzv"},
-                  {"--max_restarts=2"});
+  auto n1 = agent(
+      ep, 2, 1, 1,
+      {"sh", "-c",
+       "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exit 4; fi; exec " + kWorker + " rdzv"},
+      {"--max_restarts=2"});
   auto r1 = n1->wait(60s), r0 = n0->wait(60s);
   ASSERT_EQ(r1.code, 0) << r1.err << r1.out;
   ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
-  EXPECT_NE(r0.out.find("RDZV OK rank=0 world=2 group=0 round=2 restart=1"), std::string::npos) << r0.out;
-  EXPECT_NE(r1.out.find("RDZV OK rank=1 world=2 group=1 round=2 restart=1"), std::string::npos) << r1.out;
+  EXPECT_NE(r0.out.find("RDZV OK rank=0 world=2 group=0 round=2 restart=1"), std::string::npos)
+      << r0.out;
+  EXPECT_NE(r1.out.find("RDZV OK rank=1 world=2 group=1 round=2 restart=1"), std::string::npos)
+      << r1.out;
 }
 
 TEST(MultiNode, RestartBudgetIsJobWide) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());
   // Both nodes fail every round: one restart is allowed for the whole job, not one per node.
-  auto n0 = agent(ep, 2, 0, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"}, {"--max_restarts=1"});
-  auto n1 = agent(ep, 2, 1, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"}, {"--max_restarts=1"});
+  auto n0 = agent(ep, 2, 0, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"},
+                  {"--max_restarts=1"});
+  auto n1 = agent(ep, 2, 1, 1, {"sh", "-c", "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3"},
+                  {"--max_restarts=1"});
   auto r0 = n0->wait(60s), r1 = n1->wait(60s);
   EXPECT_NE(r0.code, 0);
   EXPECT_NE(r1.code, 0);
@@ -172,8 +189,9 @@ TEST(MultiNode, TlsRendezvousWithCaOnEveryNode) {
   if (!pki.error.empty()) GTEST_SKIP() << pki.error;
   // The certificate names localhost, so the endpoint does too.
   std::string ep = "localhost:" + std::to_string(free_port());
-  auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"},
-                  {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_tls_ca=" + pki.ca});
+  auto n0 = agent(
+      ep, 2, 0, 1, {kWorker, "rdzv"},
+      {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_tls_ca=" + pki.ca});
   auto n1 = agent(ep, 2, 1, 1, {kWorker, "rdzv"}, {"--rdzv_tls_ca=" + pki.ca});
   auto r0 = n0->wait(60s), r1 = n1->wait(60s);
   EXPECT_EQ(r0.code, 0) << r0.err;
@@ -181,9 +199,11 @@ TEST(MultiNode, TlsRendezvousWithCaOnEveryNode) {
   EXPECT_EQ(ranks_ok(r0.out + r1.out), (std::set<int>{0, 1}));
   // A node that trusts another CA cannot join.
   auto dir = make_temp_dir();
-  auto host = agent(ep, 2, 0, 1, {kWorker, "hold", dir},
-                    {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_conf=join_timeout=2"});
-  auto stranger = agent(ep, 2, 1, 1, {kWorker, "env"}, {"--rdzv_tls_ca=" + pki.other_ca, "--rdzv_conf=join_timeout=1"});
+  auto host = agent(
+      ep, 2, 0, 1, {kWorker, "hold", dir},
+      {"--rdzv_tls_cert=" + pki.cert, "--rdzv_tls_key=" + pki.key, "--rdzv_conf=join_timeout=2"});
+  auto stranger = agent(ep, 2, 1, 1, {kWorker, "env"},
+                        {"--rdzv_tls_ca=" + pki.other_ca, "--rdzv_conf=join_timeout=1"});
   auto rs = stranger->wait(20s);
   EXPECT_EQ(rs.code, 1) << rs.err;
   auto rh = host->wait(20s);
@@ -192,7 +212,8 @@ TEST(MultiNode, TlsRendezvousWithCaOnEveryNode) {
 
 TEST(MultiNode, ElasticRoundClosesAfterLastCallWithMinNodes) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());
-  auto n0 = agent(ep, 2, 0, 2, {kWorker, "rdzv"}, {"--nnodes=1:2", "--rdzv_conf=last_call_timeout=0.3,join_timeout=20"});
+  auto n0 = agent(ep, 2, 0, 2, {kWorker, "rdzv"},
+                  {"--nnodes=1:2", "--rdzv_conf=last_call_timeout=0.3,join_timeout=20"});
   auto r = n0->wait(30s);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(ranks_ok(r.out), (std::set<int>{0, 1}));
@@ -228,8 +249,12 @@ TEST(MultiNode, ServerAcceptsAgainAfterConnectionsUsedUpItsDescriptors) {
   std::this_thread::sleep_for(500ms);  // the server has met its limit by now
   for (int fd : held) close(fd);
   // Serving again within a few seconds of the connections closing.
-  bool serving = wait_until([&] { return run_process({kDdprun, "health", "--timeout=1", daemon.endpoint()}).out == "SERVING\n"; },
-                            10s);
+  bool serving = wait_until(
+      [&] {
+        return run_process({kDdprun, "health", "--timeout=1", daemon.endpoint()}).out ==
+               "SERVING\n";
+      },
+      10s);
   EXPECT_TRUE(serving) << daemon.process->read_err();
   auto n0 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "rdzv"});
   auto n1 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "rdzv"});
@@ -243,7 +268,8 @@ TEST(MultiNode, WrongTokenIsRefusedAndNothingRuns) {
   Daemon daemon(1);
   ASSERT_GT(daemon.port, 0);
   auto dir = make_temp_dir();
-  auto intruder = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir}, {}, {{"DDP_RDZV_TOKEN", "wrong"}});
+  auto intruder =
+      agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir}, {}, {{"DDP_RDZV_TOKEN", "wrong"}});
   auto r = intruder->wait(20s);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("UNAUTHENTICATED"), std::string::npos) << r.err;
@@ -265,7 +291,11 @@ TEST(MultiNode, ServerDyingMidJobStopsTheAgents) {
   auto dir = make_temp_dir();
   auto n0 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir});
   auto n1 = agent(daemon.endpoint(), 2, -1, 1, {kWorker, "hold", dir});
-  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir + "/pid_0") && std::filesystem::exists(dir + "/pid_1"); }, 20s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return std::filesystem::exists(dir + "/pid_0") && std::filesystem::exists(dir + "/pid_1");
+      },
+      20s));
   kill(daemon.process->pid(), SIGKILL);
   auto r0 = n0->wait(20s), r1 = n1->wait(20s);
   EXPECT_EQ(r0.code, 1) << r0.err;
@@ -289,7 +319,8 @@ TEST(MultiNode, BusyRendezvousPortIsAnError) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--rdzv_endpoint=" + ep), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one error line, no gRPC log noise: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1)
+      << "one error line, no gRPC log noise: " << r.err;
 }
 
 // libddp's default backend across nodes: DDP_BACKEND unset and no GPU visible,
@@ -310,16 +341,17 @@ std::map<int, std::string> reports(const std::string& out, const std::string& ma
   std::map<int, std::string> found;
   for (const auto& line : lines_with_prefix(out, "[rank ")) {
     auto pos = line.find(marker + " rank=");
-    if (pos != std::string::npos) found[std::stoi(line.substr(pos + marker.size() + 6))] = line.substr(pos);
+    if (pos != std::string::npos)
+      found[std::stoi(line.substr(pos + marker.size() + 6))] = line.substr(pos);
   }
   return found;
 }
 
-
 // Runs collective_worker `mode` on nodes of the given sizes (one agent each) and
 // expects every rank to report `marker` OK on `backend`.
-void run_collectives(const std::vector<int>& node_sizes, const std::vector<std::string>& mode, const std::string& marker,
-                     const std::string& backend, const std::map<std::string, std::string>& env) {
+void run_collectives(const std::vector<int>& node_sizes, const std::vector<std::string>& mode,
+                     const std::string& marker, const std::string& backend,
+                     const std::map<std::string, std::string>& env) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());
   // A run id of its own: ddprun removes its run's segments at the end, which must
   // not touch another test's job running at the same time.
@@ -331,18 +363,21 @@ void run_collectives(const std::vector<int>& node_sizes, const std::vector<std::
   for (int node = 0; node < static_cast<int>(node_sizes.size()); ++node) {
     std::vector<std::string> program = {kCollectiveWorker};
     program.insert(program.end(), mode.begin(), mode.end());
-    nodes.push_back(agent(ep, static_cast<int>(node_sizes.size()), node, node_sizes[node], program, {}, env, run_id));
+    nodes.push_back(agent(ep, static_cast<int>(node_sizes.size()), node, node_sizes[node], program,
+                          {}, env, run_id));
   }
   std::map<int, std::string> all;
-  for (int node = 0, first = 0; node < static_cast<int>(nodes.size()); first += node_sizes[node], ++node) {
+  for (int node = 0, first = 0; node < static_cast<int>(nodes.size());
+       first += node_sizes[node], ++node) {
     auto r = nodes[node]->wait(90s);
     ASSERT_TRUE(r.exited) << "node " << node << " did not finish\n" << r.err << r.out;
     EXPECT_EQ(r.code, 0) << "node " << node << "\n" << r.err << r.out;
     auto mine = reports(r.out, marker);
     for (int rank = first; rank < first + node_sizes[node]; ++rank) {
-      EXPECT_EQ(mine[rank], marker + " rank=" + std::to_string(rank) + " world=" + std::to_string(world) +
-                                " backend=" + backend)
-          << "node " << node << "\n" << r.out << r.err;
+      EXPECT_EQ(mine[rank], marker + " rank=" + std::to_string(rank) +
+                                " world=" + std::to_string(world) + " backend=" + backend)
+          << "node " << node << "\n"
+          << r.out << r.err;
     }
     all.insert(mine.begin(), mine.end());
   }
@@ -364,7 +399,8 @@ TEST(MultiNodeCollectives, TwoNodesOfTwoRunLargeAllReducesOnTheDefaultBackend) {
 // Nodes of different sizes: no hierarchy, the shm backend hands everything to
 // Gloo over all ranks (the single rank of node 1 has no segment at all).
 TEST(MultiNodeCollectives, NodesOfTwoAndOneRunEveryCollectiveOnShm) {
-  run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm", collective_env({{"DDP_BACKEND", "shm"}}));
+  run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm",
+                  collective_env({{"DDP_BACKEND", "shm"}}));
 }
 
 // Nodes of different sizes under "auto": every node must pick the same backend.
@@ -372,7 +408,8 @@ TEST(MultiNodeCollectives, NodesOfTwoAndOneRunEveryCollectiveOnShm) {
 // node 1's single rank runs shm too (all Gloo underneath); deciding per node
 // (by LOCAL_WORLD_SIZE) deadlocked this job until the timeout.
 TEST(MultiNodeCollectives, NodesOfTwoAndOneRunEveryCollectiveOnTheDefaultBackend) {
-  run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm", collective_env({{"DDP_TIMEOUT_S", "10"}}));
+  run_collectives({2, 1}, {"all"}, "COLLECTIVES OK", "shm",
+                  collective_env({{"DDP_TIMEOUT_S", "10"}}));
 }
 
 #ifdef TRAIN_PATH
@@ -404,8 +441,9 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
   std::map<std::string, std::string> results;
   for (const std::string variant : {"plain", "sharded"}) {
     const std::string run_id = "mntrain" + std::to_string(getpid()) + variant;
-    std::vector<std::string> program = {TRAIN_PATH, "--hidden", "48", "--layers", "2", "--steps", "20",
-                                        "--optimizer", "adam", "--lr", "0.01", "--log_every", "5"};
+    std::vector<std::string> program = {
+        TRAIN_PATH,    "--hidden", "48",   "--layers", "2",           "--steps", "20",
+        "--optimizer", "adam",     "--lr", "0.01",     "--log_every", "5"};
     if (variant == "sharded") program.push_back("--shard_optimizer");
     auto [r0, r1] = train_on_two_nodes(program, run_id);
     ASSERT_TRUE(r0.exited && r1.exited) << r0.out << r0.err << r1.out << r1.err;
@@ -423,15 +461,17 @@ TEST(MultiNodeTrain, TwoNodesOfTwoTrainShardedAsTheyDoPlain) {
 // The standalone server reads --nnodes as the launcher does (one parser).
 TEST(MultiNode, TheStandaloneServerRefusesAMalformedNnodesAsTheLauncherDoes) {
   for (const std::string bad : {"2x", "0", "3:2", "a:b"}) {
-    auto server = run_process({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=x", "--nnodes=" + bad},
-                              kToken, 10s);
-    auto launcher = run_process({kDdprun, "--nnodes=" + bad, "--rdzv_endpoint=127.0.0.1:1", kWorker, "env"}, kToken,
-                                10s);
+    auto server = run_process(
+        {kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=x", "--nnodes=" + bad},
+        kToken, 10s);
+    auto launcher = run_process(
+        {kDdprun, "--nnodes=" + bad, "--rdzv_endpoint=127.0.0.1:1", kWorker, "env"}, kToken, 10s);
     EXPECT_NE(server.code, 0) << bad << ": " << server.out;
     EXPECT_NE(server.err.find("--nnodes=" + bad), std::string::npos) << server.err;
     const std::string server_error = server.err.substr(server.err.find("--nnodes="));
     EXPECT_NE(launcher.err.find(server_error.substr(0, server_error.find('\n'))), std::string::npos)
-        << "the two errors differ:\n" << server.err << launcher.err;
+        << "the two errors differ:\n"
+        << server.err << launcher.err;
   }
 }
 
@@ -439,13 +479,17 @@ TEST(MultiNode, MultiNodeNeedsAnEndpointOrAStaticNodeRank) {
   auto no_ep = run_process({kDdprun, "--nnodes=2", kWorker, "env"}, kToken);
   EXPECT_EQ(no_ep.code, 2);
   EXPECT_NE(no_ep.err.find("--rdzv_endpoint"), std::string::npos) << no_ep.err;
-  auto static_without_rank = run_process({kDdprun, "--nnodes=2", "--rdzv_backend=static", kWorker, "env"}, kToken);
+  auto static_without_rank =
+      run_process({kDdprun, "--nnodes=2", "--rdzv_backend=static", kWorker, "env"}, kToken);
   EXPECT_EQ(static_without_rank.code, 2);
-  EXPECT_NE(static_without_rank.err.find("needs --node_rank"), std::string::npos) << static_without_rank.err;
-  auto etcd = run_process({kDdprun, "--nnodes=2", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=127.0.0.1:2379",
-                           kWorker, "env"}, kToken);
+  EXPECT_NE(static_without_rank.err.find("needs --node_rank"), std::string::npos)
+      << static_without_rank.err;
+  auto etcd = run_process({kDdprun, "--nnodes=2", "--rdzv_backend=etcd-v2",
+                           "--rdzv_endpoint=127.0.0.1:2379", kWorker, "env"},
+                          kToken);
   EXPECT_EQ(etcd.code, 2);
-  EXPECT_NE(etcd.err.find("--rdzv_backend=etcd-v2 is not supported"), std::string::npos) << etcd.err;
+  EXPECT_NE(etcd.err.find("--rdzv_backend=etcd-v2 is not supported"), std::string::npos)
+      << etcd.err;
   EXPECT_NE(etcd.err.find("c10d"), std::string::npos) << etcd.err;
 }
 
@@ -464,7 +508,8 @@ TEST(MultiNode, WithoutATokenTheJobRunsUnauthenticatedAndSaysSo) {
 
 // Node 0 hosts (its own join follows the line at once).
 void wait_hosting(Subprocess& node) {
-  ASSERT_TRUE(wait_until([&] { return node.read_err().find("hosting the rendezvous") != std::string::npos; }, 10s))
+  ASSERT_TRUE(wait_until(
+      [&] { return node.read_err().find("hosting the rendezvous") != std::string::npos; }, 10s))
       << node.read_err();
   std::this_thread::sleep_for(300ms);
 }
@@ -507,7 +552,9 @@ TEST(MultiNode, RunIdThatDiffersBetweenNodesFailsBothAtOnce) {
   ASSERT_TRUE(r0.exited && r1.exited) << r0.err << r1.err;
   EXPECT_EQ(r0.code, 1);
   EXPECT_EQ(r1.code, 1);
-  EXPECT_NE(r1.err.find("run id 'job-b' does not match this server's run 'job-a'"), std::string::npos) << r1.err;
+  EXPECT_NE(r1.err.find("run id 'job-b' does not match this server's run 'job-a'"),
+            std::string::npos)
+      << r1.err;
   EXPECT_NE(r0.err.find("run id 'job-b'"), std::string::npos) << r0.err;
 }
 
@@ -518,8 +565,9 @@ TEST(MultiNode, SameC10dCommandOnOneMachineFindsOneHost) {
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 2; ++i) {
     nodes.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{kDdprun, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + ep,
-                                 "--rdzv_id=same", "--nproc_per_node=1", kFastConf, kWorker, "rdzv"},
+        std::vector<std::string>{kDdprun, "--nnodes=2", "--rdzv_backend=c10d",
+                                 "--rdzv_endpoint=" + ep, "--rdzv_id=same", "--nproc_per_node=1",
+                                 kFastConf, kWorker, "rdzv"},
         kToken));
   }
   int hosting = 0;
@@ -540,16 +588,19 @@ TEST(MultiNode, SignalsDuringAJoinEndDdprunWithinASecond) {
     // Node 0 hosts and waits for a node that never comes.
     std::string ep = "127.0.0.1:" + std::to_string(free_port());
     auto n0 = agent(ep, 2, 0, 1, {kWorker, "rdzv"});
-    ASSERT_TRUE(wait_until([&] { return n0->read_err().find("hosting the rendezvous") != std::string::npos; }, 10s));
+    ASSERT_TRUE(wait_until(
+        [&] { return n0->read_err().find("hosting the rendezvous") != std::string::npos; }, 10s));
     const auto sent = std::chrono::steady_clock::now();
     kill(n0->pid(), sig);
     auto r = n0->wait(5s);
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
     ASSERT_TRUE(r.exited);
     EXPECT_EQ(r.code, 128 + sig) << r.err;
     EXPECT_LT(took, 1.0) << r.err;
     // What it waited for depends on whether its channel had connected yet.
-    EXPECT_NE(r.err.find(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + " while waiting for "),
+    EXPECT_NE(r.err.find(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                         " while waiting for "),
               std::string::npos)
         << r.err;
     EXPECT_NE(r.err.find("left the rendezvous"), std::string::npos) << r.err;
@@ -559,23 +610,26 @@ TEST(MultiNode, SignalsDuringAJoinEndDdprunWithinASecond) {
 TEST(MultiNode, ANodeWaitingForAnUnreachableServerSaysSoAndStopsOnSigterm) {
   std::string ep = "127.0.0.1:" + std::to_string(free_port());  // nobody listens
   auto n1 = agent(ep, 2, 1, 1, {kWorker, "env"});
-  ASSERT_TRUE(wait_until([&] { return n1->read_err().find("is not reachable yet") != std::string::npos; }, 15s))
+  ASSERT_TRUE(wait_until(
+      [&] { return n1->read_err().find("is not reachable yet") != std::string::npos; }, 15s))
       << n1->read_err();
-  EXPECT_NE(n1->read_err().find("the rendezvous at " + ep + " is not reachable yet; retrying until the join timeout"),
+  EXPECT_NE(n1->read_err().find("the rendezvous at " + ep +
+                                " is not reachable yet; retrying until the join timeout"),
             std::string::npos)
       << n1->read_err();
   kill(n1->pid(), SIGTERM);
   auto r = n1->wait(5s);
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 128 + SIGTERM) << r.err;
-  EXPECT_NE(r.err.find("received SIGTERM while waiting for the rendezvous at " + ep + " to become reachable"),
+  EXPECT_NE(r.err.find("received SIGTERM while waiting for the rendezvous at " + ep +
+                       " to become reachable"),
             std::string::npos)
       << r.err;
 }
 
 TEST(MultiNode, TorchrunFlagsWithoutEffectAreAcceptedWithANotice) {
-  auto r = run_process({kDdprun, "--start_method=spawn", "--logs-specs=x", "--run_path", "--nproc_per_node=1",
-                        kWorker, "exit", "0"});
+  auto r = run_process({kDdprun, "--start_method=spawn", "--logs-specs=x", "--run_path",
+                        "--nproc_per_node=1", kWorker, "exit", "0"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("--start_method=spawn has no effect"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--logs_specs=x has no effect"), std::string::npos) << r.err;

@@ -428,8 +428,12 @@ TEST(RendezvousServiceTest, JoinOfTwoNodesAssignsRanksOffsetsAndGroupRankZerosMa
 
 // Two nodes joined into one round of make_config(2, 2).
 std::pair<RoundAssignment, RoundAssignment> form_two(RendezvousClient& a, RendezvousClient& b) {
-  auto ja = std::async(std::launch::async, [&] { return a.join({0, 1, "node-a", "10.0.0.1", 29501}, 10s); });
-  auto jb = std::async(std::launch::async, [&] { return b.join({1, 1, "node-b", "10.0.0.2", 0}, 10s); });
+  auto ja = std::async(std::launch::async, [&] {
+    return a.join({0, 1, "node-a", "10.0.0.1", 29501}, 10s);
+  });
+  auto jb = std::async(std::launch::async, [&] {
+    return b.join({1, 1, "node-b", "10.0.0.2", 0}, 10s);
+  });
   return {ja.get(), jb.get()};
 }
 
@@ -442,7 +446,8 @@ TEST(RendezvousServiceTest, AHeldHeartbeatIsAnsweredWhenAnotherNodeFails) {
   EXPECT_FALSE(a->heartbeat(ra.round, ra.group_rank, 5s, 300ms).round_ended);
   EXPECT_GE(ms_since(start), 250) << "the server did not hold the heartbeat";
   // A failure elsewhere answers a held heartbeat at once, not after its 20 s hold.
-  auto held = std::async(std::launch::async, [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
+  auto held = std::async(std::launch::async,
+                         [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
   ASSERT_EQ(held.wait_for(200ms), std::future_status::timeout) << "answered before the round ended";
   start = Clock::now();
   b->report_failure(rb.round, rb.group_rank, "node-b: rank 1 exited with code 3", 3);
@@ -472,7 +477,8 @@ TEST(RendezvousServiceTest, AHeldHeartbeatHearsTheJobSucceedAndCanBeCancelled) {
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code(), code(RpcCode::kCancelled)) << err->what();
 
-  auto held = std::async(std::launch::async, [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
+  auto held = std::async(std::launch::async,
+                         [&, ra = ra] { return a->heartbeat(ra.round, ra.group_rank, 5s, 20s); });
   a->leave(ra.round, ra.group_rank, 0);
   ASSERT_EQ(held.wait_for(200ms), std::future_status::timeout) << "answered before every node left";
   EXPECT_FALSE(h.server.service().outcome_delivered());
@@ -523,7 +529,8 @@ TEST(RendezvousServiceTest, AConnectionThatNeverSpeaksGrpcIsClosed) {
 
 TEST(RendezvousServiceTest, AConnectionThatSpeaksSomethingElseIsClosedAtOnce) {
   Harness h;  // the default 10 s handshake timeout: the close must not wait for it
-  for (const std::string& junk : {std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), std::string("PRI * HTTP/1.1\r\n")}) {
+  for (const std::string& junk :
+       {std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), std::string("PRI * HTTP/1.1\r\n")}) {
     int fd = connect_to(h.server.port());
     ASSERT_EQ(send(fd, junk.data(), junk.size(), 0), static_cast<ssize_t>(junk.size()));
     const auto start = Clock::now();
@@ -541,11 +548,13 @@ TEST(RendezvousServiceTest, WaitingRequestsAreBoundedAndTheLimitIsNamed) {
   auto a = h.client(), b = h.client(), c = h.client();
   auto wa = std::async(std::launch::async, [&] { return a->get("later", 10s); });
   auto wb = std::async(std::launch::async, [&] { return b->get("later", 10s); });
-  ASSERT_TRUE(ddp::testing::wait_until([&] { return h.server.service().pending_waits() == 2; }, 10s));
+  ASSERT_TRUE(
+      ddp::testing::wait_until([&] { return h.server.service().pending_waits() == 2; }, 10s));
   auto err = rpc_error_of([&] { c->get("later", 10s); });
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code(), code(RpcCode::kResourceExhausted)) << err->what();
-  EXPECT_THAT(err->what(), HasSubstr("holds 2 waiting requests, its limit (--rdzv_conf max_pending_waits)"));
+  EXPECT_THAT(err->what(),
+              HasSubstr("holds 2 waiting requests, its limit (--rdzv_conf max_pending_waits)"));
   c->set("now", "1");
   EXPECT_EQ(c->get("now", 1s), "1") << "a get that is answered at once needs no room";
   // A node's heartbeat is never refused: at the limit it is answered at once.
@@ -564,10 +573,12 @@ TEST(RendezvousServiceTest, LongErrorsKeepTheirHeadInsteadOfBecomingAMetadataErr
   auto a = h.client(), b = h.client();
   // A Wait on 2000 keys that times out names them: 90 KB of text.
   std::vector<std::string> keys;
-  for (int i = 0; i < 2000; ++i) keys.push_back("a/rather/long/key/name/number/" + std::to_string(i));
+  for (int i = 0; i < 2000; ++i)
+    keys.push_back("a/rather/long/key/name/number/" + std::to_string(i));
   auto err = rpc_error_of([&] { a->wait(keys, 200ms); });
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->code(), code(RpcCode::kDeadlineExceeded)) << std::string(err->what()).substr(0, 300);
+  EXPECT_EQ(err->code(), code(RpcCode::kDeadlineExceeded))
+      << std::string(err->what()).substr(0, 300);
   EXPECT_THAT(err->what(), HasSubstr("keys never set within"));
   EXPECT_THAT(err->what(), HasSubstr("more bytes cut)"));
   // A join after a job whose failure report is 27 KB hears the head of it.
@@ -577,7 +588,8 @@ TEST(RendezvousServiceTest, LongErrorsKeepTheirHeadInsteadOfBecomingAMetadataErr
   b->report_failure(rb.round, rb.group_rank, report, 1);
   err = rpc_error_of([&] { h.client()->join({-1, 1, "node-c", "10.0.0.3", 0}, 5s); });
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->code(), code(RpcCode::kFailedPrecondition)) << std::string(err->what()).substr(0, 300);
+  EXPECT_EQ(err->code(), code(RpcCode::kFailedPrecondition))
+      << std::string(err->what()).substr(0, 300);
   EXPECT_THAT(err->what(), HasSubstr("failed with no restarts left"));
   EXPECT_THAT(err->what(), HasSubstr("rank 3 exited with code 1"));
   EXPECT_THAT(err->what(), HasSubstr("more bytes cut)"));

@@ -42,8 +42,10 @@ class Slurm : public ::testing::Test {
   }
   // Submits `script` on both nodes, one task each; its job id, or "" (a test failure).
   std::string sbatch(const std::string& script, const std::string& output) {
-    ProcessResult submit = run_process(
-        cluster_->on_login({"sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o", output, script}), {}, 30s);
+    ProcessResult submit =
+        run_process(cluster_->on_login({"sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o",
+                                        output, script}),
+                    {}, 30s);
     EXPECT_EQ(submit.code, 0) << submit.out << submit.err << cluster_->logs();
     return submit.code == 0 ? submit.out.substr(0, submit.out.find_first_of(";\n")) : "";
   }
@@ -56,7 +58,8 @@ class Slurm : public ::testing::Test {
 };
 
 TEST_F(Slurm, SrunOfDdprunOnTwoNodesIsOneJob) {
-  ProcessResult r = srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", kWorker, "env"});
+  ProcessResult r =
+      srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", kWorker, "env"});
   ASSERT_TRUE(r.exited) << cluster_->logs();
   ASSERT_EQ(r.code, 0) << r.out << r.err << cluster_->logs();
   for (int rank = 0; rank < 4; ++rank) {
@@ -80,21 +83,22 @@ TEST_F(Slurm, APytorchGlooProgramRunsAcrossBothNodes) {
     GTEST_SKIP() << why;
   }
   const std::string script = cluster_->dir() + "/allreduce.py";
-  write_file(script,
-             "import os, torch, torch.distributed as dist\n"
-             "dist.init_process_group('gloo')\n"
-             "t = torch.tensor([float(dist.get_rank() + 1)])\n"
-             "dist.all_reduce(t)\n"
-             "print('TORCH rank=%d world=%d local=%s sum=%g' % (dist.get_rank(), dist.get_world_size(),\n"
-             "      os.environ['LOCAL_RANK'], t.item()), flush=True)\n"
-             "dist.destroy_process_group()\n");
-  ProcessResult r = srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", torch2_python(), script},
-                         120s);
+  write_file(
+      script,
+      "import os, torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+      "dist.all_reduce(t)\n"
+      "print('TORCH rank=%d world=%d local=%s sum=%g' % (dist.get_rank(), dist.get_world_size(),\n"
+      "      os.environ['LOCAL_RANK'], t.item()), flush=True)\n"
+      "dist.destroy_process_group()\n");
+  ProcessResult r = srun(
+      {"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", torch2_python(), script}, 120s);
   ASSERT_TRUE(r.exited) << cluster_->logs();
   ASSERT_EQ(r.code, 0) << r.out << r.err << cluster_->logs();
   for (int rank = 0; rank < 4; ++rank) {
-    const std::string want = "TORCH rank=" + std::to_string(rank) + " world=4 local=" + std::to_string(rank % 2) +
-                             " sum=10";
+    const std::string want = "TORCH rank=" + std::to_string(rank) +
+                             " world=4 local=" + std::to_string(rank % 2) + " sum=10";
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out << r.err;
   }
 }
@@ -108,20 +112,23 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   // srun, which scancel ends first.
   const std::string logs = cluster_->dir() + "/logs";
   std::filesystem::create_directories(logs);
-  write_file(job_script, "#!/bin/sh\nsrun --error=" + logs + "/ddprun-%t.err " + kDdprun + " --nproc_per_node=2 " +
-                             kWorker + " hold " + dir + "\n");
+  write_file(job_script, "#!/bin/sh\nsrun --error=" + logs + "/ddprun-%t.err " + kDdprun +
+                             " --nproc_per_node=2 " + kWorker + " hold " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/job.out");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "").size() == 8; }, 60s))  // 4 workers + their children
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "").size() == 8; },
+                         60s))  // 4 workers + their children
       << read_file(cluster_->dir() + "/job.out") << cluster_->logs();
   const std::set<pid_t> pids = read_pids(dir, "");
   const auto cancelled = std::chrono::steady_clock::now();
   ProcessResult cancel = run_process(cluster_->on_login({"scancel", job}), {}, 30s);
   ASSERT_EQ(cancel.code, 0) << cancel.err;
   for (pid_t pid : pids) {
-    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s)) << "pid " << pid << " outlived scancel";
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s))
+        << "pid " << pid << " outlived scancel";
   }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
   EXPECT_LT(took, 5.0 + 2.0) << "within ddprun's 5 s grace period";
   // No segment of the job's run is left in /dev/shm (its names carry the run id).
   const std::string run = "slurm-" + job + ".0";
@@ -134,13 +141,17 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
       },
       5s));
   // ddprun stopped its workers on SIGTERM (Slurm's, before its SIGKILL) and said so.
-  auto ddprun_logs = [&] { return read_file(logs + "/ddprun-0.err") + read_file(logs + "/ddprun-1.err"); };
-  EXPECT_TRUE(wait_until([&] { return ddprun_logs().find("after SIGTERM") != std::string::npos; }, 10s))
+  auto ddprun_logs = [&] {
+    return read_file(logs + "/ddprun-0.err") + read_file(logs + "/ddprun-1.err");
+  };
+  EXPECT_TRUE(
+      wait_until([&] { return ddprun_logs().find("after SIGTERM") != std::string::npos; }, 10s))
       << ddprun_logs() << read_file(cluster_->dir() + "/job.out");
 }
 
 TEST_F(Slurm, AFailingRankFailsTheStepAndIsNamed) {
-  ProcessResult r = srun({"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", kWorker, "fail", "3", "7"});
+  ProcessResult r = srun(
+      {"-N2", "--ntasks-per-node=1", kDdprun, "--nproc_per_node=2", kWorker, "fail", "3", "7"});
   ASSERT_TRUE(r.exited) << cluster_->logs();
   EXPECT_NE(r.code, 0) << r.out << r.err;
   const std::string all = r.out + r.err;
@@ -149,7 +160,8 @@ TEST_F(Slurm, AFailingRankFailsTheStepAndIsNamed) {
 }
 
 TEST_F(Slurm, TwoDdprunTasksOnOneNodeIsAnError) {
-  ProcessResult r = srun({"-N1", "--ntasks-per-node=2", kDdprun, "--nproc_per_node=1", kWorker, "env"});
+  ProcessResult r =
+      srun({"-N1", "--ntasks-per-node=2", kDdprun, "--nproc_per_node=1", kWorker, "env"});
   ASSERT_TRUE(r.exited) << cluster_->logs();
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("srun started 2 ddprun tasks on this node"), std::string::npos) << r.err;
@@ -160,12 +172,14 @@ TEST_F(Slurm, Sigusr1FromScancelReachesTheWorkersAndTheJobGoesOn) {
   const std::string dir = cluster_->dir() + "/usr1";
   std::filesystem::create_directories(dir);
   const std::string job_script = cluster_->dir() + "/usr1.sh";
-  write_file(job_script,
-             "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker + " on-usr1 " + dir + "\n");
+  write_file(job_script, "#!/bin/sh\nsrun " + kDdprun + " --nproc_per_node=2 " + kWorker +
+                             " on-usr1 " + dir + "\n");
   const std::string job = sbatch(job_script, cluster_->dir() + "/usr1.out");
   ASSERT_FALSE(job.empty());
-  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 4; }, 60s)) << read_file(cluster_->dir() + "/usr1.out");
-  ProcessResult notice = run_process(cluster_->on_login({"scancel", "--signal=USR1", job}), {}, 30s);
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 4; }, 60s))
+      << read_file(cluster_->dir() + "/usr1.out");
+  ProcessResult notice =
+      run_process(cluster_->on_login({"scancel", "--signal=USR1", job}), {}, 30s);
   ASSERT_EQ(notice.code, 0) << notice.err;
   // The workers "checkpoint" and exit 0: the job completes.
   ASSERT_TRUE(wait_until(

@@ -52,10 +52,11 @@ TEST(Soak, AJobFinishesCorrectlyWhileItsRendezvousIsFloodedAndMemoryStaysBounded
   const std::map<std::string, std::string> token = {{"DDP_RDZV_TOKEN", "soak-secret"}};
   auto node = [&](int rank) {
     return std::make_unique<Subprocess>(
-        std::vector<std::string>{kDdprun, "--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=4",
-                                 "--rdzv_endpoint=" + endpoint, "--run_id=soak",
-                                 "--rdzv_conf=heartbeat_interval=0.5,heartbeat_timeout=10,join_timeout=30",
-                                 kCollectiveWorker, "soak", std::to_string(kSoakSeconds)},
+        std::vector<std::string>{
+            kDdprun, "--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=4",
+            "--rdzv_endpoint=" + endpoint, "--run_id=soak",
+            "--rdzv_conf=heartbeat_interval=0.5,heartbeat_timeout=10,join_timeout=30",
+            kCollectiveWorker, "soak", std::to_string(kSoakSeconds)},
         token);
   };
   auto host = node(0);
@@ -126,13 +127,16 @@ TEST(Soak, AJobFinishesCorrectlyWhileItsRendezvousIsFloodedAndMemoryStaysBounded
   EXPECT_EQ(r1.code, 0) << r1.err;
   int ok = 0;
   for (const auto* out : {&r0.out, &r1.out}) {
-    for (size_t at = out->find("SOAK OK"); at != std::string::npos; at = out->find("SOAK OK", at + 1)) ++ok;
+    for (size_t at = out->find("SOAK OK"); at != std::string::npos;
+         at = out->find("SOAK OK", at + 1))
+      ++ok;
   }
   EXPECT_EQ(ok, 8) << r0.out << r1.out;
   EXPECT_GT(requests.load(), 100);
   EXPECT_LT(max_rss.load(), kRssBoundKiB) << "hosting ddprun's peak RSS";
-  std::printf("soak: %ld flood requests in %.1f s; hosting ddprun's peak RSS %ld MiB (bound %ld MiB)\n",
-              requests.load(), r0.seconds, max_rss.load() / 1024, kRssBoundKiB / 1024);
+  std::printf(
+      "soak: %ld flood requests in %.1f s; hosting ddprun's peak RSS %ld MiB (bound %ld MiB)\n",
+      requests.load(), r0.seconds, max_rss.load() / 1024, kRssBoundKiB / 1024);
 }
 
 }  // namespace

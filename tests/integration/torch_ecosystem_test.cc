@@ -40,7 +40,8 @@ struct Program {
 };
 const Program kDdp{"train_ddp.py", "torch", "FINAL_WEIGHTS", "rank", ""};
 const Program kLightning{"lightning_ddp.py", "lightning", "LIGHTNING", "rank", "world"};
-const Program kAccelerate{"accelerate_ddp.py", "accelerate", "ACCELERATE", "process_index", "num_processes"};
+const Program kAccelerate{"accelerate_ddp.py", "accelerate", "ACCELERATE", "process_index",
+                          "num_processes"};
 
 using Fields = std::map<std::string, std::string>;
 
@@ -79,7 +80,8 @@ std::vector<std::pair<int, Fields>> final_lines(const Program& p, const std::str
 std::map<int, Fields> expect_ranks_in_sync(const Program& p, const std::string& out, int world) {
   std::map<int, Fields> by_rank;
   for (const auto& [rank, fields] : final_lines(p, out)) {
-    EXPECT_TRUE(by_rank.emplace(rank, fields).second) << "rank " << rank << " printed two " << p.tag << " lines";
+    EXPECT_TRUE(by_rank.emplace(rank, fields).second)
+        << "rank " << rank << " printed two " << p.tag << " lines";
     EXPECT_EQ(field(fields, p.rank_key), std::to_string(rank))
         << "the program's rank is not the one ddprun gave it";
     if (!p.world_key.empty()) {
@@ -94,8 +96,11 @@ std::map<int, Fields> expect_ranks_in_sync(const Program& p, const std::string& 
     const Fields& first = by_rank.begin()->second;
     EXPECT_TRUE(first.count("sum") && first.count("abs_sum")) << out;
     for (const auto& [rank, fields] : by_rank) {
-      EXPECT_EQ(field(fields, "sum"), field(first, "sum")) << "rank " << rank << " diverged\n" << out;
-      EXPECT_EQ(field(fields, "abs_sum"), field(first, "abs_sum")) << "rank " << rank << " diverged\n" << out;
+      EXPECT_EQ(field(fields, "sum"), field(first, "sum")) << "rank " << rank << " diverged\n"
+                                                           << out;
+      EXPECT_EQ(field(fields, "abs_sum"), field(first, "abs_sum"))
+          << "rank " << rank << " diverged\n"
+          << out;
     }
   }
   return by_rank;
@@ -136,7 +141,8 @@ TEST(TorchEcosystem, LightningTrainerTakesDdprunsTwoRanksAndStartsNoProcessOfIts
     // Lightning found torchelastic's variables (TORCHELASTIC_RUN_ID, ...) ...
     EXPECT_EQ(field(fields, "env"), "TorchElasticEnvironment") << "rank " << rank << "\n" << r.out;
     // ... so each rank is a worker ddprun started, not a process Lightning started.
-    EXPECT_EQ(field(fields, "ppid"), std::to_string(ddprun_pid)) << "rank " << rank << "\n" << r.out;
+    EXPECT_EQ(field(fields, "ppid"), std::to_string(ddprun_pid)) << "rank " << rank << "\n"
+                                                                 << r.out;
     pids.insert(field(fields, "pid"));
   }
   EXPECT_EQ(pids.size(), 2u) << r.out;
@@ -149,7 +155,9 @@ TEST(TorchEcosystem, AccelerateTakesDdprunsTwoRanksAsMultiCpu) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   auto ranks = expect_ranks_in_sync(kAccelerate, r.out, 2);
   for (const auto& [rank, fields] : ranks) {
-    EXPECT_EQ(field(fields, "distributed_type"), "DistributedType.MULTI_CPU") << "rank " << rank << "\n" << r.out;
+    EXPECT_EQ(field(fields, "distributed_type"), "DistributedType.MULTI_CPU")
+        << "rank " << rank << "\n"
+        << r.out;
   }
   // accelerator.print: the main process only, once per epoch.
   EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] epoch ").size(), 2u) << r.out;
@@ -200,7 +208,8 @@ class TorchEcosystemMultiHost : public ::testing::Test {
   // Both hosts' ddprun exited 0; returns their output joined.
   static std::string both_ok(const std::vector<ProcessResult>& r) {
     for (size_t host = 0; host < r.size(); ++host) {
-      EXPECT_TRUE(r[host].exited) << "host " << host << "'s ddprun did not finish in time\n" << r[host].err;
+      EXPECT_TRUE(r[host].exited) << "host " << host << "'s ddprun did not finish in time\n"
+                                  << r[host].err;
       EXPECT_EQ(r[host].code, 0) << "host " << host << "\n" << r[host].out << r[host].err;
     }
     return r.at(0).out + r.at(1).out;
@@ -209,8 +218,8 @@ class TorchEcosystemMultiHost : public ::testing::Test {
   // Static form (torchrun's default): host 0 hosts the rendezvous; --master_addr
   // is its IP address.
   static std::vector<std::string> static_form(const NetnsHosts& hosts, int host) {
-    return {"--nnodes=2", "--node_rank=" + std::to_string(host), "--master_addr=" + hosts.address(0),
-            "--master_port=29500"};
+    return {"--nnodes=2", "--node_rank=" + std::to_string(host),
+            "--master_addr=" + hosts.address(0), "--master_port=29500"};
   }
 
   std::vector<pid_t> pids_;
@@ -233,8 +242,9 @@ TEST_F(TorchEcosystemMultiHost, LightningStaticFormOneDevicePerNode) {
   for (const auto& [rank, fields] : ranks) {
     EXPECT_EQ(field(fields, "env"), "TorchElasticEnvironment") << "rank " << rank << "\n" << out;
     // Rank R runs on host R (node rank R, one rank each), started by that host's ddprun.
-    EXPECT_EQ(field(fields, "ppid"), std::to_string(pids_.at(static_cast<size_t>(rank)))) << "rank " << rank << "\n"
-                                                                                      << out;
+    EXPECT_EQ(field(fields, "ppid"), std::to_string(pids_.at(static_cast<size_t>(rank))))
+        << "rank " << rank << "\n"
+        << out;
   }
 }
 
@@ -242,12 +252,15 @@ TEST_F(TorchEcosystemMultiHost, AccelerateC10dFormSameCommandOnBothHosts) {
   if (auto why = skip_reason(kAccelerate); !why.empty()) GTEST_SKIP() << why;
   auto r = run_on_two_hosts(kAccelerate, [](const NetnsHosts& hosts, int) {
     return std::vector<std::string>{"--nnodes=2", "--rdzv_backend=c10d",
-                                    "--rdzv_endpoint=" + hosts.address(0) + ":29400", "--rdzv_id=accelerate1"};
+                                    "--rdzv_endpoint=" + hosts.address(0) + ":29400",
+                                    "--rdzv_id=accelerate1"};
   });
   const std::string out = both_ok(r);
   auto ranks = expect_ranks_in_sync(kAccelerate, out, 2);
   for (const auto& [rank, fields] : ranks) {
-    EXPECT_EQ(field(fields, "distributed_type"), "DistributedType.MULTI_CPU") << "rank " << rank << "\n" << out;
+    EXPECT_EQ(field(fields, "distributed_type"), "DistributedType.MULTI_CPU")
+        << "rank " << rank << "\n"
+        << out;
   }
 }
 

@@ -78,7 +78,8 @@ TEST(TorchDropIn, CrashedRankIsReportedWithItsPythonTraceback) {
   auto quoted = lines_with_prefix(report, "  | ");
   auto quotes_line_ending = [&](const std::string& tail) {
     return std::any_of(quoted.begin(), quoted.end(), [&](const std::string& line) {
-      return line.size() >= tail.size() && line.compare(line.size() - tail.size(), tail.size(), tail) == 0;
+      return line.size() >= tail.size() &&
+             line.compare(line.size() - tail.size(), tail.size(), tail) == 0;
     });
   };
   EXPECT_TRUE(quotes_line_ending("Traceback (most recent call last):")) << report;

@@ -57,12 +57,9 @@ ProcessResult ddprun(const std::vector<std::string>& launcher_args,
   argv = argv + launcher_args;
   argv.push_back(program);
   argv = argv + train_args;
-  std::map<std::string, std::string> full = {{"DDP_BACKEND", "\x01"},
-                                             {"DDP_DEBUG", "\x01"},
-                                             {"DDP_TIMEOUT_S", "30"},
-                                             {"DDP_GLOO_IFACE", "\x01"},
-                                             {"DDP_LOG_LEVEL", "\x01"},
-                                             {"OPENBLAS_NUM_THREADS", "1"}};
+  std::map<std::string, std::string> full = {
+      {"DDP_BACKEND", "\x01"},    {"DDP_DEBUG", "\x01"},     {"DDP_TIMEOUT_S", "30"},
+      {"DDP_GLOO_IFACE", "\x01"}, {"DDP_LOG_LEVEL", "\x01"}, {"OPENBLAS_NUM_THREADS", "1"}};
   for (const auto& [name, value] : env) full[name] = value;
   return run_process(argv, full, 120s);
 }
@@ -197,10 +194,10 @@ TEST(Train, AKilledRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
   expect_ok(whole);
 
   // Rank 1 is SIGKILLed after step 15; the checkpoint of step 10 survives.
-  auto killed =
-      train_on(2, args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
-                                                  "--crash_at_step", "15"},
-               kFaultWorker);
+  auto killed = train_on(2,
+                         args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
+                                                         "10", "--crash_at_step", "15"},
+                         kFaultWorker);
   ASSERT_TRUE(killed.exited) << killed.out << killed.err;
   EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
   EXPECT_TRUE(std::filesystem::exists(ckpt));
@@ -237,8 +234,8 @@ class ShardedOptimizer : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedOptimizer, FollowsThePlainLossCurveExactly) {
   const auto& p = GetParam();
-  const auto args = kSmall + std::vector<std::string>{"--optimizer", p.optimizer, "--lr", "0.01",
-                                                      "--backend", p.backend};
+  const auto args = kSmall + std::vector<std::string>{"--optimizer", p.optimizer, "--lr",
+                                                      "0.01",        "--backend", p.backend};
   auto plain = train_on(p.ranks, args);
   expect_ok(plain);
   auto sharded = train_on(p.ranks, args + std::vector<std::string>{"--shard_optimizer"});
@@ -249,11 +246,12 @@ TEST_P(ShardedOptimizer, FollowsThePlainLossCurveExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ShardedOptimizer,
-                         ::testing::Values(ShardedCase{2, "shm", "sgd"}, ShardedCase{2, "shm", "adam"},
+                         ::testing::Values(ShardedCase{2, "shm", "sgd"},
+                                           ShardedCase{2, "shm", "adam"},
                                            ShardedCase{3, "gloo", "adam"}),
                          [](const auto& info) {
-                           return std::to_string(info.param.ranks) + "ranks_" + info.param.backend + "_" +
-                                  info.param.optimizer;
+                           return std::to_string(info.param.ranks) + "ranks_" + info.param.backend +
+                                  "_" + info.param.optimizer;
                          });
 
 // `reference` runs 30 steps uninterrupted on 2 ranks; `variant` is killed
@@ -267,14 +265,17 @@ void expect_resumed_run_repeats(const std::vector<std::string>& reference,
   const std::string ckpt = dir + "/model.ckpt";
   auto whole = train_on(2, reference);
   expect_ok(whole);
-  auto killed = train_on(2, variant + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every",
-                                                               "10", "--crash_at_step", "15"},
-                         kFaultWorker);
+  auto killed =
+      train_on(2,
+               variant + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
+                                                  "--crash_at_step", "15"},
+               kFaultWorker);
   ASSERT_TRUE(killed.exited) << killed.out << killed.err;
   EXPECT_EQ(killed.code, 128 + 9) << killed.out << killed.err;
   auto resumed = train_on(2, variant + std::vector<std::string>{"--resume", ckpt});
   expect_ok(resumed);
-  EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos)
+      << resumed.out;
   auto expected = losses(whole.out);
   auto curve = losses(resumed.out);
   ASSERT_EQ(curve.begin()->first, 11) << resumed.out;
@@ -289,12 +290,14 @@ void expect_resumed_run_repeats(const std::vector<std::string>& reference,
   std::filesystem::remove_all(dir);
 }
 
-const std::vector<std::string> kAdam = {"--optimizer", "adam", "--lr", "0.003", "--batch_size", "32"};
+const std::vector<std::string> kAdam = {"--optimizer", "adam",         "--lr",
+                                        "0.003",       "--batch_size", "32"};
 
 // The checkpoint of a sharded run holds every rank's shard of Adam's moments
 // (gathered before rank 0 writes): resumed, it ends where the plain run does.
 TEST(Train, AShardedRunResumedFromItsCheckpointEndsWhereAnUninterruptedRunDoes) {
-  expect_resumed_run_repeats(kSmall + kAdam, kSmall + kAdam + std::vector<std::string>{"--shard_optimizer"});
+  expect_resumed_run_repeats(kSmall + kAdam,
+                             kSmall + kAdam + std::vector<std::string>{"--shard_optimizer"});
 }
 
 // --comm_mode shared (GradSync's shared sum): the ranks add their gradients
@@ -316,10 +319,12 @@ class SharedSum : public ::testing::TestWithParam<SharedCase> {};
 
 TEST_P(SharedSum, FollowsTheAllReduceLossCurve) {
   const SharedCase& p = GetParam();
-  auto args = kSmall + std::vector<std::string>{"--optimizer", p.optimizer, "--lr",
-                                                p.optimizer == "adam" ? "0.003" : "0.05",
-                                                "--task", p.task, "--batch_size", "16",
-                                                "--accumulate", std::to_string(p.accumulate)};
+  auto args =
+      kSmall + std::vector<std::string>{"--optimizer",  p.optimizer,
+                                        "--lr",         p.optimizer == "adam" ? "0.003" : "0.05",
+                                        "--task",       p.task,
+                                        "--batch_size", "16",
+                                        "--accumulate", std::to_string(p.accumulate)};
   if (p.shard) args = args + std::vector<std::string>{"--shard_optimizer"};
   auto reduced = train_on(p.ranks, args);
   expect_ok(reduced);
@@ -342,8 +347,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, SharedSum,
                                            SharedCase{3, "adam", "classification", 1},
                                            SharedCase{4, "sgd", "regression", 2}),
                          [](const auto& info) {
-                           return std::to_string(info.param.ranks) + "ranks_" + info.param.optimizer +
-                                  "_" + info.param.task + "_acc" +
+                           return std::to_string(info.param.ranks) + "ranks_" +
+                                  info.param.optimizer + "_" + info.param.task + "_acc" +
                                   std::to_string(info.param.accumulate) +
                                   (info.param.shard ? "_sharded" : "");
                          });
@@ -378,7 +383,8 @@ TEST(Train, TheSharedSumNamesAHungRankAfterTheGroupsTimeout) {
 
 // Over Gloo there is no memory the ranks share: a flag error, before any collective.
 TEST(Train, TheSharedSumNeedsShm) {
-  auto r = train_on(2, kSmall + std::vector<std::string>{"--comm_mode", "shared", "--backend", "gloo"});
+  auto r =
+      train_on(2, kSmall + std::vector<std::string>{"--comm_mode", "shared", "--backend", "gloo"});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("--comm_mode shared with --backend gloo"), std::string::npos) << r.err;
@@ -471,7 +477,8 @@ TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
       {{"--data", "digits", "--task", "regression"}, "--task with --data digits"},
       {{"--data", "digits", "--data_file", "/nonexistent/digits.csv.gz"},
        "--data digits: cannot open /nonexistent/digits.csv.gz"},
-      {{"--comm_mode", "shared", "--compression", "fp16"}, "--compression fp16 with --comm_mode shared"},
+      {{"--comm_mode", "shared", "--compression", "fp16"},
+       "--compression fp16 with --comm_mode shared"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> argv = {kTrain};

@@ -17,7 +17,8 @@ namespace ddp::testing {
 
 // One failure per buffer, naming the first element that differs.
 inline void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
-                            const std::function<double(std::size_t)>& expected, const std::string& what) {
+                            const std::function<double(std::size_t)>& expected,
+                            const std::string& what) {
   std::string message = got.mismatch(first, n, expected, what);
   if (!message.empty()) ADD_FAILURE() << message;
 }
@@ -50,11 +51,14 @@ inline void check_reduce(ProcessGroup& pg, DType dtype, ReduceOp op, int root, s
   Buffer buf(dtype, count);
   buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
   pg.reduce(buf.data(), count, dtype, op, root);
-  auto what = label(pg.rank(), std::string("reduce ") + op_name(op) + " to root " + std::to_string(root), count);
+  auto what = label(
+      pg.rank(), std::string("reduce ") + op_name(op) + " to root " + std::to_string(root), count);
   if (pg.rank() == root) {
     expect_elements(
         buf, 0, count,
-        [&](std::size_t i) { return reference(op, dtype, pg.size(), [&](int r) { return input_value(r, i, dtype); }); },
+        [&](std::size_t i) {
+          return reference(op, dtype, pg.size(), [&](int r) { return input_value(r, i, dtype); });
+        },
         what);
   } else {
     expect_elements(

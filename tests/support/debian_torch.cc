@@ -18,8 +18,8 @@ std::string torch_unavailable_reason() {
   static const std::string reason = [] {
     auto r = run_process({kDebianPython, "-c", "import torch"}, {}, std::chrono::seconds(120));
     if (r.exited && r.code == 0) return std::string();
-    return std::string(kDebianPython) + " -c 'import torch' failed (exit " + std::to_string(r.code) +
-           "): " + last_line(r.err);
+    return std::string(kDebianPython) + " -c 'import torch' failed (exit " +
+           std::to_string(r.code) + "): " + last_line(r.err);
   }();
   return reason;
 }

@@ -54,7 +54,8 @@ void remove_stale_namespaces() {
 std::string NetnsHosts::unavailable() {
   if (geteuid() != 0) return "needs root to create network namespaces (CI runs as root)";
   ProcessResult r = run_process({"ip", "netns", "list"}, {}, 10s);
-  if (!r.exited || r.code != 0) return "'ip netns' does not work here (iproute2 missing?): " + r.err;
+  if (!r.exited || r.code != 0)
+    return "'ip netns' does not work here (iproute2 missing?): " + r.err;
   const std::string probe = "ddpt" + std::to_string(getpid()) + "-probe";
   ProcessResult add = ip({"netns", "add", probe});
   if (!add.exited || add.code != 0) return "cannot create a network namespace: " + add.err;
@@ -76,7 +77,8 @@ NetnsHosts::NetnsHosts(int count) {
       must({"netns", "add", host});
       hosts_.push_back(host);
       const std::string port = "p" + std::to_string(i);
-      must({"-n", switch_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", host});
+      must({"-n", switch_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
+            host});
       must({"-n", switch_, "link", "set", port, "master", "br0", "up"});
       must({"-n", host, "addr", "add", address(i) + "/24", "dev", "eth0"});
       must({"-n", host, "link", "set", "eth0", "up"});
@@ -109,12 +111,14 @@ std::vector<std::string> NetnsHosts::on(int host, const std::vector<std::string>
   return full;
 }
 
-void NetnsHosts::name_hosts(const std::vector<std::string>& names, bool own_name_on_loopback) const {
+void NetnsHosts::name_hosts(const std::vector<std::string>& names,
+                            bool own_name_on_loopback) const {
   for (size_t h = 0; h < hosts_.size(); ++h) {
     std::string table = "127.0.0.1 localhost\n";
     for (size_t i = 0; i < names.size() && i < hosts_.size(); ++i) {
       const bool self = own_name_on_loopback && i == h;
-      table += (self ? std::string("127.0.1.1") : address(static_cast<int>(i))) + " " + names[i] + "\n";
+      table +=
+          (self ? std::string("127.0.1.1") : address(static_cast<int>(i))) + " " + names[i] + "\n";
     }
     std::filesystem::create_directories("/etc/netns/" + hosts_[h]);
     write_file("/etc/netns/" + hosts_[h] + "/hosts", table);

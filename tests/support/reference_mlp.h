@@ -18,7 +18,7 @@ namespace ddp::testing {
 // over the n samples of a shard, so the mean over equal shards of their
 // gradients is the whole batch's gradient.
 struct Mlp {
-  std::vector<int> sizes;  // input, hidden..., output
+  std::vector<int> sizes;                 // input, hidden..., output
   std::vector<std::vector<double>> w, b;  // w[l]: sizes[l+1] x sizes[l], row-major
 };
 
@@ -75,7 +75,8 @@ inline std::vector<std::size_t> backward_order(const Mlp& m) {
 }
 
 // Gradients (registration order) of the loss over samples [begin, end).
-inline std::vector<std::vector<double>> mlp_grads(const Mlp& m, const Batch& batch, int begin, int end) {
+inline std::vector<std::vector<double>> mlp_grads(const Mlp& m, const Batch& batch, int begin,
+                                                  int end) {
   const std::size_t layers = m.w.size();
   std::vector<std::vector<double>> grads;
   for (std::size_t l = 0; l < layers; ++l) {

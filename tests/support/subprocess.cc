@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,7 +80,8 @@ bool process_alive(pid_t pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return false;
   auto close_paren = stat.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] != 'Z';
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() &&
+         stat[close_paren + 2] != 'Z';
 }
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
@@ -92,7 +93,8 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   return true;
 }
 
-Subprocess::Subprocess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+Subprocess::Subprocess(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env) {
   dir_ = make_temp_dir();
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
@@ -175,7 +177,8 @@ ProcessResult Subprocess::wait(std::chrono::milliseconds timeout) {
   return r;
 }
 
-ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env,
                           std::chrono::milliseconds timeout) {
   Subprocess p(argv, env);
   return p.wait(timeout);

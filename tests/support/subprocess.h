@@ -16,9 +16,9 @@
 namespace ddp::testing {
 
 struct ProcessResult {
-  bool exited = false;    // false: still running when the wait timed out (then killed)
+  bool exited = false;  // false: still running when the wait timed out (then killed)
   bool signaled = false;
-  int code = -1;          // exit code, or the signal number when signaled
+  int code = -1;  // exit code, or the signal number when signaled
   std::string out, err;
   double seconds = 0;
 };
@@ -28,7 +28,8 @@ class Subprocess {
   // Starts argv; `env` entries override/add to the test's environment
   // (a value of "\x01" removes the variable). The child leads a new process
   // group so tests can signal it like a terminal would.
-  Subprocess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  Subprocess(const std::vector<std::string>& argv,
+             const std::map<std::string, std::string>& env = {});
   ~Subprocess();  // kills the process (group) if still running
 
   pid_t pid() const { return pid_; }

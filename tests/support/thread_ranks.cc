@@ -18,7 +18,8 @@ ProcessGroupOptions gloo_options(std::chrono::milliseconds timeout) {
   return options;
 }
 
-void on_ranks(int world, const std::function<void(ProcessGroup&)>& body, const ProcessGroupOptions& options) {
+void on_ranks(int world, const std::function<void(ProcessGroup&)>& body,
+              const ProcessGroupOptions& options) {
   // One in-memory store for the whole test program; every run takes a prefix of
   // its own, so groups never read each other's addresses.
   static std::shared_ptr<Store> shared = make_memory_store();

@@ -32,18 +32,20 @@ std::string torch2_unavailable_reason(const std::string& module) {
     reason = "no torch 2.x interpreter at " + python + hint;
   } else {
     // Exit 3: a torch older than 2, named on stderr.
-    const std::string script = "import sys, torch\n"
-                               "if int(torch.__version__.split('.')[0]) < 2:\n"
-                               "    print(torch.__version__, file=sys.stderr); sys.exit(3)\n"
-                               "import " + module + "\n";
+    const std::string script =
+        "import sys, torch\n"
+        "if int(torch.__version__.split('.')[0]) < 2:\n"
+        "    print(torch.__version__, file=sys.stderr); sys.exit(3)\n"
+        "import " +
+        module + "\n";
     auto r = run_process({python, "-c", script}, {}, std::chrono::seconds(120));
     if (!r.exited) {
       reason = python + ": 'import " + imports + "' did not finish in 120 s";
     } else if (r.code == 3) {
       reason = python + " has torch " + last_line(r.err) + ", not 2.x" + hint;
     } else if (r.code != 0) {
-      reason = python + ": 'import " + imports + "' failed (exit " + std::to_string(r.code) + "): " +
-               last_line(r.err) + hint;
+      reason = python + ": 'import " + imports + "' failed (exit " + std::to_string(r.code) +
+               "): " + last_line(r.err) + hint;
     }
   }
   reasons[module] = reason;

@@ -16,15 +16,17 @@
 
 namespace ddp::testing {
 
-inline constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                                    DType::kInt32,   DType::kInt64,   DType::kUInt8};
+inline constexpr DType kDTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                    DType::kBFloat16, DType::kInt32,   DType::kInt64,
+                                    DType::kUInt8};
 inline constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                                     ReduceOp::kProduct};
 // 0 and 1, odd sizes that no world divides, and one that spans many Gloo segments.
 inline constexpr std::size_t kCounts[] = {0, 1, 7, 1001};
 
 inline bool is_float(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16;
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
+         d == DType::kBFloat16;
 }
 inline bool is_signed(DType d) { return d != DType::kUInt8; }
 
@@ -45,7 +47,8 @@ inline double moved_value(int r, std::size_t k, DType dtype) {
 }
 
 // op over the world's values; averages of integer types truncate toward zero.
-inline double reference(ReduceOp op, DType dtype, int world, const std::function<double(int)>& value) {
+inline double reference(ReduceOp op, DType dtype, int world,
+                        const std::function<double(int)>& value) {
   double sum = 0, product = 1, lo = value(0), hi = value(0);
   for (int r = 0; r < world; ++r) {
     double v = value(r);
@@ -55,11 +58,16 @@ inline double reference(ReduceOp op, DType dtype, int world, const std::function
     hi = std::max(hi, v);
   }
   switch (op) {
-    case ReduceOp::kSum: return sum;
-    case ReduceOp::kAvg: return is_float(dtype) ? sum / world : std::trunc(sum / world);
-    case ReduceOp::kMin: return lo;
-    case ReduceOp::kMax: return hi;
-    case ReduceOp::kProduct: return product;
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kAvg:
+      return is_float(dtype) ? sum / world : std::trunc(sum / world);
+    case ReduceOp::kMin:
+      return lo;
+    case ReduceOp::kMax:
+      return hi;
+    case ReduceOp::kProduct:
+      return product;
   }
   return 0;
 }
@@ -67,11 +75,16 @@ inline double reference(ReduceOp op, DType dtype, int world, const std::function
 // Integer-valued results are exact; a float average may be off by its rounding.
 inline double tolerance(DType dtype, double expected) {
   switch (dtype) {
-    case DType::kFloat16: return std::abs(expected) / 1024;
-    case DType::kBFloat16: return std::abs(expected) / 128;
-    case DType::kFloat32: return std::abs(expected) * 1e-6;
-    case DType::kFloat64: return std::abs(expected) * 1e-14;
-    default: return 0;
+    case DType::kFloat16:
+      return std::abs(expected) / 1024;
+    case DType::kBFloat16:
+      return std::abs(expected) / 128;
+    case DType::kFloat32:
+      return std::abs(expected) * 1e-6;
+    case DType::kFloat64:
+      return std::abs(expected) * 1e-14;
+    default:
+      return 0;
   }
 }
 
@@ -83,30 +96,53 @@ class Buffer {
   void* data() { return bytes_.data(); }
   std::size_t count() const { return count_; }
   DType dtype() const { return dtype_; }
-  char* slice(std::size_t first) { return reinterpret_cast<char*>(bytes_.data()) + first * dtype_size(dtype_); }
+  char* slice(std::size_t first) {
+    return reinterpret_cast<char*>(bytes_.data()) + first * dtype_size(dtype_);
+  }
 
   void set(std::size_t i, double v) {
     void* p = bytes_.data() + i * dtype_size(dtype_);
     switch (dtype_) {
-      case DType::kFloat32: store(p, static_cast<float>(v)); break;
-      case DType::kFloat64: store(p, v); break;
-      case DType::kFloat16: store(p, float_to_half(static_cast<float>(v))); break;
-      case DType::kBFloat16: store(p, float_to_bfloat16(static_cast<float>(v))); break;
-      case DType::kInt32: store(p, static_cast<std::int32_t>(v)); break;
-      case DType::kInt64: store(p, static_cast<std::int64_t>(v)); break;
-      case DType::kUInt8: store(p, static_cast<std::uint8_t>(v)); break;
+      case DType::kFloat32:
+        store(p, static_cast<float>(v));
+        break;
+      case DType::kFloat64:
+        store(p, v);
+        break;
+      case DType::kFloat16:
+        store(p, float_to_half(static_cast<float>(v)));
+        break;
+      case DType::kBFloat16:
+        store(p, float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case DType::kInt32:
+        store(p, static_cast<std::int32_t>(v));
+        break;
+      case DType::kInt64:
+        store(p, static_cast<std::int64_t>(v));
+        break;
+      case DType::kUInt8:
+        store(p, static_cast<std::uint8_t>(v));
+        break;
     }
   }
   double get(std::size_t i) const {
     const void* p = bytes_.data() + i * dtype_size(dtype_);
     switch (dtype_) {
-      case DType::kFloat32: return load<float>(p);
-      case DType::kFloat64: return load<double>(p);
-      case DType::kFloat16: return half_to_float(load<std::uint16_t>(p));
-      case DType::kBFloat16: return bfloat16_to_float(load<std::uint16_t>(p));
-      case DType::kInt32: return load<std::int32_t>(p);
-      case DType::kInt64: return static_cast<double>(load<std::int64_t>(p));
-      case DType::kUInt8: return load<std::uint8_t>(p);
+      case DType::kFloat32:
+        return load<float>(p);
+      case DType::kFloat64:
+        return load<double>(p);
+      case DType::kFloat16:
+        return half_to_float(load<std::uint16_t>(p));
+      case DType::kBFloat16:
+        return bfloat16_to_float(load<std::uint16_t>(p));
+      case DType::kInt32:
+        return load<std::int32_t>(p);
+      case DType::kInt64:
+        return static_cast<double>(load<std::int64_t>(p));
+      case DType::kUInt8:
+        return load<std::uint8_t>(p);
     }
     return 0;
   }
@@ -116,7 +152,8 @@ class Buffer {
   }
   // "" when elements [first, first + n) equal expected(j); else a message
   // naming `what`, the dtype and the first element that differs.
-  std::string mismatch(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& expected,
+  std::string mismatch(std::size_t first, std::size_t n,
+                       const std::function<double(std::size_t)>& expected,
                        const std::string& what) const {
     for (std::size_t j = 0; j < n; ++j) {
       double want = expected(j), have = get(first + j);

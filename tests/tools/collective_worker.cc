@@ -48,16 +48,21 @@ int usage() {
       "  mismatch [RANK]    (DDP_DEBUG=1) RANK (default 1) all_reduces 5 elements, the others 4:\n"
       "                     every rank prints EXPECTED ERROR rank=R: <error>, then MISMATCH OK "
       "rank=R\n"
-      "  large [MIB]        all_reduces of 4 KiB .. MIB (default 64) MiB (float32 sum, int32 max) in private\n"
+      "  large [MIB]        all_reduces of 4 KiB .. MIB (default 64) MiB (float32 sum, int32 max) "
+      "in private\n"
       "                     and allocate()d buffers; float sums must match bit for bit on every\n"
       "                     rank; prints LARGE OK rank=R world=W backend=B\n"
       "  kill               every rank ignores SIGTERM and all_reduces 16 MiB in a loop; rank 1\n"
       "                     SIGKILLs itself after 3 of them; the others print EXPECTED ERROR\n"
-      "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit 0\n"
+      "                     rank=R: <error> and FAILED AFTER ms=<time in the failing call>, exit "
+      "0\n"
       "  stop               all_reduces in a loop; rank 1 stops itself (SIGSTOP) after 3 of them\n"
-      "  soak SECONDS       checked all_reduces and barriers for SECONDS; prints SOAK OK rank=R iterations=N\n"
-      "  groups             ddp::new_group(\"second\", shm variants chunked) beside the default group: 1 MiB\n"
-      "                     all_reduces on both; prints GROUPS rank=R default=<choice> second=<choice>,\n"
+      "  soak SECONDS       checked all_reduces and barriers for SECONDS; prints SOAK OK rank=R "
+      "iterations=N\n"
+      "  groups             ddp::new_group(\"second\", shm variants chunked) beside the default "
+      "group: 1 MiB\n"
+      "                     all_reduces on both; prints GROUPS rank=R default=<choice> "
+      "second=<choice>,\n"
       "                     then REFUSED rank=R <new_group(\"default\")'s error>\n");
   return 64;
 }
@@ -81,7 +86,9 @@ using ddp::testing::reference;
 class Buffer : public ddp::testing::Buffer {
  public:
   using ddp::testing::Buffer::Buffer;
-  void fill(std::size_t n, const std::function<double(std::size_t)>& f) { ddp::testing::Buffer::fill(0, n, f); }
+  void fill(std::size_t n, const std::function<double(std::size_t)>& f) {
+    ddp::testing::Buffer::fill(0, n, f);
+  }
   // Elements [first, first + n) must equal expected(j), j counting from 0.
   void expect(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& expected,
               const std::string& what) const {
@@ -453,8 +460,9 @@ int run_large(std::size_t max_bytes) {
   try {
     for (bool shared : {false, true}) {
       const std::string where = shared ? " in allocate()d memory" : " in private memory";
-      for (std::size_t bytes : {std::size_t{4} << 10, (std::size_t{32} << 10) + 4, (std::size_t{1} << 20) + 12,
-                                (std::size_t{5} << 20) + 4, std::size_t{64} << 20}) {
+      for (std::size_t bytes :
+           {std::size_t{4} << 10, (std::size_t{32} << 10) + 4, (std::size_t{1} << 20) + 12,
+            (std::size_t{5} << 20) + 4, std::size_t{64} << 20}) {
         if (bytes > max_bytes) continue;
         const std::size_t count = bytes / 4;
         std::vector<float> own;
@@ -475,18 +483,22 @@ int run_large(std::size_t max_bytes) {
           for (int r = 0; r < n; ++r) want += large_value(r, i);
           if (f[i] != want) {
             fail("all_reduce sum of " + std::to_string(count) + " float32" + where + ": element " +
-                 std::to_string(i) + " is " + std::to_string(f[i]) + ", expected " + std::to_string(want));
+                 std::to_string(i) + " is " + std::to_string(f[i]) + ", expected " +
+                 std::to_string(want));
           }
         }
         auto* k = static_cast<std::int32_t*>(data);
-        for (std::size_t i = 0; i < count; ++i) k[i] = static_cast<std::int32_t>(large_value(rank, i)) * 1000;
+        for (std::size_t i = 0; i < count; ++i)
+          k[i] = static_cast<std::int32_t>(large_value(rank, i)) * 1000;
         pg.all_reduce(k, count, DType::kInt32, ReduceOp::kMax);
         for (std::size_t i = 0; i < count; ++i) {
           std::int32_t want = std::numeric_limits<std::int32_t>::min();
-          for (int r = 0; r < n; ++r) want = std::max(want, static_cast<std::int32_t>(large_value(r, i)) * 1000);
+          for (int r = 0; r < n; ++r)
+            want = std::max(want, static_cast<std::int32_t>(large_value(r, i)) * 1000);
           if (k[i] != want) {
-            fail("all_reduce max of " + std::to_string(count) + " int32" + where + ": element " + std::to_string(i) +
-                 " is " + std::to_string(k[i]) + ", expected " + std::to_string(want));
+            fail("all_reduce max of " + std::to_string(count) + " int32" + where + ": element " +
+                 std::to_string(i) + " is " + std::to_string(k[i]) + ", expected " +
+                 std::to_string(want));
           }
         }
       }
@@ -502,15 +514,16 @@ int run_large(std::size_t max_bytes) {
         own.resize(count);
         f = own.data();
       }
-      for (std::size_t i = 0; i < count; ++i) f[i] = static_cast<float>(std::sin(0.37 * i + rank) * (1 + 0.3 * rank));
+      for (std::size_t i = 0; i < count; ++i)
+        f[i] = static_cast<float>(std::sin(0.37 * i + rank) * (1 + 0.3 * rank));
       pg.all_reduce(f, count, DType::kFloat32, ReduceOp::kSum);
       auto mine = static_cast<std::int64_t>(fnv1a(f, count * 4));
       std::vector<std::int64_t> all(n);
       pg.all_gather(&mine, all.data(), 1, DType::kInt64);
       for (int r = 0; r < n; ++r) {
         if (all[r] != mine) {
-          fail("float32 sum of " + std::to_string(count) + " fractions" + where + ": rank " + std::to_string(r) +
-               "'s bits differ from rank " + std::to_string(rank) + "'s");
+          fail("float32 sum of " + std::to_string(count) + " fractions" + where + ": rank " +
+               std::to_string(r) + "'s bits differ from rank " + std::to_string(rank) + "'s");
         }
       }
     }
@@ -551,8 +564,9 @@ int run_kill() {
     try {
       group->all_reduce(data.data(), data.size(), DType::kFloat32, ReduceOp::kMax);
     } catch (const ddp::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
       std::printf("EXPECTED ERROR rank=%d: %s\n", rank, e.what());
       std::printf("FAILED AFTER ms=%lld iteration=%d\n", static_cast<long long>(ms), iteration);
       std::fflush(stdout);
@@ -561,7 +575,8 @@ int run_kill() {
     finished.fetch_add(1);
     finished.notify_all();
   }
-  std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: every all_reduce succeeded, rank 1 never died\n", rank);
+  std::fprintf(stderr,
+               "COLLECTIVES FAILED rank=%d: every all_reduce succeeded, rank 1 never died\n", rank);
   std::fflush(stderr);
   std::_Exit(1);
 }
@@ -582,7 +597,8 @@ int run_soak(double seconds) {
       group->all_reduce(data.data(), count, DType::kInt64, ReduceOp::kSum);
       for (std::int64_t v : data) {
         if (v != expected) {
-          std::fprintf(stderr, "COLLECTIVES FAILED rank=%d: iteration %d: sum %lld, expected %lld\n", rank,
+          std::fprintf(stderr,
+                       "COLLECTIVES FAILED rank=%d: iteration %d: sum %lld, expected %lld\n", rank,
                        iterations, static_cast<long long>(v), static_cast<long long>(expected));
           return 1;
         }
@@ -630,7 +646,8 @@ int run_groups() {
       return 1;
     }
   }
-  std::printf("GROUPS rank=%d default=%s second=%s\n", rank, group->algorithm_for("all_reduce", bytes).c_str(),
+  std::printf("GROUPS rank=%d default=%s second=%s\n", rank,
+              group->algorithm_for("all_reduce", bytes).c_str(),
               second->algorithm_for("all_reduce", bytes).c_str());
   std::string refused = "nothing";
   try {

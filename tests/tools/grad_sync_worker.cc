@@ -41,8 +41,9 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: grad_sync_worker equiv|capi|unused|shared|capi_shared|capi_shards|shared_kill\n");
+  std::fprintf(
+      stderr,
+      "usage: grad_sync_worker equiv|capi|unused|shared|capi_shared|capi_shards|shared_kill\n");
   return 64;
 }
 
@@ -345,14 +346,18 @@ void run_capi_shards() {
   C_CHECK(ddp_param_shards_node_shared(shards, &node_shared));
   // The values: element i of parameter p is 10 * p + i, written by one rank
   // when the buffer is the node's one copy, else by every rank.
-  auto value = [](std::size_t p, std::size_t i) { return 10.0 * static_cast<double>(p) + static_cast<double>(i); };
+  auto value = [](std::size_t p, std::size_t i) {
+    return 10.0 * static_cast<double>(p) + static_cast<double>(i);
+  };
   std::vector<void*> data(3);
   for (std::size_t p = 0; p < 3; ++p) C_CHECK(ddp_param_shards_data(shards, p, &data[p]));
   if (!node_shared || rank == 0) {
     for (std::size_t p = 0; p < 3; ++p) {
       for (std::size_t i = 0; i < ps[p].count; ++i) {
-        if (ps[p].dtype == DDP_FLOAT64) static_cast<double*>(data[p])[i] = value(p, i);
-        else static_cast<float*>(data[p])[i] = static_cast<float>(value(p, i));
+        if (ps[p].dtype == DDP_FLOAT64)
+          static_cast<double*>(data[p])[i] = value(p, i);
+        else
+          static_cast<float*>(data[p])[i] = static_cast<float>(value(p, i));
       }
     }
   }
@@ -365,10 +370,13 @@ void run_capi_shards() {
   for (std::size_t p = 0; p < 3; ++p) {
     std::size_t begin = 0, end = 0;
     C_CHECK(ddp_param_shards_owned(shards, p, &begin, &end));
-    if (begin > end || end > ps[p].count) fail("C API owned range of parameter " + std::to_string(p));
+    if (begin > end || end > ps[p].count)
+      fail("C API owned range of parameter " + std::to_string(p));
     for (std::size_t i = begin; i < end; ++i) {
-      if (ps[p].dtype == DDP_FLOAT64) static_cast<double*>(data[p])[i] += 1000.0 * (rank + 1);
-      else static_cast<float*>(data[p])[i] += 1000.0f * static_cast<float>(rank + 1);
+      if (ps[p].dtype == DDP_FLOAT64)
+        static_cast<double*>(data[p])[i] += 1000.0 * (rank + 1);
+      else
+        static_cast<float*>(data[p])[i] += 1000.0f * static_cast<float>(rank + 1);
     }
     state[p].assign(ps[p].count, 0.0);
     for (std::size_t i = begin; i < end; ++i) state[p][i] = rank + 1;
@@ -380,7 +388,7 @@ void run_capi_shards() {
   for (std::size_t p = 0; p < 3; ++p) {
     for (std::size_t i = 0; i < ps[p].count; ++i) {
       const double got = ps[p].dtype == DDP_FLOAT64 ? static_cast<double*>(data[p])[i]
-                                                     : static_cast<float*>(data[p])[i];
+                                                    : static_cast<float*>(data[p])[i];
       const double added = got - value(p, i);
       const long owner = std::lround(added / 1000.0) - 1;
       if (owner < 0 || owner >= world || std::fabs(added - 1000.0 * (owner + 1)) > 1e-3) {
@@ -396,10 +404,12 @@ void run_capi_shards() {
   }
   double extremes[2] = {checksum, -checksum};
   C_CHECK(ddp_all_reduce(extremes, 2, DDP_FLOAT64, DDP_MAX));
-  if (extremes[0] != checksum || -extremes[1] != checksum) fail("the ranks hold different parameters");
+  if (extremes[0] != checksum || -extremes[1] != checksum)
+    fail("the ranks hold different parameters");
   // Misuse fails with a message naming what is wrong.
   void* nowhere = nullptr;
-  if (ddp_param_shards_data(shards, 3, &nowhere) == 0 || std::strstr(ddp_last_error(), "3") == nullptr)
+  if (ddp_param_shards_data(shards, 3, &nowhere) == 0 ||
+      std::strstr(ddp_last_error(), "3") == nullptr)
     fail(std::string("C API data(3): ") + ddp_last_error());
   if (ddp_param_shards_all_gather_buffers(shards, state_ptrs.data(), 2) == 0 ||
       std::strstr(ddp_last_error(), "2 buffers for 3 parameters") == nullptr)

@@ -19,7 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
@@ -35,7 +36,8 @@ void serve(const WorkerEnv& env, Clock::time_point deadline) {
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1024) != 0) {
     std::string why = std::strerror(errno);
     close(fd);
-    throw Error("rank 0: cannot listen on MASTER_PORT " + std::to_string(env.master_port) + ": " + why);
+    throw Error("rank 0: cannot listen on MASTER_PORT " + std::to_string(env.master_port) + ": " +
+                why);
   }
   std::vector<int> peers;
   std::vector<bool> arrived(env.world_size, false);
@@ -56,7 +58,8 @@ void serve(const WorkerEnv& env, Clock::time_point deadline) {
     int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) continue;
     int rank = -1;
-    if (recv(c, &rank, sizeof(rank), MSG_WAITALL) == sizeof(rank) && rank > 0 && rank < env.world_size) {
+    if (recv(c, &rank, sizeof(rank), MSG_WAITALL) == sizeof(rank) && rank > 0 &&
+        rank < env.world_size) {
       arrived[rank] = true;
       peers.push_back(c);
     } else {
@@ -90,7 +93,9 @@ void join(const WorkerEnv& env, Clock::time_point deadline) {
       ok = ok && poll(&p, 1, remaining_ms(deadline)) == 1 && recv(fd, &go, 1, 0) == 1;
       close(fd);
       freeaddrinfo(res);
-      if (!ok) throw Error("barrier: rank 0 at " + env.master_addr + ":" + port + " went away or timed out");
+      if (!ok)
+        throw Error("barrier: rank 0 at " + env.master_addr + ":" + port +
+                    " went away or timed out");
       return;
     }
     close(fd);

@@ -25,28 +25,31 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: test_worker MODE ...\n"
-               "  env                       print the contract variables and OMP_NUM_THREADS\n"
-               "  args A...                 print each argument as 'ARG <a>'\n"
-               "  exit CODE                 exit with CODE\n"
-               "  fail RANK CODE            RANK writes to stderr and exits CODE; others wait\n"
-               "  signal RANK SIG           RANK kills itself with SIG; others wait\n"
-               "  hold DIR [ignore-term]    write DIR/pid_<rank>, fork a child writing DIR/child_<rank>, wait\n"
-               "  on-usr1 DIR               fork a child (default SIGUSR1 action), write DIR/pid_<rank>,\n"
-               "                            wait for SIGUSR1, print 'rank R got SIGUSR1, child alive|dead',\n"
-               "                            end the child, exit 0 (a checkpoint before preemption)\n"
-               "  binary                    write bytes 0..255 and a line without newline\n"
-               "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
-               "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
-               "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n"
-               "  rdzv-at-size N            hold while GROUP_WORLD_SIZE < N, then rdzv\n"
-               "  rdzv-at-restart N         hold while TORCHELASTIC_RESTART_COUNT < N, then rdzv\n"
-               "  shm-leak HOW [DIR]        create a 1 MiB shm segment named as libddp does, print\n"
-               "                            'SHM STALE <n>' (segments of this run from other rounds)\n"
-               "                            and 'SHM <name>', write DIR/pid_<rank>, then HOW:\n"
-               "                            exit (code 3), kill (SIGKILL itself), hold (wait),\n"
-               "                            kill-first (SIGKILL itself in attempt 0, exit 0 later)\n");
+  std::fprintf(
+      stderr,
+      "usage: test_worker MODE ...\n"
+      "  env                       print the contract variables and OMP_NUM_THREADS\n"
+      "  args A...                 print each argument as 'ARG <a>'\n"
+      "  exit CODE                 exit with CODE\n"
+      "  fail RANK CODE            RANK writes to stderr and exits CODE; others wait\n"
+      "  signal RANK SIG           RANK kills itself with SIG; others wait\n"
+      "  hold DIR [ignore-term]    write DIR/pid_<rank>, fork a child writing DIR/child_<rank>, "
+      "wait\n"
+      "  on-usr1 DIR               fork a child (default SIGUSR1 action), write DIR/pid_<rank>,\n"
+      "                            wait for SIGUSR1, print 'rank R got SIGUSR1, child "
+      "alive|dead',\n"
+      "                            end the child, exit 0 (a checkpoint before preemption)\n"
+      "  binary                    write bytes 0..255 and a line without newline\n"
+      "  fail-until ATTEMPT        exit 1 while TORCHELASTIC_RESTART_COUNT < ATTEMPT\n"
+      "  barrier                   pass a TCP barrier on MASTER_ADDR:MASTER_PORT\n"
+      "  rdzv                      store round trips and barriers through DDP_RDZV_ENDPOINT\n"
+      "  rdzv-at-size N            hold while GROUP_WORLD_SIZE < N, then rdzv\n"
+      "  rdzv-at-restart N         hold while TORCHELASTIC_RESTART_COUNT < N, then rdzv\n"
+      "  shm-leak HOW [DIR]        create a 1 MiB shm segment named as libddp does, print\n"
+      "                            'SHM STALE <n>' (segments of this run from other rounds)\n"
+      "                            and 'SHM <name>', write DIR/pid_<rank>, then HOW:\n"
+      "                            exit (code 3), kill (SIGKILL itself), hold (wait),\n"
+      "                            kill-first (SIGKILL itself in attempt 0, exit 0 later)\n");
   return 64;
 }
 
@@ -122,7 +125,8 @@ int main(int argc, char** argv) {
     write_pid_file(std::string(argv[2]) + "/pid_" + std::to_string(rank), getpid());
     int sig = 0;
     sigwait(&usr1, &sig);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a child's death would show by now
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(50));  // a child's death would show by now
     const bool alive = kill(child, 0) == 0 && waitpid(child, nullptr, WNOHANG) == 0;
     std::printf("rank %d got SIGUSR1, child %s\n", rank, alive ? "alive" : "dead");
     std::fflush(stdout);
@@ -171,7 +175,8 @@ int main(int argc, char** argv) {
       ddp::RendezvousClient client(env->rdzv_endpoint, env->run_id, env->rdzv_token,
                                    ddp::TlsFiles{"", "", env->rdzv_tls_ca});
       std::string prefix = "test/round" + std::to_string(env->round) + "/";
-      client.set(prefix + "rank/" + std::to_string(env->rank), "value-of-" + std::to_string(env->rank));
+      client.set(prefix + "rank/" + std::to_string(env->rank),
+                 "value-of-" + std::to_string(env->rank));
       client.add(prefix + "count", 1);
       client.barrier(prefix + "after-set", env->rank, env->world_size, 20s);
       for (int r = 0; r < env->world_size; ++r) {
@@ -183,12 +188,13 @@ int main(int argc, char** argv) {
       }
       std::int64_t count = client.add(prefix + "count", 0);
       if (count != env->world_size) {
-        std::fprintf(stderr, "rdzv: counter is %lld, expected %d\n", static_cast<long long>(count), env->world_size);
+        std::fprintf(stderr, "rdzv: counter is %lld, expected %d\n", static_cast<long long>(count),
+                     env->world_size);
         return 5;
       }
       client.barrier(prefix + "end", env->rank, env->world_size, 20s);
-      std::printf("RDZV OK rank=%d world=%d group=%d round=%ld restart=%d\n", env->rank, env->world_size,
-                  env->group_rank, env->round, env->restart_count);
+      std::printf("RDZV OK rank=%d world=%d group=%d round=%ld restart=%d\n", env->rank,
+                  env->world_size, env->group_rank, env->round, env->restart_count);
       return 0;
     } catch (const ddp::Error& e) {
       std::fprintf(stderr, "rdzv: %s\n", e.what());

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "grad/grad_sync/bucket_packing.h"
 #include "ddp/common/error.h"
+#include "grad/grad_sync/bucket_packing.h"
 
 namespace ddp {
 namespace {

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/common/error.h"
 #include "collective_checks.h"
+#include "ddp/common/error.h"
 #include "ddp/ddp.h"
 
 namespace ddp {
@@ -81,7 +81,8 @@ TEST_P(Collectives, AllReduceMatchesLocalReferenceForEveryDtypeOpAndCount) {
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   on_ranks(world(), [](ProcessGroup& pg) {
-    check_broadcast_from_every_root(pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
+    check_broadcast_from_every_root(
+        pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
   });
 }
 
@@ -91,7 +92,8 @@ TEST_P(Collectives, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
     for (DType dtype : kDTypes) {
       for (ReduceOp op : kOps) {
         for (int root = 0; root < n; ++root) {
-          for (std::size_t count : {std::size_t{1}, std::size_t{7}}) check_reduce(pg, dtype, op, root, count);
+          for (std::size_t count : {std::size_t{1}, std::size_t{7}})
+            check_reduce(pg, dtype, op, root, count);
         }
       }
     }
@@ -114,7 +116,8 @@ TEST_P(Collectives, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
 
 TEST_P(Collectives, AllGatherPutsEveryRanksInputInRankOrder) {
   on_ranks(world(), [](ProcessGroup& pg) {
-    check_all_gather(pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
+    check_all_gather(
+        pg, [](DType) { return std::vector<std::size_t>(std::begin(kCounts), std::end(kCounts)); });
   });
 }
 
@@ -639,9 +642,10 @@ TEST(ProcessGroupErrors, BadRankSizeBackendOrStoreAreRejected) {
               ProcessGroup::create(1, 1, nullptr, gloo_options());
             }).find("rank 1 is outside [0, 1)"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([] { ProcessGroup::create(-1, 2, make_memory_store(), gloo_options()); }).find("rank -1"),
-      std::string::npos);
+  EXPECT_NE(error_of([] {
+              ProcessGroup::create(-1, 2, make_memory_store(), gloo_options());
+            }).find("rank -1"),
+            std::string::npos);
   EXPECT_NE(error_of([] { ProcessGroup::create(0, 0, nullptr, gloo_options()); }).find("size 0"),
             std::string::npos);
   EXPECT_NE(

@@ -97,8 +97,10 @@ TEST(EnvContract, TorchrunsStoreAndNcclVariablesAreAlwaysWrittenAndAnInheritedEr
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(back->use_agent_store);
   const auto& names = contract_variable_names();
-  for (const char* name : {"TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE"}) {
-    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name << " would be inherited";
+  for (const char* name : {"TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                           "TORCHELASTIC_ERROR_FILE"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
+        << name << " would be inherited";
   }
 }
 
@@ -106,8 +108,10 @@ TEST(EnvContract, OutputPrefixedIsWrittenOnlyWhenTrueAndReadAsZeroOrOne) {
   WorkerEnv env;
   for (const auto& [name, value] : env.to_env()) EXPECT_NE(name, "DDP_OUTPUT_PREFIXED");
   EXPECT_FALSE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}})->output_prefixed);
-  EXPECT_FALSE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "0"}})->output_prefixed);
-  EXPECT_TRUE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "1"}})->output_prefixed);
+  EXPECT_FALSE(
+      parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "0"}})->output_prefixed);
+  EXPECT_TRUE(
+      parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "1"}})->output_prefixed);
   try {
     parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_OUTPUT_PREFIXED", "yes"}});
     FAIL() << "a malformed DDP_OUTPUT_PREFIXED must be an error";
@@ -120,7 +124,8 @@ TEST(EnvContract, NoLauncherVariablesMeansAWorldOfOne) { EXPECT_FALSE(parse({}))
 
 TEST(EnvContract, RdzvVariablesOnlyWrittenWithAnEndpoint) {
   WorkerEnv env;
-  for (const auto& [name, value] : env.to_env()) EXPECT_EQ(name.rfind("DDP_RDZV", 0), std::string::npos);
+  for (const auto& [name, value] : env.to_env())
+    EXPECT_EQ(name.rfind("DDP_RDZV", 0), std::string::npos);
 }
 
 TEST(EnvContract, WithoutAServerTheReasonIsWrittenInsteadOfTheEndpoint) {
@@ -134,7 +139,8 @@ TEST(EnvContract, WithoutAServerTheReasonIsWrittenInsteadOfTheEndpoint) {
 }
 
 TEST(EnvContract, MalformedValuesNameTheVariable) {
-  auto expect_error = [](const std::map<std::string, std::string>& vars, const std::string& needle) {
+  auto expect_error = [](const std::map<std::string, std::string>& vars,
+                         const std::string& needle) {
     try {
       parse(vars);
       ADD_FAILURE() << "no error for " << needle;

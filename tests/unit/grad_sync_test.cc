@@ -14,8 +14,8 @@
 
 #include "visible_gpus.h"
 
-#include "thread_ranks.h"
 #include <spdlog/sinks/ostream_sink.h>
+#include "thread_ranks.h"
 
 #include <algorithm>
 #include <atomic>
@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/bucket_layout.h"
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
-#include "ddp/bucket_layout.h"
 #include "ddp/ddp_c.h"
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
@@ -68,12 +68,12 @@ bool has(const std::string& text, const std::string& part) {
 // The unit tests' reference model: 7 inputs, hidden 13 and 11, 5 outputs.
 const std::vector<int> kMlpSizes = {7, 13, 11, 5};
 
-using ::ddp::testing::Batch;
 using ::ddp::testing::backward_order;
+using ::ddp::testing::Batch;
 using ::ddp::testing::make_batch;
+using ::ddp::testing::Mlp;
 using ::ddp::testing::mlp_grads;
 using ::ddp::testing::mlp_params;
-using ::ddp::testing::Mlp;
 
 std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
@@ -136,7 +136,8 @@ struct EquivalenceCase {
 };
 // What ctest's "# GetParam() = ..." shows, instead of the struct's bytes.
 void PrintTo(const EquivalenceCase& c, std::ostream* os) {
-  *os << "world " << c.world << ", cap " << c.cap << " B" << (c.mode == CommMode::kInline ? ", inline" : "");
+  *os << "world " << c.world << ", cap " << c.cap << " B"
+      << (c.mode == CommMode::kInline ? ", inline" : "");
 }
 
 class Equivalence : public ::testing::TestWithParam<EquivalenceCase> {};
@@ -258,7 +259,8 @@ TEST(GradSyncInline, ACollectiveFailureIsThrownByFinishAfterOneTimeout) {
         GradSync sync(pg, {{"p0", {10}}, {"p1", {10}}, {"p2", {10}}, {"p3", {10}}}, options);
         if (pg.rank() == 1) return;  // never reduces anything
         const auto start = std::chrono::steady_clock::now();
-        for (std::size_t p = 0; p < 4; ++p) EXPECT_NO_THROW(sync.mark_ready(p)) << "parameter " << p;
+        for (std::size_t p = 0; p < 4; ++p)
+          EXPECT_NO_THROW(sync.mark_ready(p)) << "parameter " << p;
         const std::string error = error_of([&] { sync.finish(); });
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -452,7 +454,8 @@ struct PartialCase {
   CommMode mode;
 };
 void PrintTo(const PartialCase& c, std::ostream* os) {
-  *os << c.backend << ", world " << c.world << (c.mode == CommMode::kInline ? ", inline" : ", overlap");
+  *os << c.backend << ", world " << c.world
+      << (c.mode == CommMode::kInline ? ", inline" : ", overlap");
 }
 class GradSyncPartial : public ::testing::TestWithParam<PartialCase> {};
 
@@ -503,8 +506,8 @@ TEST_P(GradSyncPartial, NeededElementsHoldTheFullAveragesBits) {
             const float* b = partial.grad_view(p);
             for (std::size_t i = mine[p].begin; i < mine[p].end; ++i) {
               ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
-                  << "rank " << pg.rank() << " iteration " << it + 1 << " " << partial.param(p).name << "[" << i
-                  << "]: " << b[i] << " against " << a[i];
+                  << "rank " << pg.rank() << " iteration " << it + 1 << " " << partial.param(p).name
+                  << "[" << i << "]: " << b[i] << " against " << a[i];
             }
           }
         }
@@ -520,7 +523,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, GradSyncPartial,
                                            PartialCase{"shm", 4, CommMode::kInline},
                                            PartialCase{"gloo", 3, CommMode::kOverlap}),
                          [](const ::testing::TestParamInfo<PartialCase>& info) {
-                           return std::string(info.param.backend) + "_world" + std::to_string(info.param.world) +
+                           return std::string(info.param.backend) + "_world" +
+                                  std::to_string(info.param.world) +
                                   (info.param.mode == CommMode::kInline ? "_inline" : "");
                          });
 
@@ -534,8 +538,13 @@ TEST(GradSyncPartialChecks, UnusedParametersFailEveryRankAndBadRangesAreRefused)
         GradSyncOptions options;
         options.log_every = 0;
         GradSync sync(pg, three_params(), options);
-        EXPECT_TRUE(has(error_of([&] { sync.set_needed_gradients({{0, 1}}); }), "1 ranges for 3 parameters"));
-        EXPECT_TRUE(has(error_of([&] { sync.set_needed_gradients({{0, 1}, {0, 5}, {0, 1}}); }),
+        EXPECT_TRUE(has(error_of([&] {
+                          sync.set_needed_gradients({{0, 1}});
+                        }),
+                        "1 ranges for 3 parameters"));
+        EXPECT_TRUE(has(error_of([&] {
+                          sync.set_needed_gradients({{0, 1}, {0, 5}, {0, 1}});
+                        }),
                         "elements [0, 5) are not within parameter 'fc2.bias' (4 elements)"));
         sync.set_needed_gradients({{0, 2}, {0, 2}, {0, 2}});
         for (std::size_t p = 0; p < 3; ++p) {
@@ -548,7 +557,8 @@ TEST(GradSyncPartialChecks, UnusedParametersFailEveryRankAndBadRangesAreRefused)
       },
       options_for("shm"));
   EXPECT_TRUE(has(errors[1], "parameters never marked ready on rank 1: 'fc2.bias'")) << errors[1];
-  EXPECT_TRUE(has(errors[0], "another rank had parameters that were never marked ready")) << errors[0];
+  EXPECT_TRUE(has(errors[0], "another rank had parameters that were never marked ready"))
+      << errors[0];
 }
 
 TEST(GradSyncUnused, WorldOfOneListsEveryMissingName) {
@@ -1122,7 +1132,8 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   EXPECT_TRUE(has(ddp_last_error(), "2 ranges for 3 parameters")) << ddp_last_error();
   ends[0] = 7;
   EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 3), -1);
-  EXPECT_TRUE(has(ddp_last_error(), "elements [0, 7) are not within parameter 'fc.weight'")) << ddp_last_error();
+  EXPECT_TRUE(has(ddp_last_error(), "elements [0, 7) are not within parameter 'fc.weight'"))
+      << ddp_last_error();
   EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, nullptr, nullptr, 3), -1);
   ends[0] = 3;
   EXPECT_EQ(ddp_grad_sync_set_needed_gradients(gs, begins, ends, 3), 0) << ddp_last_error();
@@ -1134,9 +1145,12 @@ TEST(GradSyncCApi, EveryOperationInAWorldOfOne) {
   EXPECT_EQ(ddp_grad_sync_layout_version(gs, nullptr), -1);
   EXPECT_EQ(ddp_grad_sync_layout_version(gs, &version_before), 0) << ddp_last_error();
   EXPECT_EQ(ddp_grad_sync_set_first_bucket_bytes(gs, 0), -1);
-  EXPECT_TRUE(has(ddp_last_error(), "ddp_grad_sync_set_first_bucket_bytes: GradSync: set_first_bucket_bytes: bytes must be > 0"))
+  EXPECT_TRUE(has(
+      ddp_last_error(),
+      "ddp_grad_sync_set_first_bucket_bytes: GradSync: set_first_bucket_bytes: bytes must be > 0"))
       << ddp_last_error();
-  EXPECT_EQ(ddp_grad_sync_set_first_bucket_bytes(gs, size_t{1} << 20), 0) << ddp_last_error();  // was 8: now one bucket
+  EXPECT_EQ(ddp_grad_sync_set_first_bucket_bytes(gs, size_t{1} << 20), 0)
+      << ddp_last_error();  // was 8: now one bucket
   EXPECT_EQ(ddp_grad_sync_layout_version(gs, &version_after), 0);
   EXPECT_EQ(version_after, version_before + 1);
   EXPECT_EQ(ddp_grad_sync_set_grad(gs, 0, w), 0);

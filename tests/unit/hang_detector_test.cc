@@ -58,7 +58,8 @@ TEST(HangDetector, SpinningInsideACollectiveIsNotProgressButComputingOutsideOneI
   // Rank 0 waits for rank 1, which is to blame although it is busy.
   EXPECT_EQ(v->blamed, std::vector<int>{1});
   EXPECT_EQ(v->lines[0],
-            "rank 1: busy or blocked outside libddp, between collectives (3 done); rank 0 waits for it in "
+            "rank 1: busy or blocked outside libddp, between collectives (3 done); rank 0 waits "
+            "for it in "
             "all_reduce #4");
   EXPECT_FALSE(v->waits_elsewhere);
 }
@@ -74,7 +75,8 @@ TEST(HangDetector, AStoppedRankIsBlamedAndEveryWaiterListed) {
   EXPECT_EQ(v->stuck, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(v->blamed, std::vector<int>{1});
   EXPECT_EQ(v->lines[0],
-            "rank 5: stopped (SIGSTOP or a debugger), between collectives (7 done); ranks 4, 6, 7 wait for it in "
+            "rank 5: stopped (SIGSTOP or a debugger), between collectives (7 done); ranks 4, 6, 7 "
+            "wait for it in "
             "all_reduce #8");
 }
 
@@ -111,7 +113,8 @@ TEST(HangDetector, AnExitedRankIsNeverStuckButCanBeWaitedFor) {
   ASSERT_TRUE(v);
   EXPECT_EQ(v->stuck, std::vector<int>{0});
   EXPECT_EQ(v->blamed, std::vector<int>{1});
-  EXPECT_EQ(v->lines[0], "rank 1: exited, after 3 collective(s); rank 0 waits for it in all_reduce #4");
+  EXPECT_EQ(v->lines[0],
+            "rank 1: exited, after 3 collective(s); rank 0 waits for it in all_reduce #4");
 }
 
 TEST(HangDetector, RankListJoinsRuns) {
@@ -132,11 +135,15 @@ TEST(HangReport, HeadlineNamesTheBlamedRanksThenWhatThenStacks) {
   EXPECT_EQ(w.launcher_exit_code(), 124);
   EXPECT_TRUE(w.failed());
   std::vector<std::string> many(50, "frame");
-  std::string report = format_hang_report({w}, 30, {"rank 9: stopped"}, {{9, "native stacks", many}}, 0, 2, 40);
+  std::string report =
+      format_hang_report({w}, 30, {"rank 9: stopped"}, {{9, "native stacks", many}}, 0, 2, 40);
   EXPECT_EQ(report.substr(0, report.find('\n')),
-            "worker group hung (no progress for 30 s, --hang_timeout): rank 9 (local rank 1, pid 1234, host "
+            "worker group hung (no progress for 30 s, --hang_timeout): rank 9 (local rank 1, pid "
+            "1234, host "
             "node-b) [attempt 1 of 3]");
-  EXPECT_NE(report.find("\n  rank 9: stopped\n  rank 9, native stacks:\n  | frame"), std::string::npos) << report;
+  EXPECT_NE(report.find("\n  rank 9: stopped\n  rank 9, native stacks:\n  | frame"),
+            std::string::npos)
+      << report;
   EXPECT_NE(report.find("  | ... 10 more line(s)"), std::string::npos) << report;
 }
 

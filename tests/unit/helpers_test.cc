@@ -531,8 +531,9 @@ TEST(NodeCpus, FollowTheAffinityMaskUnlessDdprunSaysHowManyTheNodeSplit) {
   EXPECT_EQ(split, 6);
   for (const char* bad : {"0", "-2", "two", "3x"}) {
     setenv("DDP_NODE_CPUS", bad, 1);
-    EXPECT_NE(testing::error_of([] { node_cpus(); }).find("DDP_NODE_CPUS='" + std::string(bad) + "'"),
-              std::string::npos)
+    EXPECT_NE(
+        testing::error_of([] { node_cpus(); }).find("DDP_NODE_CPUS='" + std::string(bad) + "'"),
+        std::string::npos)
         << bad;
   }
   unsetenv("DDP_NODE_CPUS");

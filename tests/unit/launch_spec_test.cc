@@ -1,14 +1,14 @@
 #include "cli/launch_spec.h"
 
 #include <gtest/gtest.h>
-#include <fstream>
 #include <stdlib.h>
 #include <unistd.h>
+#include <fstream>
 
+#include "cli/stream_routing.h"
 #include "ddp/common/error.h"
 #include "worker_group/failure_report.h"
 #include "worker_group/log_tee.h"
-#include "cli/stream_routing.h"
 
 namespace ddp::launcher {
 namespace {
@@ -79,7 +79,8 @@ TEST(LaunchSpec, PetEnvironmentFallbacks) {
 // torchrun 2.x's one port: node rank 0's rendezvous listens on MASTER_PORT
 // and serves the program's store there (TORCHELASTIC_USE_AGENT_STORE).
 TEST(LaunchSpec, TorchrunStaticFormServesTheRendezvousAndTheAgentStoreOnMasterPort) {
-  auto n0 = parse({"--nnodes=2", "--node_rank=0", "--master_addr=10.1.2.3", "--master_port=29600", "prog"});
+  auto n0 = parse(
+      {"--nnodes=2", "--node_rank=0", "--master_addr=10.1.2.3", "--master_port=29600", "prog"});
   EXPECT_EQ(n0.rdzv_backend, RdzvBackend::kStatic);
   EXPECT_EQ(n0.rdzv_host, "10.1.2.3");
   EXPECT_EQ(n0.rdzv_port, 29600);
@@ -105,14 +106,16 @@ TEST(LaunchSpec, TheStaticFormWithTlsOrAnEndpointKeepsMasterPortForTheProgram) {
   const std::string ca = ::testing::TempDir() + "/ca.pem";
   std::ofstream(ca) << "not read here\n";
   for (const std::string& tls : {"--rdzv_tls_ca=" + ca, "--rdzv_tls_cert=" + ca}) {
-    std::vector<std::string> args = {"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", tls, "prog"};
+    std::vector<std::string> args = {"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", tls,
+                                     "prog"};
     if (tls.find("cert") != std::string::npos) args.insert(args.end() - 1, "--rdzv_tls_key=" + ca);
     auto spec = parse(args);
     EXPECT_EQ(spec.rdzv_port, 29501) << tls;
     EXPECT_EQ(spec.master_port, 29500) << tls;
     EXPECT_FALSE(spec.agent_store) << tls;
   }
-  auto given = parse({"--nnodes=2", "--node_rank=0", "--rdzv_endpoint=10.1.2.3:29400", "--master_port=29500", "prog"});
+  auto given = parse({"--nnodes=2", "--node_rank=0", "--rdzv_endpoint=10.1.2.3:29400",
+                      "--master_port=29500", "prog"});
   EXPECT_EQ(given.rdzv_backend, RdzvBackend::kStatic);
   EXPECT_EQ(given.rdzv_port, 29400);
   EXPECT_FALSE(given.agent_store);
@@ -121,7 +124,8 @@ TEST(LaunchSpec, TheStaticFormWithTlsOrAnEndpointKeepsMasterPortForTheProgram) {
 }
 
 TEST(LaunchSpec, TorchrunC10dFormAndItsDefaults) {
-  auto c = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head:29400", "--rdzv_id=job", "prog"});
+  auto c = parse(
+      {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head:29400", "--rdzv_id=job", "prog"});
   EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
   EXPECT_EQ(c.node_rank, -1);
   EXPECT_EQ(c.run_id, "job");
@@ -129,11 +133,14 @@ TEST(LaunchSpec, TorchrunC10dFormAndItsDefaults) {
   EXPECT_FALSE(c.hosts_rendezvous());
   // No backend and no node rank, or an elastic size: c10d.
   EXPECT_EQ(parse({"--nnodes=2", "--rdzv_endpoint=h", "prog"}).rdzv_backend, RdzvBackend::kC10d);
-  EXPECT_EQ(parse({"--nnodes=1:2", "--node_rank=0", "--rdzv_endpoint=h", "prog"}).rdzv_backend, RdzvBackend::kC10d);
-  auto host = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--rdzv_conf=is_host=true", "prog"});
+  EXPECT_EQ(parse({"--nnodes=1:2", "--node_rank=0", "--rdzv_endpoint=h", "prog"}).rdzv_backend,
+            RdzvBackend::kC10d);
+  auto host = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
+                     "--rdzv_conf=is_host=true", "prog"});
   EXPECT_TRUE(host.hosts_rendezvous());
   EXPECT_FALSE(host.guesses_host());
-  auto client = parse({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--rdzv_conf=is_host=0", "prog"});
+  auto client = parse(
+      {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--rdzv_conf=is_host=0", "prog"});
   EXPECT_FALSE(client.hosts_rendezvous());
   EXPECT_FALSE(client.guesses_host());
   // A single node keeps a unique id.
@@ -157,22 +164,30 @@ TEST(LaunchSpec, BackendsAndStaticFormErrors) {
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=h", "p"})
                 .find("--rdzv_backend=etcd is not supported"),
             std::string::npos);
-  EXPECT_NE(error_of({"--rdzv_backend=zk", "p"}).find("--rdzv_backend=zk: expected static or c10d"), std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=static", "p"}).find("needs --node_rank"), std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=1:2", "--rdzv_backend=static", "--node_rank=0", "p"}).find("use --rdzv_backend=c10d"),
+  EXPECT_NE(error_of({"--rdzv_backend=zk", "p"}).find("--rdzv_backend=zk: expected static or c10d"),
             std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "p"}).find("needs --rdzv_endpoint"), std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=h:0", "p"}).find("port 0"), std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=65535", "--rdzv_tls_ca=ca.pem", "p"})
-                .find("--master_port=65535: the static form with TLS needs a port below 65535"),
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=static", "p"}).find("needs --node_rank"),
             std::string::npos);
-  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=0", "--master_port=0", "p"}).find("--master_port=0"),
+  EXPECT_NE(error_of({"--nnodes=1:2", "--rdzv_backend=static", "--node_rank=0", "p"})
+                .find("use --rdzv_backend=c10d"),
             std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "p"}).find("needs --rdzv_endpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=h:0", "p"}).find("port 0"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({"--nnodes=2", "--node_rank=0", "--master_port=65535", "--rdzv_tls_ca=ca.pem", "p"})
+          .find("--master_port=65535: the static form with TLS needs a port below 65535"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of({"--nnodes=2", "--node_rank=0", "--master_port=0", "p"}).find("--master_port=0"),
+      std::string::npos);
 }
 
 TEST(LaunchSpec, TorchrunRdzvConfKeys) {
-  RdzvConf c = parse_rdzv_conf("timeout=90,keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=7,"
-                               "close_timeout=3,is_host=yes,last_call_timeout=1");
+  RdzvConf c = parse_rdzv_conf(
+      "timeout=90,keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=7,"
+      "close_timeout=3,is_host=yes,last_call_timeout=1");
   EXPECT_DOUBLE_EQ(c.join_timeout_s, 90);
   EXPECT_DOUBLE_EQ(c.heartbeat_interval_s, 2);
   EXPECT_DOUBLE_EQ(c.heartbeat_timeout_s, 8);  // interval x attempts
@@ -192,15 +207,20 @@ TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   };
   EXPECT_NE(error("is_host=maybe").find("is_host=maybe is not a boolean"), std::string::npos);
   EXPECT_NE(error("keep_alive_max_attempt=0").find("keep_alive_max_attempt=0"), std::string::npos);
-  // Both given: heartbeat_timeout wins, and the other is named in a notice (torchrun accepts the pair).
+  // Both given: heartbeat_timeout wins, and the other is named in a notice (torchrun accepts the
+  // pair).
   std::vector<std::string> notices;
-  EXPECT_DOUBLE_EQ(parse_rdzv_conf("keep_alive_max_attempt=3,heartbeat_timeout=9", &notices).heartbeat_timeout_s, 9);
+  EXPECT_DOUBLE_EQ(
+      parse_rdzv_conf("keep_alive_max_attempt=3,heartbeat_timeout=9", &notices).heartbeat_timeout_s,
+      9);
   ASSERT_EQ(notices.size(), 1u);
-  EXPECT_NE(notices[0].find("keep_alive_max_attempt has no effect"), std::string::npos) << notices[0];
+  EXPECT_NE(notices[0].find("keep_alive_max_attempt has no effect"), std::string::npos)
+      << notices[0];
 }
 
 TEST(LaunchSpec, TorchrunFlagsWithoutEffectGiveNotices) {
-  auto spec = parse({"--start-method=forkserver", "--numa-binding=node", "--log-line-prefix-template=x", "prog"});
+  auto spec = parse(
+      {"--start-method=forkserver", "--numa-binding=node", "--log-line-prefix-template=x", "prog"});
   ASSERT_EQ(spec.notices.size(), 3u);
   EXPECT_NE(spec.notices[0].find("--start_method=forkserver has no effect"), std::string::npos);
   EXPECT_NE(spec.notices[2].find("--numa_binding=node is not implemented"), std::string::npos);
@@ -213,12 +233,15 @@ TEST(LaunchSpec, TokenFromAFile) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "s3cret\n", 7), 7);
   close(fd);
-  auto spec = parse({"--nnodes=2", "--rdzv_endpoint=h", std::string("--rdzv_token_file=") + path, "prog"});
+  auto spec =
+      parse({"--nnodes=2", "--rdzv_endpoint=h", std::string("--rdzv_token_file=") + path, "prog"});
   EXPECT_EQ(spec.rdzv_token, "s3cret");
-  EXPECT_NE(error_of({"--rdzv_token=a", std::string("--rdzv_token_file=") + path, "p"}).find("both given"),
+  EXPECT_NE(error_of({"--rdzv_token=a", std::string("--rdzv_token_file=") + path, "p"})
+                .find("both given"),
             std::string::npos);
   unlink(path);
-  EXPECT_NE(error_of({std::string("--rdzv_token_file=") + path, "p"}).find("cannot read"), std::string::npos);
+  EXPECT_NE(error_of({std::string("--rdzv_token_file=") + path, "p"}).find("cannot read"),
+            std::string::npos);
 }
 
 TEST(LaunchSpec, ErrorsNameTheFlag) {
@@ -290,7 +313,8 @@ TEST(LineSplitter, CutsOverlongLines) {
   std::vector<std::string> lines;
   std::string big(LineSplitter::kMaxLine * 2 + 10, 'x');
   splitter.feed(
-      big.data(), big.size(), [&](const std::string& l, bool) { lines.push_back(l); }, [](const std::string&) {});
+      big.data(), big.size(), [&](const std::string& l, bool) { lines.push_back(l); },
+      [](const std::string&) {});
   splitter.flush([&](const std::string& l, bool) { lines.push_back(l); });
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].size(), LineSplitter::kMaxLine);
@@ -302,14 +326,19 @@ TEST(LineSplitter, CutsOverlongLines) {
 TEST(LineSplitter, CarriageReturnUpdatesAreShownAsTheyAreWritten) {
   LineSplitter splitter;
   std::vector<std::string> events;
-  auto line = [&](const std::string& l, bool redrawn) { events.push_back((redrawn ? "nl:" : "line:") + l); };
+  auto line = [&](const std::string& l, bool redrawn) {
+    events.push_back((redrawn ? "nl:" : "line:") + l);
+  };
   auto redraw = [&](const std::string& text) { events.push_back("cr:" + text); };
-  auto feed = [&](const std::string& bytes) { splitter.feed(bytes.data(), bytes.size(), line, redraw); };
+  auto feed = [&](const std::string& bytes) {
+    splitter.feed(bytes.data(), bytes.size(), line, redraw);
+  };
   feed("\r 10%|#");
   EXPECT_EQ(events, (std::vector<std::string>{"cr: 10%|#"}));
   feed("\r 50%|#####");
   feed("\r100%|##########\n");
-  EXPECT_EQ(events, (std::vector<std::string>{"cr: 10%|#", "cr: 50%|#####", "line:100%|##########"}));
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"cr: 10%|#", "cr: 50%|#####", "line:100%|##########"}));
   events.clear();
   feed("done\r\n");  // a Windows line ending: the text is not overwritten by an empty line
   EXPECT_EQ(events, (std::vector<std::string>{"cr:done", "nl:done"}));

@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "backends/nccl/nccl_id.h"
 #include "core/backend.h"
 #include "ddp/common/error.h"
 #include "ddp/store.h"
-#include "backends/nccl/nccl_id.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -26,7 +26,8 @@ using namespace std::chrono_literals;
 using ::ddp::testing::visible_gpus;
 
 TEST(Nccl, UniqueIdIsSharedThroughTheStoreWithoutAGpu) {
-  if (!nccl_available()) GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
   auto store = make_prefix_store(make_memory_store(), "run/round1/default");
   constexpr int kRanks = 3;
   std::vector<std::string> ids(kRanks);
@@ -42,7 +43,8 @@ TEST(Nccl, UniqueIdIsSharedThroughTheStoreWithoutAGpu) {
 }
 
 TEST(Nccl, MissingRankZeroTimesOutNamingTheKey) {
-  if (!nccl_available()) GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
   auto store = make_memory_store();
   try {
     exchange_nccl_unique_id(*store, 1, 200ms);
@@ -61,7 +63,8 @@ TEST(Nccl, BackendRefusedClearlyWithoutNccl) {
 }
 
 TEST(Nccl, CommunicatorAndAllReduceOnAGpu) {
-  if (!nccl_available()) GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
 #ifdef DDP_HAVE_NCCL
   BackendConfig config;

@@ -33,7 +33,8 @@ void expect_partition(const ShardLayout& layout) {
   std::size_t end_of_previous = 0;
   for (std::size_t p = 0; p < layout.counts.size(); ++p) {
     EXPECT_EQ(layout.offsets[p] % 64, 0u) << "parameter " << p;
-    EXPECT_GE(layout.offsets[p], end_of_previous) << "parameter " << p << " overlaps the one before";
+    EXPECT_GE(layout.offsets[p], end_of_previous)
+        << "parameter " << p << " overlaps the one before";
     end_of_previous = layout.offsets[p] + layout.counts[p] * layout.element_sizes[p];
     EXPECT_LE(end_of_previous, layout.total_bytes);
     std::vector<int> owners(layout.counts[p], 0);
@@ -44,8 +45,8 @@ void expect_partition(const ShardLayout& layout) {
       for (std::size_t i = range.begin; i < range.end; ++i) ++owners[i];
     }
     for (std::size_t i = 0; i < owners.size(); ++i) {
-      ASSERT_EQ(owners[i], 1) << "parameter " << p << " element " << i << " of " << layout.counts[p] << ", world "
-                              << world;
+      ASSERT_EQ(owners[i], 1) << "parameter " << p << " element " << i << " of " << layout.counts[p]
+                              << ", world " << world;
     }
   }
 }
@@ -76,19 +77,25 @@ TEST(ShardLayout, SlicesSplitTheBufferEvenlyAndOneBigParameterIsSharedByAll) {
 }
 
 TEST(ShardLayout, RefusesBadElementSizesAndWorlds) {
-  EXPECT_NE(error_of([] { make_shard_layout({4}, {3}, 2); }).find("parameter 0 has elements of 3 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { make_shard_layout({4}, {3}, 2); }).find("parameter 0 has elements of 3 bytes"),
+      std::string::npos);
   EXPECT_NE(error_of([] { make_shard_layout({4}, {4}, 0); }).find("world size must be >= 1, got 0"),
             std::string::npos);
 }
 
 // Each rank writes a value only it can know into its owned elements and
 // garbage elsewhere; after all_gather() every rank has every owner's values.
-float owner_value(std::size_t param, std::size_t i) { return static_cast<float>(param * 100000 + i) * 0.5f; }
+float owner_value(std::size_t param, std::size_t i) {
+  return static_cast<float>(param * 100000 + i) * 0.5f;
+}
 
 void gather_and_check(ProcessGroup& pg) {
-  const std::vector<GradParam> params = {
-      {"fc1.weight", {37, 29}}, {"fc1.bias", {37}}, {"empty", {0}}, {"fc2.weight", {3, 3000}}, {"fc2.bias", {1}}};
+  const std::vector<GradParam> params = {{"fc1.weight", {37, 29}},
+                                         {"fc1.bias", {37}},
+                                         {"empty", {0}},
+                                         {"fc2.weight", {3, 3000}},
+                                         {"fc2.bias", {1}}};
   ParamShards shards(pg, params);
   // One copy for the node with shm (several ranks), one per rank otherwise.
   EXPECT_EQ(shards.node_shared(), pg.backend_name() == "shm" && pg.size() > 1);
@@ -108,7 +115,8 @@ void gather_and_check(ProcessGroup& pg) {
     pg.barrier();
     for (std::size_t p = 0; p < params.size(); ++p) {
       for (std::size_t i = 0; i < params[p].count(); ++i) {
-        ASSERT_EQ(shards.view(p)[i], owner_value(p, i)) << params[p].name << " element " << i << " on rank " << pg.rank();
+        ASSERT_EQ(shards.view(p)[i], owner_value(p, i))
+            << params[p].name << " element " << i << " on rank " << pg.rank();
       }
     }
   }
@@ -126,16 +134,20 @@ void gather_and_check(ProcessGroup& pg) {
     for (std::size_t p = 0; p < params.size(); ++p) {
       for (std::size_t i = 0; i < params[p].count(); ++i) {
         ASSERT_EQ(shards.view(p)[i], owner_value(p, i))
-            << params[p].name << " element " << i << " on rank " << pg.rank() << ", round " << round;
+            << params[p].name << " element " << i << " on rank " << pg.rank() << ", round "
+            << round;
       }
     }
   }
   shards.all_gather(state_ptrs);
   for (std::size_t p = 0; p < params.size(); ++p) {
     for (std::size_t i = 0; i < params[p].count(); ++i) {
-      const float want = p == 1 ? (i >= shards.owned(p).begin && i < shards.owned(p).end ? 2 * owner_value(p, i) : -7.0f)
-                                : 2.0f * owner_value(p, i);
-      ASSERT_EQ(state[p][i], want) << "state of " << params[p].name << " element " << i << " on rank " << pg.rank();
+      const float want =
+          p == 1 ? (i >= shards.owned(p).begin && i < shards.owned(p).end ? 2 * owner_value(p, i)
+                                                                          : -7.0f)
+                 : 2.0f * owner_value(p, i);
+      ASSERT_EQ(state[p][i], want)
+          << "state of " << params[p].name << " element " << i << " on rank " << pg.rank();
     }
   }
 }
@@ -147,7 +159,8 @@ TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankOverGloo) 
 }
 
 TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankInSharedMemory) {
-  if (GetParam() == 1) GTEST_SKIP() << "shm needs two ranks or more (a world of one is covered over Gloo)";
+  if (GetParam() == 1)
+    GTEST_SKIP() << "shm needs two ranks or more (a world of one is covered over Gloo)";
   static std::atomic<int> runs{0};
   ProcessGroupOptions options;
   options.backend = "shm";
@@ -161,10 +174,14 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ParamShardsWorlds, ::testing::Values(1, 2, 3, 4
 TEST(ParamShards, ViewRefusesOtherDtypesAndIndicesOutOfRange) {
   on_ranks(1, [](ProcessGroup& pg) {
     ParamShards shards(pg, {{"w", {4}, DType::kFloat64}});
-    EXPECT_NE(error_of([&] { shards.view(0); }).find("parameter 0 is float64, not float32"), std::string::npos);
-    EXPECT_NE(error_of([&] { shards.data(1); }).find("parameter index 1 out of range (1 parameters)"),
+    EXPECT_NE(error_of([&] { shards.view(0); }).find("parameter 0 is float64, not float32"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { shards.all_gather(std::vector<void*>{}); }).find("0 buffers for 1 parameters"),
+    EXPECT_NE(
+        error_of([&] { shards.data(1); }).find("parameter index 1 out of range (1 parameters)"),
+        std::string::npos);
+    EXPECT_NE(error_of([&] {
+                shards.all_gather(std::vector<void*>{});
+              }).find("0 buffers for 1 parameters"),
               std::string::npos);
   });
 }
@@ -173,7 +190,9 @@ TEST(ParamShards, RefusesParametersInDeviceMemory) {
   on_ranks(1, [](ProcessGroup& pg) {
     GradParam p{"w", {4}};
     p.device = 0;
-    EXPECT_NE(error_of([&] { ParamShards(pg, {p}); }).find("parameter 'w' is on CUDA device 0 (host memory only)"),
+    EXPECT_NE(error_of([&] {
+                ParamShards(pg, {p});
+              }).find("parameter 'w' is on CUDA device 0 (host memory only)"),
               std::string::npos);
   });
 }

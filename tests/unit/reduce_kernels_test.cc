@@ -13,9 +13,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
 #include <type_traits>
-#include <random>
 #include <vector>
 
 namespace ddp {
@@ -24,10 +24,14 @@ namespace {
 float reference(ReduceOp op, float a, float b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return a + b;
-    case ReduceOp::kProduct: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kAvg:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
   }
   return 0;
 }
@@ -40,13 +44,19 @@ TEST(ReduceKernels, HalfPrecisionMatchesElementwiseFloatReference) {
       std::vector<std::uint16_t> a(n), b(n), out(n);
       for (std::size_t i = 0; i < n; ++i) {
         // Finite values only: NaN payloads may differ between conversion paths.
-        do { a[i] = static_cast<std::uint16_t>(bits(rng)); } while ((a[i] & 0x7c00) == 0x7c00);
-        do { b[i] = static_cast<std::uint16_t>(bits(rng)); } while ((b[i] & 0x7c00) == 0x7c00);
+        do {
+          a[i] = static_cast<std::uint16_t>(bits(rng));
+        } while ((a[i] & 0x7c00) == 0x7c00);
+        do {
+          b[i] = static_cast<std::uint16_t>(bits(rng));
+        } while ((b[i] & 0x7c00) == 0x7c00);
       }
       reduce_function(DType::kFloat16, op)(out.data(), a.data(), b.data(), n);
       for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t expected = float_to_half(reference(op, half_to_float(a[i]), half_to_float(b[i])));
-        ASSERT_EQ(out[i], expected) << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i] << " b=" << b[i];
+        std::uint16_t expected =
+            float_to_half(reference(op, half_to_float(a[i]), half_to_float(b[i])));
+        ASSERT_EQ(out[i], expected)
+            << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i] << " b=" << b[i];
       }
     }
   }
@@ -94,11 +104,12 @@ TEST(ReduceKernels, BFloat16MatchesElementwiseFloatReference) {
       for (std::size_t i = 0; i < n; ++i) {
         const float r = reference(op, bfloat16_to_float(a[i]), bfloat16_to_float(b[i]));
         if (std::isnan(r)) {
-          ASSERT_TRUE(std::isnan(bfloat16_to_float(out[i]))) << op_name(op) << " n=" << n << " i=" << i;
+          ASSERT_TRUE(std::isnan(bfloat16_to_float(out[i])))
+              << op_name(op) << " n=" << n << " i=" << i;
           continue;
         }
-        ASSERT_EQ(out[i], float_to_bfloat16(r)) << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i]
-                                                << " b=" << b[i];
+        ASSERT_EQ(out[i], float_to_bfloat16(r))
+            << op_name(op) << " n=" << n << " i=" << i << " a=" << a[i] << " b=" << b[i];
       }
     }
   }
@@ -116,13 +127,13 @@ TEST(ReduceKernels, BFloat16AndIntegersReduceElementwise) {
   EXPECT_EQ(z, (std::vector<std::int64_t>{3, -7}));
 }
 
-
 // The two-rank in-place kernel stores exactly what reduce_function followed by
 // divide_in_place gives (what every other path computes), into both buffers.
 template <class T>
 void expect_into_both_matches(DType dtype, std::mt19937& rng) {
   std::uniform_int_distribution<int> values(-100, 100);
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
     for (int divisor : {1, 2, 3}) {
       if (op != ReduceOp::kAvg && divisor != 1) continue;
       for (std::size_t n : {0u, 1u, 7u, 33u, 1000u, 4099u}) {
@@ -136,7 +147,8 @@ void expect_into_both_matches(DType dtype, std::mt19937& rng) {
         auto both = reduce_into_both_function(dtype, op);
         ASSERT_NE(both, nullptr);
         both(a.data(), b.data(), n, op == ReduceOp::kAvg ? divisor : 1);
-        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " + std::to_string(n));
+        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " +
+                     std::to_string(n));
         for (std::size_t i = 0; i < n; ++i) {
           ASSERT_EQ(std::memcmp(&a[i], &expected[i], sizeof(T)), 0) << "element " << i;
           ASSERT_EQ(std::memcmp(&b[i], &expected[i], sizeof(T)), 0) << "element " << i;
@@ -160,22 +172,27 @@ TEST(ReduceKernels, IntoBothStoresTheReductionIntoBothBuffersBitForBit) {
 // then the rounded quotient) that reduce_function + divide_in_place give.
 void expect_sixteen_into_both_matches(DType dtype, std::uint16_t exponent_mask, std::mt19937& rng) {
   std::uniform_int_distribution<int> bits(0, 0xffff);
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
     for (int divisor : {1, 2, 3}) {
       if (op != ReduceOp::kAvg && divisor != 1) continue;
       for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 33u, 1000u, 4099u}) {
         std::vector<std::uint16_t> a(n), b(n), expected(n);
         for (std::size_t i = 0; i < n; ++i) {
-          do { a[i] = static_cast<std::uint16_t>(bits(rng)); } while ((a[i] & exponent_mask) == exponent_mask);
-          do { b[i] = static_cast<std::uint16_t>(bits(rng)); } while ((b[i] & exponent_mask) == exponent_mask);
+          do {
+            a[i] = static_cast<std::uint16_t>(bits(rng));
+          } while ((a[i] & exponent_mask) == exponent_mask);
+          do {
+            b[i] = static_cast<std::uint16_t>(bits(rng));
+          } while ((b[i] & exponent_mask) == exponent_mask);
         }
         reduce_function(dtype, op)(expected.data(), a.data(), b.data(), n);
         if (op == ReduceOp::kAvg) divide_in_place(expected.data(), n, dtype, divisor);
         auto both = reduce_into_both_function(dtype, op);
         ASSERT_NE(both, nullptr);
         both(a.data(), b.data(), n, op == ReduceOp::kAvg ? divisor : 1);
-        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " + std::to_string(n) +
-                     " divisor " + std::to_string(divisor));
+        SCOPED_TRACE("dtype " + std::string(dtype_name(dtype)) + " op " + op_name(op) + " n " +
+                     std::to_string(n) + " divisor " + std::to_string(divisor));
         for (std::size_t i = 0; i < n; ++i) {
           // A finite sum may overflow to infinity; never to NaN for + and *,
           // but inf - inf cannot occur with finite inputs, so bits compare.

@@ -288,7 +288,8 @@ TEST_F(RendezvousStateTest, ANodeRankHeldByALiveNodeOfAnotherHostMakesTheNewcome
   advance(1s);
   auto r = refused([&] { s.join(kAuth, node("c", 1, 1), now); });
   EXPECT_EQ(r.code, RpcCode::kUnavailable);
-  EXPECT_THAT(r.message, HasSubstr("node rank 1 is held by host 'b', which is alive (heard from 1.0s ago)"));
+  EXPECT_THAT(r.message,
+              HasSubstr("node rank 1 is held by host 'b', which is alive (heard from 1.0s ago)"));
   EXPECT_THAT(r.message, HasSubstr("host 'c' waits for it; give each node its own --node_rank"));
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
   EXPECT_EQ(s.restarts_used(), 0);
@@ -343,7 +344,8 @@ TEST_F(RendezvousStateTest, OutcomeIsDeliveredOnceEveryNodeAcknowledgedIt) {
   EXPECT_TRUE(end->succeeded);
   EXPECT_TRUE(end->reason.empty());
   EXPECT_TRUE(s.heartbeat(kAuth, 1, 1, now).round_ended);
-  EXPECT_FALSE(s.outcome_delivered()) << "answers alone may be lost (a node tearing down its monitor)";
+  EXPECT_FALSE(s.outcome_delivered())
+      << "answers alone may be lost (a node tearing down its monitor)";
   ASSERT_NO_THROW(s.heartbeat(kAuth, 1, 0, now, /*heard_end=*/true));
   EXPECT_FALSE(s.outcome_delivered()) << "node 1 has not acknowledged";
   ASSERT_NO_THROW(s.heartbeat(kAuth, 1, 1, now, /*heard_end=*/true));
@@ -398,7 +400,8 @@ TEST_F(RendezvousStateTest, TheStoresBytesAreBoundedWhateverTheMix) {
   ASSERT_NO_THROW(s.set(kAuth, "a", std::string(59, 'x')));  // 60 bytes with its key
   auto full = refused([&] { s.set(kAuth, "b", std::string(59, 'y')); });
   EXPECT_EQ(full.code, RpcCode::kResourceExhausted);
-  EXPECT_THAT(full.message, HasSubstr("the store would hold 120 bytes, limit 100 (--rdzv_conf max_store_bytes)"));
+  EXPECT_THAT(full.message,
+              HasSubstr("the store would hold 120 bytes, limit 100 (--rdzv_conf max_store_bytes)"));
   EXPECT_EQ(refused([&] { s.compare_set(kAuth, "b", "", std::string(59, 'y')); }).code,
             RpcCode::kResourceExhausted);
   ASSERT_NO_THROW(s.set(kAuth, "a", std::string(90, 'z')))
@@ -728,7 +731,8 @@ TEST_F(RendezvousStateTest, StoreRejectsNewKeysBeyondTheLimitButUpdatesExisting)
   ASSERT_NO_THROW(s.set(kAuth, "b", "1"));
   Refusal full = refused([&] { s.set(kAuth, "c", "1"); });
   EXPECT_EQ(full.code, RpcCode::kResourceExhausted);
-  EXPECT_EQ(full.message, "cannot add key 'c': the store holds 2 keys, limit 2 (--rdzv_conf max_keys)");
+  EXPECT_EQ(full.message,
+            "cannot add key 'c': the store holds 2 keys, limit 2 (--rdzv_conf max_keys)");
   EXPECT_EQ(refused([&] { s.add(kAuth, "c", 1); }).code, RpcCode::kResourceExhausted);
   EXPECT_EQ(refused([&] { s.compare_set(kAuth, "c", "", "1"); }).code, RpcCode::kResourceExhausted);
   EXPECT_NO_THROW(s.set(kAuth, "a", "2"));

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,28 +18,27 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/grad_sync.h"
 #include "ddp/shared_grad_sum.h"
 #include "error_of.h"
-#include "reference_mlp.h"
 #include "grad/shared_sum.h"
+#include "reference_mlp.h"
 #include "thread_ranks.h"
 
 namespace ddp {
 namespace {
 
 using namespace std::chrono_literals;
-using ::ddp::testing::Batch;
 using ::ddp::testing::backward_order;
+using ::ddp::testing::Batch;
 using ::ddp::testing::error_of;
 using ::ddp::testing::make_batch;
+using ::ddp::testing::Mlp;
 using ::ddp::testing::mlp_grads;
 using ::ddp::testing::mlp_params;
-using ::ddp::testing::Mlp;
 using ::ddp::testing::on_ranks;
 
 bool has(const std::string& text, const std::string& part) {
@@ -141,8 +141,8 @@ TEST_P(SharedEquivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
   const Mlp model = testing::make_mlp({7, 13, 11, 5}, 7);
   std::mutex mu;
   std::vector<std::map<std::pair<std::size_t, std::int64_t>, int>> stores(kIterations);
-  std::vector<std::vector<std::vector<float>>> results(world,
-                                                       std::vector<std::vector<float>>(kIterations));
+  std::vector<std::vector<std::vector<float>>> results(
+      world, std::vector<std::vector<float>>(kIterations));
   std::vector<std::vector<const void*>> where(world);
   on_ranks(
       world,
@@ -159,9 +159,15 @@ TEST_P(SharedEquivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
           for (std::size_t p : backward_order(model)) {
             const std::vector<float> f(mine[p].begin(), mine[p].end());
             switch ((it + p) % 3) {
-              case 0: contribute_blocks(sync, p, mine[p], &stores[it], &mu); break;
-              case 1: sync.add_grad(p, f.data()); break;
-              default: sync.set_grad(p, f.data()); break;
+              case 0:
+                contribute_blocks(sync, p, mine[p], &stores[it], &mu);
+                break;
+              case 1:
+                sync.add_grad(p, f.data());
+                break;
+              default:
+                sync.set_grad(p, f.data());
+                break;
             }
           }
           sync.finish();
@@ -171,8 +177,8 @@ TEST_P(SharedEquivalence, ShardedMeanGradientEqualsWholeBatchGradient) {
             const float* got = sync.grad_view(p);
             for (std::size_t i = 0; i < want[p].size(); ++i) {
               ASSERT_NEAR(got[i], want[p][i], 1e-6 + 1e-5 * std::abs(want[p][i]))
-                  << "rank " << pg.rank() << " iteration " << it + 1 << " "
-                  << sync.param(p).name << "[" << i << "]";
+                  << "rank " << pg.rank() << " iteration " << it + 1 << " " << sync.param(p).name
+                  << "[" << i << "]";
             }
             all.insert(all.end(), got, got + want[p].size());
           }
@@ -263,7 +269,8 @@ TEST(SharedSum, NoSyncMicroBatchesAddUpAndTheNextWindowStartsFromZero) {
             auto step = [&] {
               for (std::size_t p = 0; p < 2; ++p) {
                 std::vector<float> g(sync.param(p).count());
-                for (std::size_t i = 0; i < g.size(); ++i) g[i] = value(pg.rank(), window, micro, i);
+                for (std::size_t i = 0; i < g.size(); ++i)
+                  g[i] = value(pg.rank(), window, micro, i);
                 sync.add_grad(p, g.data());
               }
               sync.finish();
@@ -298,11 +305,11 @@ TEST(SharedSum, EveryFloatingDtypeIsAveraged) {
       2,
       [&](ProcessGroup& pg) {
         SharedGradSum sync(pg,
-                      {{"f32", {4}, DType::kFloat32},
-                       {"f64", {4}, DType::kFloat64},
-                       {"f16", {4}, DType::kFloat16},
-                       {"bf16", {4}, DType::kBFloat16}},
-                      shared_options());
+                           {{"f32", {4}, DType::kFloat32},
+                            {"f64", {4}, DType::kFloat64},
+                            {"f16", {4}, DType::kFloat16},
+                            {"bf16", {4}, DType::kBFloat16}},
+                           shared_options());
         const float v = pg.rank() == 0 ? 1.0f : 3.0f;
         const std::vector<float> f(4, v);
         const std::vector<double> d(4, v);
@@ -445,9 +452,7 @@ TEST(SharedSum, ABlockHeldPastTheTimeoutNamesItsHolder) {
         if (pg.rank() == 1) {
           std::thread([&] {
             while (!holding.load()) std::this_thread::sleep_for(1ms);
-            error = error_of([&] {
-              sync.contribute(0, [](const GradBlock&) {});
-            });
+            error = error_of([&] { sync.contribute(0, [](const GradBlock&) {}); });
             released = true;
           }).join();
           return;
@@ -471,7 +476,8 @@ TEST(SharedSum, MisuseAndImpossibleSetupsAreRefusedWithTheirReason) {
         SharedGradSum sync(pg, {{"w", {4}}, {"frozen", {4}, DType::kFloat32, -1, false}},
                            shared_options());
         EXPECT_TRUE(has(error_of([&] { sync.contribute(1, [](const GradBlock&) {}); }), "frozen"));
-        EXPECT_TRUE(has(error_of([&] { sync.contribute(2, [](const GradBlock&) {}); }), "out of range"));
+        EXPECT_TRUE(
+            has(error_of([&] { sync.contribute(2, [](const GradBlock&) {}); }), "out of range"));
         sync.contribute(0, [](const GradBlock& b) {
           if (!b.accumulate) std::memset(b.data, 0, b.rows * b.row_elements * sizeof(float));
         });
@@ -503,16 +509,22 @@ TEST(SharedSum, MisuseAndImpossibleSetupsAreRefusedWithTheirReason) {
                         "comm_mode=overlap or inline"));
         options = shared_options();
         options.compression = Compression::kFp16;
-        EXPECT_TRUE(has(error_of([&] { SharedGradSum sync(pg, {{"w", {4}}}, options); }),
+        EXPECT_TRUE(has(error_of([&] {
+                          SharedGradSum sync(pg, {{"w", {4}}}, options);
+                        }),
                         "does not apply to comm_mode shared"));
-        EXPECT_TRUE(has(error_of([&] { GradSync sync(pg, {{"w", {4}}}, shared_options()); }),
+        EXPECT_TRUE(has(error_of([&] {
+                          GradSync sync(pg, {{"w", {4}}}, shared_options());
+                        }),
                         "ddp::SharedGradSum"));
         // make_grad_averager picks the class from comm_mode.
-        EXPECT_NE(dynamic_cast<SharedGradSum*>(make_grad_averager(pg, {{"w", {4}}}, shared_options()).get()),
+        EXPECT_NE(dynamic_cast<SharedGradSum*>(
+                      make_grad_averager(pg, {{"w", {4}}}, shared_options()).get()),
                   nullptr);
         GradSyncOptions overlap;
         overlap.log_every = 0;
-        EXPECT_NE(dynamic_cast<GradSync*>(make_grad_averager(pg, {{"w", {4}}}, overlap).get()), nullptr);
+        EXPECT_NE(dynamic_cast<GradSync*>(make_grad_averager(pg, {{"w", {4}}}, overlap).get()),
+                  nullptr);
       },
       options_for(2));
 }

@@ -8,20 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/algorithms.h"
 #include "ddp/common/error.h"
 #include "error_of.h"
-#include "backends/shm/algorithms.h"
 
 namespace ddp::shm {
 namespace {
 
 using ::ddp::testing::error_of;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 TEST(ShmVariants, EachCollectiveHasItsOwnAndSmallOnlyUpToTheSingleCopyLimit) {
   EXPECT_EQ(candidates(Collective::kAllReduce, 32 << 10, 32 << 10),
-            (std::vector<Algorithm>{Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked, Algorithm::kSmall}));
+            (std::vector<Algorithm>{Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked,
+                                    Algorithm::kSmall}));
   EXPECT_EQ(candidates(Collective::kAllReduce, (32 << 10) + 1, 32 << 10),
             (std::vector<Algorithm>{Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked}));
   EXPECT_EQ(candidates(Collective::kReduceScatter, 8, 32 << 10),
@@ -75,12 +78,13 @@ TEST(ShmForced, MalformedTextIsAnErrorNamingTheSourceAndWhatIsWrong) {
     const char* text;
     const char* expected;
   };
-  for (const Case& c : {Case{"fastest", "DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"},
-                        Case{"reduce_scatter=push", "reduce_scatter has no variant 'push' (auto, pull, chunked)"},
-                        Case{"all_reduce=", "all_reduce has no variant ''"},
-                        Case{"allreduce=pull", "'allreduce' is not one of all_reduce, reduce_scatter"},
-                        Case{"all_reduce=pull,chunked", "'chunked' is not COLLECTIVE=NAME"},
-                        Case{"broadcast=small", "broadcast has no variant 'small'"}}) {
+  for (const Case& c :
+       {Case{"fastest", "DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"},
+        Case{"reduce_scatter=push", "reduce_scatter has no variant 'push' (auto, pull, chunked)"},
+        Case{"all_reduce=", "all_reduce has no variant ''"},
+        Case{"allreduce=pull", "'allreduce' is not one of all_reduce, reduce_scatter"},
+        Case{"all_reduce=pull,chunked", "'chunked' is not COLLECTIVE=NAME"},
+        Case{"broadcast=small", "broadcast has no variant 'small'"}}) {
     const std::string error = error_of([&] { parse_forced(c.text, "DDP_SHM_ALGO"); });
     EXPECT_TRUE(contains(error, c.expected)) << c.text << ": " << error;
     EXPECT_TRUE(contains(error, "DDP_SHM_ALGO")) << error;
@@ -99,7 +103,8 @@ TEST(ShmSizeClasses, PowersOfTwoFrom1KiBTo16MiBThenOneForEverythingLarger) {
   EXPECT_EQ(size_class(std::size_t{1} << 40), kLastClass);
   EXPECT_EQ(class_limit(20), std::size_t{1} << 20);
   EXPECT_EQ(class_limit(kLastClass), std::numeric_limits<std::size_t>::max());
-  for (std::size_t bytes : {1ul, 1000ul, 4097ul, 3ul << 20, 99ul << 20}) EXPECT_LE(bytes, class_limit(size_class(bytes)));
+  for (std::size_t bytes : {1ul, 1000ul, 4097ul, 3ul << 20, 99ul << 20})
+    EXPECT_LE(bytes, class_limit(size_class(bytes)));
 }
 
 TEST(ShmChoice, TheSlowestRanksTimeDecidesAndEveryRankGetsTheSameAnswer) {
@@ -123,7 +128,8 @@ TEST(ShmChoice, AnUntimedClassTakesTheNearestClassThatCanRunIt) {
                              {{Collective::kBroadcast, 24}, Algorithm::kChunked}};
   const std::size_t small = 32 << 10;
   EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 11, small), Algorithm::kSmall);
-  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 12, small), Algorithm::kSmall) << "a tie: the smaller";
+  EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 12, small), Algorithm::kSmall)
+      << "a tie: the smaller";
   EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, 16, small), Algorithm::kPull);
   EXPECT_EQ(nearest_choice(table, Collective::kAllReduce, kLastClass, small), Algorithm::kPush);
   // small cannot run calls above the single-copy limit: the next nearest instead.
@@ -178,7 +184,8 @@ TEST(ShmTuneFile, MergingKeepsOtherRankCountsAndReplacesThisOnesClasses) {
   // A class named twice counts once: the last line, as when it was read.
   const auto twice = parse_tune_file("all_reduce 2 1024 small\nall_reduce 2 1024 pull\n", "f");
   EXPECT_EQ(table_for(twice, 2).at({Collective::kAllReduce, 10}), Algorithm::kPull);
-  EXPECT_EQ(merged(twice, 2, {}), (std::vector<TuneEntry>{{Collective::kAllReduce, 2, 10, Algorithm::kPull}}));
+  EXPECT_EQ(merged(twice, 2, {}),
+            (std::vector<TuneEntry>{{Collective::kAllReduce, 2, 10, Algorithm::kPull}}));
 }
 
 TEST(ShmTuneFile, AMalformedLineIsAnErrorNamingTheFileTheLineAndTheField) {
@@ -186,17 +193,20 @@ TEST(ShmTuneFile, AMalformedLineIsAnErrorNamingTheFileTheLineAndTheField) {
     const char* line;
     const char* expected;
   };
-  for (const Case& c : {Case{"all_reduce 2 1024", "expected COLLECTIVE RANKS MAX_BYTES ALGORITHM"},
-                        Case{"all_reduce 2 1024 pull extra", "expected COLLECTIVE RANKS MAX_BYTES ALGORITHM"},
-                        Case{"allreduce 2 1024 pull", "no collective 'allreduce'"},
-                        Case{"all_reduce 1 1024 pull", "RANKS '1' is not a whole number of at least 2"},
-                        Case{"all_reduce two 1024 pull", "RANKS 'two'"},
-                        Case{"all_reduce 2 1000 pull", "MAX_BYTES '1000' is not a power of two"},
-                        Case{"all_reduce 2 512 pull", "MAX_BYTES '512'"},
-                        Case{"all_reduce 2 33554432 pull", "MAX_BYTES '33554432'"},
-                        Case{"all_reduce 2 1024 auto", "all_reduce has no variant 'auto'"},
-                        Case{"reduce_scatter 2 1024 push", "reduce_scatter has no variant 'push' (pull, chunked)"}}) {
-    const std::string error = error_of([&] { parse_tune_file(std::string("# header\n") + c.line + "\n", "/x/tune"); });
+  for (const Case& c :
+       {Case{"all_reduce 2 1024", "expected COLLECTIVE RANKS MAX_BYTES ALGORITHM"},
+        Case{"all_reduce 2 1024 pull extra", "expected COLLECTIVE RANKS MAX_BYTES ALGORITHM"},
+        Case{"allreduce 2 1024 pull", "no collective 'allreduce'"},
+        Case{"all_reduce 1 1024 pull", "RANKS '1' is not a whole number of at least 2"},
+        Case{"all_reduce two 1024 pull", "RANKS 'two'"},
+        Case{"all_reduce 2 1000 pull", "MAX_BYTES '1000' is not a power of two"},
+        Case{"all_reduce 2 512 pull", "MAX_BYTES '512'"},
+        Case{"all_reduce 2 33554432 pull", "MAX_BYTES '33554432'"},
+        Case{"all_reduce 2 1024 auto", "all_reduce has no variant 'auto'"},
+        Case{"reduce_scatter 2 1024 push",
+             "reduce_scatter has no variant 'push' (pull, chunked)"}}) {
+    const std::string error =
+        error_of([&] { parse_tune_file(std::string("# header\n") + c.line + "\n", "/x/tune"); });
     EXPECT_TRUE(contains(error, "shm tune file /x/tune line 2")) << error;
     EXPECT_TRUE(contains(error, c.expected)) << c.line << ": " << error;
   }

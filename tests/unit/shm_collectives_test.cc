@@ -33,11 +33,11 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/shm/arena.h"
 #include "collective_checks.h"
 #include "ddp/common/error.h"
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
-#include "backends/shm/arena.h"
 #include "error_of.h"
 #include "shm_segments.h"
 #include "thread_ranks.h"
@@ -49,21 +49,21 @@ namespace {
 using ::ddp::testing::shm_segments_of;
 
 using namespace std::chrono_literals;
+using ::ddp::testing::Buffer;
 using ::ddp::testing::check_all_gather;
 using ::ddp::testing::check_broadcast_from_every_root;
 using ::ddp::testing::check_reduce;
 using ::ddp::testing::expect_elements;
-using ::ddp::testing::label;
-using ::ddp::testing::Buffer;
 using ::ddp::testing::input_value;
 using ::ddp::testing::kDTypes;
 using ::ddp::testing::kOps;
+using ::ddp::testing::label;
 using ::ddp::testing::moved_value;
 using ::ddp::testing::on_ranks;
 using ::ddp::testing::reference;
 
 constexpr std::size_t kSmallBytes = 32 << 10;  // the backend's single-copy limit
-constexpr std::size_t kChunkKiB = 64;           // DDP_SHM_CHUNK_KB in the sweeps (its minimum)
+constexpr std::size_t kChunkKiB = 64;          // DDP_SHM_CHUNK_KB in the sweeps (its minimum)
 
 // ---- Helpers ------------------------------------------------------------------------------
 
@@ -90,7 +90,6 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-
 // A run id no other test (or test process) uses: letters and digits only, so
 // its /dev/shm prefix is exactly "ddp-<run id>-".
 std::string unique_run_id() {
@@ -100,7 +99,9 @@ std::string unique_run_id() {
 
 using ::ddp::testing::error_of;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 double all_reduce_reference(ReduceOp op, DType dtype, int world, std::size_t i) {
   return reference(op, dtype, world, [&](int r) { return input_value(r, i, dtype); });
@@ -113,13 +114,18 @@ enum class Memory { kPrivate, kShared, kMixed };
 constexpr Memory kMemories[] = {Memory::kPrivate, Memory::kShared, Memory::kMixed};
 const char* memory_name(Memory m) {
   switch (m) {
-    case Memory::kPrivate: return "private";
-    case Memory::kShared: return "allocate()d";
-    case Memory::kMixed: return "allocate()d on even ranks";
+    case Memory::kPrivate:
+      return "private";
+    case Memory::kShared:
+      return "allocate()d";
+    case Memory::kMixed:
+      return "allocate()d on even ranks";
   }
   return "?";
 }
-bool in_segment(Memory m, int rank) { return m == Memory::kShared || (m == Memory::kMixed && rank % 2 == 0); }
+bool in_segment(Memory m, int rank) {
+  return m == Memory::kShared || (m == Memory::kMixed && rank % 2 == 0);
+}
 
 // Float counts for the memory-mix tests: one, odd, and several chunks plus a remainder.
 constexpr std::size_t kMixCounts[] = {1, 1001, 3 * (kChunkKiB << 8) + 5};
@@ -142,7 +148,8 @@ struct Floats {
 
 // all_reduce of `buf` in place, in the memory asked for; the result ends in `buf`.
 void all_reduce_in(ProcessGroup& pg, Buffer& buf, ReduceOp op, Memory memory) {
-  if (!in_segment(memory, pg.rank())) return pg.all_reduce(buf.data(), buf.count(), buf.dtype(), op);
+  if (!in_segment(memory, pg.rank()))
+    return pg.all_reduce(buf.data(), buf.count(), buf.dtype(), op);
   const std::size_t bytes = buf.count() * dtype_size(buf.dtype());
   std::shared_ptr<void> block = pg.allocate(bytes);
   std::memcpy(block.get(), buf.data(), bytes);
@@ -179,7 +186,8 @@ class Shm : public ::testing::Test {
   }
   // Every group of the test is gone by now: so must be every segment of its run.
   void TearDown() override {
-    EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{}) << "segments of run " << run_id_ << " left in /dev/shm";
+    EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{})
+        << "segments of run " << run_id_ << " left in /dev/shm";
   }
   const std::string run_id_ = unique_run_id();
 };
@@ -219,8 +227,11 @@ TEST_P(ShmVariants, AllReduceMatchesReferenceForEveryDtypeOpBoundaryCountAndMemo
                 buf.fill(0, count, [&](std::size_t i) { return input_value(pg.rank(), i, dtype); });
                 all_reduce_in(pg, buf, op, memory);
                 expect_elements(
-                    buf, 0, count, [&](std::size_t i) { return all_reduce_reference(op, dtype, n, i); },
-                    label(pg.rank(), std::string("all_reduce ") + op_name(op) + " in " + memory_name(memory), count));
+                    buf, 0, count,
+                    [&](std::size_t i) { return all_reduce_reference(op, dtype, n, i); },
+                    label(pg.rank(),
+                          std::string("all_reduce ") + op_name(op) + " in " + memory_name(memory),
+                          count));
               }
             }
           }
@@ -234,8 +245,9 @@ TEST_P(ShmWorlds, LargeFloat32SumsFrom4KiBTo64MiBInPrivateAndAllocatedMemory) {
   on_ranks(
       n,
       [n](ProcessGroup& pg) {
-        for (std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20,
-                                  (std::size_t{4} << 20) + 4, (std::size_t{16} << 20) + 12, std::size_t{64} << 20}) {
+        for (std::size_t bytes :
+             {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20,
+              (std::size_t{4} << 20) + 4, (std::size_t{16} << 20) + 12, std::size_t{64} << 20}) {
           const std::size_t count = bytes / 4;
           for (Memory memory : {Memory::kPrivate, Memory::kShared}) {
             std::vector<float> priv;
@@ -254,7 +266,8 @@ TEST_P(ShmWorlds, LargeFloat32SumsFrom4KiBTo64MiBInPrivateAndAllocatedMemory) {
               float want = 0;
               for (int r = 0; r < n; ++r) want += large_value(r, i);
               if (data[i] != want) {
-                ADD_FAILURE() << label(pg.rank(), std::string("float32 sum in ") + memory_name(memory), count)
+                ADD_FAILURE() << label(pg.rank(),
+                                       std::string("float32 sum in ") + memory_name(memory), count)
                               << ": element " << i << " is " << data[i] << ", expected " << want;
                 break;
               }
@@ -276,8 +289,8 @@ TEST_F(Shm, Float32SumOf256MiBWithTwoRanks) {
         for (std::size_t i = 0; i < kCount; ++i) {
           const float want = large_value(0, i) + large_value(1, i);
           if (data[i] != want) {
-            ADD_FAILURE() << "rank " << pg.rank() << ": element " << i << " of 256 MiB is " << data[i]
-                          << ", expected " << want;
+            ADD_FAILURE() << "rank " << pg.rank() << ": element " << i << " of 256 MiB is "
+                          << data[i] << ", expected " << want;
             break;
           }
         }
@@ -292,7 +305,9 @@ TEST_P(ShmVariants, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
   const int n = world();
   const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
   const std::size_t counts[] = {1001, 40000};  // single-copy, then several chunks
-  auto value = [](int r, std::size_t i) { return std::sin(0.37 * static_cast<double>(i) + r) * (1.0 + 0.3 * r); };
+  auto value = [](int r, std::size_t i) {
+    return std::sin(0.37 * static_cast<double>(i) + r) * (1.0 + 0.3 * r);
+  };
   std::mutex mu;
   std::vector<std::vector<std::vector<unsigned char>>> results(n);  // [rank][case] bytes
   std::vector<std::string> cases;
@@ -324,11 +339,12 @@ TEST_P(ShmVariants, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
                                        : dtype == DType::kFloat32 ? 1e-5
                                        : dtype == DType::kFloat16 ? 0.05
                                                                   : 0.5;
-                EXPECT_LE(worst, allowed) << label(pg.rank(), std::string(dtype_name(dtype)) + " " + op_name(op), count);
+                EXPECT_LE(worst, allowed)
+                    << label(pg.rank(), std::string(dtype_name(dtype)) + " " + op_name(op), count);
                 auto* p = static_cast<unsigned char*>(buf.data());
                 mine.emplace_back(p, p + count * dtype_size(dtype));
-                names.push_back(std::string(dtype_name(dtype)) + " " + op_name(op) + " of " + std::to_string(count) +
-                                " in " + memory_name(memory));
+                names.push_back(std::string(dtype_name(dtype)) + " " + op_name(op) + " of " +
+                                std::to_string(count) + " in " + memory_name(memory));
               }
             }
           }
@@ -342,7 +358,8 @@ TEST_P(ShmVariants, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
   for (int r = 1; r < n; ++r) {
     ASSERT_EQ(results[r].size(), cases.size()) << "rank " << r;
     for (std::size_t c = 0; c < cases.size(); ++c) {
-      EXPECT_TRUE(results[r][c] == results[0][c]) << cases[c] << ": rank " << r << "'s bits differ from rank 0's";
+      EXPECT_TRUE(results[r][c] == results[0][c])
+          << cases[c] << ": rank " << r << "'s bits differ from rank 0's";
     }
   }
 }
@@ -352,7 +369,8 @@ TEST_P(ShmVariants, FloatSumsAndAveragesAreBitIdenticalOnEveryRank) {
 TEST_P(ShmVariants, BroadcastFromEveryRoot) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   on_ranks(
-      world(), [](ProcessGroup& pg) { check_broadcast_from_every_root(pg, boundary_counts); }, options());
+      world(), [](ProcessGroup& pg) { check_broadcast_from_every_root(pg, boundary_counts); },
+      options());
 }
 
 // Broadcast with buffers from allocate() (pull: the others copy the root's
@@ -369,12 +387,14 @@ TEST_P(ShmVariants, BroadcastFromEveryRootInEveryMemoryMix) {
             for (std::size_t count : kMixCounts) {
               Floats floats(pg, memory, count);
               float* buffer = floats.data;
-              for (std::size_t i = 0; i < count; ++i) buffer[i] = me == root ? large_value(root, i) : -1.0f;
+              for (std::size_t i = 0; i < count; ++i)
+                buffer[i] = me == root ? large_value(root, i) : -1.0f;
               pg.broadcast(buffer, count, DType::kFloat32, root);
               for (std::size_t i = 0; i < count; ++i) {
                 if (buffer[i] != large_value(root, i)) {
-                  FAIL() << memory_name(memory) << ", root " << root << ", count " << count << ", rank " << me
-                         << ": element " << i << " is " << buffer[i] << ", expected " << large_value(root, i);
+                  FAIL() << memory_name(memory) << ", root " << root << ", count " << count
+                         << ", rank " << me << ": element " << i << " is " << buffer[i]
+                         << ", expected " << large_value(root, i);
                 }
               }
             }
@@ -393,7 +413,8 @@ TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
         for (DType dtype : kDTypes) {
           for (ReduceOp op : kOps) {
             for (int root = 0; root < n; ++root) {
-              for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+              for (std::size_t count :
+                   {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
                 check_reduce(pg, dtype, op, root, count);
               }
             }
@@ -410,7 +431,8 @@ TEST_P(ShmWorlds, ReduceLandsOnEveryRootAndLeavesOthersUnchanged) {
 
 TEST_P(ShmVariants, AllGatherPutsEveryRanksInputInRankOrder) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
-  on_ranks(world(), [](ProcessGroup& pg) { check_all_gather(pg, boundary_counts); }, options());
+  on_ranks(
+      world(), [](ProcessGroup& pg) { check_all_gather(pg, boundary_counts); }, options());
 }
 
 // The zero-copy path (every output allocate()d: each rank writes its input
@@ -432,13 +454,14 @@ TEST_P(ShmVariants, AllGatherInAllocatedOutputsInPlaceOrNotMatchesEveryMemoryMix
               float* in = in_place ? out + static_cast<std::size_t>(me) * count : separate.data();
               for (std::size_t i = 0; i < count; ++i) in[i] = large_value(me, i);
               pg.all_gather(in, out, count, DType::kFloat32);
-              const std::string what = std::string(memory_name(memory)) + (in_place ? ", in place" : "") +
-                                       ", count " + std::to_string(count) + ", rank " + std::to_string(me);
+              const std::string what = std::string(memory_name(memory)) +
+                                       (in_place ? ", in place" : "") + ", count " +
+                                       std::to_string(count) + ", rank " + std::to_string(me);
               for (int r = 0; r < n; ++r) {
                 for (std::size_t i = 0; i < count; ++i) {
                   if (out[r * count + i] != large_value(r, i)) {
-                    FAIL() << what << ": slice " << r << " element " << i << " is " << out[r * count + i]
-                           << ", expected " << large_value(r, i);
+                    FAIL() << what << ": slice " << r << " element " << i << " is "
+                           << out[r * count + i] << ", expected " << large_value(r, i);
                   }
                 }
               }
@@ -476,7 +499,9 @@ TEST_P(ShmVariants, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
                 Buffer values(dtype, count);
                 // Inexact float sums: the order of the additions shows in the bits.
                 values.fill(0, count, [&](std::size_t i) {
-                  auto x = static_cast<std::uint32_t>(i * 40503u + static_cast<std::size_t>(me) * 977u) * 2654435761u;
+                  auto x =
+                      static_cast<std::uint32_t>(i * 40503u + static_cast<std::size_t>(me) * 977u) *
+                      2654435761u;
                   const double v = static_cast<double>((x >> 8) % 20001u) - 10000.0;
                   return dtype == DType::kInt32 ? v : v / 7.0;
                 });
@@ -504,9 +529,9 @@ TEST_P(ShmVariants, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
                     if (std::memcmp(data + i * e, full.slice(i), e) != 0) {
                       Buffer got(dtype, 1);
                       std::memcpy(got.data(), data + i * e, e);
-                      FAIL() << "rank " << me << ", " << dtype_name(dtype) << " " << op_name(op) << " in "
-                             << memory_name(memory) << ", count " << count << ": element " << i << " is "
-                             << got.get(0) << ", all_reduce gives " << full.get(i);
+                      FAIL() << "rank " << me << ", " << dtype_name(dtype) << " " << op_name(op)
+                             << " in " << memory_name(memory) << ", count " << count << ": element "
+                             << i << " is " << got.get(0) << ", all_reduce gives " << full.get(i);
                     }
                   }
                 }
@@ -516,8 +541,9 @@ TEST_P(ShmVariants, AllReducePartialGivesAllReducesBitsOnEveryNeededElement) {
         }
         // A range past the buffer is refused before anything is sent, naming it.
         std::vector<float> few(8, 1.0f);
-        const std::string error =
-            error_of([&] { pg.all_reduce_partial(few.data(), 8, DType::kFloat32, ReduceOp::kSum, {{4, 9}}); });
+        const std::string error = error_of([&] {
+          pg.all_reduce_partial(few.data(), 8, DType::kFloat32, ReduceOp::kSum, {{4, 9}});
+        });
         EXPECT_TRUE(contains(error, "[4, 9)")) << error;
         EXPECT_TRUE(contains(error, "8 elements")) << error;
       },
@@ -554,17 +580,20 @@ TEST_P(ShmVariants, ReduceScatterMatchesReferenceForEveryDtypeOpBoundaryCountAnd
                     input = static_cast<char*>(block.get());
                   }
                   Buffer out(dtype, count);
-                  char* output = in_place ? input + static_cast<std::size_t>(me) * count * e : out.slice(0);
+                  char* output =
+                      in_place ? input + static_cast<std::size_t>(me) * count * e : out.slice(0);
                   pg.reduce_scatter(input, output, count, dtype, op);
                   if (in_place) std::memcpy(out.data(), output, count * e);
                   expect_elements(
                       out, 0, count,
                       [&](std::size_t i) {
-                        return reference(op, dtype, n, [&](int r) { return input_value(r, me * count + i, dtype); });
+                        return reference(op, dtype, n, [&](int r) {
+                          return input_value(r, me * count + i, dtype);
+                        });
                       },
                       label(me,
-                            std::string("reduce_scatter ") + op_name(op) + " in " + memory_name(memory) +
-                                (in_place ? ", in place" : ""),
+                            std::string("reduce_scatter ") + op_name(op) + " in " +
+                                memory_name(memory) + (in_place ? ", in place" : ""),
                             count));
                 }
               }
@@ -586,7 +615,8 @@ TEST_P(ShmWorlds, BarrierHoldsEveryRankUntilTheLastArrives) {
             // The others are (about to be) in the barrier: none may pass before this rank comes.
             while (arrived.load() < round * n - 1) std::this_thread::yield();
             std::this_thread::sleep_for(5ms);  // a chance for a broken barrier to let them through
-            EXPECT_EQ(passed.load(), (round - 1) * n) << "a rank passed barrier " << round << " early";
+            EXPECT_EQ(passed.load(), (round - 1) * n)
+                << "a rank passed barrier " << round << " early";
           }
           arrived.fetch_add(1);
           pg.barrier();
@@ -603,8 +633,10 @@ TEST_P(ShmWorlds, AsyncCollectivesOnEveryPathCompleteInIssueOrder) {
   on_ranks(
       n,
       [n](ProcessGroup& pg) {
-        const std::size_t small = 7, large = 300001;  // single-copy; several 1 MiB chunks of float32
-        Buffer a(DType::kInt32, small), b(DType::kFloat32, large), c(DType::kInt64, small * n), d(DType::kInt64, small);
+        const std::size_t small = 7,
+                          large = 300001;  // single-copy; several 1 MiB chunks of float32
+        Buffer a(DType::kInt32, small), b(DType::kFloat32, large), c(DType::kInt64, small * n),
+            d(DType::kInt64, small);
         a.fill(0, small, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kInt32); });
         b.fill(0, large, [&](std::size_t i) { return input_value(pg.rank(), i, DType::kFloat32); });
         d.fill(0, small, [&](std::size_t i) { return moved_value(pg.rank(), i, DType::kInt64); });
@@ -618,12 +650,19 @@ TEST_P(ShmWorlds, AsyncCollectivesOnEveryPathCompleteInIssueOrder) {
         works.push_back(pg.all_gather_async(d.data(), c.data(), small, DType::kInt64));
         works.push_back(pg.barrier_async());
         works.push_back(pg.broadcast_async(a.data(), small, DType::kInt32, n - 1));
-        for (auto it = works.rbegin(); it != works.rend(); ++it) EXPECT_TRUE((*it)->wait(20s)) << (*it)->description();
+        for (auto it = works.rbegin(); it != works.rend(); ++it)
+          EXPECT_TRUE((*it)->wait(20s)) << (*it)->description();
         expect_elements(
-            a, 0, small, [&](std::size_t i) { return all_reduce_reference(ReduceOp::kMax, DType::kInt32, n, i); },
+            a, 0, small,
+            [&](std::size_t i) {
+              return all_reduce_reference(ReduceOp::kMax, DType::kInt32, n, i);
+            },
             "async all_reduce max");
         expect_elements(
-            b, 0, large, [&](std::size_t i) { return all_reduce_reference(ReduceOp::kSum, DType::kFloat32, n, i); },
+            b, 0, large,
+            [&](std::size_t i) {
+              return all_reduce_reference(ReduceOp::kSum, DType::kFloat32, n, i);
+            },
             "async all_reduce sum");
         for (std::size_t i = 0; i < large; ++i) {
           if (z[i] != static_cast<float>(n * (n + 1) / 2)) {
@@ -633,7 +672,8 @@ TEST_P(ShmWorlds, AsyncCollectivesOnEveryPathCompleteInIssueOrder) {
         }
         for (int r = 0; r < n; ++r) {
           expect_elements(
-              c, r * small, small, [&](std::size_t i) { return moved_value(r, i, DType::kInt64); }, "async all_gather");
+              c, r * small, small, [&](std::size_t i) { return moved_value(r, i, DType::kInt64); },
+              "async all_gather");
         }
       },
       options());
@@ -664,7 +704,8 @@ std::vector<unsigned char> run_every_collective(ProcessGroup& pg) {
           for (int r = 0; r < n; ++r) {
             expect_elements(
                 out, r * count, count, [&](std::size_t i) { return moved_value(r, i, dtype); },
-                label(me, "gather to root " + std::to_string(root) + ", slice " + std::to_string(r), count));
+                label(me, "gather to root " + std::to_string(root) + ", slice " + std::to_string(r),
+                      count));
           }
         }
         keep(out);
@@ -688,7 +729,8 @@ std::vector<unsigned char> run_every_collective(ProcessGroup& pg) {
       pg.all_to_all(in.data(), out.data(), count, dtype);
       for (int i = 0; i < n; ++i) {
         expect_elements(
-            out, i * count, count, [&](std::size_t j) { return moved_value(i, me * count + j, dtype); },
+            out, i * count, count,
+            [&](std::size_t j) { return moved_value(i, me * count + j, dtype); },
             label(me, "all_to_all slice from rank " + std::to_string(i), count));
       }
       keep(out);
@@ -705,7 +747,8 @@ std::vector<unsigned char> run_every_collective(ProcessGroup& pg) {
         expect_elements(
             rout, 0, count,
             [&](std::size_t i) {
-              return reference(op, dtype, n, [&](int r) { return input_value(r, me * count + i, dtype); });
+              return reference(op, dtype, n,
+                               [&](int r) { return input_value(r, me * count + i, dtype); });
             },
             label(me, std::string("reduce_scatter ") + op_name(op), count));
         keep(rout);
@@ -728,7 +771,9 @@ TEST_P(ShmWorlds, EveryCollectiveGivesTheSameBytesAsGloo) {
   ScopedEnv chunk("DDP_SHM_CHUNK_KB", std::to_string(kChunkKiB));
   const int n = world();
   std::vector<std::vector<unsigned char>> gloo(n), shm(n);
-  on_ranks(n, [&](ProcessGroup& pg) { gloo[pg.rank()] = run_every_collective(pg); }, ::ddp::testing::gloo_options());
+  on_ranks(
+      n, [&](ProcessGroup& pg) { gloo[pg.rank()] = run_every_collective(pg); },
+      ::ddp::testing::gloo_options());
   on_ranks(
       n,
       [&](ProcessGroup& pg) {
@@ -740,8 +785,8 @@ TEST_P(ShmWorlds, EveryCollectiveGivesTheSameBytesAsGloo) {
     ASSERT_EQ(shm[r].size(), gloo[r].size()) << "rank " << r;
     auto diff = std::mismatch(shm[r].begin(), shm[r].end(), gloo[r].begin());
     EXPECT_TRUE(diff.first == shm[r].end())
-        << "rank " << r << ": shm and gloo outputs differ first at byte " << (diff.first - shm[r].begin()) << " of "
-        << shm[r].size();
+        << "rank " << r << ": shm and gloo outputs differ first at byte "
+        << (diff.first - shm[r].begin()) << " of " << shm[r].size();
   }
 }
 
@@ -757,15 +802,24 @@ TEST_P(ShmWorlds, MismatchFailsEveryRankAtOnceAndTheGroupRefusesMore) {
   const int n = world();
   const std::vector<MismatchCase> cases = {
       {"count, single-copy path",
-       [](ProcessGroup& pg, float* p) { pg.all_reduce(p, pg.rank() == 1 ? 5 : 4, DType::kFloat32); },
+       [](ProcessGroup& pg, float* p) {
+         pg.all_reduce(p, pg.rank() == 1 ? 5 : 4, DType::kFloat32);
+       },
        {"all_reduce of 20 bytes of float32 (sum)", "all_reduce of 16 bytes of float32 (sum)"}},
       {"count, copying path",
-       [](ProcessGroup& pg, float* p) { pg.all_reduce(p, pg.rank() == 1 ? 20000 : 10000, DType::kFloat32); },
+       [](ProcessGroup& pg, float* p) {
+         pg.all_reduce(p, pg.rank() == 1 ? 20000 : 10000, DType::kFloat32);
+       },
        {"all_reduce of 80000 bytes", "all_reduce of 40000 bytes"}},
       {"count, single-copy against copying path",
-       [](ProcessGroup& pg, float* p) { pg.all_reduce(p, pg.rank() == 1 ? 10000 : 4000, DType::kFloat32); },
+       [](ProcessGroup& pg, float* p) {
+         pg.all_reduce(p, pg.rank() == 1 ? 10000 : 4000, DType::kFloat32);
+       },
        {"all_reduce of 40000 bytes", "all_reduce of 16000 bytes"}},
-      {"op", [](ProcessGroup& pg, float* p) { pg.all_reduce(p, 4, DType::kFloat32, pg.rank() == 1 ? ReduceOp::kMax : ReduceOp::kSum); },
+      {"op",
+       [](ProcessGroup& pg, float* p) {
+         pg.all_reduce(p, 4, DType::kFloat32, pg.rank() == 1 ? ReduceOp::kMax : ReduceOp::kSum);
+       },
        {"(max)", "(sum)"}},
       {"collective",
        [](ProcessGroup& pg, float* p) {
@@ -776,7 +830,10 @@ TEST_P(ShmWorlds, MismatchFailsEveryRankAtOnceAndTheGroupRefusesMore) {
          }
        },
        {"broadcast of 16 bytes of float32 from root 0", "all_reduce of 16 bytes of float32 (sum)"}},
-      {"root", [](ProcessGroup& pg, float* p) { pg.broadcast(p, 100000, DType::kFloat32, pg.rank() == 1 ? 1 : 0); },
+      {"root",
+       [](ProcessGroup& pg, float* p) {
+         pg.broadcast(p, 100000, DType::kFloat32, pg.rank() == 1 ? 1 : 0);
+       },
        {"from root 1", "from root 0"}},
       {"reduce_scatter against all_reduce",
        [](ProcessGroup& pg, float* p) {
@@ -801,21 +858,29 @@ TEST_P(ShmWorlds, MismatchFailsEveryRankAtOnceAndTheGroupRefusesMore) {
           std::string refused = error_of([&] { pg.all_reduce(data.data(), 4, DType::kFloat32); });
           refused += "\n" + error_of([&] { pg.all_reduce(data.data(), 100000, DType::kFloat32); });
           refused += "\n" + error_of([&] { pg.barrier(); });
-          refused += "\n" + error_of([&] { pg.all_gather(data.data(), data.data() + 50000, 4, DType::kFloat32); });
-          refused += "\n" + error_of([&] { pg.gather(data.data(), data.data() + 50000, 4, DType::kFloat32, 0); });
+          refused += "\n" + error_of([&] {
+                       pg.all_gather(data.data(), data.data() + 50000, 4, DType::kFloat32);
+                     });
+          refused += "\n" + error_of([&] {
+                       pg.gather(data.data(), data.data() + 50000, 4, DType::kFloat32, 0);
+                     });
           after[pg.rank()] = refused;
         },
         options());
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "a mismatch must fail at once, not at the 30 s timeout";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s)
+        << "a mismatch must fail at once, not at the 30 s timeout";
     for (int r = 0; r < n; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
       EXPECT_TRUE(contains(errors[r], "collective mismatch")) << errors[r];
       EXPECT_TRUE(contains(errors[r], "rank " + std::to_string(r) + ": ")) << errors[r];
-      for (const auto& part : c.every_error_names) EXPECT_TRUE(contains(errors[r], part)) << "missing: " << part;
+      for (const auto& part : c.every_error_names)
+        EXPECT_TRUE(contains(errors[r], part)) << "missing: " << part;
       // The rank that differs is named by every rank (by itself as "rank 1 is in").
       EXPECT_TRUE(contains(errors[r], "rank 1 ")) << errors[r];
       std::size_t refusals = 0;
-      for (std::size_t at = 0; (at = after[r].find("unusable after an earlier failure", at)) != std::string::npos; ++at) {
+      for (std::size_t at = 0;
+           (at = after[r].find("unusable after an earlier failure", at)) != std::string::npos;
+           ++at) {
         ++refusals;
       }
       EXPECT_EQ(refusals, 5u) << after[r];
@@ -828,7 +893,9 @@ TEST_F(Shm, TimeoutNamesTheRanksThatNeverArrived) {
   const int n = 4;
   const std::vector<int> absent = {1, 3};
   const std::string absent_list = "1, 3";
-  auto is_absent = [&](int r) { return std::find(absent.begin(), absent.end(), r) != absent.end(); };
+  auto is_absent = [&](int r) {
+    return std::find(absent.begin(), absent.end(), r) != absent.end();
+  };
   std::vector<std::string> errors(n);
   std::latch others_done(n - static_cast<int>(absent.size()));
   const auto start = std::chrono::steady_clock::now();
@@ -836,12 +903,14 @@ TEST_F(Shm, TimeoutNamesTheRanksThatNeverArrived) {
       n,
       [&](ProcessGroup& pg) {
         if (is_absent(pg.rank())) {
-          others_done.wait();  // never calls the collective; keeps its group until the others gave up
+          others_done
+              .wait();  // never calls the collective; keeps its group until the others gave up
           return;
         }
         // Large enough for the copying path (the single-copy path waits the same way).
         std::vector<float> data(20000, 1.0f);
-        errors[pg.rank()] = error_of([&] { pg.all_reduce(data.data(), data.size(), DType::kFloat32); });
+        errors[pg.rank()] =
+            error_of([&] { pg.all_reduce(data.data(), data.size(), DType::kFloat32); });
         others_done.count_down();
       },
       options(1s));
@@ -849,8 +918,10 @@ TEST_F(Shm, TimeoutNamesTheRanksThatNeverArrived) {
   for (int r = 0; r < n; ++r) {
     if (is_absent(r)) continue;
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
-    EXPECT_TRUE(contains(errors[r], "rank " + std::to_string(r) + ": all_reduce of 20000 float32 (sum)"));
-    EXPECT_TRUE(contains(errors[r], "timed out waiting in shared memory for rank(s) " + absent_list + " (same node)"));
+    EXPECT_TRUE(
+        contains(errors[r], "rank " + std::to_string(r) + ": all_reduce of 20000 float32 (sum)"));
+    EXPECT_TRUE(contains(errors[r], "timed out waiting in shared memory for rank(s) " +
+                                        absent_list + " (same node)"));
     EXPECT_TRUE(contains(errors[r], "ranks that had not arrived: " + absent_list));
   }
 }
@@ -862,10 +933,12 @@ TEST_P(ShmWorlds, AllocateGivesAlignedWritableDisjointBlocksThatCanBeFreedAndReu
   on_ranks(
       n,
       [n](ProcessGroup& pg) {
-        const std::vector<std::size_t> sizes = {0, 1, 63, 64, 100, 4095, 4096, 4097, 100000, std::size_t{3} << 20};
+        const std::vector<std::size_t> sizes = {0,    1,    63,   64,     100,
+                                                4095, 4096, 4097, 100000, std::size_t{3} << 20};
         std::vector<std::shared_ptr<void>> blocks;
         auto fill = [&](std::size_t k) {
-          std::memset(blocks[k].get(), static_cast<int>(k * 17 + pg.rank() + 1), std::max<std::size_t>(sizes[k], 1));
+          std::memset(blocks[k].get(), static_cast<int>(k * 17 + pg.rank() + 1),
+                      std::max<std::size_t>(sizes[k], 1));
         };
         auto intact = [&](std::size_t k) {
           auto* p = static_cast<const unsigned char*>(blocks[k].get());
@@ -878,18 +951,22 @@ TEST_P(ShmWorlds, AllocateGivesAlignedWritableDisjointBlocksThatCanBeFreedAndReu
         for (std::size_t k = 0; k < sizes.size(); ++k) {
           blocks.push_back(pg.allocate(sizes[k]));
           ASSERT_NE(blocks[k], nullptr) << "allocate(" << sizes[k] << ")";
-          EXPECT_EQ(reinterpret_cast<std::uintptr_t>(blocks[k].get()) % 64, 0u) << "allocate(" << sizes[k] << ")";
+          EXPECT_EQ(reinterpret_cast<std::uintptr_t>(blocks[k].get()) % 64, 0u)
+              << "allocate(" << sizes[k] << ")";
           fill(k);
         }
         // No two blocks overlap (a block of 0 bytes still counts as one byte).
         for (std::size_t a = 0; a < sizes.size(); ++a) {
           for (std::size_t b = a + 1; b < sizes.size(); ++b) {
-            auto pa = reinterpret_cast<std::uintptr_t>(blocks[a].get()), pb = reinterpret_cast<std::uintptr_t>(blocks[b].get());
-            EXPECT_TRUE(pa + std::max<std::size_t>(sizes[a], 1) <= pb || pb + std::max<std::size_t>(sizes[b], 1) <= pa)
+            auto pa = reinterpret_cast<std::uintptr_t>(blocks[a].get()),
+                 pb = reinterpret_cast<std::uintptr_t>(blocks[b].get());
+            EXPECT_TRUE(pa + std::max<std::size_t>(sizes[a], 1) <= pb ||
+                        pb + std::max<std::size_t>(sizes[b], 1) <= pa)
                 << "blocks of " << sizes[a] << " and " << sizes[b] << " bytes overlap";
           }
         }
-        for (std::size_t k = 0; k < sizes.size(); ++k) EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
+        for (std::size_t k = 0; k < sizes.size(); ++k)
+          EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
         // Free every other block, reallocate them (other sizes too), and all stay intact.
         for (std::size_t k = 0; k < sizes.size(); k += 2) blocks[k].reset();
         for (std::size_t k = 0; k < sizes.size(); k += 2) {
@@ -897,7 +974,8 @@ TEST_P(ShmWorlds, AllocateGivesAlignedWritableDisjointBlocksThatCanBeFreedAndReu
           ASSERT_NE(blocks[k], nullptr);
           fill(k);
         }
-        for (std::size_t k = 0; k < sizes.size(); ++k) EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
+        for (std::size_t k = 0; k < sizes.size(); ++k)
+          EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
         // The freed and reused memory still works for zero-copy all_reduce.
         const std::size_t count = (std::size_t{3} << 20) / 4;
         auto* f = static_cast<float*>(blocks.back().get());
@@ -907,11 +985,13 @@ TEST_P(ShmWorlds, AllocateGivesAlignedWritableDisjointBlocksThatCanBeFreedAndReu
           float want = 0;
           for (int r = 0; r < n; ++r) want += large_value(r, i);
           if (f[i] != want) {
-            ADD_FAILURE() << "rank " << pg.rank() << ": zero-copy all_reduce element " << i << " is " << f[i];
+            ADD_FAILURE() << "rank " << pg.rank() << ": zero-copy all_reduce element " << i
+                          << " is " << f[i];
             break;
           }
         }
-        for (std::size_t k = 0; k + 1 < sizes.size(); ++k) EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
+        for (std::size_t k = 0; k + 1 < sizes.size(); ++k)
+          EXPECT_TRUE(intact(k)) << "block of " << sizes[k] << " bytes";
       },
       options());
 }
@@ -957,7 +1037,8 @@ TEST_F(Shm, FullArenaFallsBackToPrivateMemoryAndFreedBlocksAreReused) {
         ASSERT_NE(spill, nullptr);
         auto* lo = static_cast<char*>(at);
         auto* s = static_cast<char*>(spill.get());
-        EXPECT_TRUE(s + bytes <= lo || s >= lo + (std::size_t{4} << 20)) << "the spilled block overlaps the arena";
+        EXPECT_TRUE(s + bytes <= lo || s >= lo + (std::size_t{4} << 20))
+            << "the spilled block overlaps the arena";
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(s) % 64, 0u);
         // Zero-copy on the arena blocks, then the copying path on the private ones.
         for (void* p : {again.get(), spill.get()}) {
@@ -1038,12 +1119,13 @@ void on_nodes(const std::vector<int>& node_sizes, const std::function<void(Proce
 // treats apart). Private and allocate()d buffers (mixed ones take the private path).
 void check_across_nodes(ProcessGroup& pg, std::vector<unsigned char>& float_bits, bool every_op) {
   const int n = pg.size(), me = pg.rank();
-  const std::vector<ReduceOp> ops =
-      every_op ? std::vector<ReduceOp>(std::begin(kOps), std::end(kOps)) : std::vector<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg};
+  const std::vector<ReduceOp> ops = every_op
+                                        ? std::vector<ReduceOp>(std::begin(kOps), std::end(kOps))
+                                        : std::vector<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg};
   for (DType dtype : kDTypes) {
     const std::size_t e = dtype_size(dtype);
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}, kSmallBytes / e + 1,
-                              2 * ((kChunkKiB << 10) / e) + 13}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001},
+                              kSmallBytes / e + 1, 2 * ((kChunkKiB << 10) / e) + 13}) {
       for (ReduceOp op : ops) {
         for (Memory memory : {Memory::kPrivate, Memory::kShared}) {
           Buffer buf(dtype, count);
@@ -1051,14 +1133,17 @@ void check_across_nodes(ProcessGroup& pg, std::vector<unsigned char>& float_bits
           all_reduce_in(pg, buf, op, memory);
           expect_elements(
               buf, 0, count, [&](std::size_t i) { return all_reduce_reference(op, dtype, n, i); },
-              label(me, std::string("all_reduce ") + op_name(op) + " in " + memory_name(memory), count));
+              label(me, std::string("all_reduce ") + op_name(op) + " in " + memory_name(memory),
+                    count));
         }
       }
     }
   }
   for (Memory memory : kMemories) {
     Buffer buf(DType::kFloat32, 50000);
-    buf.fill(0, 50000, [&](std::size_t i) { return std::sin(0.37 * static_cast<double>(i) + me) * (1 + 0.3 * me); });
+    buf.fill(0, 50000, [&](std::size_t i) {
+      return std::sin(0.37 * static_cast<double>(i) + me) * (1 + 0.3 * me);
+    });
     all_reduce_in(pg, buf, ReduceOp::kSum, memory);
     auto* p = static_cast<unsigned char*>(buf.data());
     float_bits.insert(float_bits.end(), p, p + 50000 * 4);
@@ -1120,15 +1205,17 @@ TEST_P(ShmNodes, EveryCollectiveAgreesWithTheReferenceAndFloatSumsMatchBitForBit
         check_across_nodes(pg, bits[pg.rank()], layout.every_op);
       },
       options());
-  for (int r = 1; r < n; ++r) EXPECT_TRUE(bits[r] == bits[0]) << "rank " << r << "'s float sums differ from rank 0's";
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(bits[r] == bits[0]) << "rank " << r << "'s float sums differ from rank 0's";
 }
 
 // Same sizes on every node: hierarchical (shm, then Gloo among equal local
 // ranks); one rank per node (Gloo among the nodes); nodes of different sizes
 // (Gloo over all ranks).
 INSTANTIATE_TEST_SUITE_P(Layouts, ShmNodes,
-                         ::testing::Values(Layout{{2, 2}, true}, Layout{{3, 3}, false}, Layout{{1, 1, 1}, false},
-                                           Layout{{2, 1}, false}, Layout{{1, 3}, false}),
+                         ::testing::Values(Layout{{2, 2}, true}, Layout{{3, 3}, false},
+                                           Layout{{1, 1, 1}, false}, Layout{{2, 1}, false},
+                                           Layout{{1, 3}, false}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            std::string name = "nodes";
                            for (int s : info.param.sizes) name += "_" + std::to_string(s);
@@ -1137,13 +1224,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShmNodes,
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ShmVariants,
                          ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values("auto", "push", "pull", "chunked", "small")),
+                                            ::testing::Values("auto", "push", "pull", "chunked",
+                                                              "small")),
                          [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
-                           return "world" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
                          });
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorlds, ::testing::Values(2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
 
 // ---- ArenaAllocator: the bookkeeping behind allocate() ------------------------------------
 
@@ -1175,8 +1266,8 @@ TEST(ArenaAllocator, TakesTheFirstBlockThatFitsNotTheBestOne) {
   ArenaAllocator a(16 * 4096);
   auto p0 = a.take(2 * 4096), p1 = a.take(4096), p2 = a.take(4096), p3 = a.take(4096);
   ASSERT_TRUE(p0 && p1 && p2 && p3);
-  a.give_back(*p0);  // a hole of 2 pages at 0
-  a.give_back(*p2);  // a hole of 1 page at 3 pages
+  a.give_back(*p0);             // a hole of 2 pages at 0
+  a.give_back(*p2);             // a hole of 1 page at 3 pages
   EXPECT_EQ(a.take(4096), 0u);  // first fit: the 2-page hole, not the exact 1-page one
   EXPECT_EQ(a.take(4096), 4096u);
   EXPECT_EQ(a.take(4096), 3u * 4096);
@@ -1185,7 +1276,8 @@ TEST(ArenaAllocator, TakesTheFirstBlockThatFitsNotTheBestOne) {
 
 TEST(ArenaAllocator, FreedNeighboursMergeInAnyOrder) {
   // Each order of giving back three adjacent blocks ends in one block of everything.
-  const std::vector<std::vector<int>> orders = {{0, 1, 2}, {2, 1, 0}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}};
+  const std::vector<std::vector<int>> orders = {{0, 1, 2}, {2, 1, 0}, {0, 2, 1},
+                                                {1, 0, 2}, {1, 2, 0}, {2, 0, 1}};
   for (const auto& order : orders) {
     SCOPED_TRACE(::testing::PrintToString(order));
     ArenaAllocator a(3 * 8192);
@@ -1205,7 +1297,8 @@ TEST(ArenaAllocator, FreedNeighboursMergeInAnyOrder) {
 TEST(ArenaAllocator, ExhaustionReturnsNothing) {
   ArenaAllocator a(4 * 4096);
   EXPECT_EQ(a.take(5 * 4096), std::nullopt);
-  EXPECT_EQ(a.take(std::numeric_limits<std::size_t>::max()), std::nullopt);  // rounding up would overflow
+  EXPECT_EQ(a.take(std::numeric_limits<std::size_t>::max()),
+            std::nullopt);  // rounding up would overflow
   EXPECT_EQ(a.take(std::numeric_limits<std::size_t>::max() - 100), std::nullopt);
   auto all = a.take(4 * 4096);
   EXPECT_EQ(all, 0u);
@@ -1223,7 +1316,7 @@ TEST(ArenaAllocator, GivingBackWhatWasNotTakenThrows) {
   ArenaAllocator a(8 * 4096);
   auto p = a.take(2 * 4096);
   ASSERT_EQ(p, 0u);
-  EXPECT_THROW(a.give_back(4096), Error);  // inside a block, not its start
+  EXPECT_THROW(a.give_back(4096), Error);      // inside a block, not its start
   EXPECT_THROW(a.give_back(2 * 4096), Error);  // free space
   EXPECT_THROW(a.give_back(1 << 30), Error);   // outside the arena
   EXPECT_NE(error_of([&] { a.give_back(12345); }).find("12345"), std::string::npos);

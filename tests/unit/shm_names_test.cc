@@ -18,7 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
 
 // A fresh directory standing in for /dev/shm; removed at the end of the test.
 class TempDir {
@@ -56,11 +58,13 @@ TEST(ShmNames, PrefixAndSegmentNameFormat) {
 
 TEST(ShmNames, NoRunsPrefixMatchesAnotherRunsSegments) {
   // "a" must not clean up after "a-b" (nor "a-b" after "a"), etc.
-  const std::vector<std::string> ids = {"a", "a-b", "a_b", "a__b", "a_2db", "ab", "a.b", "a-b-c", "A", "r1", "a-r1"};
+  const std::vector<std::string> ids = {"a",   "a-b",   "a_b", "a__b", "a_2db", "ab",
+                                        "a.b", "a-b-c", "A",   "r1",   "a-r1"};
   for (const auto& x : ids) {
     for (const auto& y : ids) {
       const std::string segment = shm_segment_name(y, 1, "default", 0, "u").substr(1);
-      EXPECT_EQ(starts_with(segment, shm_run_prefix(x)), x == y) << "run '" << x << "' vs segment of '" << y << "'";
+      EXPECT_EQ(starts_with(segment, shm_run_prefix(x)), x == y)
+          << "run '" << x << "' vs segment of '" << y << "'";
     }
   }
 }
@@ -71,8 +75,8 @@ TEST(ShmNames, LongIdsStayUnderNameMaxAndStayDistinct) {
   EXPECT_LT(shm_run_prefix(long_a).size(), 255u);
   EXPECT_NE(shm_run_prefix(long_a), shm_run_prefix(long_b));
   EXPECT_FALSE(starts_with(shm_run_prefix(long_b), shm_run_prefix(long_a)));
-  const std::string name = shm_segment_name(long_a, 1234567890123L, std::string(500, 'g'), 65535,
-                                            std::string(300, 'f'));
+  const std::string name =
+      shm_segment_name(long_a, 1234567890123L, std::string(500, 'g'), 65535, std::string(300, 'f'));
   ASSERT_EQ(name[0], '/');
   EXPECT_LE(name.size() - 1, static_cast<size_t>(NAME_MAX)) << name;
   EXPECT_TRUE(starts_with(name.substr(1), shm_run_prefix(long_a)));

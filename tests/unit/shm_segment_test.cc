@@ -86,7 +86,8 @@ TEST(ShmSegmentSetup, ARankThatNeverAttachesIsNamedAtTheDeadline) {
     FAIL() << "the wait ended as if every rank had attached";
   } catch (const Error& e) {
     EXPECT_GE(Clock::now() - start, 300ms);
-    EXPECT_NE(std::string(e.what()).find("local rank(s) 1 did not attach"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("local rank(s) 1 did not attach"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(name_exists(name));
 }

@@ -35,7 +35,9 @@ using ::ddp::testing::error_of;
 using ::ddp::testing::on_ranks;
 using ::ddp::testing::shm_segments_of;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 std::string unique_run_id() {
   static std::atomic<int> runs{0};
@@ -45,7 +47,9 @@ std::string unique_run_id() {
 // Sets a DDP_SHM_* variable for the scope (read when a group is made).
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
   ~ScopedEnv() { unsetenv(name_); }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -75,8 +79,9 @@ class ShmTuning : public ::testing::Test {
   }
   // Creates a group on each of `world` threads with options_of(rank) and runs
   // `body`; returns what each rank threw ("" for none), creation included.
-  std::vector<std::string> errors_on_ranks(int world, const std::function<ProcessGroupOptions(int)>& options_of,
-                                           const std::function<void(ProcessGroup&)>& body) {
+  std::vector<std::string> errors_on_ranks(
+      int world, const std::function<ProcessGroupOptions(int)>& options_of,
+      const std::function<void(ProcessGroup&)>& body) {
     auto store = make_prefix_store(make_memory_store(), "tuning");
     std::vector<std::string> errors(world);
     std::vector<std::thread> threads;
@@ -94,7 +99,8 @@ class ShmTuning : public ::testing::Test {
   void SetUp() override { std::filesystem::create_directories(dir_); }
   void TearDown() override {
     std::filesystem::remove_all(dir_);
-    EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{}) << "segments of run " << run_id_ << " left";
+    EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{})
+        << "segments of run " << run_id_ << " left";
   }
   const std::string run_id_ = unique_run_id();
   const std::string dir_ = std::filesystem::temp_directory_path() / ("ddp-" + run_id_);
@@ -104,7 +110,8 @@ class ShmTuning : public ::testing::Test {
 // (their times differ), yet every rank reports the same choice for every
 // collective and size class, and each call's result is right.
 TEST_F(ShmTuning, EveryRankAgreesOnEveryChoiceItTimed) {
-  ScopedEnv budget("DDP_SHM_TUNE_BUDGET_MS", "1000000");  // time every class, however slow this machine is
+  ScopedEnv budget("DDP_SHM_TUNE_BUDGET_MS",
+                   "1000000");  // time every class, however slow this machine is
   const int n = 4;
   std::mutex mu;
   std::vector<std::vector<std::string>> reports(n);
@@ -135,14 +142,16 @@ TEST_F(ShmTuning, EveryRankAgreesOnEveryChoiceItTimed) {
             mine.push_back(c + " " + std::to_string(bytes) + ": " + choice);
           }
         }
-        EXPECT_EQ(pg.algorithm_for("all_reduce", std::size_t{64} << 20), "") << "a class no call used";
+        EXPECT_EQ(pg.algorithm_for("all_reduce", std::size_t{64} << 20), "")
+            << "a class no call used";
         EXPECT_EQ(pg.algorithm_for("gather", 512), "") << "not a collective with variants";
         std::lock_guard<std::mutex> lock(mu);
         reports[me] = std::move(mine);
       },
       options());
   ASSERT_FALSE(reports[0].empty());
-  for (int r = 1; r < n; ++r) EXPECT_EQ(reports[r], reports[0]) << "rank " << r << " chose differently from rank 0";
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(reports[r], reports[0]) << "rank " << r << " chose differently from rank 0";
 }
 
 TEST_F(ShmTuning, AForcedVariantIsReportedAsForcedAndTheOthersAreStillTimed) {
@@ -153,12 +162,14 @@ TEST_F(ShmTuning, AForcedVariantIsReportedAsForcedAndTheOthersAreStillTimed) {
         EXPECT_EQ(pg.algorithm_for("broadcast", 1 << 20), "") << "nothing timed yet";
         auto block = pg.allocate(1 << 20);
         pg.broadcast(block.get(), (1 << 20) / 4, DType::kFloat32, 0);
-        EXPECT_TRUE(contains(pg.algorithm_for("broadcast", 1 << 20), "(timed)")) << pg.algorithm_for("broadcast", 1 << 20);
+        EXPECT_TRUE(contains(pg.algorithm_for("broadcast", 1 << 20), "(timed)"))
+            << pg.algorithm_for("broadcast", 1 << 20);
         EXPECT_EQ(pg.algorithm_for("broadcast", 1 << 10), "") << "another size class";
       },
       options("all_reduce=pull"));
   on_ranks(
-      2, [&](ProcessGroup& pg) { EXPECT_EQ(pg.algorithm_for("all_gather", 8), "push (forced)"); }, options("push"));
+      2, [&](ProcessGroup& pg) { EXPECT_EQ(pg.algorithm_for("all_gather", 8), "push (forced)"); },
+      options("push"));
   // Not shm: nothing to choose.
   on_ranks(2, [&](ProcessGroup& pg) { EXPECT_EQ(pg.algorithm_for("all_reduce", 8), ""); });
 }
@@ -173,11 +184,15 @@ TEST_F(ShmTuning, RanksThatForceDifferentVariantsFailNamingTheSettingOfEach) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
     EXPECT_TRUE(contains(errors[r], "force different algorithms (DDP_SHM_ALGO)"));
-    EXPECT_TRUE(contains(errors[r], r == 0 ? "rank 0 all_reduce=push, rank 1 auto" : "rank 1 auto, rank 0 all_reduce=push"));
+    EXPECT_TRUE(contains(errors[r], r == 0 ? "rank 0 all_reduce=push, rank 1 auto"
+                                           : "rank 1 auto, rank 0 all_reduce=push"));
   }
-  const auto bad = errors_on_ranks(2, [&](int) { return options("all_gather=small"); }, [](ProcessGroup&) {});
+  const auto bad = errors_on_ranks(
+      2, [&](int) { return options("all_gather=small"); }, [](ProcessGroup&) {});
   for (const std::string& e : bad) {
-    EXPECT_TRUE(contains(e, "process group option shm_algorithm='all_gather=small': all_gather has no variant 'small'"))
+    EXPECT_TRUE(contains(
+        e,
+        "process group option shm_algorithm='all_gather=small': all_gather has no variant 'small'"))
         << e;
   }
 }
@@ -195,7 +210,8 @@ TEST_F(ShmTuning, OnceTheTimingBudgetIsSpentLaterClassesTakeTheNearestChoice) {
         [&](ProcessGroup& pg) {
           auto block = pg.allocate(std::size_t{4} << 20);
           auto* f = static_cast<float*>(block.get());
-          for (std::size_t count : {std::size_t{16} << 10, std::size_t{1} << 20}) {  // 64 KiB, then 4 MiB
+          for (std::size_t count :
+               {std::size_t{16} << 10, std::size_t{1} << 20}) {  // 64 KiB, then 4 MiB
             std::fill(f, f + count, 2.0f);
             pg.all_reduce(f, count, DType::kFloat32);
             ASSERT_EQ(f[count - 1], 6.0f);
@@ -203,9 +219,11 @@ TEST_F(ShmTuning, OnceTheTimingBudgetIsSpentLaterClassesTakeTheNearestChoice) {
           const std::string first = pg.algorithm_for("all_reduce", 64 << 10);
           ASSERT_TRUE(contains(first, "(timed)")) << first;
           EXPECT_EQ(pg.algorithm_for("all_reduce", 4 << 20),
-                    first.substr(0, first.find(' ')) + " (as the nearest timed class: timing budget spent)");
+                    first.substr(0, first.find(' ')) +
+                        " (as the nearest timed class: timing budget spent)");
           pg.broadcast(f, 100, DType::kFloat32, 1);
-          EXPECT_EQ(pg.algorithm_for("broadcast", 400), "chunked (as the nearest timed class: timing budget spent)");
+          EXPECT_EQ(pg.algorithm_for("broadcast", 400),
+                    "chunked (as the nearest timed class: timing budget spent)");
           std::lock_guard<std::mutex> lock(mu);
           reports[pg.rank()] = first + " / " + pg.algorithm_for("all_reduce", 4 << 20);
         },
@@ -219,11 +237,13 @@ TEST_F(ShmTuning, OnceTheTimingBudgetIsSpentLaterClassesTakeTheNearestChoice) {
       [&](ProcessGroup& pg) {
         auto block = pg.allocate(4096);
         pg.all_reduce(block.get(), 1024, DType::kFloat32);
-        EXPECT_EQ(pg.algorithm_for("all_reduce", 4096), "chunked (as the nearest timed class: timing budget spent)");
+        EXPECT_EQ(pg.algorithm_for("all_reduce", 4096),
+                  "chunked (as the nearest timed class: timing budget spent)");
       },
       options());
   ScopedEnv bad("DDP_SHM_TUNE_BUDGET_MS", "soon");
-  for (const std::string& e : errors_on_ranks(2, [&](int) { return options(); }, [](ProcessGroup&) {})) {
+  for (const std::string& e : errors_on_ranks(
+           2, [&](int) { return options(); }, [](ProcessGroup&) {})) {
     EXPECT_TRUE(contains(e, "DDP_SHM_TUNE_BUDGET_MS='soon' is not a number of milliseconds")) << e;
   }
 }
@@ -268,14 +288,16 @@ TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
       },
       options());
   text = read_text(path);
-  EXPECT_TRUE(contains(text, "all_reduce 2 1048576 " + other + "\n")) << "nothing new was timed: " << text;
+  EXPECT_TRUE(contains(text, "all_reduce 2 1048576 " + other + "\n"))
+      << "nothing new was timed: " << text;
 }
 
 TEST_F(ShmTuning, AMalformedTuneFileFailsEveryRankNamingTheFileAndLine) {
   const std::string path = dir_ + "/bad";
   write_text(path, "all_reduce 2 1048576 pull\nall_reduce 2 1000 pull\n");
   ScopedEnv env("DDP_SHM_TUNE_FILE", path);
-  const auto errors = errors_on_ranks(3, [&](int) { return options(); }, [](ProcessGroup&) {});
+  const auto errors = errors_on_ranks(
+      3, [&](int) { return options(); }, [](ProcessGroup&) {});
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + errors[r]);
     EXPECT_TRUE(contains(errors[r], "shm tune file " + path + " line 2"));
@@ -284,7 +306,8 @@ TEST_F(ShmTuning, AMalformedTuneFileFailsEveryRankNamingTheFileAndLine) {
   // A folder where the file should be: the file cannot be read.
   std::filesystem::remove(path);
   std::filesystem::create_directories(path);
-  const auto folder = errors_on_ranks(2, [&](int) { return options(); }, [](ProcessGroup&) {});
+  const auto folder = errors_on_ranks(
+      2, [&](int) { return options(); }, [](ProcessGroup&) {});
   for (const std::string& e : folder) EXPECT_TRUE(contains(e, "shm tune file " + path)) << e;
 }
 

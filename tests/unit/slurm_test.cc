@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/common/error.h"
 #include "cli/launch_spec.h"
 #include "cli/slurm_hostlist.h"
 #include "cli/slurm_step.h"
+#include "ddp/common/error.h"
 
 namespace ddp::launcher {
 namespace {
@@ -37,9 +37,11 @@ TEST(SlurmHostlist, FormsSlurmDocuments) {
   EXPECT_THAT(expand_hostlist("n[1-3]"), ElementsAre("n1", "n2", "n3"));
   EXPECT_THAT(expand_hostlist("gpu[01-04,07],login1"),
               ElementsAre("gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "login1"));
-  EXPECT_THAT(expand_hostlist("n[009-011]"), ElementsAre("n009", "n010", "n011"));  // padding kept past 9
+  EXPECT_THAT(expand_hostlist("n[009-011]"),
+              ElementsAre("n009", "n010", "n011"));  // padding kept past 9
   EXPECT_THAT(expand_hostlist("n[8-10]"), ElementsAre("n8", "n9", "n10"));
-  EXPECT_THAT(expand_hostlist("rack[1-2]-n[1-2]"), ElementsAre("rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"));
+  EXPECT_THAT(expand_hostlist("rack[1-2]-n[1-2]"),
+              ElementsAre("rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"));
   EXPECT_THAT(expand_hostlist("a[1,3]b,c[2]"), ElementsAre("a1b", "a3b", "c2"));
   EXPECT_THAT(expand_hostlist("node-1.cluster"), ElementsAre("node-1.cluster"));
   EXPECT_THAT(expand_hostlist("[1-2]"), ElementsAre("1", "2"));
@@ -56,7 +58,8 @@ TEST(SlurmHostlist, MalformedListsNameTheProblem) {
   EXPECT_THAT(error_of([] { expand_hostlist("n[1-3"); }), HasSubstr("'[' without ']'"));
   EXPECT_THAT(error_of([] { expand_hostlist("n1-3]"); }), HasSubstr("']' without '['"));
   EXPECT_THAT(error_of([] { expand_hostlist("n[3-1]"); }), HasSubstr("range '3-1' runs backwards"));
-  EXPECT_THAT(error_of([] { expand_hostlist("n[a-b]"); }), HasSubstr("'a' in brackets is not a number"));
+  EXPECT_THAT(error_of([] { expand_hostlist("n[a-b]"); }),
+              HasSubstr("'a' in brackets is not a number"));
   EXPECT_THAT(error_of([] { expand_hostlist("n[1-2],,m"); }), HasSubstr("an empty host name"));
   EXPECT_THAT(error_of([] { expand_hostlist("n[1-999999999]"); }), HasSubstr("more than"));
   EXPECT_THAT(error_of([] { expand_hostlist("n[1-2"); }), HasSubstr("hostlist 'n[1-2'"));
@@ -73,14 +76,19 @@ std::optional<SlurmStep> step_of(const Env& env) {
   });
 }
 
-const Env kTwoNodeStep = {{"SLURM_JOB_ID", "4242"},          {"SLURM_STEP_ID", "0"},
-                          {"SLURM_STEP_NUM_NODES", "2"},     {"SLURM_NNODES", "3"},
-                          {"SLURM_NODEID", "1"},             {"SLURM_STEP_NODELIST", "gpu[07-08]"},
-                          {"SLURM_JOB_NODELIST", "gpu[07-09]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
+const Env kTwoNodeStep = {{"SLURM_JOB_ID", "4242"},
+                          {"SLURM_STEP_ID", "0"},
+                          {"SLURM_STEP_NUM_NODES", "2"},
+                          {"SLURM_NNODES", "3"},
+                          {"SLURM_NODEID", "1"},
+                          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+                          {"SLURM_JOB_NODELIST", "gpu[07-09]"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}};
 
 TEST(SlurmStep, OutsideAStepThereIsNone) {
   EXPECT_FALSE(step_of({}).has_value());
-  EXPECT_FALSE(step_of({{"SLURM_JOB_ID", "1"}}).has_value()) << "a batch script or salloc shell is not a step";
+  EXPECT_FALSE(step_of({{"SLURM_JOB_ID", "1"}}).has_value())
+      << "a batch script or salloc shell is not a step";
 }
 
 TEST(SlurmStep, AStepGivesNodesRankFirstHostAndIds) {
@@ -120,16 +128,19 @@ TEST(SlurmStep, MisuseNamesTheSlurmVariableAndTheFix) {
   Env two_tasks = kTwoNodeStep;
   two_tasks["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
   std::string e = error_of([&] { step_of(two_tasks); });
-  EXPECT_THAT(e, HasSubstr("SLURM_STEP_TASKS_PER_NODE=2(x2): srun started 2 ddprun tasks on this node"));
+  EXPECT_THAT(
+      e, HasSubstr("SLURM_STEP_TASKS_PER_NODE=2(x2): srun started 2 ddprun tasks on this node"));
   EXPECT_THAT(e, HasSubstr("srun --ntasks-per-node=1"));
 
   Env outside = kTwoNodeStep;
   outside["SLURM_NODEID"] = "2";
-  EXPECT_THAT(error_of([&] { step_of(outside); }), HasSubstr("SLURM_NODEID=2 is not below SLURM_STEP_NUM_NODES=2"));
+  EXPECT_THAT(error_of([&] { step_of(outside); }),
+              HasSubstr("SLURM_NODEID=2 is not below SLURM_STEP_NUM_NODES=2"));
 
   Env junk = kTwoNodeStep;
   junk["SLURM_STEP_NUM_NODES"] = "two";
-  EXPECT_THAT(error_of([&] { step_of(junk); }), HasSubstr("SLURM_STEP_NUM_NODES=two: expected an integer"));
+  EXPECT_THAT(error_of([&] { step_of(junk); }),
+              HasSubstr("SLURM_STEP_NUM_NODES=two: expected an integer"));
 
   Env bad_list = kTwoNodeStep;
   bad_list["SLURM_STEP_NODELIST"] = "gpu[07-";
@@ -175,14 +186,16 @@ TEST(SlurmLaunch, AStepOfTwoNodesIsOneJob) {
   EXPECT_EQ(s.run_id, "slurm-4242.0");
   EXPECT_FALSE(s.hosts_rendezvous()) << "node 1";
   ASSERT_EQ(s.notices.size(), 1u);
-  EXPECT_THAT(s.notices[0], HasSubstr("Slurm job 4242 step 0: took 2 node(s) (SLURM_STEP_NUM_NODES), node rank 1 "
-                                      "(SLURM_NODEID), rendezvous at gpu07:"));
+  EXPECT_THAT(s.notices[0],
+              HasSubstr("Slurm job 4242 step 0: took 2 node(s) (SLURM_STEP_NUM_NODES), node rank 1 "
+                        "(SLURM_NODEID), rendezvous at gpu07:"));
   EXPECT_THAT(s.notices[0], HasSubstr("run id slurm-4242.0"));
 }
 
 TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
   ScopedEnv env(kTwoNodeStep);
-  LaunchSpec s = parse({"--master_addr=10.1.1.1", "--master_port=30000", "--rdzv_id=mine", "train.py"});
+  LaunchSpec s =
+      parse({"--master_addr=10.1.1.1", "--master_port=30000", "--rdzv_id=mine", "train.py"});
   EXPECT_EQ(s.rdzv_host, "10.1.1.1");
   EXPECT_EQ(s.rdzv_port, 30000);
   EXPECT_EQ(s.run_id, "mine");
@@ -201,7 +214,8 @@ TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
     ScopedEnv pet(Env{{"PET_NNODES", "1"}});
     EXPECT_EQ(parse({"train.py"}).nnodes, 1) << "PET_NNODES=1 is asked for too";
   }
-  EXPECT_THAT(error_of([] { parse({"train.py"}); }), HasSubstr("srun started 2 ddprun tasks on this node"));
+  EXPECT_THAT(error_of([] { parse({"train.py"}); }),
+              HasSubstr("srun started 2 ddprun tasks on this node"));
 }
 
 TEST(SlurmLaunch, ElasticSizeKeepsAssignedRanksAndTooFewNodesIsAnError) {
@@ -214,7 +228,9 @@ TEST(SlurmLaunch, ElasticSizeKeepsAssignedRanksAndTooFewNodesIsAnError) {
   EXPECT_EQ(elastic.rdzv_port, step_of(kTwoNodeStep)->master_port() + 1);
   EXPECT_FALSE(elastic.agent_store);
   std::string e = error_of([] { parse({"--nnodes=4", "train.py"}); });
-  EXPECT_THAT(e, HasSubstr("--nnodes=4 needs more nodes than this Slurm step has (SLURM_STEP_NUM_NODES=2)"));
+  EXPECT_THAT(
+      e,
+      HasSubstr("--nnodes=4 needs more nodes than this Slurm step has (SLURM_STEP_NUM_NODES=2)"));
   EXPECT_THAT(e, HasSubstr("srun -N4"));
 }
 

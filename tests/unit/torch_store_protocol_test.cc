@@ -13,8 +13,8 @@
 namespace ddp::launcher::torch_store {
 namespace {
 
-Query make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}, std::int64_t number = 0,
-           std::uint32_t nonce = 0) {
+Query make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
+           std::int64_t number = 0, std::uint32_t nonce = 0) {
   Query q;
   q.op = op;
   q.keys = std::move(keys);
@@ -82,7 +82,8 @@ TEST(TorchStoreProtocol, EveryQueryDecodesFromEveryPieceThatArrives) {
         ASSERT_EQ(decode(std::string_view(bytes).substr(used, n - used), before, limits, got), 0u)
             << op_name(want.op) << " from " << n - used << " bytes";
       }
-      ASSERT_EQ(decode(std::string_view(bytes).substr(used), d, limits, got), bytes.size() - used) << op_name(want.op);
+      ASSERT_EQ(decode(std::string_view(bytes).substr(used), d, limits, got), bytes.size() - used)
+          << op_name(want.op);
       EXPECT_EQ(d, dialect) << op_name(want.op);
       expect_same(got, want);
     }
@@ -103,9 +104,10 @@ TEST(TorchStoreProtocol, ALegacySetIsNotTakenForValidate) {
 
 TEST(TorchStoreProtocol, QueriesThatArriveTogetherAreTakenOneByOne) {
   const WireLimits limits;
-  const std::string bytes = encode(make(Op::kValidate, {}, {}, 0, kValidationMagic), Dialect::kModern) +
-                            encode(make(Op::kAdd, {"/n"}, {}, 1), Dialect::kModern) +
-                            encode(make(Op::kGet, {"/n"}), Dialect::kModern);
+  const std::string bytes =
+      encode(make(Op::kValidate, {}, {}, 0, kValidationMagic), Dialect::kModern) +
+      encode(make(Op::kAdd, {"/n"}, {}, 1), Dialect::kModern) +
+      encode(make(Op::kGet, {"/n"}), Dialect::kModern);
   Dialect d = Dialect::kUnknown;
   Query got;
   std::size_t at = 0;
@@ -133,11 +135,15 @@ TEST(TorchStoreProtocol, ALengthOverALimitIsRefusedBeforeItsBytesArrive) {
     }
     return std::string("not refused");
   };
-  auto u64 = [](std::uint64_t n) { return std::string(reinterpret_cast<const char*>(&n), sizeof n); };
-  EXPECT_EQ(refused("\x03" + u64(9)), "query GET: key of 9 bytes, limit 8 (--rdzv_conf max_key_bytes)");
+  auto u64 = [](std::uint64_t n) {
+    return std::string(reinterpret_cast<const char*>(&n), sizeof n);
+  };
+  EXPECT_EQ(refused("\x03" + u64(9)),
+            "query GET: key of 9 bytes, limit 8 (--rdzv_conf max_key_bytes)");
   EXPECT_EQ(refused("\x01" + u64(2) + "/k" + u64(17)),
             "query SET: value of 17 bytes, limit 16 (--rdzv_conf max_value_bytes)");
-  EXPECT_EQ(refused("\x0b" + u64(3) + u64(2) + "/a" + u64(16) + std::string(16, 'x') + u64(2) + "/b" + u64(16)),
+  EXPECT_EQ(refused("\x0b" + u64(3) + u64(2) + "/a" + u64(16) + std::string(16, 'x') + u64(2) +
+                    "/b" + u64(16)),
             "query MULTI_SET: over 64 bytes (--rdzv_conf max_message_bytes)");
   EXPECT_EQ(refused(std::string("\x06") + u64(9)), "query WAIT: a list of 9 items");
   EXPECT_EQ(refused(std::string(1, '\x13')), "unknown query type 19");

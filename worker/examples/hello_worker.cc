@@ -9,7 +9,8 @@
 
 int main() {
   try {
-    auto group = ddp::init();  // the backend ddprun's environment implies; a world of one without ddprun
+    auto group =
+        ddp::init();  // the backend ddprun's environment implies; a world of one without ddprun
     std::printf("hello from rank %d of %d (local rank %d of %d)\n", ddp::rank(), ddp::world_size(),
                 ddp::local_rank(), ddp::local_world_size());
     std::fflush(stdout);
@@ -18,7 +19,8 @@ int main() {
     group->all_reduce(&sum, 1, ddp::DType::kInt64, ddp::ReduceOp::kSum);
     const long long n = ddp::world_size();
     if (sum != n * (n - 1) / 2) {
-      std::fprintf(stderr, "hello_worker: the ranks summed to %lld, expected %lld\n", sum, n * (n - 1) / 2);
+      std::fprintf(stderr, "hello_worker: the ranks summed to %lld, expected %lld\n", sum,
+                   n * (n - 1) / 2);
       return 1;
     }
     std::printf("rank %d passed the barrier; the ranks sum to %lld\n", ddp::rank(), sum);

@@ -44,7 +44,8 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta,
                      const std::vector<ddp::ParamBuffer>& buffers) {
   std::vector<unsigned char> out;
   const auto bytes = [&out](const void* p, std::size_t n) {
-    out.insert(out.end(), static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
+    out.insert(out.end(), static_cast<const unsigned char*>(p),
+               static_cast<const unsigned char*>(p) + n);
   };
   const auto u64 = [&bytes](std::uint64_t v) { bytes(&v, sizeof v); };
   std::string text;
@@ -84,7 +85,9 @@ CheckpointMeta load_checkpoint(const std::string& path,
   if (!file) throw ddp::Error("checkpoint " + path + ": " + std::strerror(errno));
   const std::vector<unsigned char> data((std::istreambuf_iterator<char>(file)),
                                         std::istreambuf_iterator<char>());
-  const auto error = [&path](const std::string& what) { return ddp::Error("checkpoint " + path + ": " + what); };
+  const auto error = [&path](const std::string& what) {
+    return ddp::Error("checkpoint " + path + ": " + what);
+  };
   if (data.size() < sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t) ||
       std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
     throw error("not a train checkpoint (bad magic)");
@@ -92,7 +95,8 @@ CheckpointMeta load_checkpoint(const std::string& path,
   const std::size_t body = data.size() - sizeof(std::uint64_t);
   std::uint64_t stored = 0;
   std::memcpy(&stored, data.data() + body, sizeof stored);
-  if (fnv1a(data.data(), body) != stored) throw error("checksum mismatch (corrupt or truncated file)");
+  if (fnv1a(data.data(), body) != stored)
+    throw error("checksum mismatch (corrupt or truncated file)");
 
   std::size_t pos = sizeof kMagic;
   const auto read = [&](void* p, std::size_t n) {

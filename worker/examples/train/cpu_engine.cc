@@ -39,7 +39,8 @@ class CpuEngine final : public Engine {
     opt_.begin_step();
     for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
       const ddp::ElementRange mine = shards_->owned(p);
-      if (!mine.empty()) opt_.update_range(p, model_.data(p), sync.grad_view(p), mine.begin, mine.end);
+      if (!mine.empty())
+        opt_.update_range(p, model_.data(p), sync.grad_view(p), mine.begin, mine.end);
     }
     shards_->all_gather();
   }

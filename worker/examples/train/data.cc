@@ -117,7 +117,8 @@ Data load_digits(const std::string& path) {
   std::string text;
   char buffer[1 << 16];
   int got = 0;
-  while ((got = gzread(file, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(got));
+  while ((got = gzread(file, buffer, sizeof buffer)) > 0)
+    text.append(buffer, static_cast<std::size_t>(got));
   int error = Z_OK;
   const std::string gz_error = got < 0 ? gzerror(file, &error) : "";
   gzclose(file);

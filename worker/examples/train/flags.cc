@@ -28,7 +28,8 @@ CLI::Validator at_least(T minimum, bool strict = false) {
       [=](std::string& text) -> std::string {
         T value{};
         if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
-        if (value < minimum || (strict && !(value > minimum))) return "must be " + bound + ", got " + text;
+        if (value < minimum || (strict && !(value > minimum)))
+          return "must be " + bound + ", got " + text;
         return "";
       },
       bound);
@@ -81,7 +82,8 @@ std::string backend_problem(const Config& c, const std::string& backend, const s
   }
   if (c.shard_optimizer) {
     return "--shard_optimizer with " + named +
-           ": ParamShards keeps parameters in host memory (the GPU path updates them on the device)";
+           ": ParamShards keeps parameters in host memory (the GPU path updates them on the "
+           "device)";
   }
   return "";
 }
@@ -104,54 +106,68 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--epochs", c.epochs, "Epochs to run (default: 1 when --steps is not given)")
       ->check(at_least<std::int64_t>(1));
   app.add_option("--batch_size,--batch-size", c.batch_size, "Samples per rank per micro-batch")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
   app.add_option("--accumulate", c.accumulate,
                  "Micro-batches per optimizer step; the first N-1 skip communication (no_sync)")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
   app.add_option("--lr", c.lr, "Learning rate")->check(positive_real())->capture_default_str();
   std::string optimizer = "sgd", task = "classification";
   app.add_option("--optimizer", optimizer, "sgd (with momentum) or adam")
-      ->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str();
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum (torch's rule, no dampening)")
       ->capture_default_str();
   app.add_option("--beta1", c.beta1, "Adam's first-moment decay")->capture_default_str();
   app.add_option("--beta2", c.beta2, "Adam's second-moment decay")->capture_default_str();
   app.add_option("--eps", c.eps, "Adam's epsilon")->check(positive_real())->capture_default_str();
   app.add_option("--hidden", c.hidden, "Width of the hidden layers")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
   app.add_option("--layers", c.layers, "Hidden layers (the model has layers+1 Linear layers)")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
   auto* input_dim = app.add_option("--input_dim,--input-dim", c.input_dim, "Features per sample")
-                        ->check(positive)->capture_default_str();
+                        ->check(positive)
+                        ->capture_default_str();
   auto* output_dim =
       app.add_option("--output_dim,--output-dim", c.output_dim, "Classes, or regression targets")
-          ->check(positive)->capture_default_str();
+          ->check(positive)
+          ->capture_default_str();
   auto* task_flag =
-      app.add_option("--task", task, "classification (cross-entropy) or regression (mean squared error)")
-          ->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
+      app.add_option("--task", task,
+                     "classification (cross-entropy) or regression (mean squared error)")
+          ->check(CLI::IsMember({"classification", "regression"}))
+          ->capture_default_str();
   app.add_option("--data", c.data,
                  "synthetic (made from --seed) or digits (scikit-learn's 8x8 handwritten digits: "
                  "64 features, 10 classes, 20% held out for a test accuracy at the end)")
-      ->check(CLI::IsMember({"synthetic", "digits"}))->capture_default_str();
+      ->check(CLI::IsMember({"synthetic", "digits"}))
+      ->capture_default_str();
   app.add_option("--data_file,--data-file", c.data_file,
                  "The digits' digits.csv.gz (Debian's python3-sklearn installs it)")
       ->capture_default_str();
   auto* dataset_size = app.add_option("--dataset_size,--dataset-size", c.dataset_size,
                                       "Samples in the synthetic dataset")
-                           ->check(at_least<std::int64_t>(1))->capture_default_str();
+                           ->check(at_least<std::int64_t>(1))
+                           ->capture_default_str();
   app.add_option("--seed", c.seed, "Seeds the dataset, the initial weights and the shuffle")
       ->capture_default_str();
   app.add_option("--bucket_cap_mb,--bucket-cap-mb", c.bucket_cap_mb, "GradSync bucket size (MiB)")
-      ->check(positive_real())->capture_default_str();
+      ->check(positive_real())
+      ->capture_default_str();
   app.add_option("--compression", c.compression,
                  "Gradients on the wire: none, fp16 or bf16 (half the bytes; GradSync compression)")
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--comm_mode,--comm-mode", c.comm_mode,
                  "How GradSync averages gradients: overlap (all-reduces on a communication "
                  "thread, beside the backward pass), inline (all-reduces on the compute thread, "
                  "between layers) or shared (no all-reduce: the ranks of one node add their "
                  "gradients into one node-shared sum as backward's GEMMs write them; shm only)")
-      ->check(CLI::IsMember({"overlap", "inline", "shared"}))->capture_default_str();
+      ->check(CLI::IsMember({"overlap", "inline", "shared"}))
+      ->capture_default_str();
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
                "ZeRO: each rank reduces the gradients of and updates its 1/N of the parameters, "
                "which are then all-gathered (ddp::ParamShards; same results; CPU only)");
@@ -162,11 +178,14 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--checkpoint", c.checkpoint, "Checkpoint file rank 0 writes (atomically)");
   app.add_option("--checkpoint_every,--checkpoint-every", c.checkpoint_every,
                  "Steps between checkpoints (0: only at the end)")
-      ->check(at_least<std::int64_t>(0))->capture_default_str();
-  app.add_option("--resume", c.resume,
-                 "Checkpoint to resume from; 'auto': --checkpoint when it exists, else start fresh");
+      ->check(at_least<std::int64_t>(0))
+      ->capture_default_str();
+  app.add_option(
+      "--resume", c.resume,
+      "Checkpoint to resume from; 'auto': --checkpoint when it exists, else start fresh");
   app.add_option("--log_every,--log-every", c.log_every, "Steps between progress lines")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
 
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector

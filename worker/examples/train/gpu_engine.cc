@@ -203,7 +203,8 @@ class Event {
   Event& operator=(const Event&) = delete;
   void record(cudaStream_t stream) { check_cuda(cudaEventRecord(e_, stream), "cudaEventRecord"); }
   void wait(const char* what) {
-    check_cuda(cudaEventSynchronize(e_), (std::string("cudaEventSynchronize (") + what + ")").c_str());
+    check_cuda(cudaEventSynchronize(e_),
+               (std::string("cudaEventSynchronize (") + what + ")").c_str());
   }
 
  private:
@@ -253,11 +254,12 @@ class DeviceMlp {
       act_[l].reserve(rows * n_out);
       // out = in W^T [batch x n_out], i.e. column-major out^T = W in^T: W read
       // column-major is W^T (ld n_in), hence OP_T; in read column-major is in^T.
-      check_cublas(cublas().sgemm(gpu_.blas(), CUBLAS_OP_T, CUBLAS_OP_N, n_out, batch, n_in, &kOne,
-                                  tensors_[2 * l].get(), n_in, in, n_in, &kZero, act_[l].get(), n_out),
-                   "cublasSgemm (forward)");
-      kernels::add_bias(act_[l].get(), tensors_[2 * l + 1].get(), batch, n_out, l + 1 < num_layers(),
-                        gpu_.stream());
+      check_cublas(
+          cublas().sgemm(gpu_.blas(), CUBLAS_OP_T, CUBLAS_OP_N, n_out, batch, n_in, &kOne,
+                         tensors_[2 * l].get(), n_in, in, n_in, &kZero, act_[l].get(), n_out),
+          "cublasSgemm (forward)");
+      kernels::add_bias(act_[l].get(), tensors_[2 * l + 1].get(), batch, n_out,
+                        l + 1 < num_layers(), gpu_.stream());
       in = act_[l].get();
     }
     return act_.back().get();
@@ -340,9 +342,10 @@ class DeviceLoss {
     if (classification_) {
       kernels::cross_entropy(out, static_cast<const std::int32_t*>(truth), batch, width, grad,
                              row_loss_.get(), row_correct_.get(), gpu_.stream());
-      check_cuda(cudaMemcpyAsync(host_correct_.get(), row_correct_.get(), rows * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToHost, gpu_.stream()),
-                 "cudaMemcpyAsync (accuracy to host)");
+      check_cuda(
+          cudaMemcpyAsync(host_correct_.get(), row_correct_.get(), rows * sizeof(std::int32_t),
+                          cudaMemcpyDeviceToHost, gpu_.stream()),
+          "cudaMemcpyAsync (accuracy to host)");
     } else {
       kernels::squared_error(out, static_cast<const float*>(truth), batch, width, grad,
                              row_loss_.get(), gpu_.stream());
@@ -412,7 +415,8 @@ class DeviceOptimizer {
     // The bias corrections, computed as optimizer.cc does (in double, then float).
     const double t = static_cast<double>(steps_);
     const auto step_size = static_cast<float>(lr_ / (1.0 - std::pow(double{beta1_}, t)));
-    const auto inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{beta2_}, t)));
+    const auto inv_bc2_sqrt =
+        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{beta2_}, t)));
     kernels::adam(p, buffers_[2 * param].get(), buffers_[2 * param + 1].get(), g, n, step_size,
                   inv_bc2_sqrt, beta1_, beta2_, eps_, gpu_.stream());
   }

@@ -73,7 +73,8 @@ std::int64_t resume(const Config& c, Engine& engine, ddp::ProcessGroup& pg,
         status = "fresh";
       } else {
         CheckpointMeta meta = load_checkpoint(path, engine.host_state());
-        // What must match (the buffers' shapes alone may not tell), then what only changes the data order.
+        // What must match (the buffers' shapes alone may not tell), then what only changes the data
+        // order.
         for (const char* key : {"model", "task", "optimizer"}) {
           if (meta[key] != mine.at(key)) {
             throw ddp::Error("checkpoint " + path + " was written for " + key + " " + meta[key] +
@@ -177,7 +178,8 @@ int run(const Config& c, const AfterStep& after_step) {
   sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
   const std::vector<ddp::GradParam> params = engine->grad_params();
   // comm_mode shared: a ddp::SharedGradSum; otherwise a ddp::GradSync.
-  const std::unique_ptr<ddp::GradAverager> averager = ddp::make_grad_averager(pg, params, sync_options);
+  const std::unique_ptr<ddp::GradAverager> averager =
+      ddp::make_grad_averager(pg, params, sync_options);
   ddp::GradAverager& sync = *averager;
   std::size_t num_elements = 0;
   for (const auto& p : params) num_elements += p.count();
@@ -274,9 +276,11 @@ int run(const Config& c, const AfterStep& after_step) {
     }
     if (!c.checkpoint.empty() &&
         ((c.checkpoint_every > 0 && done % c.checkpoint_every == 0) || done == total_steps)) {
-      pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job took
+      pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job
+                      // took
       engine->gather_state();
-      if (rank == 0) save_checkpoint(c.checkpoint, describe(done, plan->epoch_of(step)), engine->host_state());
+      if (rank == 0)
+        save_checkpoint(c.checkpoint, describe(done, plan->epoch_of(step)), engine->host_state());
       checkpoint_step = done;
     }
     if (after_step) after_step(done);

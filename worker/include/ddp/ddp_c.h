@@ -166,8 +166,8 @@ DDP_C_API int ddp_grad_sync_finish(ddp_grad_sync* gs);
  * gradient elements [begins[i], ends[i]) are the ones this rank reads after
  * finish(); the rest may stay unreduced. n == 0 restores full all-reduces,
  * otherwise n == the number of parameters. Between iterations; every rank. */
-DDP_C_API int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends,
-                                                 size_t n);
+DDP_C_API int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins,
+                                                 const size_t* ends, size_t n);
 /* GradSync::set_first_bucket_bytes: the first bucket's cap (bytes > 0) at run
  * time; the layout is rebuilt when it changes (gradient values kept, views
  * MOVE: fetch them again with ddp_grad_sync_grad). Between iterations; every
@@ -208,7 +208,8 @@ DDP_C_API int ddp_param_shards_create(const ddp_param_t* params, size_t n, ddp_p
 DDP_C_API int ddp_param_shards_data(ddp_param_shards* ps, size_t index, void** out);
 /* Elements [*begin, *end) of parameter `index` are this rank's to update
  * (possibly none: *begin == *end). */
-DDP_C_API int ddp_param_shards_owned(ddp_param_shards* ps, size_t index, size_t* begin, size_t* end);
+DDP_C_API int ddp_param_shards_owned(ddp_param_shards* ps, size_t index, size_t* begin,
+                                     size_t* end);
 /* *out = 1 when the buffer is one copy shared by the node's ranks (then write
  * only owned elements between all_gathers), else 0. */
 DDP_C_API int ddp_param_shards_node_shared(ddp_param_shards* ps, int* out);
@@ -218,7 +219,8 @@ DDP_C_API int ddp_param_shards_all_gather(ddp_param_shards* ps);
  * state, e.g. before rank 0 saves it): buffers[i] holds parameter i's count
  * elements of its dtype, or is NULL on every rank alike; n must be the number
  * of parameters. */
-DDP_C_API int ddp_param_shards_all_gather_buffers(ddp_param_shards* ps, void* const* buffers, size_t n);
+DDP_C_API int ddp_param_shards_all_gather_buffers(ddp_param_shards* ps, void* const* buffers,
+                                                  size_t n);
 /* Frees the handle (the node-shared buffer stays until the group goes). NULL
  * is fine. */
 DDP_C_API int ddp_param_shards_destroy(ddp_param_shards* ps);

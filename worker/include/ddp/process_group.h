@@ -20,8 +20,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "ddp/common/error.h"  // ddp::Error, what every call here throws
 #include "ddp/store.h"
@@ -31,10 +31,10 @@
 namespace ddp {
 
 struct ProcessGroupOptions {
-  std::string backend = "gloo";  // shm | gloo | nccl | local
+  std::string backend = "gloo";                                 // shm | gloo | nccl | local
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
-  bool debug_checks = false;     // compare every collective's signature across ranks first
-  int device = 0;                // CUDA device for nccl
+  bool debug_checks = false;       // compare every collective's signature across ranks first
+  int device = 0;                  // CUDA device for nccl
   std::string host = "127.0.0.1";  // this rank's address for peer traffic (gloo)
   // For shm: where this rank sits. Ranks of a node are consecutive (rank -
   // local_rank is the node's first). local_size 0: every rank is on one node.
@@ -99,30 +99,34 @@ class ProcessGroup {
   // results are the same bits all_reduce gives. `needed` is copied.
   void all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
                           const std::vector<ElementRange>& needed);
-  std::shared_ptr<Work> all_reduce_partial_async(void* data, std::size_t count, DType dtype, ReduceOp op,
+  std::shared_ptr<Work> all_reduce_partial_async(void* data, std::size_t count, DType dtype,
+                                                 ReduceOp op,
                                                  const std::vector<ElementRange>& needed);
   // root's data to every rank.
   void broadcast(void* data, std::size_t count, DType dtype, int root);
   std::shared_ptr<Work> broadcast_async(void* data, std::size_t count, DType dtype, int root);
   // The reduction lands in root's data; other ranks' data is left unchanged.
   void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
-  std::shared_ptr<Work> reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  std::shared_ptr<Work> reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                     int root);
   // out (size() * count elements) = every rank's `in`, in rank order.
   void all_gather(const void* in, void* out, std::size_t count, DType dtype);
   std::shared_ptr<Work> all_gather_async(const void* in, void* out, std::size_t count, DType dtype);
   // Like all_gather, but only root's `out` is written (others may pass nullptr).
   void gather(const void* in, void* out, std::size_t count, DType dtype, int root);
-  std::shared_ptr<Work> gather_async(const void* in, void* out, std::size_t count, DType dtype, int root);
+  std::shared_ptr<Work> gather_async(const void* in, void* out, std::size_t count, DType dtype,
+                                     int root);
   // root's `in` (size() * count elements): slice r goes to rank r's `out`.
   void scatter(const void* in, void* out, std::size_t count, DType dtype, int root);
-  std::shared_ptr<Work> scatter_async(const void* in, void* out, std::size_t count, DType dtype, int root);
+  std::shared_ptr<Work> scatter_async(const void* in, void* out, std::size_t count, DType dtype,
+                                      int root);
   // in and out hold size() slices of `count`: slice j of rank i goes to slice i of rank j.
   void all_to_all(const void* in, void* out, std::size_t count, DType dtype);
   std::shared_ptr<Work> all_to_all_async(const void* in, void* out, std::size_t count, DType dtype);
   // in holds size() slices of `count`; out = op over ranks of slice rank().
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
-  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, std::size_t count, DType dtype,
-                                             ReduceOp op);
+  std::shared_ptr<Work> reduce_scatter_async(const void* in, void* out, std::size_t count,
+                                             DType dtype, ReduceOp op);
   void barrier();
   std::shared_ptr<Work> barrier_async();
 
@@ -153,7 +157,8 @@ class ProcessGroup {
   std::string algorithm_for(const std::string& collective, std::size_t bytes) const;
 
  private:
-  ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options);
+  ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
+               const ProcessGroupOptions& options);
   struct Call;  // what one collective is, for errors and the debug check
   std::shared_ptr<Work> submit(const Call& call, std::function<void()> run);
   void check_signature(const Call& call);

@@ -21,8 +21,8 @@ struct ElementRange {
 
 // Bytes per element.
 std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);   // "float32", ...
-const char* op_name(ReduceOp op);      // "sum", ...
+const char* dtype_name(DType dtype);  // "float32", ...
+const char* op_name(ReduceOp op);     // "sum", ...
 
 // IEEE half and bfloat16 conversions (round to nearest even), for reductions
 // and compression.
@@ -30,7 +30,9 @@ float half_to_float(std::uint16_t h);
 std::uint16_t float_to_half(float f);
 // Inline, branch-free bit arithmetic (NaN stays NaN), so loops over them
 // vectorise: out of line they cost ~20x in the bf16 reduction kernels.
-inline float bfloat16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+inline float bfloat16_to_float(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
 inline std::uint16_t float_to_bfloat16(float f) {
   const auto x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;

@@ -14,7 +14,6 @@ class ProcessGroup;
 
 class Work {
  public:
-
   // Blocks until the collective finished or `timeout` passed. Returns true
   // when it finished; throws the collective's ddp::Error if it failed.
   // A negative timeout waits without limit (the collective has its own).

@@ -232,7 +232,8 @@ int ddp_grad_sync_create(const ddp_param_t* params, size_t n,
       o.prescaled_grads = options->prescaled_grads != 0;
       o.log_every = options->log_every;
       if (options->comm_mode < DDP_COMM_OVERLAP || options->comm_mode > DDP_COMM_SHARED) {
-        throw ddp::Error("comm_mode " + std::to_string(options->comm_mode) + " is not a DDP_COMM_* value");
+        throw ddp::Error("comm_mode " + std::to_string(options->comm_mode) +
+                         " is not a DDP_COMM_* value");
       }
       o.comm_mode = static_cast<ddp::CommMode>(options->comm_mode);
       if (options->shared_block_bytes != 0) o.shared_block_bytes = options->shared_block_bytes;
@@ -294,10 +295,12 @@ int ddp_grad_sync_zero_grad(ddp_grad_sync* gs) {
   });
 }
 
-int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends, size_t n) {
+int ddp_grad_sync_set_needed_gradients(ddp_grad_sync* gs, const size_t* begins, const size_t* ends,
+                                       size_t n) {
   return guarded("ddp_grad_sync_set_needed_gradients", [&] {
     ddp::GradAverager& sync = checked(gs);
-    if (n > 0 && (begins == nullptr || ends == nullptr)) throw ddp::Error("begins and ends must not be NULL");
+    if (n > 0 && (begins == nullptr || ends == nullptr))
+      throw ddp::Error("begins and ends must not be NULL");
     std::vector<ddp::ElementRange> ranges;
     for (size_t i = 0; i < n; ++i) ranges.push_back({begins[i], ends[i]});
     sync.set_needed_gradients(std::move(ranges));
@@ -334,14 +337,15 @@ int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_wri
   return guarded("ddp_grad_sync_contribute", [&] {
     auto* sync = dynamic_cast<ddp::SharedGradSum*>(&checked(gs));
     if (sync == nullptr) {
-      throw ddp::Error(std::string("GradSync: contribute: parameter '") + checked(gs).param(index).name +
-                       "': contribute() hands gradients to comm_mode shared; this handle's comm_mode is " +
-                       ddp::comm_mode_name(checked(gs).comm_mode()) + " (write grad() and call mark_ready())");
+      throw ddp::Error(
+          std::string("GradSync: contribute: parameter '") + checked(gs).param(index).name +
+          "': contribute() hands gradients to comm_mode shared; this handle's comm_mode is " +
+          ddp::comm_mode_name(checked(gs).comm_mode()) + " (write grad() and call mark_ready())");
     }
     if (write == nullptr) throw ddp::Error("write is NULL");
     sync->contribute(index, [&](const ddp::GradBlock& b) {
-      const ddp_grad_block_t block{b.data, b.row_begin, b.rows, b.row_elements,
-                                   b.accumulate ? 1 : 0, b.scale};
+      const ddp_grad_block_t block{b.data,         b.row_begin,          b.rows,
+                                   b.row_elements, b.accumulate ? 1 : 0, b.scale};
       if (const int code = write(&block, user); code != 0) {
         throw ddp::Error("the writer of parameter '" + sync->param(index).name + "' returned " +
                          std::to_string(code) + " for its rows [" + std::to_string(b.row_begin) +
@@ -424,7 +428,8 @@ int ddp_param_shards_create(const ddp_param_t* params, size_t n, ddp_param_shard
     if (out == nullptr) throw ddp::Error("out is NULL");
     *out = nullptr;
     auto handle = std::make_unique<ddp_param_shards>();
-    handle->shards = std::make_unique<ddp::ParamShards>(ddp::default_group(), to_grad_params(params, n));
+    handle->shards =
+        std::make_unique<ddp::ParamShards>(ddp::default_group(), to_grad_params(params, n));
     *out = handle.release();
     return 0;
   });

@@ -39,16 +39,22 @@ class Backend {
   virtual void gather(const void* in, void* out, std::size_t count, DType dtype, int root) = 0;
   virtual void scatter(const void* in, void* out, std::size_t count, DType dtype, int root) = 0;
   virtual void all_to_all(const void* in, void* out, std::size_t count, DType dtype) = 0;
-  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                              ReduceOp op) = 0;
   virtual void barrier() = 0;
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
   // ProcessGroup::allocate_node_shared, on the group's rank 0: a zeroed block
   // every rank can reach, as an offset for node_shared_at; -1 when there is none.
   virtual std::int64_t offer_node_shared(std::size_t /*bytes*/) { return -1; }
   // On every rank: the block rank 0 offered at `offset`.
-  virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) { return nullptr; }
+  virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) {
+    return nullptr;
+  }
   // ProcessGroup::algorithm_for. Called from any thread.
-  virtual std::string algorithm_for(const std::string& /*collective*/, std::size_t /*bytes*/) const { return ""; }
+  virtual std::string algorithm_for(const std::string& /*collective*/,
+                                    std::size_t /*bytes*/) const {
+    return "";
+  }
 };
 
 // What a backend is made with: the group's options (ProcessGroupOptions),
@@ -56,7 +62,8 @@ class Backend {
 // options leave local_size 0), and the rank, size and store.
 struct BackendConfig : ProcessGroupOptions {
   BackendConfig() { local_size = 1; }
-  static BackendConfig of(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options) {
+  static BackendConfig of(int rank, int size, std::shared_ptr<Store> store,
+                          const ProcessGroupOptions& options) {
     BackendConfig config;
     static_cast<ProcessGroupOptions&>(config) = options;
     config.rank = rank;

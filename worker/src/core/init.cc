@@ -36,8 +36,10 @@ std::string choose_backend(const InitOptions& options) {
   if (chosen.empty()) {
     const char* b = std::getenv("DDP_BACKEND");
     chosen = b != nullptr && *b != '\0' ? b : "auto";
-    if (chosen != "auto" && chosen != "shm" && chosen != "gloo" && chosen != "nccl" && chosen != "local") {
-      throw Error("environment variable DDP_BACKEND='" + chosen + "' is not one of auto, shm, gloo, nccl, local");
+    if (chosen != "auto" && chosen != "shm" && chosen != "gloo" && chosen != "nccl" &&
+        chosen != "local") {
+      throw Error("environment variable DDP_BACKEND='" + chosen +
+                  "' is not one of auto, shm, gloo, nccl, local");
     }
   }
   if (chosen != "auto") return chosen;
@@ -50,7 +52,8 @@ std::chrono::milliseconds choose_timeout(const InitOptions& options) {
     char* end = nullptr;
     double seconds = std::strtod(t, &end);
     if (end == t || *end != '\0' || !(seconds > 0)) {
-      throw Error("environment variable DDP_TIMEOUT_S='" + std::string(t) + "' is not a positive number");
+      throw Error("environment variable DDP_TIMEOUT_S='" + std::string(t) +
+                  "' is not a positive number");
     }
     return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   }
@@ -78,7 +81,8 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
                 env->rdzv_unavailable);
   }
   if (env->rdzv_endpoint.empty()) {
-    throw Error("DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
+    throw Error(
+        "DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
   }
   pg.device = env->local_rank;
   pg.local_rank = env->local_rank;
@@ -95,12 +99,12 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
   static std::weak_ptr<Store> shared;
   std::shared_ptr<Store> rendezvous = shared.lock();
   if (!rendezvous) {
-    rendezvous = make_grpc_store(std::make_shared<RendezvousClient>(env->rdzv_endpoint, env->run_id, env->rdzv_token,
-                                                                    TlsFiles{"", "", env->rdzv_tls_ca}));
+    rendezvous = make_grpc_store(std::make_shared<RendezvousClient>(
+        env->rdzv_endpoint, env->run_id, env->rdzv_token, TlsFiles{"", "", env->rdzv_tls_ca}));
     shared = rendezvous;
   }
-  auto store =
-      make_prefix_store(rendezvous, "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/" + name);
+  auto store = make_prefix_store(
+      rendezvous, "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/" + name);
   return ProcessGroup::create(env->rank, env->world_size, store, pg);
 }
 
@@ -114,12 +118,13 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
 
 std::shared_ptr<ProcessGroup> new_group(const std::string& name, const InitOptions& options) {
   const bool well_formed =
-      !name.empty() && name.size() <= 64 &&
-      std::all_of(name.begin(), name.end(),
-                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
+      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+      });
   if (!well_formed || name == "default") {
-    throw Error("ddp::new_group: name '" + name +
-                "' must be 1-64 letters, digits, '-' or '_', and not 'default' (the group of ddp::init())");
+    throw Error(
+        "ddp::new_group: name '" + name +
+        "' must be 1-64 letters, digits, '-' or '_', and not 'default' (the group of ddp::init())");
   }
   std::lock_guard<std::mutex> lock(g_mu);
   return make_group(name, options);

@@ -5,17 +5,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
-#include <cstring>
 #include <sstream>
 #include <thread>
 
 #include "core/backend.h"
-#include "ddp/common/error.h"
 #include "core/executor.h"
 #include "core/process_identity.h"
 #include "core/progress_counter.h"
+#include "ddp/common/error.h"
 
 namespace ddp {
 
@@ -76,19 +76,22 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
                                                    const ProcessGroupOptions& options) {
   if (size < 1) throw Error("process group: size " + std::to_string(size) + " must be >= 1");
   if (rank < 0 || rank >= size) {
-    throw Error("process group: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
+    throw Error("process group: rank " + std::to_string(rank) + " is outside [0, " +
+                std::to_string(size) + ")");
   }
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(rank, size, std::move(store), options));
 }
 
-ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options)
+ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
+                           const ProcessGroupOptions& options)
     : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
   const BackendConfig config = BackendConfig::of(rank, size, store_, options);
   const std::string& b = options.backend;
   if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
     throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
   }
-  if (b != "local" && size > 1 && !store_) throw Error("process group: the " + b + " backend needs a store");
+  if (b != "local" && size > 1 && !store_)
+    throw Error("process group: the " + b + " backend needs a store");
   if (b != "local" && size > 1) ignore_sigpipe_unless_chosen();
   if (b == "local" || size == 1) {
     backend_ = make_local_backend();
@@ -127,9 +130,10 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
         detail::collective_ended();
         std::string message = std::string(e.what());
         const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr;
-        std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() + " (collective #" +
-                           std::to_string(sequence) + ") failed: " + message;
-        if (store_ && size_ > 1 && !names_the_dead && message.find("mismatch") == std::string::npos) {
+        std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() +
+                           " (collective #" + std::to_string(sequence) + ") failed: " + message;
+        if (store_ && size_ > 1 && !names_the_dead &&
+            message.find("mismatch") == std::string::npos) {
           text += missing_ranks(sequence);
         }
         work->finish(std::make_exception_ptr(Error(text)));
@@ -145,8 +149,8 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
 }
 
 void ProcessGroup::check_signature(const Call& call) {
-  Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count), static_cast<std::int64_t>(call.dtype),
-                 call.op, call.root};
+  Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count),
+                 static_cast<std::int64_t>(call.dtype), call.op, call.root};
   std::vector<Signature> all(size_);
   backend_->all_gather(&mine, all.data(), sizeof(Signature) / 8, DType::kInt64);
   // The reference is the signature most ranks have (ties: the lowest rank's),
@@ -166,16 +170,18 @@ void ProcessGroup::check_signature(const Call& call) {
   if (differ.empty()) return;
   auto show = [&](int r) {
     const Signature& s = all[r];
-    std::string text = "count " + std::to_string(s.count) + ", dtype " + dtype_name(static_cast<DType>(s.dtype));
+    std::string text =
+        "count " + std::to_string(s.count) + ", dtype " + dtype_name(static_cast<DType>(s.dtype));
     if (s.op >= 0) text += ", op " + std::string(op_name(static_cast<ReduceOp>(s.op)));
     if (s.root >= 0) text += ", root " + std::to_string(s.root);
     if (s.name_hash != all[reference].name_hash) text += ", a different collective";
     return text;
   };
   int first = std::stoi(differ.substr(0, differ.find(',')));
-  throw Error("collective mismatch (DDP_DEBUG): rank " + std::to_string(reference) + " has " + show(reference) +
-              " (" + std::to_string(most) + " of " + std::to_string(size_) + " ranks agree); rank(s) " + differ +
-              " differ (rank " + std::to_string(first) + " has " + show(first) + ")");
+  throw Error("collective mismatch (DDP_DEBUG): rank " + std::to_string(reference) + " has " +
+              show(reference) + " (" + std::to_string(most) + " of " + std::to_string(size_) +
+              " ranks agree); rank(s) " + differ + " differ (rank " + std::to_string(first) +
+              " has " + show(first) + ")");
 }
 
 std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
@@ -193,7 +199,8 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       if (r == rank_) continue;
       undecided.push_back(r);
       try {
-        const std::string there = store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
+        const std::string there =
+            store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
         if (!here_ns.empty() && detail::pid_namespace_of(there) == here_ns) {
           local_pids[r] = std::stoi(there.substr(there.rfind(' ') + 1));
         }
@@ -204,14 +211,16 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
     bool found_dead = false;
     std::chrono::steady_clock::time_point dead_seen;
     const auto deadline =
-        std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
+        std::chrono::steady_clock::now() +
+        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
     while (!undecided.empty()) {
       // Once a dead rank explains the failure, ranks that have not said so
       // within 100 ms more are named as they are rather than waited for (one
       // may be stuck in the collective behind this very rank, and free only
       // once it gives up).
       const auto now = std::chrono::steady_clock::now();
-      const bool last_look = now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
+      const bool last_look =
+          now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
       std::erase_if(undecided, [&](int r) {
         try {
           store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
@@ -220,13 +229,15 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
         }
         auto pid = local_pids.find(r);
         if (pid != local_pids.end() && detail::proc_says_dead(pid->second)) {
-          missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) + ", exited)");
+          missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) +
+                            ", exited)");
           if (!found_dead) dead_seen = std::chrono::steady_clock::now();
           found_dead = true;
           return true;
         }
         if (!last_look) return false;
-        missing.push_back(std::to_string(r) + (found_dead ? " (alive; maybe still inside this collective)" : ""));
+        missing.push_back(std::to_string(r) +
+                          (found_dead ? " (alive; maybe still inside this collective)" : ""));
         return true;
       });
       if (!undecided.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -245,7 +256,8 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
 
 void ProcessGroup::check_root(int root, const char* what) const {
   if (root < 0 || root >= size_) {
-    throw Error(std::string(what) + ": root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
+    throw Error(std::string(what) + ": root " + std::to_string(root) + " is outside [0, " +
+                std::to_string(size_) + ")");
   }
 }
 
@@ -255,7 +267,8 @@ void ProcessGroup::check_root(int root, const char* what) const {
     (async_call)->wait();        \
   } while (0)
 
-std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op) {
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype,
+                                                     ReduceOp op) {
   return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
                 [=, this] { backend_->all_reduce(data, count, dtype, op); });
 }
@@ -263,12 +276,14 @@ void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, Reduce
   DDP_BLOCKING(all_reduce_async(data, count, dtype, op));
 }
 
-std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(void* data, std::size_t count, DType dtype, ReduceOp op,
-                                                             const std::vector<ElementRange>& needed) {
+std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(
+    void* data, std::size_t count, DType dtype, ReduceOp op,
+    const std::vector<ElementRange>& needed) {
   for (const ElementRange& r : needed) {
     if (r.begin > r.end || r.end > count) {
-      throw Error("all_reduce_partial: element range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
-                  ") is not within the " + std::to_string(count) + " elements");
+      throw Error("all_reduce_partial: element range [" + std::to_string(r.begin) + ", " +
+                  std::to_string(r.end) + ") is not within the " + std::to_string(count) +
+                  " elements");
     }
   }
   return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
@@ -279,15 +294,18 @@ void ProcessGroup::all_reduce_partial(void* data, std::size_t count, DType dtype
   DDP_BLOCKING(all_reduce_partial_async(data, count, dtype, op, needed));
 }
 
-std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype, int root) {
+std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype,
+                                                    int root) {
   check_root(root, "broadcast");
-  return submit({"broadcast", count, dtype, -1, root}, [=, this] { backend_->broadcast(data, count, dtype, root); });
+  return submit({"broadcast", count, dtype, -1, root},
+                [=, this] { backend_->broadcast(data, count, dtype, root); });
 }
 void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int root) {
   DDP_BLOCKING(broadcast_async(data, count, dtype, root));
 }
 
-std::shared_ptr<Work> ProcessGroup::reduce_async(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+std::shared_ptr<Work> ProcessGroup::reduce_async(void* data, std::size_t count, DType dtype,
+                                                 ReduceOp op, int root) {
   check_root(root, "reduce");
   return submit({"reduce", count, dtype, static_cast<int>(op), root},
                 [=, this] { backend_->reduce(data, count, dtype, op, root); });
@@ -296,42 +314,52 @@ void ProcessGroup::reduce(void* data, std::size_t count, DType dtype, ReduceOp o
   DDP_BLOCKING(reduce_async(data, count, dtype, op, root));
 }
 
-std::shared_ptr<Work> ProcessGroup::all_gather_async(const void* in, void* out, std::size_t count, DType dtype) {
-  return submit({"all_gather", count, dtype, -1, -1}, [=, this] { backend_->all_gather(in, out, count, dtype); });
+std::shared_ptr<Work> ProcessGroup::all_gather_async(const void* in, void* out, std::size_t count,
+                                                     DType dtype) {
+  return submit({"all_gather", count, dtype, -1, -1},
+                [=, this] { backend_->all_gather(in, out, count, dtype); });
 }
 void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, DType dtype) {
   DDP_BLOCKING(all_gather_async(in, out, count, dtype));
 }
 
-std::shared_ptr<Work> ProcessGroup::gather_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+std::shared_ptr<Work> ProcessGroup::gather_async(const void* in, void* out, std::size_t count,
+                                                 DType dtype, int root) {
   check_root(root, "gather");
-  return submit({"gather", count, dtype, -1, root}, [=, this] { backend_->gather(in, out, count, dtype, root); });
+  return submit({"gather", count, dtype, -1, root},
+                [=, this] { backend_->gather(in, out, count, dtype, root); });
 }
 void ProcessGroup::gather(const void* in, void* out, std::size_t count, DType dtype, int root) {
   DDP_BLOCKING(gather_async(in, out, count, dtype, root));
 }
 
-std::shared_ptr<Work> ProcessGroup::scatter_async(const void* in, void* out, std::size_t count, DType dtype, int root) {
+std::shared_ptr<Work> ProcessGroup::scatter_async(const void* in, void* out, std::size_t count,
+                                                  DType dtype, int root) {
   check_root(root, "scatter");
-  return submit({"scatter", count, dtype, -1, root}, [=, this] { backend_->scatter(in, out, count, dtype, root); });
+  return submit({"scatter", count, dtype, -1, root},
+                [=, this] { backend_->scatter(in, out, count, dtype, root); });
 }
 void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
   DDP_BLOCKING(scatter_async(in, out, count, dtype, root));
 }
 
-std::shared_ptr<Work> ProcessGroup::all_to_all_async(const void* in, void* out, std::size_t count, DType dtype) {
-  return submit({"all_to_all", count, dtype, -1, -1}, [=, this] { backend_->all_to_all(in, out, count, dtype); });
+std::shared_ptr<Work> ProcessGroup::all_to_all_async(const void* in, void* out, std::size_t count,
+                                                     DType dtype) {
+  return submit({"all_to_all", count, dtype, -1, -1},
+                [=, this] { backend_->all_to_all(in, out, count, dtype); });
 }
 void ProcessGroup::all_to_all(const void* in, void* out, std::size_t count, DType dtype) {
   DDP_BLOCKING(all_to_all_async(in, out, count, dtype));
 }
 
-std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const void* in, void* out, std::size_t count, DType dtype,
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const void* in, void* out,
+                                                         std::size_t count, DType dtype,
                                                          ReduceOp op) {
   return submit({"reduce_scatter", count, dtype, static_cast<int>(op), -1},
                 [=, this] { backend_->reduce_scatter(in, out, count, dtype, op); });
 }
-void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                                  ReduceOp op) {
   DDP_BLOCKING(reduce_scatter_async(in, out, count, dtype, op));
 }
 
@@ -358,11 +386,14 @@ std::vector<std::string> ProcessGroup::all_gather_object(const std::string& byte
   std::string all(static_cast<std::size_t>(longest) * size_, '\0');
   all_gather(padded.data(), all.data(), padded.size(), DType::kUInt8);
   std::vector<std::string> out(size_);
-  for (int r = 0; r < size_; ++r) out[r] = all.substr(static_cast<std::size_t>(longest) * r, lengths[r]);
+  for (int r = 0; r < size_; ++r)
+    out[r] = all.substr(static_cast<std::size_t>(longest) * r, lengths[r]);
   return out;
 }
 
-std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) { return backend_->allocate(bytes); }
+std::shared_ptr<void> ProcessGroup::allocate(std::size_t bytes) {
+  return backend_->allocate(bytes);
+}
 
 std::string ProcessGroup::algorithm_for(const std::string& collective, std::size_t bytes) const {
   return backend_ ? backend_->algorithm_for(collective, bytes) : "";

@@ -18,7 +18,9 @@ class GrpcStore final : public Store {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     return client_->get(key, timeout);
   }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return client_->add(key, delta); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return client_->add(key, delta);
+  }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     client_->wait(keys, timeout);
   }
@@ -40,7 +42,8 @@ class MemoryStore final : public Store {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return data_.count(key) > 0; })) {
-      throw Error("store: key '" + key + "' was not set within " + std::to_string(timeout.count()) + " ms");
+      throw Error("store: key '" + key + "' was not set within " + std::to_string(timeout.count()) +
+                  " ms");
     }
     return data_[key];
   }
@@ -68,7 +71,8 @@ class MemoryStore final : public Store {
       for (const auto& k : keys) {
         if (!data_.count(k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
       }
-      throw Error("store: keys never set within " + std::to_string(timeout.count()) + " ms: " + missing);
+      throw Error("store: keys never set within " + std::to_string(timeout.count()) +
+                  " ms: " + missing);
     }
   }
   bool remove(const std::string& key) override {
@@ -84,12 +88,17 @@ class MemoryStore final : public Store {
 
 class PrefixStore final : public Store {
  public:
-  PrefixStore(std::shared_ptr<Store> inner, std::string prefix) : inner_(std::move(inner)), prefix_(std::move(prefix) + "/") {}
-  void set(const std::string& key, const std::string& value) override { inner_->set(prefix_ + key, value); }
+  PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
+      : inner_(std::move(inner)), prefix_(std::move(prefix) + "/") {}
+  void set(const std::string& key, const std::string& value) override {
+    inner_->set(prefix_ + key, value);
+  }
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     return inner_->get(prefix_ + key, timeout);
   }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_->add(prefix_ + key, delta); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return inner_->add(prefix_ + key, delta);
+  }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     std::vector<std::string> scoped;
     for (const auto& k : keys) scoped.push_back(prefix_ + k);

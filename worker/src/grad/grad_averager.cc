@@ -9,16 +9,20 @@
 
 namespace ddp {
 
-GradAverager::GradAverager(std::unique_ptr<detail::AveragerState> state) : state_(std::move(state)) {}
+GradAverager::GradAverager(std::unique_ptr<detail::AveragerState> state)
+    : state_(std::move(state)) {}
 GradAverager::~GradAverager() = default;
 
 ProcessGroup& GradAverager::group() const { return state_->group; }
 std::size_t GradAverager::num_params() const { return state_->params.size(); }
 const GradParam& GradAverager::param(std::size_t index) const { return state_->params.at(index); }
-std::size_t GradAverager::index_of(std::string_view name) const { return state_->params.index_of(name); }
+std::size_t GradAverager::index_of(std::string_view name) const {
+  return state_->params.index_of(name);
+}
 const GradSyncOptions& GradAverager::options() const { return state_->options; }
 
-void GradAverager::prepare(const std::vector<void*>& param_data, const std::vector<ParamBuffer>& buffers) {
+void GradAverager::prepare(const std::vector<void*>& param_data,
+                           const std::vector<ParamBuffer>& buffers) {
   state_->require_between("prepare");
   state_->params.broadcast_values(state_->group, state_->options.broadcast_chunk_bytes, param_data,
                                   buffers);

@@ -37,18 +37,24 @@ std::vector<LayoutParam> layout_params(const detail::ParamList& params) {
 
 const char* comm_mode_name(CommMode mode) {
   switch (mode) {
-    case CommMode::kOverlap: return "overlap";
-    case CommMode::kInline: return "inline";
-    case CommMode::kShared: return "shared";
+    case CommMode::kOverlap:
+      return "overlap";
+    case CommMode::kInline:
+      return "inline";
+    case CommMode::kShared:
+      return "shared";
   }
   return "?";
 }
 
 const char* compression_name(Compression compression) {
   switch (compression) {
-    case Compression::kNone: return "none";
-    case Compression::kFp16: return "fp16";
-    case Compression::kBf16: return "bf16";
+    case Compression::kNone:
+      return "none";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kBf16:
+      return "bf16";
   }
   return "unknown";
 }
@@ -60,8 +66,9 @@ GradSync::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
     : AveragerState(kWho, std::move(owned), g, std::move(list), o) {
   std::string problem = detail::check_setup(group, params.all(), options);
   if (problem.empty() && options.comm_mode == CommMode::kShared) {
-    problem = "comm_mode shared is ddp::SharedGradSum (shared_grad_sum.h), not a GradSync mode; "
-              "make_grad_averager() picks the class from comm_mode";
+    problem =
+        "comm_mode shared is ddp::SharedGradSum (shared_grad_sum.h), not a GradSync mode; "
+        "make_grad_averager() picks the class from comm_mode";
   }
   detail::agree_on_setup(group, params.all(), options, problem, kWho);
 
@@ -94,7 +101,8 @@ GradSync::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
 
 GradSync::GradSync(std::shared_ptr<ProcessGroup> group, std::vector<GradParam> params,
                    GradSyncOptions options)
-    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params), options)) {}
+    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params),
+                                          options)) {}
 
 GradSync::GradSync(ProcessGroup& group, std::vector<GradParam> params, GradSyncOptions options)
     : GradAverager(std::make_unique<Impl>(nullptr, group, std::move(params), options)) {}
@@ -192,15 +200,17 @@ void GradSync::Impl::maybe_rebuild() {
   std::vector<std::size_t> order0(static_cast<std::size_t>(d.i64()));
   for (auto& p : order0) p = static_cast<std::size_t>(d.i64());
 
-  BucketLayout fresh = make_bucket_layout(layout_params(params), rebuild_order(order0, layout.order),
-                                          options.first_bucket_bytes, options.bucket_cap_bytes);
+  BucketLayout fresh =
+      make_bucket_layout(layout_params(params), rebuild_order(order0, layout.order),
+                         options.first_bucket_bytes, options.bucket_cap_bytes);
   if (fresh == layout) {
     if (group.rank() == 0) log::debug("GradSync: the observed gradient order keeps the layout");
     return;
   }
   relayout(std::move(fresh));
   if (group.rank() == 0) {
-    log::info("GradSync: buckets rebuilt from rank 0's gradient order: {}", describe_layout(layout));
+    log::info("GradSync: buckets rebuilt from rank 0's gradient order: {}",
+              describe_layout(layout));
   }
 }
 
@@ -215,7 +225,8 @@ void GradSync::Impl::copy_in(std::size_t index, const void* src, bool accumulate
   const GradParam& p = params[index];
   const std::size_t count = p.count();
   if (src == nullptr && count > 0) {
-    throw Error(std::string("GradSync: ") + what + ": source of parameter '" + p.name + "' is null");
+    throw Error(std::string("GradSync: ") + what + ": source of parameter '" + p.name +
+                "' is null");
   }
   if (device_buckets && accumulate) {
     throw Error("GradSync: add_grad: parameter '" + p.name +

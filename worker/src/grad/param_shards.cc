@@ -18,7 +18,8 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 ElementRange ShardLayout::owned(std::size_t param, int rank) const {
   const std::size_t lo = offsets[param], hi = lo + counts[param] * element_sizes[param];
-  const std::size_t slice_lo = static_cast<std::size_t>(rank) * slice_bytes, slice_hi = slice_lo + slice_bytes;
+  const std::size_t slice_lo = static_cast<std::size_t>(rank) * slice_bytes,
+                    slice_hi = slice_lo + slice_bytes;
   const std::size_t from = std::max(lo, slice_lo), to = std::min(hi, slice_hi);
   if (from >= to) return {};
   // Offsets and slice bounds are multiples of 64, so both ends fall on elements.
@@ -27,8 +28,10 @@ ElementRange ShardLayout::owned(std::size_t param, int rank) const {
 
 ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
                               const std::vector<std::size_t>& element_sizes, int world_size) {
-  if (world_size < 1) throw Error("ParamShards: world size must be >= 1, got " + std::to_string(world_size));
-  if (counts.size() != element_sizes.size()) throw Error("ParamShards: one element size per parameter");
+  if (world_size < 1)
+    throw Error("ParamShards: world size must be >= 1, got " + std::to_string(world_size));
+  if (counts.size() != element_sizes.size())
+    throw Error("ParamShards: one element size per parameter");
   ShardLayout layout;
   layout.world_size = world_size;
   layout.counts = counts;
@@ -37,18 +40,20 @@ ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
   for (std::size_t i = 0; i < counts.size(); ++i) {
     const std::size_t e = element_sizes[i];
     if (e != 1 && e != 2 && e != 4 && e != 8) {
-      throw Error("ParamShards: parameter " + std::to_string(i) + " has elements of " + std::to_string(e) +
-                  " bytes (1, 2, 4 or 8 expected)");
+      throw Error("ParamShards: parameter " + std::to_string(i) + " has elements of " +
+                  std::to_string(e) + " bytes (1, 2, 4 or 8 expected)");
     }
     layout.offsets.push_back(at);
     at = round_up(at + counts[i] * e, kAlign);
   }
-  layout.total_bytes = round_up(std::max<std::size_t>(at, 1), kAlign * static_cast<std::size_t>(world_size));
+  layout.total_bytes =
+      round_up(std::max<std::size_t>(at, 1), kAlign * static_cast<std::size_t>(world_size));
   layout.slice_bytes = layout.total_bytes / static_cast<std::size_t>(world_size);
   return layout;
 }
 
-ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& params) : group_(&group) {
+ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& params)
+    : group_(&group) {
   // Its buffers are read and written on the CPU; nccl's allocate() is device memory.
   if (group.backend_name() == "nccl") {
     throw Error("ParamShards: host memory only, and this group's backend is nccl (device memory)");
@@ -56,8 +61,8 @@ ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& para
   std::vector<std::size_t> counts, sizes;
   for (const auto& p : params) {
     if (p.device >= 0) {
-      throw Error("ParamShards: parameter '" + p.name + "' is on CUDA device " + std::to_string(p.device) +
-                  " (host memory only)");
+      throw Error("ParamShards: parameter '" + p.name + "' is on CUDA device " +
+                  std::to_string(p.device) + " (host memory only)");
     }
     counts.push_back(p.count());
     sizes.push_back(dtype_size(p.dtype));
@@ -87,8 +92,8 @@ void* ParamShards::data(std::size_t index) {
 float* ParamShards::view(std::size_t index) {
   check_index(index);
   if (dtypes_[index] != DType::kFloat32) {
-    throw Error("ParamShards::view: parameter " + std::to_string(index) + " is " + dtype_name(dtypes_[index]) +
-                ", not float32");
+    throw Error("ParamShards::view: parameter " + std::to_string(index) + " is " +
+                dtype_name(dtypes_[index]) + ", not float32");
   }
   return static_cast<float*>(data(index));
 }
@@ -126,8 +131,8 @@ void ParamShards::all_gather(const std::vector<void*>& buffers) {
     auto [at, len] = bytes_of(i, layout_.owned(i, me));
     std::memcpy(base + layout_.offsets[i] + at, static_cast<char*>(buffers[i]) + at, len);
   }
-  group_->all_gather(base + static_cast<std::size_t>(me) * layout_.slice_bytes, base, layout_.slice_bytes,
-                     DType::kUInt8);
+  group_->all_gather(base + static_cast<std::size_t>(me) * layout_.slice_bytes, base,
+                     layout_.slice_bytes, DType::kUInt8);
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i] == nullptr) continue;
     for (int r = 0; r < layout_.world_size; ++r) {

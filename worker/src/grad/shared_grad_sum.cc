@@ -15,8 +15,8 @@
 #include "ddp/log.h"
 #include "grad/grad_sync/setup.h"
 #include "grad/grad_sync/state.h"
-#include "kernels/reduce_kernels.h"
 #include "grad/shared_sum.h"
+#include "kernels/reduce_kernels.h"
 
 namespace ddp {
 
@@ -72,8 +72,10 @@ SharedGradSum::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
   const std::size_t bytes = detail::SharedSum::bytes_needed(layout, world);
   if (world == 1) {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
-    memory = std::shared_ptr<void>(std::aligned_alloc(64, std::max<std::size_t>(rounded, 64)), std::free);
-    if (!memory) throw Error("SharedGradSum: could not allocate " + mib(bytes) + " for the shared sum");
+    memory = std::shared_ptr<void>(std::aligned_alloc(64, std::max<std::size_t>(rounded, 64)),
+                                   std::free);
+    if (!memory)
+      throw Error("SharedGradSum: could not allocate " + mib(bytes) + " for the shared sum");
     std::memset(memory.get(), 0, bytes);
   } else {
     memory = group.allocate_node_shared(bytes);  // collective; nullptr on every rank alike
@@ -87,18 +89,21 @@ SharedGradSum::Impl::Impl(std::shared_ptr<ProcessGroup> owned, ProcessGroup& g,
   }
   sum = std::make_unique<detail::SharedSum>(
       std::move(layout), memory.get(), group.rank(), world, group.timeout(),
-      shm::WaitPolicy::for_ranks(world),
-      [this](std::size_t p) { return "'" + params[p].name + "' (index " + std::to_string(p) + ")"; });
+      shm::WaitPolicy::for_ranks(world), [this](std::size_t p) {
+        return "'" + params[p].name + "' (index " + std::to_string(p) + ")";
+      });
   if (group.rank() == 0) {
-    log::info("SharedGradSum: {} parameters in a shared sum of {} ({} blocks of rows), {} ranks: "
-              "no collectives, the ranks add their gradients into one node-shared buffer",
-              params.size(), mib(sum->layout().buffer_bytes), sum->layout().blocks.size(), world);
+    log::info(
+        "SharedGradSum: {} parameters in a shared sum of {} ({} blocks of rows), {} ranks: "
+        "no collectives, the ranks add their gradients into one node-shared buffer",
+        params.size(), mib(sum->layout().buffer_bytes), sum->layout().blocks.size(), world);
   }
 }
 
 SharedGradSum::SharedGradSum(std::shared_ptr<ProcessGroup> group, std::vector<GradParam> params,
                              GradSyncOptions options)
-    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params), options)) {}
+    : GradAverager(std::make_unique<Impl>(group, detail::non_null(group, kWho), std::move(params),
+                                          options)) {}
 
 SharedGradSum::SharedGradSum(ProcessGroup& group, std::vector<GradParam> params,
                              GradSyncOptions options)
@@ -132,7 +137,8 @@ void SharedGradSum::add_grad(std::size_t index, const void* src) {
 
 void SharedGradSum::zero_grad() { impl().require_between("zero_grad"); }
 
-void SharedGradSum::contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) {
+void SharedGradSum::contribute(std::size_t index,
+                               const std::function<void(const GradBlock&)>& write) {
   impl().params.checked_trainable(index, "contribute");
   impl().contribute(index, write);
 }
@@ -254,9 +260,10 @@ void SharedGradSum::Impl::record_iteration_locked(bool synced, Clock::time_point
 
 void SharedGradSum::Impl::log_iteration(const IterationStats& s) const {
   if (!log_synced(s)) return;
-  log::info("SharedGradSum iteration {}: backward {:.2f} ms (the sum made inside it), waiting "
-            "for other ranks {:.2f} ms (no collectives)",
-            s.iteration, s.backward_compute_ms, s.exposed_comm_ms);
+  log::info(
+      "SharedGradSum iteration {}: backward {:.2f} ms (the sum made inside it), waiting "
+      "for other ranks {:.2f} ms (no collectives)",
+      s.iteration, s.backward_compute_ms, s.exposed_comm_ms);
 }
 
 // ------------------------------------------------------------ make_grad_averager

@@ -18,13 +18,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kLine = 64;
 constexpr std::uint64_t kHolderMask = 0xffff;
-constexpr std::uint64_t kOne = std::uint64_t{1} << 16;  // one contribution
+constexpr std::uint64_t kOne = std::uint64_t{1} << 16;    // one contribution
 constexpr auto kYieldFor = std::chrono::milliseconds(2);  // then yield, then sleep in short slices
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
 
 }  // namespace
 
@@ -42,8 +41,9 @@ SumLayout make_sum_layout(const std::vector<SumParam>& params, int world,
     if (!sp.trainable) continue;
     const std::int64_t rows = std::max<std::int64_t>(sp.rows, 1);
     if (sp.count % static_cast<std::size_t>(rows) != 0) {
-      throw Error("shared sum: parameter " + std::to_string(p) + " has " + std::to_string(sp.count) +
-                  " elements, not a whole number of its " + std::to_string(rows) + " rows");
+      throw Error("shared sum: parameter " + std::to_string(p) + " has " +
+                  std::to_string(sp.count) + " elements, not a whole number of its " +
+                  std::to_string(rows) + " rows");
     }
     const std::size_t bytes = sp.count * sp.element_bytes;
     out.param_offset[p] = at;
@@ -53,8 +53,8 @@ SumLayout make_sum_layout(const std::vector<SumParam>& params, int world,
     for (std::int64_t k = 0; k < blocks; ++k) {
       const std::int64_t begin = rows * k / blocks, end = rows * (k + 1) / blocks;
       out.blocks_of[p].push_back(out.blocks.size());
-      out.blocks.push_back({p, begin, end - begin,
-                            at + static_cast<std::size_t>(begin) * out.row_bytes[p]});
+      out.blocks.push_back(
+          {p, begin, end - begin, at + static_cast<std::size_t>(begin) * out.row_bytes[p]});
     }
     at = round_up(at + bytes, kLine);
   }
@@ -199,22 +199,22 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
       const int holder_rank = static_cast<int>(holder) - 1;
       if (exited(holder_rank, since, checked)) {
         const SumBlock& b = layout_.blocks[ids[held]];
-        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder_rank) + " (pid " +
-                               std::to_string(pid_of(holder_rank).load()) +
-                               ", same node) exited while it held rows [" +
-                               std::to_string(b.row_begin) + ", " +
-                               std::to_string(b.row_begin + b.rows) + ") of parameter " +
-                               name_(param) + "; rank " + std::to_string(rank_) +
-                               " was waiting to add its gradient");
+        throw SharedSumTimeout(
+            "GradSync (shared sum): rank " + std::to_string(holder_rank) + " (pid " +
+            std::to_string(pid_of(holder_rank).load()) +
+            ", same node) exited while it held rows [" + std::to_string(b.row_begin) + ", " +
+            std::to_string(b.row_begin + b.rows) + ") of parameter " + name_(param) + "; rank " +
+            std::to_string(rank_) + " was waiting to add its gradient");
       }
       if (Clock::now() - since > timeout_) {
         const SumBlock& b = layout_.blocks[ids[held]];
-        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder - 1) + " held rows [" +
-                    std::to_string(b.row_begin) + ", " + std::to_string(b.row_begin + b.rows) +
-                    ") of parameter " + name_(param) + " for longer than the group's timeout of " +
-                    std::to_string(timeout_.count()) + " ms while rank " + std::to_string(rank_) +
-                    " waited to add its gradient (is rank " + std::to_string(holder - 1) +
-                    " stopped or dead?)");
+        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder - 1) +
+                               " held rows [" + std::to_string(b.row_begin) + ", " +
+                               std::to_string(b.row_begin + b.rows) + ") of parameter " +
+                               name_(param) + " for longer than the group's timeout of " +
+                               std::to_string(timeout_.count()) + " ms while rank " +
+                               std::to_string(rank_) + " waited to add its gradient (is rank " +
+                               std::to_string(holder - 1) + " stopped or dead?)");
       }
       pause(since);
     }
@@ -240,8 +240,9 @@ double SharedSum::wait_rounds(std::uint64_t rounds) {
         throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(r) + " (pid " +
                                std::to_string(pid_of(r).load()) +
                                ", same node) exited before it finished adding its gradients of "
-                               "iteration " + std::to_string(rounds) + "; rank " +
-                               std::to_string(rank_) + " was waiting for it");
+                               "iteration " +
+                               std::to_string(rounds) + "; rank " + std::to_string(rank_) +
+                               " was waiting for it");
       }
       if (Clock::now() - since > timeout_) {
         std::string late;
@@ -252,9 +253,10 @@ double SharedSum::wait_rounds(std::uint64_t rounds) {
                   std::to_string(have) + ")";
         }
         throw SharedSumTimeout("GradSync (shared sum): " + late +
-                    " did not finish adding its gradients of iteration " + std::to_string(rounds) +
-                    " within the group's timeout of " + std::to_string(timeout_.count()) +
-                    " ms; rank " + std::to_string(rank_) + " waited for it");
+                               " did not finish adding its gradients of iteration " +
+                               std::to_string(rounds) + " within the group's timeout of " +
+                               std::to_string(timeout_.count()) + " ms; rank " +
+                               std::to_string(rank_) + " waited for it");
       }
       pause(since);
     }

@@ -36,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/common/error.h"
 #include "backends/shm/sync.h"
+#include "ddp/common/error.h"
 
 namespace ddp::detail {
 
@@ -108,11 +108,11 @@ class SharedSum {
   // index is `window` and whose first round is `window_round`: write() runs
   // once per block while this rank holds it. Returns the milliseconds spent
   // waiting for blocks other ranks held. Throws SharedSumTimeout naming the
-  // holder when its process exits or the block stays held past the timeout (the rest of the parameter is
-  // then never added by this rank: the sum is lost for every rank). When
-  // write() throws, the rest of the parameter's blocks count as zeros (set to
-  // zero where this rank is first), the parameter is flagged missing for the
-  // window, and the exception propagates once every block is counted.
+  // holder when its process exits or the block stays held past the timeout (the rest of the
+  // parameter is then never added by this rank: the sum is lost for every rank). When write()
+  // throws, the rest of the parameter's blocks count as zeros (set to zero where this rank is
+  // first), the parameter is flagged missing for the window, and the exception propagates once
+  // every block is counted.
   double contribute(std::size_t param, std::uint64_t window, std::uint64_t window_round,
                     const std::function<void(const BlockWrite&)>& write);
 

@@ -174,7 +174,8 @@ void write(Level level, bool all, std::string_view message) {
   try {
     if (!enabled(level, all)) return;
     const Identity& id = identity();
-    std::string text = decorate(level, all, id.rank, id.world_size, message, id.launcher_shows_rank);
+    std::string text =
+        decorate(level, all, id.rank, id.world_size, message, id.launcher_shows_rank);
     Loggers loggers = current_loggers();
     auto& logger = level >= Level::kWarn ? loggers.err : loggers.out;
     logger->log(to_spdlog(level), text);

@@ -16,7 +16,7 @@ namespace {
 
 // Signed integers wrap on overflow, as in torch and NCCL (in C++ a signed
 // overflow is undefined, so the arithmetic is done unsigned).
-template <class T, bool = std::is_integral_v<T> && std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
+template <class T, bool = std::is_integral_v<T>&& std::is_signed_v<T> && (sizeof(T) >= sizeof(int))>
 struct WrappingOf {
   using type = T;
 };
@@ -28,19 +28,27 @@ template <class T>
 using Wrapping = typename WrappingOf<T>::type;
 struct Sum {
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrapping<T>>(a) + static_cast<Wrapping<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Wrapping<T>>(a) + static_cast<Wrapping<T>>(b));
+  }
 };
 struct Prod {
   template <class T>
-  static T apply(T a, T b) { return static_cast<T>(static_cast<Wrapping<T>>(a) * static_cast<Wrapping<T>>(b)); }
+  static T apply(T a, T b) {
+    return static_cast<T>(static_cast<Wrapping<T>>(a) * static_cast<Wrapping<T>>(b));
+  }
 };
 struct Min {
   template <class T>
-  static T apply(T a, T b) { return std::min(a, b); }
+  static T apply(T a, T b) {
+    return std::min(a, b);
+  }
 };
 struct Max {
   template <class T>
-  static T apply(T a, T b) { return std::max(a, b); }
+  static T apply(T a, T b) {
+    return std::max(a, b);
+  }
 };
 
 // `out` may be `a` or `b` exactly (in place) but never overlaps them
@@ -59,7 +67,8 @@ void native(void* out, const void* a, const void* b, std::size_t n) {
 #if defined(__x86_64__)
 // The same loop compiled for AVX2 (chosen at run time).
 template <class T, class Op>
-__attribute__((target("avx2"))) void native_avx2(void* out, const void* a, const void* b, std::size_t n) {
+__attribute__((target("avx2"))) void native_avx2(void* out, const void* a, const void* b,
+                                                 std::size_t n) {
   auto* o = static_cast<T*>(out);
   auto* x = static_cast<const T*>(a);
   auto* y = static_cast<const T*>(b);
@@ -128,7 +137,8 @@ void half_scalar(void* out, const void* a, const void* b, std::size_t n) {
   auto* o = static_cast<std::uint16_t*>(out);
   auto* x = static_cast<const std::uint16_t*>(a);
   auto* y = static_cast<const std::uint16_t*>(b);
-  for (std::size_t i = 0; i < n; ++i) o[i] = float_to_half(Op::apply(half_to_float(x[i]), half_to_float(y[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    o[i] = float_to_half(Op::apply(half_to_float(x[i]), half_to_float(y[i])));
 }
 
 template <class Op>
@@ -143,12 +153,13 @@ void half_both_scalar(void* pa, void* pb, std::size_t n, int divisor) {
   }
 }
 
-
 // bfloat16 through types.h's inline conversions, so these loops vectorise.
 template <class Op>
-inline void bf16_loop(std::uint16_t* o, const std::uint16_t* x, const std::uint16_t* y, std::size_t n) {
+inline void bf16_loop(std::uint16_t* o, const std::uint16_t* x, const std::uint16_t* y,
+                      std::size_t n) {
 #pragma GCC ivdep
-  for (std::size_t i = 0; i < n; ++i) o[i] = float_to_bfloat16(Op::apply(bfloat16_to_float(x[i]), bfloat16_to_float(y[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    o[i] = float_to_bfloat16(Op::apply(bfloat16_to_float(x[i]), bfloat16_to_float(y[i])));
 }
 
 template <class Op>
@@ -165,14 +176,18 @@ inline void bf16_both_loop(std::uint16_t* a, std::uint16_t* b, std::size_t n, in
     const float d = static_cast<float>(divisor);
 #pragma GCC ivdep
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint16_t r = float_to_bfloat16(bfloat16_to_float(float_to_bfloat16(Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])))) / d);
+      const std::uint16_t r =
+          float_to_bfloat16(bfloat16_to_float(float_to_bfloat16(
+                                Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])))) /
+                            d);
       a[i] = r;
       b[i] = r;
     }
   } else {
 #pragma GCC ivdep
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint16_t r = float_to_bfloat16(Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])));
+      const std::uint16_t r =
+          float_to_bfloat16(Op::apply(bfloat16_to_float(a[i]), bfloat16_to_float(b[i])));
       a[i] = r;
       b[i] = r;
     }
@@ -186,7 +201,8 @@ void bf16_both(void* a, void* b, std::size_t n, int divisor) {
 
 #if defined(__x86_64__)
 template <class Op>
-__attribute__((target("avx2"))) void bf16_avx2(void* out, const void* a, const void* b, std::size_t n) {
+__attribute__((target("avx2"))) void bf16_avx2(void* out, const void* a, const void* b,
+                                               std::size_t n) {
   bf16_loop<Op>(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
                 static_cast<const std::uint16_t*>(b), n);
 }
@@ -205,12 +221,15 @@ template <class Op>
 __attribute__((target("avx,f16c"))) __m256 apply8(__m256 a, __m256 b) {
   if constexpr (std::is_same_v<Op, Sum>) return _mm256_add_ps(a, b);
   if constexpr (std::is_same_v<Op, Prod>) return _mm256_mul_ps(a, b);
-  if constexpr (std::is_same_v<Op, Min>) return _mm256_min_ps(b, a);  // b < a ? b : a, as std::min(a, b)
-  if constexpr (std::is_same_v<Op, Max>) return _mm256_max_ps(b, a);  // a < b ? b : a, as std::max(a, b)
+  if constexpr (std::is_same_v<Op, Min>)
+    return _mm256_min_ps(b, a);  // b < a ? b : a, as std::min(a, b)
+  if constexpr (std::is_same_v<Op, Max>)
+    return _mm256_max_ps(b, a);  // a < b ? b : a, as std::max(a, b)
 }
 
 template <class Op>
-__attribute__((target("avx,f16c"))) void half_f16c(void* out, const void* a, const void* b, std::size_t n) {
+__attribute__((target("avx,f16c"))) void half_f16c(void* out, const void* a, const void* b,
+                                                   std::size_t n) {
   auto* o = static_cast<std::uint16_t*>(out);
   auto* x = static_cast<const std::uint16_t*>(a);
   auto* y = static_cast<const std::uint16_t*>(b);
@@ -226,7 +245,8 @@ __attribute__((target("avx,f16c"))) void half_f16c(void* out, const void* a, con
 
 // a[i] = b[i] = half(a[i] op b[i]), then half(that / divisor) when divisor > 1.
 template <class Op>
-__attribute__((target("avx,f16c"))) void half_both_f16c(void* pa, void* pb, std::size_t n, int divisor) {
+__attribute__((target("avx,f16c"))) void half_both_f16c(void* pa, void* pb, std::size_t n,
+                                                        int divisor) {
   auto* a = static_cast<std::uint16_t*>(pa);
   auto* b = static_cast<std::uint16_t*>(pb);
   const __m256 d = _mm256_set1_ps(static_cast<float>(divisor));
@@ -235,7 +255,8 @@ __attribute__((target("avx,f16c"))) void half_both_f16c(void* pa, void* pb, std:
     __m256 fa = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
     __m256 fb = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
     __m128i r = _mm256_cvtps_ph(apply8<Op>(fa, fb), _MM_FROUND_TO_NEAREST_INT);
-    if (divisor > 1) r = _mm256_cvtps_ph(_mm256_div_ps(_mm256_cvtph_ps(r), d), _MM_FROUND_TO_NEAREST_INT);
+    if (divisor > 1)
+      r = _mm256_cvtps_ph(_mm256_div_ps(_mm256_cvtph_ps(r), d), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(a + i), r);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b + i), r);
   }
@@ -252,8 +273,8 @@ bool have_f16c() {
 // types.h are exact but one call per element): F16C for half, with the same
 // round-to-nearest-even results.
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void floats_to_half_f16c(const float* s, float k, std::uint16_t* out,
-                                                             std::size_t n) {
+__attribute__((target("avx,f16c"))) void floats_to_half_f16c(const float* s, float k,
+                                                             std::uint16_t* out, std::size_t n) {
   const __m256 scale = _mm256_set1_ps(k);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -264,7 +285,8 @@ __attribute__((target("avx,f16c"))) void floats_to_half_f16c(const float* s, flo
   for (; i < n; ++i) out[i] = float_to_half(s[i] * k);
 }
 
-__attribute__((target("avx,f16c"))) void half_to_floats_f16c(const std::uint16_t* in, float* d, std::size_t n) {
+__attribute__((target("avx,f16c"))) void half_to_floats_f16c(const std::uint16_t* in, float* d,
+                                                             std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -328,13 +350,20 @@ ReduceIntoBothFn bf16_both_best() {
 template <class Op>
 ReduceIntoBothFn both_for_op(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return both_best<float, Op>();
-    case DType::kFloat64: return both_best<double, Op>();
-    case DType::kInt32: return both_best<std::int32_t, Op>();
-    case DType::kInt64: return both_best<std::int64_t, Op>();
-    case DType::kUInt8: return both_best<std::uint8_t, Op>();
-    case DType::kFloat16: return half_both<Op>();
-    case DType::kBFloat16: return bf16_both_best<Op>();
+    case DType::kFloat32:
+      return both_best<float, Op>();
+    case DType::kFloat64:
+      return both_best<double, Op>();
+    case DType::kInt32:
+      return both_best<std::int32_t, Op>();
+    case DType::kInt64:
+      return both_best<std::int64_t, Op>();
+    case DType::kUInt8:
+      return both_best<std::uint8_t, Op>();
+    case DType::kFloat16:
+      return half_both<Op>();
+    case DType::kBFloat16:
+      return bf16_both_best<Op>();
   }
   throw Error("unknown dtype");
 }
@@ -345,13 +374,20 @@ ReduceFn for_op(DType dtype) {
   if (dtype == DType::kFloat16 && have_f16c()) return half_f16c<Op>;
 #endif
   switch (dtype) {
-    case DType::kFloat32: return native_best<float, Op>();
-    case DType::kFloat64: return native_best<double, Op>();
-    case DType::kInt32: return native_best<std::int32_t, Op>();
-    case DType::kInt64: return native_best<std::int64_t, Op>();
-    case DType::kUInt8: return native_best<std::uint8_t, Op>();
-    case DType::kFloat16: return half_scalar<Op>;
-    case DType::kBFloat16: return bf16_best<Op>();
+    case DType::kFloat32:
+      return native_best<float, Op>();
+    case DType::kFloat64:
+      return native_best<double, Op>();
+    case DType::kInt32:
+      return native_best<std::int32_t, Op>();
+    case DType::kInt64:
+      return native_best<std::int64_t, Op>();
+    case DType::kUInt8:
+      return native_best<std::uint8_t, Op>();
+    case DType::kFloat16:
+      return half_scalar<Op>;
+    case DType::kBFloat16:
+      return bf16_best<Op>();
   }
   throw Error("unknown dtype");
 }
@@ -367,10 +403,14 @@ void divide(T* p, std::size_t n, int d) {
 ReduceFn reduce_function(DType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return for_op<Sum>(dtype);
-    case ReduceOp::kProduct: return for_op<Prod>(dtype);
-    case ReduceOp::kMin: return for_op<Min>(dtype);
-    case ReduceOp::kMax: return for_op<Max>(dtype);
+    case ReduceOp::kAvg:
+      return for_op<Sum>(dtype);
+    case ReduceOp::kProduct:
+      return for_op<Prod>(dtype);
+    case ReduceOp::kMin:
+      return for_op<Min>(dtype);
+    case ReduceOp::kMax:
+      return for_op<Max>(dtype);
   }
   throw Error("unknown reduce op");
 }
@@ -378,21 +418,30 @@ ReduceFn reduce_function(DType dtype, ReduceOp op) {
 ReduceIntoBothFn reduce_into_both_function(DType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return both_for_op<Sum>(dtype);
-    case ReduceOp::kProduct: return both_for_op<Prod>(dtype);
-    case ReduceOp::kMin: return both_for_op<Min>(dtype);
-    case ReduceOp::kMax: return both_for_op<Max>(dtype);
+    case ReduceOp::kAvg:
+      return both_for_op<Sum>(dtype);
+    case ReduceOp::kProduct:
+      return both_for_op<Prod>(dtype);
+    case ReduceOp::kMin:
+      return both_for_op<Min>(dtype);
+    case ReduceOp::kMax:
+      return both_for_op<Max>(dtype);
   }
   throw Error("unknown reduce op");
 }
 
 void divide_in_place(void* data, std::size_t count, DType dtype, int divisor) {
   switch (dtype) {
-    case DType::kFloat32: return divide(static_cast<float*>(data), count, divisor);
-    case DType::kFloat64: return divide(static_cast<double*>(data), count, divisor);
-    case DType::kInt32: return divide(static_cast<std::int32_t*>(data), count, divisor);
-    case DType::kInt64: return divide(static_cast<std::int64_t*>(data), count, divisor);
-    case DType::kUInt8: return divide(static_cast<std::uint8_t*>(data), count, divisor);
+    case DType::kFloat32:
+      return divide(static_cast<float*>(data), count, divisor);
+    case DType::kFloat64:
+      return divide(static_cast<double*>(data), count, divisor);
+    case DType::kInt32:
+      return divide(static_cast<std::int32_t*>(data), count, divisor);
+    case DType::kInt64:
+      return divide(static_cast<std::int64_t*>(data), count, divisor);
+    case DType::kUInt8:
+      return divide(static_cast<std::uint8_t*>(data), count, divisor);
     case DType::kFloat16: {
       auto* p = static_cast<std::uint16_t*>(data);
       for (std::size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) / divisor);
@@ -400,7 +449,8 @@ void divide_in_place(void* data, std::size_t count, DType dtype, int divisor) {
     }
     case DType::kBFloat16: {
       auto* p = static_cast<std::uint16_t*>(data);
-      for (std::size_t i = 0; i < count; ++i) p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / divisor);
+      for (std::size_t i = 0; i < count; ++i)
+        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / divisor);
       return;
     }
   }

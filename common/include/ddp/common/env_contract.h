@@ -23,19 +23,19 @@ struct WorkerEnv {
   std::string role_name = "default";
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
-  int max_restarts = 0;      // TORCHELASTIC_MAX_RESTARTS
-  std::string run_id;        // TORCHELASTIC_RUN_ID and DDP_RUN_ID
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  int max_restarts = 0;   // TORCHELASTIC_MAX_RESTARTS
+  std::string run_id;     // TORCHELASTIC_RUN_ID and DDP_RUN_ID
   // ddprun's control plane; empty when the job has no rendezvous server.
   std::string rdzv_endpoint;  // DDP_RDZV_ENDPOINT, HOST:PORT
   // DDP_RDZV_UNAVAILABLE: why ddprun could not start the workers' server, so
   // that a worker needing it fails at once saying so (written only when set
   // and rdzv_endpoint is empty).
   std::string rdzv_unavailable;
-  std::string rdzv_token;     // DDP_RDZV_TOKEN
-  long round = 0;             // DDP_ROUND
-  std::string rdzv_tls_ca;    // DDP_RDZV_TLS_CA: PEM CA of a TLS rendezvous (written only when set)
-  std::string node_addr;      // DDP_NODE_ADDR: this node's address for peer traffic (multi-node only)
+  std::string rdzv_token;   // DDP_RDZV_TOKEN
+  long round = 0;           // DDP_ROUND
+  std::string rdzv_tls_ca;  // DDP_RDZV_TLS_CA: PEM CA of a TLS rendezvous (written only when set)
+  std::string node_addr;    // DDP_NODE_ADDR: this node's address for peer traffic (multi-node only)
   // DDP_OUTPUT_PREFIXED=1: the launcher starts every console line of this
   // worker with "[rank N] ", so ddp::log leaves the rank out of its own
   // prefix (written only when true; "0" or "1" when read).
@@ -61,8 +61,7 @@ struct WorkerEnv {
   // nullopt when RANK and WORLD_SIZE are both absent (not launched: a world
   // of one). Throws ddp::Error naming the variable when one is present but
   // malformed or inconsistent (e.g. RANK >= WORLD_SIZE).
-  static std::optional<WorkerEnv> from_env(
-      const std::function<const char*(const char*)>& getenv);
+  static std::optional<WorkerEnv> from_env(const std::function<const char*(const char*)>& getenv);
   static std::optional<WorkerEnv> from_process_env();
 };
 

@@ -64,7 +64,8 @@ class RendezvousClient {
   // Blocks until the round closes; retries an unreachable server with
   // backoff until `timeout`.
   // `wait` lets a signal cut the wait short (JoinInterrupted).
-  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout, const JoinWait& wait = {});
+  RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout,
+                       const JoinWait& wait = {});
   // `hold` > 0 asks the server to hold the answer until the round ends or
   // `hold` passes (a server that does not hold answers at once); the call
   // fails after hold + `timeout`. `canceller` may cut it short.

@@ -18,8 +18,8 @@ std::string shm_run_prefix(const std::string& run_id);
 // The name of one segment, as shm_open takes it:
 // "/ddp-<run>-r<round>-<group>-n<node>-<unique>". `group` is sanitised like
 // the run id; `unique` is chosen by the creator (random hex).
-std::string shm_segment_name(const std::string& run_id, long round, const std::string& group, int node,
-                             const std::string& unique);
+std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
+                             int node, const std::string& unique);
 
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
 // behind shm_open). Returns how many were removed. Best effort, for teardown:

@@ -39,7 +39,8 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
     return std::vector<char>(v.begin(), v.end());
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     store_->wait(keys, timeout);
   }
 
@@ -52,17 +53,22 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
 template <class F>
 void with_word(DType dtype, F&& f) {
   switch (dtype_size(dtype)) {
-    case 1: return f(static_cast<std::uint8_t*>(nullptr));
-    case 2: return f(static_cast<std::uint16_t*>(nullptr));
-    case 4: return f(static_cast<std::uint32_t*>(nullptr));
-    case 8: return f(static_cast<std::uint64_t*>(nullptr));
+    case 1:
+      return f(static_cast<std::uint8_t*>(nullptr));
+    case 2:
+      return f(static_cast<std::uint16_t*>(nullptr));
+    case 4:
+      return f(static_cast<std::uint32_t*>(nullptr));
+    case 8:
+      return f(static_cast<std::uint64_t*>(nullptr));
   }
   throw Error("unsupported element size");
 }
 
 class GlooBackend final : public Backend {
  public:
-  explicit GlooBackend(const BackendConfig& config) : rank_(config.rank), size_(config.size), timeout_(config.timeout) {
+  explicit GlooBackend(const BackendConfig& config)
+      : rank_(config.rank), size_(config.size), timeout_(config.timeout) {
     gloo::transport::tcp::attr attr;
     // Peers learn this address through the store. DDP_GLOO_IFACE picks an interface instead.
     const char* iface = std::getenv("DDP_GLOO_IFACE");
@@ -173,7 +179,8 @@ class GlooBackend final : public Backend {
       gloo::ScatterOptions opts(context_);
       std::vector<W*> slices;
       if (rank_ == root) {
-        for (int r = 0; r < size_; ++r) slices.push_back(const_cast<W*>(static_cast<const W*>(in)) + r * count);
+        for (int r = 0; r < size_; ++r)
+          slices.push_back(const_cast<W*>(static_cast<const W*>(in)) + r * count);
         opts.setInputs(slices, count);
       }
       opts.setOutput(static_cast<W*>(out), count);
@@ -197,12 +204,14 @@ class GlooBackend final : public Backend {
     });
   }
 
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                      ReduceOp op) override {
     if (count == 0) return;
     // Gloo 0.5 has no typed reduce-scatter with custom reductions: all-reduce a
     // copy and keep this rank's slice (twice the optimal traffic).
     const std::size_t bytes = count * dtype_size(dtype);
-    std::vector<char> all(static_cast<const char*>(in), static_cast<const char*>(in) + bytes * size_);
+    std::vector<char> all(static_cast<const char*>(in),
+                          static_cast<const char*>(in) + bytes * size_);
     all_reduce(all.data(), count * size_, dtype, op);
     std::memcpy(out, all.data() + bytes * rank_, bytes);
   }

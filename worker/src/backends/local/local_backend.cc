@@ -21,11 +21,20 @@ class LocalBackend final : public Backend {
   void all_reduce(void*, std::size_t, DType, ReduceOp) override {}
   void broadcast(void*, std::size_t, DType, int) override {}
   void reduce(void*, std::size_t, DType, ReduceOp, int) override {}
-  void all_gather(const void* in, void* out, std::size_t count, DType dtype) override { copy(in, out, count, dtype); }
-  void gather(const void* in, void* out, std::size_t count, DType dtype, int) override { copy(in, out, count, dtype); }
-  void scatter(const void* in, void* out, std::size_t count, DType dtype, int) override { copy(in, out, count, dtype); }
-  void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override { copy(in, out, count, dtype); }
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp) override {
+  void all_gather(const void* in, void* out, std::size_t count, DType dtype) override {
+    copy(in, out, count, dtype);
+  }
+  void gather(const void* in, void* out, std::size_t count, DType dtype, int) override {
+    copy(in, out, count, dtype);
+  }
+  void scatter(const void* in, void* out, std::size_t count, DType dtype, int) override {
+    copy(in, out, count, dtype);
+  }
+  void all_to_all(const void* in, void* out, std::size_t count, DType dtype) override {
+    copy(in, out, count, dtype);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                      ReduceOp) override {
     copy(in, out, count, dtype);
   }
   void barrier() override {}

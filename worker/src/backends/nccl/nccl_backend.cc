@@ -6,10 +6,10 @@
 // finish within the group's timeout, or an asynchronous NCCL error, aborts the
 // communicator instead of hanging.
 
+#include "backends/nccl/nccl_id.h"
 #include "core/backend.h"
 #include "ddp/common/error.h"
 #include "device/device_memory.h"
-#include "backends/nccl/nccl_id.h"
 
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -27,12 +27,14 @@ namespace ddp {
 bool nccl_available() { return false; }
 
 std::string exchange_nccl_unique_id(Store&, int, std::chrono::milliseconds) {
-  throw Error("this libddp was built without NCCL (CUDA Toolkit and NCCL were not found at build time)");
+  throw Error(
+      "this libddp was built without NCCL (CUDA Toolkit and NCCL were not found at build time)");
 }
 
 std::unique_ptr<Backend> make_nccl_backend(const BackendConfig&) {
-  throw Error("backend 'nccl': this libddp was built without NCCL (CUDA Toolkit and NCCL were not found "
-              "at build time); use DDP_BACKEND=gloo");
+  throw Error(
+      "backend 'nccl': this libddp was built without NCCL (CUDA Toolkit and NCCL were not found "
+      "at build time); use DDP_BACKEND=gloo");
 }
 
 #else
@@ -49,24 +51,36 @@ using device::check_cuda;
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kUInt8: return ncclUint8;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUInt8:
+      return ncclUint8;
   }
   throw Error("nccl: unknown dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   throw Error("nccl: unknown op");
 }
@@ -78,8 +92,8 @@ class NcclBackend final : public Backend {
     int devices = 0;
     check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     if (device_ < 0 || device_ >= devices) {
-      throw Error("nccl: rank " + std::to_string(rank_) + " wants CUDA device " + std::to_string(device_) +
-                  " (LOCAL_RANK) but only " + std::to_string(devices) +
+      throw Error("nccl: rank " + std::to_string(rank_) + " wants CUDA device " +
+                  std::to_string(device_) + " (LOCAL_RANK) but only " + std::to_string(devices) +
                   " are visible (CUDA_VISIBLE_DEVICES)");
     }
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -90,7 +104,8 @@ class NcclBackend final : public Backend {
     // Non-blocking init so a peer that never arrives cannot hang us past the timeout.
     ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
     nccl_config.blocking = 0;
-    check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &nccl_config), "ncclCommInitRankConfig");
+    check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &nccl_config),
+               "ncclCommInitRankConfig");
     wait_comm_ready("ncclCommInitRank");
   }
 
@@ -110,8 +125,9 @@ class NcclBackend final : public Backend {
     use_device();
     if (count == 0) return;
     Staging io(*this, host_or_device, count * dtype_size(dtype), true);
-    check_nccl(ncclAllReduce(io.get(), io.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
-               "ncclAllReduce");
+    check_nccl(
+        ncclAllReduce(io.get(), io.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+        "ncclAllReduce");
     synchronize("all_reduce");
     io.copy_back();
   }
@@ -119,11 +135,13 @@ class NcclBackend final : public Backend {
     use_device();
     if (count == 0) return;
     Staging io(*this, host_or_device, count * dtype_size(dtype), rank_ == root);
-    check_nccl(ncclBroadcast(io.get(), io.get(), count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    check_nccl(ncclBroadcast(io.get(), io.get(), count, nccl_type(dtype), root, comm_, stream_),
+               "ncclBroadcast");
     synchronize("broadcast");
     io.copy_back();
   }
-  void reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op, int root) override {
+  void reduce(void* host_or_device, std::size_t count, DType dtype, ReduceOp op,
+              int root) override {
     use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
@@ -135,7 +153,9 @@ class NcclBackend final : public Backend {
       scratch = allocate(bytes);
       recv = scratch.get();
     }
-    check_nccl(ncclReduce(in.get(), recv, count, nccl_type(dtype), nccl_op(op), root, comm_, stream_), "ncclReduce");
+    check_nccl(
+        ncclReduce(in.get(), recv, count, nccl_type(dtype), nccl_op(op), root, comm_, stream_),
+        "ncclReduce");
     synchronize("reduce");
     if (rank_ == root) in.copy_back();
   }
@@ -145,11 +165,13 @@ class NcclBackend final : public Backend {
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(in), bytes, true);
     Staging dst(*this, out, bytes * size_, false);
-    check_nccl(ncclAllGather(src.get(), dst.get(), count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    check_nccl(ncclAllGather(src.get(), dst.get(), count, nccl_type(dtype), comm_, stream_),
+               "ncclAllGather");
     synchronize("all_gather");
     dst.copy_back();
   }
-  void gather(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+  void gather(const void* host_in, void* host_out, std::size_t count, DType dtype,
+              int root) override {
     use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
@@ -160,7 +182,9 @@ class NcclBackend final : public Backend {
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
-        check_nccl(ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclRecv");
+        check_nccl(ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_,
+                            stream_),
+                   "ncclRecv");
       }
     }
     check_nccl(ncclSend(in, count, nccl_type(dtype), root, comm_, stream_), "ncclSend");
@@ -168,7 +192,8 @@ class NcclBackend final : public Backend {
     synchronize("gather");
     dst.copy_back();
   }
-  void scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, int root) override {
+  void scatter(const void* host_in, void* host_out, std::size_t count, DType dtype,
+               int root) override {
     use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
@@ -179,7 +204,9 @@ class NcclBackend final : public Backend {
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
-        check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclSend");
+        check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r,
+                            comm_, stream_),
+                   "ncclSend");
       }
     }
     check_nccl(ncclRecv(out, count, nccl_type(dtype), root, comm_, stream_), "ncclRecv");
@@ -197,20 +224,26 @@ class NcclBackend final : public Backend {
     void* out = dst.get();
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size_; ++r) {
-      check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclSend");
-      check_nccl(ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_, stream_), "ncclRecv");
+      check_nccl(ncclSend(static_cast<const char*>(in) + r * bytes, count, nccl_type(dtype), r,
+                          comm_, stream_),
+                 "ncclSend");
+      check_nccl(
+          ncclRecv(static_cast<char*>(out) + r * bytes, count, nccl_type(dtype), r, comm_, stream_),
+          "ncclRecv");
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     synchronize("all_to_all");
     dst.copy_back();
   }
-  void reduce_scatter(const void* host_in, void* host_out, std::size_t count, DType dtype, ReduceOp op) override {
+  void reduce_scatter(const void* host_in, void* host_out, std::size_t count, DType dtype,
+                      ReduceOp op) override {
     use_device();
     if (count == 0) return;
     const std::size_t bytes = count * dtype_size(dtype);
     Staging src(*this, const_cast<void*>(host_in), bytes * size_, true);
     Staging dst(*this, host_out, bytes, false);
-    check_nccl(ncclReduceScatter(src.get(), dst.get(), count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+    check_nccl(ncclReduceScatter(src.get(), dst.get(), count, nccl_type(dtype), nccl_op(op), comm_,
+                                 stream_),
                "ncclReduceScatter");
     synchronize("reduce_scatter");
     dst.copy_back();
@@ -218,7 +251,8 @@ class NcclBackend final : public Backend {
   void barrier() override {
     use_device();
     if (!barrier_word_) barrier_word_ = allocate(sizeof(int));
-    check_nccl(ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclSum, comm_, stream_),
+    check_nccl(ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclInt32, ncclSum, comm_,
+                             stream_),
                "ncclAllReduce (barrier)");
     synchronize("barrier");
   }
@@ -226,7 +260,6 @@ class NcclBackend final : public Backend {
     use_device();
     return device::allocate(bytes, device_);
   }
-
 
  private:
   // Collectives run on the caller's thread or the group's, which start on
@@ -241,11 +274,15 @@ class NcclBackend final : public Backend {
     Staging(NcclBackend& backend, void* p, std::size_t bytes, bool copy_in) : p_(p), bytes_(bytes) {
       if (p == nullptr || !is_host(p)) return;
       device_ = backend.allocate(bytes);
-      if (copy_in) check_cuda(cudaMemcpy(device_.get(), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+      if (copy_in)
+        check_cuda(cudaMemcpy(device_.get(), p, bytes, cudaMemcpyHostToDevice),
+                   "cudaMemcpy to device");
     }
     void* get() const { return device_ ? device_.get() : p_; }
     void copy_back() {
-      if (device_) check_cuda(cudaMemcpy(p_, device_.get(), bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+      if (device_)
+        check_cuda(cudaMemcpy(p_, device_.get(), bytes_, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy to host");
     }
 
    private:
@@ -273,12 +310,13 @@ class NcclBackend final : public Backend {
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
         abort();
-        throw Error(std::string("nccl: ") + what + ": asynchronous error: " + ncclGetErrorString(async));
+        throw Error(std::string("nccl: ") + what +
+                    ": asynchronous error: " + ncclGetErrorString(async));
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         abort();
-        throw Error(std::string("nccl: ") + what + " timed out after " + std::to_string(timeout_.count()) +
-                    " ms; the communicator was aborted");
+        throw Error(std::string("nccl: ") + what + " timed out after " +
+                    std::to_string(timeout_.count()) + " ms; the communicator was aborted");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -295,8 +333,8 @@ class NcclBackend final : public Backend {
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         abort();
-        throw Error(std::string("nccl: ") + what + " did not complete within " + std::to_string(timeout_.count()) +
-                    " ms (a rank never joined?); aborted");
+        throw Error(std::string("nccl: ") + what + " did not complete within " +
+                    std::to_string(timeout_.count()) + " ms (a rank never joined?); aborted");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -333,8 +371,8 @@ std::string exchange_nccl_unique_id(Store& store, int rank, std::chrono::millise
   }
   std::string bytes = store.get(kKey, timeout);
   if (bytes.size() != sizeof(ncclUniqueId)) {
-    throw Error("nccl: key '" + std::string(kKey) + "' holds " + std::to_string(bytes.size()) + " bytes, expected " +
-                std::to_string(sizeof(ncclUniqueId)));
+    throw Error("nccl: key '" + std::string(kKey) + "' holds " + std::to_string(bytes.size()) +
+                " bytes, expected " + std::to_string(sizeof(ncclUniqueId)));
   }
   return bytes;
 }

@@ -21,7 +21,8 @@ constexpr Algorithm kReduceScatterVariants[] = {Algorithm::kPull, Algorithm::kCh
 constexpr Algorithm kGatherVariants[] = {Algorithm::kPull, Algorithm::kPush, Algorithm::kChunked};
 
 std::optional<Algorithm> algorithm_named(std::string_view name) {
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked, Algorithm::kSmall}) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked,
+                      Algorithm::kSmall}) {
     if (name == algorithm_name(a)) return a;
   }
   return std::nullopt;
@@ -34,13 +35,16 @@ bool has_variant(Collective c, Algorithm a) {
 
 std::string variant_list(Collective c) {
   std::string text;
-  for (Algorithm a : variants(c)) text += (text.empty() ? "" : ", ") + std::string(algorithm_name(a));
+  for (Algorithm a : variants(c))
+    text += (text.empty() ? "" : ", ") + std::string(algorithm_name(a));
   return text;
 }
 
 std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -48,21 +52,30 @@ std::string_view trimmed(std::string_view s) {
 
 const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kBroadcast:
+      return "broadcast";
   }
   return "?";
 }
 
 const char* algorithm_name(Algorithm a) {
   switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kPush: return "push";
-    case Algorithm::kPull: return "pull";
-    case Algorithm::kChunked: return "chunked";
-    case Algorithm::kSmall: return "small";
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kPush:
+      return "push";
+    case Algorithm::kPull:
+      return "pull";
+    case Algorithm::kChunked:
+      return "chunked";
+    case Algorithm::kSmall:
+      return "small";
   }
   return "?";
 }
@@ -76,10 +89,13 @@ std::optional<Collective> collective_named(std::string_view name) {
 
 std::span<const Algorithm> variants(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return kAllReduceVariants;
-    case Collective::kReduceScatter: return kReduceScatterVariants;
+    case Collective::kAllReduce:
+      return kAllReduceVariants;
+    case Collective::kReduceScatter:
+      return kReduceScatterVariants;
     case Collective::kAllGather:
-    case Collective::kBroadcast: return kGatherVariants;
+    case Collective::kBroadcast:
+      return kGatherVariants;
   }
   return {};
 }
@@ -100,13 +116,15 @@ std::uint32_t Forced::packed() const {
 
 Forced Forced::unpacked(std::uint32_t packed) {
   Forced f;
-  for (int c = 0; c < kCollectives; ++c) f.by[c] = static_cast<Algorithm>((packed >> (8 * c)) & 0xff);
+  for (int c = 0; c < kCollectives; ++c)
+    f.by[c] = static_cast<Algorithm>((packed >> (8 * c)) & 0xff);
   return f;
 }
 
 std::string Forced::describe() const {
   for (Algorithm a : {Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked, Algorithm::kSmall}) {
-    if (parse_forced(algorithm_name(a), "").by == by) return algorithm_name(a);  // what the bare name sets
+    if (parse_forced(algorithm_name(a), "").by == by)
+      return algorithm_name(a);  // what the bare name sets
   }
   std::string text;
   for (Collective c : kAll) {
@@ -145,7 +163,8 @@ Forced parse_forced(std::string_view text, std::string_view source) {
     if (eq == std::string_view::npos) {
       throw Error(quoted + ": '" + std::string(item) + "' is not COLLECTIVE=NAME");
     }
-    const std::string_view cname = trimmed(item.substr(0, eq)), aname = trimmed(item.substr(eq + 1));
+    const std::string_view cname = trimmed(item.substr(0, eq)),
+                           aname = trimmed(item.substr(eq + 1));
     const auto c = collective_named(cname);
     if (!c) {
       throw Error(quoted + ": '" + std::string(cname) +
@@ -153,8 +172,8 @@ Forced parse_forced(std::string_view text, std::string_view source) {
     }
     const auto a = algorithm_named(aname);
     if (!a || (*a != Algorithm::kAuto && !has_variant(*c, *a))) {
-      throw Error(quoted + ": " + std::string(cname) + " has no variant '" + std::string(aname) + "' (auto, " +
-                  variant_list(*c) + ")");
+      throw Error(quoted + ": " + std::string(cname) + " has no variant '" + std::string(aname) +
+                  "' (auto, " + variant_list(*c) + ")");
     }
     forced.by[static_cast<int>(*c)] = *a;
     at = comma + 1;
@@ -174,14 +193,16 @@ std::size_t class_limit(int size_class) {
 }
 
 std::size_t choose(const std::vector<std::vector<double>>& seconds, std::vector<double>* slowest) {
-  if (seconds.empty() || seconds[0].empty()) throw Error("shm: no timings to choose an algorithm from");
+  if (seconds.empty() || seconds[0].empty())
+    throw Error("shm: no timings to choose an algorithm from");
   const std::size_t n = seconds[0].size();
   std::vector<double> worst(n, 0.0);
   for (const auto& rank : seconds) {
     if (rank.size() != n) throw Error("shm: the ranks timed different numbers of algorithms");
     for (std::size_t c = 0; c < n; ++c) worst[c] = std::max(worst[c], rank[c]);
   }
-  const std::size_t best = static_cast<std::size_t>(std::min_element(worst.begin(), worst.end()) - worst.begin());
+  const std::size_t best =
+      static_cast<std::size_t>(std::min_element(worst.begin(), worst.end()) - worst.begin());
   if (slowest != nullptr) *slowest = std::move(worst);
   return best;
 }
@@ -191,7 +212,8 @@ std::optional<Algorithm> nearest_choice(const ChoiceTable& table, Collective c, 
   std::optional<Algorithm> best;
   int best_distance = std::numeric_limits<int>::max();
   for (const auto& [key, algorithm] : table) {  // ascending classes: the smaller wins a tie
-    if (key.first != c || (algorithm == Algorithm::kSmall && class_limit(size_class) > small_bytes)) continue;
+    if (key.first != c || (algorithm == Algorithm::kSmall && class_limit(size_class) > small_bytes))
+      continue;
     const int distance = std::abs(key.second - size_class);
     if (distance < best_distance) {
       best_distance = distance;
@@ -223,7 +245,8 @@ std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string&
     at = end + 1;
     ++number;
     if (line.empty() || line[0] == '#') continue;
-    const std::string where = "shm tune file " + path + " line " + std::to_string(number) + " ('" + line + "')";
+    const std::string where =
+        "shm tune file " + path + " line " + std::to_string(number) + " ('" + line + "')";
     std::istringstream in(line);
     std::string cname, ranks_text, limit_text, aname, extra;
     if (!(in >> cname >> ranks_text >> limit_text >> aname) || (in >> extra)) {
@@ -241,9 +264,11 @@ std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string&
       cls = kLastClass;
     } else {
       std::size_t limit = 0;
-      auto [q, ec2] = std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
-      if (ec2 == std::errc() && q == limit_text.data() + limit_text.size() && std::has_single_bit(limit) &&
-          limit >= class_limit(kFirstClass) && limit <= class_limit(kLastClass - 1)) {
+      auto [q, ec2] =
+          std::from_chars(limit_text.data(), limit_text.data() + limit_text.size(), limit);
+      if (ec2 == std::errc() && q == limit_text.data() + limit_text.size() &&
+          std::has_single_bit(limit) && limit >= class_limit(kFirstClass) &&
+          limit <= class_limit(kLastClass - 1)) {
         cls = std::bit_width(limit) - 1;
       }
     }
@@ -253,27 +278,31 @@ std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string&
     }
     const auto a = algorithm_named(aname);
     if (!a || *a == Algorithm::kAuto || !has_variant(*c, *a)) {
-      throw Error(where + ": " + cname + " has no variant '" + aname + "' (" + variant_list(*c) + ")");
+      throw Error(where + ": " + cname + " has no variant '" + aname + "' (" + variant_list(*c) +
+                  ")");
     }
     entries.push_back({*c, ranks, cls, *a});
   }
   return entries;
 }
 
-std::vector<TuneEntry> merged(const std::vector<TuneEntry>& entries, int ranks, const ChoiceTable& table) {
+std::vector<TuneEntry> merged(const std::vector<TuneEntry>& entries, int ranks,
+                              const ChoiceTable& table) {
   std::vector<TuneEntry> out;
   for (const TuneEntry& e : entries) {
     if (e.ranks != ranks || !table.count({e.collective, e.size_class})) out.push_back(e);
   }
-  for (const auto& [key, algorithm] : table) out.push_back({key.first, ranks, key.second, algorithm});
+  for (const auto& [key, algorithm] : table)
+    out.push_back({key.first, ranks, key.second, algorithm});
   std::stable_sort(out.begin(), out.end(), [](const TuneEntry& a, const TuneEntry& b) {
-    return std::tie(a.ranks, a.collective, a.size_class) < std::tie(b.ranks, b.collective, b.size_class);
+    return std::tie(a.ranks, a.collective, a.size_class) <
+           std::tie(b.ranks, b.collective, b.size_class);
   });
   // A file may name one class twice; the last line counted when it was read, and stays.
   std::vector<TuneEntry> unique;
   for (const TuneEntry& e : out) {
-    if (!unique.empty() && unique.back().ranks == e.ranks && unique.back().collective == e.collective &&
-        unique.back().size_class == e.size_class) {
+    if (!unique.empty() && unique.back().ranks == e.ranks &&
+        unique.back().collective == e.collective && unique.back().size_class == e.size_class) {
       unique.back() = e;
     } else {
       unique.push_back(e);
@@ -288,8 +317,9 @@ std::string format_tune_file(const std::vector<TuneEntry>& entries, std::string_
   text += "\n# COLLECTIVE RANKS MAX_BYTES ALGORITHM\n";
   for (const TuneEntry& e : entries) {
     text += std::string(collective_name(e.collective)) + " " + std::to_string(e.ranks) + " " +
-            (e.size_class >= kLastClass ? std::string("larger") : std::to_string(class_limit(e.size_class))) + " " +
-            algorithm_name(e.algorithm) + "\n";
+            (e.size_class >= kLastClass ? std::string("larger")
+                                        : std::to_string(class_limit(e.size_class))) +
+            " " + algorithm_name(e.algorithm) + "\n";
   }
   return text;
 }

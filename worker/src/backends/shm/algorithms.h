@@ -72,7 +72,8 @@ std::size_t class_limit(int size_class);
 // rank given the same table returns the same index. Fills `slowest`, when
 // given, with each candidate's slowest-rank time. Throws ddp::Error for an
 // empty or ragged table.
-std::size_t choose(const std::vector<std::vector<double>>& seconds, std::vector<double>* slowest = nullptr);
+std::size_t choose(const std::vector<std::vector<double>>& seconds,
+                   std::vector<double>* slowest = nullptr);
 
 // The choices of one node's ranks: (collective, size class) -> variant.
 using ChoiceTable = std::map<std::pair<Collective, int>, Algorithm>;
@@ -103,7 +104,8 @@ struct TuneEntry {
 // `path`, the line number and what is wrong with it.
 std::vector<TuneEntry> parse_tune_file(std::string_view text, const std::string& path);
 // `entries` with `table` (for `ranks` local ranks) merged in, one line each, in a stable order.
-std::vector<TuneEntry> merged(const std::vector<TuneEntry>& entries, int ranks, const ChoiceTable& table);
+std::vector<TuneEntry> merged(const std::vector<TuneEntry>& entries, int ranks,
+                              const ChoiceTable& table);
 std::string format_tune_file(const std::vector<TuneEntry>& entries, std::string_view comment);
 // The entries for `ranks` local ranks.
 ChoiceTable table_for(const std::vector<TuneEntry>& entries, int ranks);

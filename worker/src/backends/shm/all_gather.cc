@@ -8,12 +8,14 @@ void ShmBackend::all_gather(const void* in, void* out, std::size_t count, DType 
   guarded([&] {
     if (count == 0) return;
     if (!single_node()) return fallback().all_gather(in, out, count, dtype);
-    const Algorithm a = algorithm_for_call(Collective::kAllGather, count * dtype_size(dtype), dtype, -1, -1);
+    const Algorithm a =
+        algorithm_for_call(Collective::kAllGather, count * dtype_size(dtype), dtype, -1, -1);
     run_all_gather(a, in, out, count, dtype, false);
   });
 }
 
-void ShmBackend::run_all_gather(Algorithm a, const void* in, void* out, std::size_t count, DType dtype, bool timing) {
+void ShmBackend::run_all_gather(Algorithm a, const void* in, void* out, std::size_t count,
+                                DType dtype, bool timing) {
   const std::size_t bytes = count * dtype_size(dtype), chunk = segment().geometry().chunk_bytes;
   Descriptor d = descriptor(Kind::kAllGather, dtype, bytes, -1, -1, a, timing);
   d.offset = segment().offset_of(out, bytes * static_cast<std::size_t>(local_size_));
@@ -28,7 +30,8 @@ void ShmBackend::run_all_gather(Algorithm a, const void* in, void* out, std::siz
       const char* from = segment().base() + published(k).input_offset;
       if (to != from) std::memmove(to, from, bytes);
     }
-    sync_->phase(deadline_);  // nobody returns (and lets its caller change its input) before all have read it
+    sync_->phase(deadline_);  // nobody returns (and lets its caller change its input) before all
+                              // have read it
     return;
   }
   if (run == Algorithm::kPush) {

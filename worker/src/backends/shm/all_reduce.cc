@@ -5,12 +5,14 @@
 
 namespace ddp::shm_backend {
 
-void ShmBackend::all_reduce_impl(void* data, std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>* needed) {
+void ShmBackend::all_reduce_impl(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                 const std::vector<ElementRange>* needed) {
   guarded([&] {
     if (count == 0) return;
     if (!state_ || (config_.nodes > 1 && !cross_)) {
       // One rank on this node (across nodes: Gloo among them), or nodes of different sizes.
-      return state_ ? fallback().all_reduce(data, count, dtype, op) : across().all_reduce(data, count, dtype, op);
+      return state_ ? fallback().all_reduce(data, count, dtype, op)
+                    : across().all_reduce(data, count, dtype, op);
     }
     const Algorithm a = algorithm_for_call(Collective::kAllReduce, count * dtype_size(dtype), dtype,
                                            static_cast<std::int32_t>(op), -1);
@@ -18,10 +20,11 @@ void ShmBackend::all_reduce_impl(void* data, std::size_t count, DType dtype, Red
   });
 }
 
-void ShmBackend::run_all_reduce(Algorithm a, void* data, std::size_t count, DType dtype, ReduceOp op,
-                    const std::vector<ElementRange>* needed, bool timing) {
+void ShmBackend::run_all_reduce(Algorithm a, void* data, std::size_t count, DType dtype,
+                                ReduceOp op, const std::vector<ElementRange>* needed, bool timing) {
   const std::size_t bytes = count * dtype_size(dtype);
-  Descriptor d = descriptor(Kind::kAllReduce, dtype, bytes, -1, static_cast<std::int32_t>(op), a, timing);
+  Descriptor d =
+      descriptor(Kind::kAllReduce, dtype, bytes, -1, static_cast<std::int32_t>(op), a, timing);
   if (a == Algorithm::kSmall && bytes <= segment().geometry().small_bytes && !cross_) {
     return small_all_reduce(data, count, dtype, op, d);
   }
@@ -33,7 +36,8 @@ void ShmBackend::run_all_reduce(Algorithm a, void* data, std::size_t count, DTyp
   chunked_reduce(static_cast<char*>(data), count, dtype, op, -1, nullptr);
 }
 
-void ShmBackend::small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Descriptor& d) {
+void ShmBackend::small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                  const Descriptor& d) {
   const unsigned parity = small_parity_++;
   std::memcpy(segment().small_slot(me_, parity), data, d.bytes);
   begin(d);
@@ -48,18 +52,21 @@ void ShmBackend::zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp o
   char* base = segment().base();
   auto buffer = [&](int k) { return base + published(k).offset; };
   const Slice mine = slice_of(count, local_size_, me_, element);
-  ReduceIntoBothFn both = local_size_ == 2 && !cross_ && !pull ? reduce_into_both_function(dtype, op) : nullptr;
+  ReduceIntoBothFn both =
+      local_size_ == 2 && !cross_ && !pull ? reduce_into_both_function(dtype, op) : nullptr;
   if (both != nullptr && mine.size() > 0) {
     // Two ranks: one pass reads both slices and writes the result to both.
     const std::size_t at = mine.lo * element;
-    both(buffer(me_) + at, buffer(1 - me_) + at, mine.size(), op == ReduceOp::kAvg ? config_.size : 1);
+    both(buffer(me_) + at, buffer(1 - me_) + at, mine.size(),
+         op == ReduceOp::kAvg ? config_.size : 1);
     sync_->phase(deadline_);
     return;
   }
   const std::size_t block = cross_ ? mine.size() : std::max<std::size_t>(1, kFuseBytes / element);
   for (std::size_t o = mine.lo; o < mine.hi; o += block) {
     const std::size_t n = std::min(block, mine.hi - o), at = o * element;
-    reduce_slice(buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
+    reduce_slice(
+        buffer(me_) + at, buffer(me_) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
     for (int k = 0; k < local_size_ && !pull; ++k) {
       if (k != me_) std::memcpy(buffer(k) + at, buffer(me_) + at, n * element);
     }
@@ -69,12 +76,14 @@ void ShmBackend::zero_copy_all_reduce(std::size_t count, DType dtype, ReduceOp o
   for (int k = 0; k < local_size_; ++k) {
     if (k == me_) continue;
     const Slice theirs = slice_of(count, local_size_, k, element);
-    std::memcpy(buffer(me_) + theirs.lo * element, buffer(k) + theirs.lo * element, theirs.size() * element);
+    std::memcpy(buffer(me_) + theirs.lo * element, buffer(k) + theirs.lo * element,
+                theirs.size() * element);
   }
   sync_->phase(deadline_);
 }
 
-void ShmBackend::zero_copy_partial(std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>& needed) {
+void ShmBackend::zero_copy_partial(std::size_t count, DType dtype, ReduceOp op,
+                                   const std::vector<ElementRange>& needed) {
   const std::size_t element = dtype_size(dtype);
   const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
   char* base = segment().base();
@@ -91,7 +100,8 @@ void ShmBackend::zero_copy_partial(std::size_t count, DType dtype, ReduceOp op, 
         // not overwritten before its turn in the order.
         const int first_other = owner == 0 ? 1 : 0;
         char* out = owner == me_ || first_other == me_ ? buffer(me_) + at : partial_block_.data();
-        reduce_slice_from(owner, out, buffer(owner) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
+        reduce_slice_from(
+            owner, out, buffer(owner) + at, [&](int k) { return buffer(k) + at; }, n, dtype, op);
         if (out != buffer(me_) + at) std::memcpy(buffer(me_) + at, out, n * element);
       }
     }
@@ -99,7 +109,8 @@ void ShmBackend::zero_copy_partial(std::size_t count, DType dtype, ReduceOp op, 
   sync_->phase(deadline_);
 }
 
-void ShmBackend::chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to, const Descriptor* first) {
+void ShmBackend::chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to,
+                                const Descriptor* first) {
   if (to < 0 && first == nullptr && local_size_ == 2 && !cross_) {
     if (ReduceIntoBothFn both = reduce_into_both_function(dtype, op); both != nullptr) {
       return two_rank_chunked_all_reduce(data, count, dtype, op, both);
@@ -126,11 +137,13 @@ void ShmBackend::chunked_reduce(char* data, std::size_t count, DType dtype, Redu
     if (mine.size() > 0) {
       // In blocks that stay in L1 between the reduction and the copy back
       // (within a node; across nodes the slice goes to Gloo whole).
-      const std::size_t block = cross_ ? mine.size() : std::max<std::size_t>(1, kFuseBytes / element);
+      const std::size_t block =
+          cross_ ? mine.size() : std::max<std::size_t>(1, kFuseBytes / element);
       for (std::size_t o = mine.lo; o < mine.hi; o += block) {
         const std::size_t n = std::min(block, mine.hi - o), at = o * element;
-        reduce_slice(result + at, src + at, [&](int k) { return segment().chunk_slot(k, parity) + at; }, n, dtype,
-                     op);
+        reduce_slice(
+            result + at, src + at, [&](int k) { return segment().chunk_slot(k, parity) + at; }, n,
+            dtype, op);
         if (receive) std::memcpy(src + at, result + at, n * element);
       }
     }
@@ -144,7 +157,8 @@ void ShmBackend::chunked_reduce(char* data, std::size_t count, DType dtype, Redu
   }
 }
 
-void ShmBackend::two_rank_chunked_all_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, ReduceIntoBothFn both) {
+void ShmBackend::two_rank_chunked_all_reduce(char* data, std::size_t count, DType dtype,
+                                             ReduceOp op, ReduceIntoBothFn both) {
   const std::size_t element = dtype_size(dtype);
   const std::size_t per_chunk = segment().geometry().chunk_bytes / element;
   const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
@@ -152,29 +166,33 @@ void ShmBackend::two_rank_chunked_all_reduce(char* data, std::size_t count, DTyp
   auto length = [&](std::size_t i) { return std::min(per_chunk, count - i * per_chunk); };
   auto copy_in = [&](std::size_t i, unsigned parity) {
     const Slice theirs = slice_of(length(i), 2, 1 - me_, element);
-    std::memcpy(segment().chunk_slot(me_, parity) + theirs.lo * element, data + (i * per_chunk + theirs.lo) * element,
-                theirs.size() * element);
+    std::memcpy(segment().chunk_slot(me_, parity) + theirs.lo * element,
+                data + (i * per_chunk + theirs.lo) * element, theirs.size() * element);
     return sync_->arrive();
   };
   unsigned parity = chunk_parity_++;
   std::uint32_t copied = copy_in(0, parity);
   for (std::size_t i = 0; i < chunks; ++i) {
     char* chunk = data + i * per_chunk * element;
-    const Slice mine = slice_of(length(i), 2, me_, element), theirs = slice_of(length(i), 2, 1 - me_, element);
-    sync_->wait_all(copied, deadline_);  // the peer's copy of this rank's half is in the peer's slot
-    both(chunk + mine.lo * element, segment().chunk_slot(1 - me_, parity) + mine.lo * element, mine.size(), divisor);
+    const Slice mine = slice_of(length(i), 2, me_, element),
+                theirs = slice_of(length(i), 2, 1 - me_, element);
+    sync_->wait_all(copied,
+                    deadline_);  // the peer's copy of this rank's half is in the peer's slot
+    both(chunk + mine.lo * element, segment().chunk_slot(1 - me_, parity) + mine.lo * element,
+         mine.size(), divisor);
     const std::uint32_t reduced = sync_->arrive();
     const unsigned next = i + 1 < chunks ? chunk_parity_++ : parity;
     if (i + 1 < chunks) copied = copy_in(i + 1, next);
-    sync_->wait_all(reduced, deadline_);  // the peer's result for the other half is in this rank's slot
-    std::memcpy(chunk + theirs.lo * element, segment().chunk_slot(me_, parity) + theirs.lo * element,
-                theirs.size() * element);
+    sync_->wait_all(reduced,
+                    deadline_);  // the peer's result for the other half is in this rank's slot
+    std::memcpy(chunk + theirs.lo * element,
+                segment().chunk_slot(me_, parity) + theirs.lo * element, theirs.size() * element);
     parity = next;
   }
 }
 
 void ShmBackend::all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
-                        const std::vector<ElementRange>& needed) {
+                                    const std::vector<ElementRange>& needed) {
   all_reduce_impl(data, count, dtype, op, &needed);
 }
 

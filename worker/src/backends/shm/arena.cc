@@ -28,7 +28,8 @@ std::optional<std::size_t> ArenaAllocator::take(std::size_t bytes) {
 
 void ArenaAllocator::give_back(std::size_t offset) {
   auto used = used_.find(offset);
-  if (used == used_.end()) throw Error("shm arena: offset " + std::to_string(offset) + " was not allocated");
+  if (used == used_.end())
+    throw Error("shm arena: offset " + std::to_string(offset) + " was not allocated");
   std::size_t size = used->second;
   used_.erase(used);
   auto next = free_.lower_bound(offset);

@@ -5,7 +5,8 @@
 
 namespace ddp::shm_backend {
 
-std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string* why, bool zeroed) {
+std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string* why,
+                                                  bool zeroed) {
   std::lock_guard<std::mutex> lock(state_->mu);
   const auto offset = state_->arena->take(bytes);
   if (!offset) {
@@ -33,7 +34,8 @@ std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string
 void ShmBackend::give_pages_back(std::size_t offset, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(state_->mu);
   fallocate(segment().fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-            static_cast<off_t>(segment().arena_offset(me_) + offset), static_cast<off_t>(page_rounded(bytes)));
+            static_cast<off_t>(segment().arena_offset(me_) + offset),
+            static_cast<off_t>(page_rounded(bytes)));
   state_->arena->give_back(offset);
 }
 

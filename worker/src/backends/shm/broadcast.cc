@@ -8,12 +8,14 @@ void ShmBackend::broadcast(void* data, std::size_t count, DType dtype, int root)
   guarded([&] {
     if (count == 0) return;
     if (!single_node()) return fallback().broadcast(data, count, dtype, root);
-    const Algorithm a = algorithm_for_call(Collective::kBroadcast, count * dtype_size(dtype), dtype, -1, root);
+    const Algorithm a =
+        algorithm_for_call(Collective::kBroadcast, count * dtype_size(dtype), dtype, -1, root);
     run_broadcast(a, data, count, dtype, root, false);
   });
 }
 
-void ShmBackend::run_broadcast(Algorithm a, void* data, std::size_t count, DType dtype, int root, bool timing) {
+void ShmBackend::run_broadcast(Algorithm a, void* data, std::size_t count, DType dtype, int root,
+                               bool timing) {
   const std::size_t bytes = count * dtype_size(dtype);
   Descriptor d = descriptor(Kind::kBroadcast, dtype, bytes, root, -1, a, timing);
   d.offset = segment().offset_of(data, bytes);
@@ -36,7 +38,8 @@ void ShmBackend::run_broadcast(Algorithm a, void* data, std::size_t count, DType
       if (k != root && to != p) std::memcpy(to, p, bytes);
     }
   }
-  sync_->phase(deadline_);  // pull: the root keeps its buffer until all have read it; push: all are written
+  sync_->phase(
+      deadline_);  // pull: the root keeps its buffer until all have read it; push: all are written
 }
 
 void ShmBackend::chunked_broadcast(char* p, std::size_t bytes, int root, const Descriptor* first) {

@@ -27,8 +27,8 @@ std::size_t env_size(const char* name, std::size_t fallback, std::size_t unit, s
   char* end = nullptr;
   unsigned long long value = std::strtoull(text, &end, 10);
   if (end == text || *end != '\0' || value * unit < lowest) {
-    throw Error("environment variable " + std::string(name) + "='" + text + "' is not a whole number >= " +
-                std::to_string(lowest / unit));
+    throw Error("environment variable " + std::string(name) + "='" + text +
+                "' is not a whole number >= " + std::to_string(lowest / unit));
   }
   return static_cast<std::size_t>(value) * unit;
 }
@@ -62,17 +62,19 @@ Segment::~Segment() {
   if (fd_ >= 0) close(fd_);
 }
 
-std::unique_ptr<Segment> Segment::create(const std::string& name, const Geometry& geometry, int local_rank) {
+std::unique_ptr<Segment> Segment::create(const std::string& name, const Geometry& geometry,
+                                         int local_rank) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
-    throw Error("shm: cannot create shared-memory segment " + name + " (/dev/shm): " + errno_text() +
-                " (DDP_BACKEND=gloo avoids shared memory)");
+    throw Error("shm: cannot create shared-memory segment " + name +
+                " (/dev/shm): " + errno_text() + " (DDP_BACKEND=gloo avoids shared memory)");
   }
   std::unique_ptr<Segment> segment(new Segment(name, fd, geometry, local_rank));
   try {
     if (ftruncate(fd, static_cast<off_t>(segment->total_)) != 0) {
-      throw Error("shm: cannot size segment " + name + " to " + std::to_string(segment->total_ >> 20) +
-                  " MiB: " + errno_text() + " (DDP_SHM_ARENA_MB sets the sparse per-rank arena)");
+      throw Error("shm: cannot size segment " + name + " to " +
+                  std::to_string(segment->total_ >> 20) + " MiB: " + errno_text() +
+                  " (DDP_SHM_ARENA_MB sets the sparse per-rank arena)");
     }
     // Allocate the fixed part now: a full /dev/shm fails here with ENOSPC
     // rather than with SIGBUS at first touch.
@@ -91,7 +93,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const Geometry
   return segment;
 }
 
-std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_rank, int local_size) {
+std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_rank,
+                                             int local_size) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0 && errno == ENOENT) return nullptr;  // not made yet
   if (fd < 0) throw Error("shm: cannot open shared-memory segment " + name + ": " + errno_text());
@@ -106,7 +109,8 @@ std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_
   if (got != static_cast<ssize_t>(sizeof facts) || facts.magic != kMagic ||
       facts.local_size != static_cast<std::uint64_t>(local_size)) {
     close(fd);
-    throw Error("shm: segment " + name + " is not a segment of " + std::to_string(local_size) + " local ranks");
+    throw Error("shm: segment " + name + " is not a segment of " + std::to_string(local_size) +
+                " local ranks");
   }
   Geometry g;
   g.local_size = local_size;
@@ -117,7 +121,8 @@ std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != segment->total_ ||
       facts.total_bytes != segment->total_) {
-    throw Error("shm: segment " + name + " has an unexpected size (not made by this libddp version?)");
+    throw Error("shm: segment " + name +
+                " has an unexpected size (not made by this libddp version?)");
   }
   segment->map_and_prefault(false);
   return segment;
@@ -126,15 +131,20 @@ std::unique_ptr<Segment> Segment::try_attach(const std::string& name, int local_
 void Segment::map_and_prefault(bool create) {
   void* p = mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
-    throw Error("shm: cannot map segment " + name_ + " (" + std::to_string(total_ >> 20) + " MiB): " + errno_text());
+    throw Error("shm: cannot map segment " + name_ + " (" + std::to_string(total_ >> 20) +
+                " MiB): " + errno_text());
   }
   base_ = static_cast<char*>(p);
   if (create) {
     auto* header = new (base_) Header;
     // The magic last: attachers take a segment without it for one still
     // being made (its name is published before it exists).
-    header->facts = SegmentFacts{0, static_cast<std::uint64_t>(geometry_.local_size), geometry_.small_bytes,
-                                 geometry_.chunk_bytes, geometry_.arena_bytes, total_};
+    header->facts = SegmentFacts{0,
+                                 static_cast<std::uint64_t>(geometry_.local_size),
+                                 geometry_.small_bytes,
+                                 geometry_.chunk_bytes,
+                                 geometry_.arena_bytes,
+                                 total_};
     for (int r = 0; r < geometry_.local_size; ++r) new (&control(r)) RankControl;
     // The creator's pid is there before anyone can attach: if it dies before
     // it marks itself attached (it pre-faults the segment first), the ranks
@@ -173,8 +183,10 @@ void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point dea
     // In slices: a rank that attached and then died, or the creator dying
     // before it marked itself attached (its pid is written with the segment),
     // ends the wait at once rather than at the deadline.
-    const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
-    all = futex_wait_until(header().attached, [&](std::uint32_t n) { return n >= want; }, slice);
+    const auto slice =
+        std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    all = futex_wait_until(
+        header().attached, [&](std::uint32_t n) { return n >= want; }, slice);
     if (all || std::chrono::steady_clock::now() >= deadline) break;
     for (int r = 0; r < geometry_.local_size; ++r) {
       const RankControl& peer = control(r);
@@ -200,7 +212,8 @@ void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point dea
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
     }
-    throw Error("shm: local rank(s) " + missing + " did not attach to segment " + name_ + " in time");
+    throw Error("shm: local rank(s) " + missing + " did not attach to segment " + name_ +
+                " in time");
   }
 }
 
@@ -210,15 +223,20 @@ void Segment::unlink() {
 }
 
 RankControl& Segment::control(int local_rank) const {
-  return *reinterpret_cast<RankControl*>(base_ + controls_ + static_cast<std::size_t>(local_rank) * sizeof(RankControl));
+  return *reinterpret_cast<RankControl*>(
+      base_ + controls_ + static_cast<std::size_t>(local_rank) * sizeof(RankControl));
 }
 char* Segment::small_slot(int local_rank, unsigned parity) const {
-  return base_ + small_ + (static_cast<std::size_t>(local_rank) * 2 + (parity & 1)) * geometry_.small_bytes;
+  return base_ + small_ +
+         (static_cast<std::size_t>(local_rank) * 2 + (parity & 1)) * geometry_.small_bytes;
 }
 char* Segment::chunk_slot(int local_rank, unsigned parity) const {
-  return base_ + chunks_ + (static_cast<std::size_t>(local_rank) * 2 + (parity & 1)) * geometry_.chunk_bytes;
+  return base_ + chunks_ +
+         (static_cast<std::size_t>(local_rank) * 2 + (parity & 1)) * geometry_.chunk_bytes;
 }
-char* Segment::result_slot(unsigned parity) const { return base_ + results_ + (parity & 1) * geometry_.chunk_bytes; }
+char* Segment::result_slot(unsigned parity) const {
+  return base_ + results_ + (parity & 1) * geometry_.chunk_bytes;
+}
 std::size_t Segment::arena_offset(int local_rank) const {
   return arenas_ + static_cast<std::size_t>(local_rank) * geometry_.arena_bytes;
 }

@@ -27,7 +27,8 @@ namespace ddp::shm {
 struct Geometry {
   int local_size = 1;
   std::size_t small_bytes = 32 << 10;  // per rank and parity: the single-copy path
-  std::size_t chunk_bytes = 256 << 10;  // per rank and parity: the pipelined path's chunk (fits L2 with its peers)
+  std::size_t chunk_bytes =
+      256 << 10;  // per rank and parity: the pipelined path's chunk (fits L2 with its peers)
   std::size_t arena_bytes = std::size_t{2} << 30;  // per rank, sparse: allocate()
 
   // Defaults, with DDP_SHM_CHUNK_KB and DDP_SHM_ARENA_MB applied (errors name the variable).
@@ -36,7 +37,7 @@ struct Geometry {
 
 // What a rank says about the collective it is in (published with its first phase).
 struct alignas(kCacheLine) Descriptor {
-  std::uint32_t kind = 0;   // which collective
+  std::uint32_t kind = 0;  // which collective
   std::uint32_t dtype = 0;
   std::uint64_t bytes = 0;
   std::int64_t offset = -1;  // of the rank's buffer in the segment, -1 if private
@@ -46,13 +47,16 @@ struct alignas(kCacheLine) Descriptor {
   std::uint16_t algorithm = 0;     // the shm::Algorithm chosen for this call
   std::uint16_t timing = 0;        // 1: a run on scratch buffers while the ranks time the variants
   std::uint32_t forced = 0;        // the rank's DDP_SHM_ALGO (Forced::packed): ranks must agree
-  std::uint32_t budget_us = 0;     // the rank's DDP_SHM_TUNE_BUDGET_MS, in microseconds: ranks must agree
+  std::uint32_t budget_us =
+      0;  // the rank's DDP_SHM_TUNE_BUDGET_MS, in microseconds: ranks must agree
 };
 
 struct alignas(kCacheLine) RankControl {
   PhaseWord word;
-  Descriptor descriptor[2];  // by collective parity: a fast rank never overwrites one still being read
-  alignas(kCacheLine) double timings[kMaxVariants] = {};  // seconds per candidate while choosing an algorithm
+  Descriptor
+      descriptor[2];  // by collective parity: a fast rank never overwrites one still being read
+  alignas(kCacheLine) double timings[kMaxVariants] =
+      {};  // seconds per candidate while choosing an algorithm
   std::int32_t pid = 0;
   std::atomic<std::uint32_t> attached{0};
 };
@@ -73,12 +77,14 @@ class Segment {
  public:
   // Creates the segment (O_EXCL), sizes and pre-faults it. Throws ddp::Error
   // naming the segment and /dev/shm when it cannot (e.g. no room).
-  static std::unique_ptr<Segment> create(const std::string& name, const Geometry& geometry, int local_rank);
+  static std::unique_ptr<Segment> create(const std::string& name, const Geometry& geometry,
+                                         int local_rank);
   // Maps the segment and pre-faults its fixed part; nullptr while it does
   // not exist yet or its creator has not finished it (its name is published
   // first). Throws ddp::Error naming it when it is not a segment of
   // `local_size` ranks made by this version, or cannot be opened or mapped.
-  static std::unique_ptr<Segment> try_attach(const std::string& name, int local_rank, int local_size);
+  static std::unique_ptr<Segment> try_attach(const std::string& name, int local_rank,
+                                             int local_size);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;

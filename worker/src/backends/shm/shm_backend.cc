@@ -6,20 +6,24 @@
 namespace ddp::shm_backend {
 
 ShmBackend::ShmBackend(const BackendConfig& config)
-    : config_(config), me_(config.local_rank), local_size_(config.local_size),
-      first_rank_(config.rank - config.local_rank), timeout_(config.timeout),
+    : config_(config),
+      me_(config.local_rank),
+      local_size_(config.local_size),
+      first_rank_(config.rank - config.local_rank),
+      timeout_(config.timeout),
       forced_(forced_from(config.shm_algorithm)),
       budget_ms_(budget_from_env()) {
   if (!config.store) throw Error("process group: the shm backend needs a store");
-  if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size || first_rank_ < 0 ||
-      first_rank_ + local_size_ > config.size) {
+  if (local_size_ < 1 || me_ < 0 || me_ >= local_size_ || local_size_ > config.size ||
+      first_rank_ < 0 || first_rank_ + local_size_ > config.size) {
     throw Error("shm: local rank " + std::to_string(me_) + " of " + std::to_string(local_size_) +
-                " does not fit rank " + std::to_string(config.rank) + " of " + std::to_string(config.size));
+                " does not fit rank " + std::to_string(config.rank) + " of " +
+                std::to_string(config.size));
   }
   if (config.nodes < 1 || config.node < 0 || config.node >= config.nodes ||
       (config.nodes == 1 && local_size_ != config.size)) {
-    throw Error("shm: node " + std::to_string(config.node) + " of " + std::to_string(config.nodes) + " with " +
-                std::to_string(local_size_) + " local ranks does not fit a group of " +
+    throw Error("shm: node " + std::to_string(config.node) + " of " + std::to_string(config.nodes) +
+                " with " + std::to_string(local_size_) + " local ranks does not fit a group of " +
                 std::to_string(config.size));
   }
   if (local_size_ > 1) open_segment();
@@ -47,7 +51,8 @@ std::int64_t ShmBackend::offer_node_shared(std::size_t bytes) {
 }
 
 std::shared_ptr<void> ShmBackend::node_shared_at(std::int64_t offset, std::size_t bytes) {
-  if (!state_ || offset < 0 || segment().offset_of(segment().base() + offset, bytes) != offset) return nullptr;
+  if (!state_ || offset < 0 || segment().offset_of(segment().base() + offset, bytes) != offset)
+    return nullptr;
   std::shared_ptr<SharedState> keep = state_;  // the mapping lives as long as a reference does
   return std::shared_ptr<void>(segment().base() + offset, [keep](void*) {});
 }
@@ -58,14 +63,16 @@ std::shared_ptr<void> ShmBackend::allocate(std::size_t bytes) {
   if (auto offset = take_pages(bytes, &why)) {
     std::shared_ptr<SharedState> keep = state_;
     const std::size_t off = *offset;
-    return std::shared_ptr<void>(segment().base() + segment().arena_offset(me_) + off, [keep, off](void*) {
-      std::lock_guard<std::mutex> held(keep->mu);
-      keep->arena->give_back(off);
-    });
+    return std::shared_ptr<void>(segment().base() + segment().arena_offset(me_) + off,
+                                 [keep, off](void*) {
+                                   std::lock_guard<std::mutex> held(keep->mu);
+                                   keep->arena->give_back(off);
+                                 });
   }
   if (!warned_.exchange(true)) {
     log::write(log::Level::kWarn, true,
-               "shm: allocate(" + std::to_string(bytes) + " bytes) returns private memory because " + why +
+               "shm: allocate(" + std::to_string(bytes) +
+                   " bytes) returns private memory because " + why +
                    "; collectives on it copy through shared memory instead of running in place");
   }
   return Backend::allocate(bytes);
@@ -74,7 +81,8 @@ std::shared_ptr<void> ShmBackend::allocate(std::size_t bytes) {
 std::string ShmBackend::algorithm_for(const std::string& collective, std::size_t bytes) const {
   const auto c = shm::collective_named(collective);
   if (!c || !single_node()) return "";
-  if (forced_.of(*c) != Algorithm::kAuto) return std::string(shm::algorithm_name(forced_.of(*c))) + " (forced)";
+  if (forced_.of(*c) != Algorithm::kAuto)
+    return std::string(shm::algorithm_name(forced_.of(*c))) + " (forced)";
   std::lock_guard<std::mutex> lock(choices_mu_);
   const auto key = std::make_pair(*c, shm::size_class(bytes));
   const auto it = choices_.find(key);
@@ -89,9 +97,10 @@ bool ShmBackend::all_in_segment(std::int64_t Descriptor::*where) const {
   return true;
 }
 
-Descriptor ShmBackend::descriptor(Kind kind, DType dtype, std::size_t bytes, std::int32_t root, std::int32_t op, Algorithm a,
-                      bool timing) const {
-  Descriptor d{static_cast<std::uint32_t>(kind), static_cast<std::uint32_t>(dtype), bytes, -1, root, op};
+Descriptor ShmBackend::descriptor(Kind kind, DType dtype, std::size_t bytes, std::int32_t root,
+                                  std::int32_t op, Algorithm a, bool timing) const {
+  Descriptor d{
+      static_cast<std::uint32_t>(kind), static_cast<std::uint32_t>(dtype), bytes, -1, root, op};
   d.algorithm = static_cast<std::uint16_t>(a);
   d.timing = timing ? 1 : 0;
   d.forced = forced_.packed();
@@ -108,33 +117,36 @@ void ShmBackend::begin(const Descriptor& mine) {
     const std::string ranks_of = "rank " + std::to_string(first_rank_ + me_) + " ";
     const std::string rank_k = ", rank " + std::to_string(first_rank_ + k) + " ";
     if (d.forced != mine.forced) {
-      throw Error("shm: the ranks of this node force different algorithms (DDP_SHM_ALGO): " + ranks_of +
-                  shm::Forced::unpacked(mine.forced).describe() + rank_k +
+      throw Error("shm: the ranks of this node force different algorithms (DDP_SHM_ALGO): " +
+                  ranks_of + shm::Forced::unpacked(mine.forced).describe() + rank_k +
                   shm::Forced::unpacked(d.forced).describe());
     }
     if (d.budget_us != mine.budget_us) {
-      throw Error("shm: the ranks of this node have different timing budgets (DDP_SHM_TUNE_BUDGET_MS): " + ranks_of +
-                  fmt::format("{} ms", mine.budget_us / 1e3) + rank_k + fmt::format("{} ms", d.budget_us / 1e3));
+      throw Error(
+          "shm: the ranks of this node have different timing budgets (DDP_SHM_TUNE_BUDGET_MS): " +
+          ranks_of + fmt::format("{} ms", mine.budget_us / 1e3) + rank_k +
+          fmt::format("{} ms", d.budget_us / 1e3));
     }
-    if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes || d.root != mine.root ||
-        d.op != mine.op || d.timing != mine.timing) {
-      throw Error("collective mismatch among the ranks of this node: " + ranks_of + "is in " + describe(mine) +
-                  rank_k + "in " + describe(d));
+    if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes ||
+        d.root != mine.root || d.op != mine.op || d.timing != mine.timing) {
+      throw Error("collective mismatch among the ranks of this node: " + ranks_of + "is in " +
+                  describe(mine) + rank_k + "in " + describe(d));
     }
     if (d.algorithm != mine.algorithm) {  // the same settings and choices give the same algorithm
-      throw Error("shm: the ranks of this node chose different algorithms for " + describe(mine) + ": " + ranks_of +
-                  shm::algorithm_name(static_cast<Algorithm>(mine.algorithm)) + rank_k +
-                  shm::algorithm_name(static_cast<Algorithm>(d.algorithm)));
+      throw Error("shm: the ranks of this node chose different algorithms for " + describe(mine) +
+                  ": " + ranks_of + shm::algorithm_name(static_cast<Algorithm>(mine.algorithm)) +
+                  rank_k + shm::algorithm_name(static_cast<Algorithm>(d.algorithm)));
     }
   }
 }
 
 [[noreturn]] void ShmBackend::creation_failed(const std::string& published) {
-  throw Error("shm: rank " + std::to_string(first_rank_) + " (local rank 0) could not create this node's segment: " +
-              published.substr(1));
+  throw Error("shm: rank " + std::to_string(first_rank_) +
+              " (local rank 0) could not create this node's segment: " + published.substr(1));
 }
 
-std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& key, Clock::time_point deadline) {
+std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& key,
+                                                           Clock::time_point deadline) {
   std::string published = config_.store->get(key, timeout_);
   if (!published.empty() && published[0] == '!') creation_failed(published);
   const auto space = published.rfind(' ');
@@ -145,18 +157,20 @@ std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& ke
   const std::string creator = published.substr(0, space);
   const pid_t creator_pid = static_cast<pid_t>(std::atol(creator.c_str() + creator.rfind(' ') + 1));
   const std::string here = detail::pid_namespace_of(detail::process_identity());
-  const bool can_see_creator = !here.empty() && detail::pid_namespace_of(creator) == here && creator_pid > 0;
+  const bool can_see_creator =
+      !here.empty() && detail::pid_namespace_of(creator) == here && creator_pid > 0;
   auto next_look = Clock::now() + std::chrono::milliseconds(100);
   for (;;) {
     if (auto segment = shm::Segment::try_attach(name, me_, local_size_)) return segment;
     if (can_see_creator && detail::proc_says_dead(creator_pid)) {
       shm_unlink(name.c_str());  // ENOENT when it died before creating it
       throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) + ", pid " +
-                  std::to_string(creator_pid) + ") exited before it had made segment " + name + "; removed it");
+                  std::to_string(creator_pid) + ") exited before it had made segment " + name +
+                  "; removed it");
     }
     if (Clock::now() >= deadline) {
-      throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) + ") did not make segment " + name +
-                  " within the timeout");
+      throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) +
+                  ") did not make segment " + name + " within the timeout");
     }
     if (Clock::now() >= next_look) {  // a creation that failed replaces the announcement
       published = config_.store->get(key, timeout_);
@@ -174,26 +188,31 @@ void ShmBackend::open_segment() {
   const std::string tune_key = "shm/tune/node" + std::to_string(config_.node);
   std::string tune_text;  // local rank 0's tune file, for every local rank
   if (me_ == 0) {
-    const std::string run = config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
-    const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
+    const std::string run =
+        config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
+    const std::string name =
+        shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
     if (const char* path = std::getenv("DDP_SHM_TUNE_FILE"); path != nullptr && *path != 0) {
       tune_path_ = path;
       try {
         tune_text = shm::read_tune_file(tune_path_);
         tune_entries_ = shm::parse_tune_file(tune_text, tune_path_);
       } catch (const std::exception& e) {
-        config_.store->set(key, "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
+        config_.store->set(
+            key, "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
         throw;
       }
     }
-    config_.store->set(tune_key, tune_text);  // before the segment's name: peers read it once they attached
+    config_.store->set(tune_key,
+                       tune_text);  // before the segment's name: peers read it once they attached
     // Published before it exists, with this process's identity: if this
     // rank dies while making it, the others know what to remove.
     config_.store->set(key, detail::process_identity() + " " + name);
     try {
       state_->segment = shm::Segment::create(name, shm::Geometry::from_env(local_size_), me_);
     } catch (const std::exception& e) {
-      config_.store->set(key, "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
+      config_.store->set(key,
+                         "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
       throw;
     }
     state_->segment->mark_attached();
@@ -206,21 +225,27 @@ void ShmBackend::open_segment() {
     state_->segment->wait_attached_and_unlink(deadline);
   }
   choices_ = shm::table_for(
-      me_ == 0 ? tune_entries_ : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"), local_size_);
+      me_ == 0 ? tune_entries_
+               : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"),
+      local_size_);
   for (const auto& entry : choices_) sources_[entry.first] = Source::kFile;
   state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
   std::vector<shm::Peer> peers;
   for (int k = 0; k < local_size_; ++k) {
-    peers.push_back({&segment().control(k).word, static_cast<pid_t>(segment().control(k).pid), first_rank_ + k});
+    peers.push_back({&segment().control(k).word, static_cast<pid_t>(segment().control(k).pid),
+                     first_rank_ + k});
   }
-  sync_ = std::make_unique<shm::PhaseSync>(std::move(peers), me_, shm::WaitPolicy::for_ranks(local_size_));
+  sync_ = std::make_unique<shm::PhaseSync>(std::move(peers), me_,
+                                           shm::WaitPolicy::for_ranks(local_size_));
 }
 
 bool ShmBackend::same_local_size_on_every_node() {
   const std::string prefix = "shm/local_size/node";
-  if (me_ == 0) config_.store->set(prefix + std::to_string(config_.node), std::to_string(local_size_));
+  if (me_ == 0)
+    config_.store->set(prefix + std::to_string(config_.node), std::to_string(local_size_));
   for (int n = 0; n < config_.nodes; ++n) {
-    if (config_.store->get(prefix + std::to_string(n), timeout_) != std::to_string(local_size_)) return false;
+    if (config_.store->get(prefix + std::to_string(n), timeout_) != std::to_string(local_size_))
+      return false;
   }
   return true;
 }

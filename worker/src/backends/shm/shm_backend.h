@@ -35,36 +35,48 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include "core/backend.h"
-#include "ddp/common/error.h"
-#include "ddp/common/random_id.h"
-#include "ddp/common/shm_names.h"
-#include "ddp/log.h"
-#include "core/process_identity.h"
-#include "kernels/reduce_kernels.h"
 #include "backends/shm/arena.h"
 #include "backends/shm/segment.h"
 #include "backends/shm/sync.h"
 #include "backends/shm/tune_file.h"
+#include "core/backend.h"
+#include "core/process_identity.h"
+#include "ddp/common/error.h"
+#include "ddp/common/random_id.h"
+#include "ddp/common/shm_names.h"
+#include "ddp/log.h"
+#include "kernels/reduce_kernels.h"
 
 namespace ddp::shm_backend {
-
 
 using Clock = std::chrono::steady_clock;
 using shm::Descriptor;
 
 constexpr std::size_t kFuseBytes = 16 << 10;  // reduce-then-copy block of the private path
 
-enum class Kind : std::uint32_t { kAllReduce = 1, kBroadcast, kReduce, kAllGather, kBarrier, kReduceScatter };
+enum class Kind : std::uint32_t {
+  kAllReduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kBarrier,
+  kReduceScatter
+};
 
 inline const char* kind_name(std::uint32_t kind) {
   switch (static_cast<Kind>(kind)) {
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kReduce: return "reduce";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kReduce:
+      return "reduce";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
   }
   return "an unknown collective";
 }
@@ -110,10 +122,14 @@ inline double budget_from_env() {
 
 inline Kind kind_of(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return Kind::kAllReduce;
-    case Collective::kReduceScatter: return Kind::kReduceScatter;
-    case Collective::kAllGather: return Kind::kAllGather;
-    case Collective::kBroadcast: return Kind::kBroadcast;
+    case Collective::kAllReduce:
+      return Kind::kAllReduce;
+    case Collective::kReduceScatter:
+      return Kind::kReduceScatter;
+    case Collective::kAllGather:
+      return Kind::kAllGather;
+    case Collective::kBroadcast:
+      return Kind::kBroadcast;
   }
   return Kind::kBarrier;
 }
@@ -122,8 +138,10 @@ inline Kind kind_of(Collective c) {
 // needs the buffers it reads in the segment, `push` those it writes; a
 // variant that cannot run falls to the other in-place one, then to chunked.
 inline Algorithm runnable(Algorithm wanted, bool can_pull, bool can_push) {
-  if (wanted == Algorithm::kPull) return can_pull ? wanted : can_push ? Algorithm::kPush : Algorithm::kChunked;
-  if (wanted == Algorithm::kPush) return can_push ? wanted : can_pull ? Algorithm::kPull : Algorithm::kChunked;
+  if (wanted == Algorithm::kPull)
+    return can_pull ? wanted : can_push ? Algorithm::kPush : Algorithm::kChunked;
+  if (wanted == Algorithm::kPush)
+    return can_push ? wanted : can_pull ? Algorithm::kPull : Algorithm::kChunked;
   return Algorithm::kChunked;
 }
 
@@ -149,7 +167,8 @@ class ShmBackend final : public Backend {
 
   // `needed` (all_reduce_partial) only changes the in-place path on one node;
   // every other path reduces everything.
-  void all_reduce_impl(void* data, std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>* needed);
+  void all_reduce_impl(void* data, std::size_t count, DType dtype, ReduceOp op,
+                       const std::vector<ElementRange>* needed);
 
   void broadcast(void* data, std::size_t count, DType dtype, int root) override;
 
@@ -170,7 +189,8 @@ class ShmBackend final : public Backend {
     guarded([&] { fallback().all_to_all(in, out, count, dtype); });
   }
   // Rank r's `out` = block r of every rank's `in`, reduced. Across nodes: Gloo.
-  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                      ReduceOp op) override;
 
   // A block of local rank 0's arena, never given back (other ranks may still
   // use it when rank 0 drops its reference): it goes with the segment.
@@ -191,7 +211,8 @@ class ShmBackend final : public Backend {
 
   template <class Body>
   void guarded(Body&& body) {
-    if (!broken_.empty()) throw Error("shm: this group is unusable after an earlier failure: " + broken_);
+    if (!broken_.empty())
+      throw Error("shm: this group is unusable after an earlier failure: " + broken_);
     deadline_ = Clock::now() + timeout_;
     try {
       body();
@@ -203,8 +224,8 @@ class ShmBackend final : public Backend {
   }
 
   // What this rank says about a collective: what, of what, how, and its DDP_SHM_ALGO.
-  Descriptor descriptor(Kind kind, DType dtype, std::size_t bytes, std::int32_t root, std::int32_t op, Algorithm a,
-                        bool timing) const;
+  Descriptor descriptor(Kind kind, DType dtype, std::size_t bytes, std::int32_t root,
+                        std::int32_t op, Algorithm a, bool timing) const;
 
   // The first phase of a collective: publish what this rank is doing, wait
   // for every rank, and check they all do the same the same way.
@@ -218,7 +239,8 @@ class ShmBackend final : public Backend {
   // timing budget is spent: the nearest timed class's choice). Tables
   // start equal on every rank (local rank 0's tune file) and change only by
   // choices every rank derives from the same timings, so all ranks agree.
-  Algorithm algorithm_for_call(Collective c, std::size_t bytes, DType dtype, std::int32_t op, int root);
+  Algorithm algorithm_for_call(Collective c, std::size_t bytes, DType dtype, std::int32_t op,
+                               int root);
 
   // Why a class has its choice (what algorithm_for() says).
   enum class Source { kTimed, kFile, kNearest, kNoRoom };
@@ -230,10 +252,12 @@ class ShmBackend final : public Backend {
   // The ranks publish those times and each picks, from the same table, the
   // candidate whose slowest rank was fastest. {chunked, false} without
   // timing when some rank has no room for scratch.
-  std::pair<Algorithm, bool> choose_by_timing(Collective c, std::size_t bytes, DType dtype, std::int32_t op, int root);
+  std::pair<Algorithm, bool> choose_by_timing(Collective c, std::size_t bytes, DType dtype,
+                                              std::int32_t op, int root);
 
   // One run of variant `a` of `c` on scratch at `p` (see choose_by_timing).
-  void run_variant(Collective c, Algorithm a, char* p, std::size_t count, DType dtype, std::int32_t op, int root);
+  void run_variant(Collective c, Algorithm a, char* p, std::size_t count, DType dtype,
+                   std::int32_t op, int root);
 
   // Local rank 0: DDP_SHM_TUNE_FILE with this node's timed choices merged in
   // (a warning naming the file, once, when it cannot be written).
@@ -246,7 +270,8 @@ class ShmBackend final : public Backend {
 
   // pull: every rank but the root copies the root's buffer; push: the root
   // writes every other rank's buffer; chunked: through the root's slots.
-  void run_broadcast(Algorithm a, void* data, std::size_t count, DType dtype, int root, bool timing);
+  void run_broadcast(Algorithm a, void* data, std::size_t count, DType dtype, int root,
+                     bool timing);
 
   // Broadcast through the root's double-buffered chunk slots; `first`, when
   // given, is published with the first chunk's phase.
@@ -257,13 +282,14 @@ class ShmBackend final : public Backend {
   // push: each rank writes its input into every rank's output (all in the
   // segment), a line moving twice (taken over to write, read back by its
   // owner); chunked: through every rank's slots.
-  void run_all_gather(Algorithm a, const void* in, void* out, std::size_t count, DType dtype, bool timing);
+  void run_all_gather(Algorithm a, const void* in, void* out, std::size_t count, DType dtype,
+                      bool timing);
 
   // pull (every rank's `in` in the segment): each rank reduces its block
   // straight from the others' inputs; chunked: chunk by chunk through the
   // slots, each rank copying in only the blocks the others reduce.
-  void run_reduce_scatter(Algorithm a, const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
-                          bool timing);
+  void run_reduce_scatter(Algorithm a, const void* in, void* out, std::size_t count, DType dtype,
+                          ReduceOp op, bool timing);
 
   // ---- Pages of this rank's arena -----------------------------------------------------------
 
@@ -276,7 +302,9 @@ class ShmBackend final : public Backend {
   // Returns take_pages' block and its pages (scratch is not kept resident).
   void give_pages_back(std::size_t offset, std::size_t bytes);
 
-  static std::size_t page_rounded(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096; }
+  static std::size_t page_rounded(std::size_t bytes) {
+    return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  }
 
   // out = first's value (`mine` when first is this rank) op every other
   // rank's `others(k)` in rank order, n elements. Each slice is reduced by
@@ -284,12 +312,13 @@ class ShmBackend final : public Backend {
   // same bits. `out` may be `mine` or an `others(k)` only where that value is
   // read by the first step (elementwise, before it is written).
   template <class Others>
-  void reduce_slice(char* out, const char* mine, Others&& others, std::size_t n, DType dtype, ReduceOp op) {
+  void reduce_slice(char* out, const char* mine, Others&& others, std::size_t n, DType dtype,
+                    ReduceOp op) {
     reduce_slice_from(me_, out, mine, others, n, dtype, op);
   }
   template <class Others>
-  void reduce_slice_from(int first, char* out, const char* mine, Others&& others, std::size_t n, DType dtype,
-                         ReduceOp op) {
+  void reduce_slice_from(int first, char* out, const char* mine, Others&& others, std::size_t n,
+                         DType dtype, ReduceOp op) {
     ReduceFn fn = reduce_function(dtype, op);
     const char* acc = mine;
     for (int k = 0; k < local_size_; ++k) {
@@ -304,7 +333,8 @@ class ShmBackend final : public Backend {
 
   // Up to small_bytes: one copy into this rank's slot, one phase, and every
   // rank reduces all slots itself, in rank order (so all get the same bits).
-  void small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op, const Descriptor& d);
+  void small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                        const Descriptor& d);
 
   // Every buffer lives in the segment: each rank reduces its slice of all
   // buffers and writes the result into every buffer at once, block by block
@@ -325,14 +355,16 @@ class ShmBackend final : public Backend {
   // an element another rank has already overwritten). Each element is reduced
   // in the order zero_copy_all_reduce uses (the value of the rank whose slice
   // holds it first, then the others by rank), so the bits are the same.
-  void zero_copy_partial(std::size_t count, DType dtype, ReduceOp op, const std::vector<ElementRange>& needed);
+  void zero_copy_partial(std::size_t count, DType dtype, ReduceOp op,
+                         const std::vector<ElementRange>& needed);
 
   // Private buffers, pipelined in chunks through double-buffered slots:
   // copy in what the others need, reduce this rank's slice into the result
   // slot, copy out the others' slices. `to` is the rank that receives the
   // result (reduce), or -1 for all (all_reduce). `first`, when given, is
   // published with the first chunk's phase.
-  void chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to, const Descriptor* first);
+  void chunked_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, int to,
+                      const Descriptor* first);
 
   // All-reduce of two ranks' private buffers, chunk by chunk: each rank
   // copies the peer's half of the chunk into its own slot; then, in one pass,
@@ -342,7 +374,8 @@ class ShmBackend final : public Backend {
   // done before waiting for the peer's result of chunk i (its slot parity was
   // last used by chunk i-1, finished on both sides), so a rank waits only
   // when it is truly ahead.
-  void two_rank_chunked_all_reduce(char* data, std::size_t count, DType dtype, ReduceOp op, ReduceIntoBothFn both);
+  void two_rank_chunked_all_reduce(char* data, std::size_t count, DType dtype, ReduceOp op,
+                                   ReduceIntoBothFn both);
 
   alignas(64) std::array<char, kFuseBytes> partial_block_{};  // zero_copy_partial's block
 
@@ -354,7 +387,8 @@ class ShmBackend final : public Backend {
   // shares this process's PID namespace, so its death can be seen), its
   // partly made segment is removed and the error names it; a creation that
   // failed is rank 0's reason.
-  std::unique_ptr<shm::Segment> attach_published(const std::string& key, Clock::time_point deadline);
+  std::unique_ptr<shm::Segment> attach_published(const std::string& key,
+                                                 Clock::time_point deadline);
 
   void open_segment();
 
@@ -371,13 +405,15 @@ class ShmBackend final : public Backend {
   int me_, local_size_, first_rank_;
   std::chrono::milliseconds timeout_;
   shm::Forced forced_;  // DDP_SHM_ALGO
-  std::string tune_path_;  // DDP_SHM_TUNE_FILE: local rank 0 reads it for every rank and saves new choices
-  std::vector<shm::TuneEntry> tune_entries_;  // local rank 0: the file as read (every number of ranks)
+  std::string
+      tune_path_;  // DDP_SHM_TUNE_FILE: local rank 0 reads it for every rank and saves new choices
+  std::vector<shm::TuneEntry>
+      tune_entries_;               // local rank 0: the file as read (every number of ranks)
   mutable std::mutex choices_mu_;  // the tables: algorithm_for() reads them from any thread
-  shm::ChoiceTable choices_;       // every choice made (or read) so far, the same on every local rank
+  shm::ChoiceTable choices_;  // every choice made (or read) so far, the same on every local rank
   std::map<std::pair<Collective, int>, Source> sources_;  // why each was made
-  double budget_ms_;               // DDP_SHM_TUNE_BUDGET_MS
-  double timing_spent_ms_ = 0;     // the slowest rank's timed runs so far (the same on every rank)
+  double budget_ms_;                                      // DDP_SHM_TUNE_BUDGET_MS
+  double timing_spent_ms_ = 0;  // the slowest rank's timed runs so far (the same on every rank)
   bool tune_warned_ = false;
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
   std::unique_ptr<shm::PhaseSync> sync_;

@@ -13,22 +13,26 @@
 #include <fstream>
 #include <thread>
 
-#include "core/process_identity.h"
 #include "core/backend.h"  // PeerExitedError
+#include "core/process_identity.h"
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
 
 namespace ddp::shm {
 
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout) {
   if (timeout.count() <= 0) return;
-  timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000000),
+              static_cast<long>(timeout.count() % 1000000000)};
   // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+          0);
 }
 
 void futex_wake_all(std::atomic<std::uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+          0);
 }
 
 WaitPolicy WaitPolicy::for_ranks(int ranks) {
@@ -38,7 +42,8 @@ WaitPolicy WaitPolicy::for_ranks(int ranks) {
     char* end = nullptr;
     long us = std::strtol(spin, &end, 10);
     if (end == spin || *end != '\0' || us < 0) {
-      throw Error("environment variable DDP_SHM_SPIN_US='" + std::string(spin) + "' is not a whole number >= 0");
+      throw Error("environment variable DDP_SHM_SPIN_US='" + std::string(spin) +
+                  "' is not a whole number >= 0");
     }
     policy.spin = std::chrono::microseconds(us);
   }
@@ -92,7 +97,8 @@ bool PhaseSync::peer_dead(int k) {
   return detail::proc_says_dead(peers_[k].pid);
 }
 
-void PhaseSync::wait_for(int k, std::uint32_t target, std::chrono::steady_clock::time_point deadline) {
+void PhaseSync::wait_for(int k, std::uint32_t target,
+                         std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
   if (!policy_.oversubscribed) {
     auto until = Clock::now() + policy_.spin;
@@ -118,15 +124,19 @@ void PhaseSync::wait_for(int k, std::uint32_t target, std::chrono::steady_clock:
     word.sleepers.fetch_sub(1, std::memory_order_relaxed);
     if (reached(k, target)) return;
     if (peer_dead(k)) {
-      throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) + " (pid " + std::to_string(peers_[k].pid) +
-                  ", same node) exited before reaching this collective's phase " + std::to_string(target));
+      throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) + " (pid " +
+                            std::to_string(peers_[k].pid) +
+                            ", same node) exited before reaching this collective's phase " +
+                            std::to_string(target));
     }
     if (Clock::now() >= deadline) {
       std::string missing;
       for (int j = 0; j < size(); ++j) {
-        if (j != me_ && !reached(j, target)) missing += (missing.empty() ? "" : ", ") + std::to_string(peers_[j].global_rank);
+        if (j != me_ && !reached(j, target))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(peers_[j].global_rank);
       }
-      throw Error("timed out waiting in shared memory for rank(s) " + missing + " (same node), which had not arrived");
+      throw Error("timed out waiting in shared memory for rank(s) " + missing +
+                  " (same node), which had not arrived");
     }
   }
 }

@@ -45,10 +45,11 @@ static_assert(sizeof(PhaseWord) == 2 * kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 struct WaitPolicy {
-  bool oversubscribed = false;                    // more ranks than cores: yield instead of spinning
-  std::chrono::nanoseconds spin{20000};           // how long to spin before sleeping
-  int yields = 64;                                // sched_yield rounds before sleeping (oversubscribed)
-  std::chrono::milliseconds sleep_slice{10};      // futex wait slice: how often death and deadline are checked
+  bool oversubscribed = false;           // more ranks than cores: yield instead of spinning
+  std::chrono::nanoseconds spin{20000};  // how long to spin before sleeping
+  int yields = 64;                       // sched_yield rounds before sleeping (oversubscribed)
+  std::chrono::milliseconds sleep_slice{
+      10};  // futex wait slice: how often death and deadline are checked
 
   // The policy for `ranks` ranks on this process's CPUs (DDP_SHM_SPIN_US sets the spin).
   static WaitPolicy for_ranks(int ranks);
@@ -98,18 +99,20 @@ class PhaseSync {
   std::uint32_t phase_ = 0;
 };
 
-
 // Blocks until `word` satisfies `done` (checked on every change), sleeping on
 // the futex in slices of `slice`; returns false at `deadline`.
 template <class Done>
-bool futex_wait_until(std::atomic<std::uint32_t>& word, Done&& done, std::chrono::steady_clock::time_point deadline,
+bool futex_wait_until(std::atomic<std::uint32_t>& word, Done&& done,
+                      std::chrono::steady_clock::time_point deadline,
                       std::chrono::milliseconds slice = std::chrono::milliseconds(10));
 void futex_wake_all(std::atomic<std::uint32_t>& word);
 // One futex wait: returns when woken, when *word != expected, or after `timeout`.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds timeout);
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout);
 
 template <class Done>
-bool futex_wait_until(std::atomic<std::uint32_t>& word, Done&& done, std::chrono::steady_clock::time_point deadline,
+bool futex_wait_until(std::atomic<std::uint32_t>& word, Done&& done,
+                      std::chrono::steady_clock::time_point deadline,
                       std::chrono::milliseconds slice) {
   for (;;) {
     std::uint32_t seen = word.load(std::memory_order_acquire);

@@ -124,7 +124,8 @@ bool GradSync::Impl::global_status_locked(bool local, std::exception_ptr& error)
     return flag != 0;
   }
   if (last.compressed) {
-    const DType wire = options.compression == Compression::kFp16 ? DType::kFloat16 : DType::kBFloat16;
+    const DType wire =
+        options.compression == Compression::kFp16 ? DType::kFloat16 : DType::kBFloat16;
     return load_scalar(last.wire16() + lb.count, wire) != 0;
   }
   const char* word = last.data() + lb.count * dtype_size(lb.dtype);
@@ -157,7 +158,8 @@ void GradSync::Impl::record_iteration_locked(bool synced, Clock::time_point ente
       }
       s.comm_ms = detail::ms(comm_end - first_launch);
       // Inline collectives run between the backward's layers, never beside them.
-      s.overlap_ms = inline_comm ? 0.0 : std::max(0.0, detail::ms(std::min(end, comm_end) - first_launch));
+      s.overlap_ms =
+          inline_comm ? 0.0 : std::max(0.0, detail::ms(std::min(end, comm_end) - first_launch));
     }
     // The accumulation window ends with the synced iteration.
     std::fill(scaled.begin(), scaled.end(), options.prescaled_grads ? 1 : 0);

@@ -55,8 +55,8 @@ struct GradSync::Impl : detail::AveragerState {
   std::vector<std::unique_ptr<Bucket>> buckets;
 
   // Under mu:
-  std::vector<char> scaled;      // per parameter: values carry the 1/world_size factor
-  std::vector<char> known_zero;  // per parameter: the view is known to hold zeros
+  std::vector<char> scaled;          // per parameter: values carry the 1/world_size factor
+  std::vector<char> known_zero;      // per parameter: the view is known to hold zeros
   std::vector<ElementRange> needed;  // set_needed_gradients; empty: full all-reduces
   std::size_t next_launch = 0;
   std::size_t oldest_unfinished = 0;

@@ -21,8 +21,8 @@ inline double ms(Clock::duration d) { return std::chrono::duration<double, std::
 
 struct Iteration {
   int no_sync_depth = 0;
-  bool active = false;  // begun (by begin_backward or a hand-over), not finished
-  bool sync = true;     // fixed when it begins: no NoSync alive then
+  bool active = false;              // begun (by begin_backward or a hand-over), not finished
+  bool sync = true;                 // fixed when it begins: no NoSync alive then
   std::vector<char> marked;         // per parameter: handed over in this iteration
   std::vector<char> marked_window;  // per parameter: since the last synced iteration
   Clock::time_point backward_start{}, last_mark{};

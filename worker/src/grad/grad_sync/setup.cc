@@ -66,7 +66,8 @@ OptionsRecord decode_record(const std::string& bytes, const char* who) {
 
 std::string show_option(const std::string& name, std::int64_t value) {
   if (name == "compression") return name + "=" + compression_name(static_cast<Compression>(value));
-  if (name == "comm_mode") return std::string("comm_mode=") + (value ? "shared" : "overlap or inline");
+  if (name == "comm_mode")
+    return std::string("comm_mode=") + (value ? "shared" : "overlap or inline");
   if (name == "find_unused_parameters" || name == "prescaled_grads" || name == "rebuild_buckets") {
     return name + "=" + (value ? "true" : "false");
   }
