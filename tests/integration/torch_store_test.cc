@@ -61,16 +61,20 @@ class RawClient {
   ~RawClient() { close(fd_); }
   bool connected() const { return connected_; }
   void send_bytes(const std::string& bytes) {
-    ASSERT_EQ(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    ASSERT_EQ(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
   }
-  void send_query(const ts::Query& q, ts::Dialect d = ts::Dialect::kModern) { send_bytes(ts::encode(q, d)); }
+  void send_query(const ts::Query& q, ts::Dialect d = ts::Dialect::kModern) {
+    send_bytes(ts::encode(q, d));
+  }
   // Exactly n bytes, or what came before EOF or the timeout.
   std::string receive(size_t n, std::chrono::milliseconds timeout = 5s) {
     std::string got;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (got.size() < n) {
       pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
       char buf[4096];
       const ssize_t r = recv(fd_, buf, std::min(sizeof buf, n - got.size()), 0);
@@ -93,7 +97,9 @@ class RawClient {
   bool connected_ = false;
 };
 
-std::string u64_bytes(uint64_t n) { return std::string(reinterpret_cast<const char*>(&n), sizeof n); }
+std::string u64_bytes(uint64_t n) {
+  return std::string(reinterpret_cast<const char*>(&n), sizeof n);
+}
 std::string value_reply(const std::string& value) { return u64_bytes(value.size()) + value; }
 
 class TorchStore : public ::testing::Test {
@@ -199,23 +205,28 @@ TEST_F(TorchStore, ABarrierReleasesEveryArrivalAtOnce) {
 
 struct Refused {
   const char* what;
-  std::string bytes;       // sent after VALIDATE (modern) or alone (legacy)
+  std::string bytes;  // sent after VALIDATE (modern) or alone (legacy)
   bool legacy;
-  const char* log;         // in the one line the server logs
+  const char* log;  // in the one line the server logs
 };
 
 TEST_F(TorchStore, AMalformedOrUnknownQueryClosesOnlyItsConnectionWithOneLogLine) {
   const std::vector<Refused> cases = {
       {"unknown type", std::string(1, '\x13'), false, "unknown query type 19"},
-      {"VALIDATE twice", ts::encode(Q(ts::Op::kValidate, {}, {}, 0, ts::kValidationMagic), ts::Dialect::kModern),
+      {"VALIDATE twice",
+       ts::encode(Q(ts::Op::kValidate, {}, {}, 0, ts::kValidationMagic), ts::Dialect::kModern),
        false, "VALIDATE after the connection's first query"},
-      {"key over max_key_bytes", std::string(1, '\x03') + u64_bytes(5000), false, "key of 5000 bytes, limit 4096"},
-      {"value over the query limit", std::string(1, '\x01') + u64_bytes(2) + "/k" + u64_bytes(4 << 20), false,
+      {"key over max_key_bytes", std::string(1, '\x03') + u64_bytes(5000), false,
+       "key of 5000 bytes, limit 4096"},
+      {"value over the query limit",
+       std::string(1, '\x01') + u64_bytes(2) + "/k" + u64_bytes(4 << 20), false,
        "bytes (--rdzv_conf max_message_bytes)"},
-      {"a list too long", std::string(1, '\x06') + u64_bytes(uint64_t{1} << 40), false, "a list of"},
+      {"a list too long", std::string(1, '\x06') + u64_bytes(uint64_t{1} << 40), false,
+       "a list of"},
       {"legacy WATCH_KEY", std::string(1, '\x07') + u64_bytes(2) + "/k", true, "WATCH_KEY"},
-      {"ADD to text", ts::encode(Q(ts::Op::kSet, {"/t"}, {"text"}), ts::Dialect::kModern) +
-                          ts::encode(Q(ts::Op::kAdd, {"/t"}, {}, 1), ts::Dialect::kModern),
+      {"ADD to text",
+       ts::encode(Q(ts::Op::kSet, {"/t"}, {"text"}), ts::Dialect::kModern) +
+           ts::encode(Q(ts::Op::kAdd, {"/t"}, {}, 1), ts::Dialect::kModern),
        false, "is not a decimal int64"},
   };
   RawClient bystander(port());
@@ -228,7 +239,8 @@ TEST_F(TorchStore, AMalformedOrUnknownQueryClosesOnlyItsConnectionWithOneLogLine
     const bool closed = bad.closed_by_server();
     const std::string log = ::testing::internal::GetCapturedStderr();
     EXPECT_TRUE(closed) << c.what;
-    EXPECT_NE(log.find("torch store: closed the connection from 127.0.0.1:"), std::string::npos) << c.what << log;
+    EXPECT_NE(log.find("torch store: closed the connection from 127.0.0.1:"), std::string::npos)
+        << c.what << log;
     EXPECT_NE(log.find(c.log), std::string::npos) << c.what << ": " << log;
     EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << c.what << ": " << log;
   }
@@ -256,7 +268,8 @@ TEST_F(TorchStore, TheRendezvousLimitsBoundItsKeysAndQueues) {
   ::testing::internal::CaptureStderr();
   q.send_query(Q(ts::Op::kQueuePush, {"/q"}, {std::string(5000, 'x')}));
   EXPECT_TRUE(q.closed_by_server());
-  EXPECT_NE(::testing::internal::GetCapturedStderr().find("(--rdzv_conf max_store_bytes)"), std::string::npos);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("(--rdzv_conf max_store_bytes)"),
+            std::string::npos);
   EXPECT_EQ(server_->torch_store()->num_keys(), 3u);
 }
 
@@ -271,7 +284,8 @@ TEST_F(TorchStore, AClientThatDoesNotReadIsNotReadEither) {
     for (int i = 0; i < 64; ++i) c.send_query(Q(ts::Op::kGet, {"/big"}));
   });
   std::this_thread::sleep_for(500ms);
-  for (int i = 0; i < 64; ++i) ASSERT_EQ(c.receive(8 + value.size()), value_reply(value)) << "answer " << i;
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(c.receive(8 + value.size()), value_reply(value)) << "answer " << i;
   sender.join();
 }
 

@@ -134,6 +134,10 @@ def rank_main(rank):
     dist.barrier()
     del model  # before its group: torch 1.13's DDP can hang in its destructor after destroy_process_group
     dist.destroy_process_group()
+    # Without the interpreter's teardown: a Gloo thread still releasing a
+    # tensor then aborts the process (torch 2.x, now and then).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
