@@ -15,7 +15,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2 elfutils
   slurmctld slurmd slurm-client munge
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
 )
 
 missing=()
