@@ -22,6 +22,7 @@
 #include "agent/local_control_plane.h"
 #include "agent/port_reservation.h"
 #include "agent/rpc_plugin.h"
+#include "agent/worker_launches.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
@@ -41,12 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
-
-int open_log_file(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("--log_dir: cannot open '" + path + "': " + std::strerror(errno));
-  return fd;
-}
 
 // The parent's environment minus the contract's variables (a job started from
 // inside another job must not inherit stale ranks).
@@ -83,33 +78,6 @@ bool runs_python(const std::vector<std::string>& command) {
   const std::string& exe = command.front();
   const std::string base = exe.substr(exe.rfind('/') == std::string::npos ? 0 : exe.rfind('/') + 1);
   return base.rfind("python", 0) == 0;
-}
-
-// --virtual_local_rank: the worker sees only its own device, as device 0
-// (torchrun's rule: the parent's HIP_VISIBLE_DEVICES, else
-// CUDA_VISIBLE_DEVICES, names the devices; without either, device = local rank).
-void set_own_device(std::vector<std::string>& env, int local_rank) {
-  const char* hip = std::getenv("HIP_VISIBLE_DEVICES");
-  const char* parent = hip != nullptr && *hip != '\0' ? hip : std::getenv("CUDA_VISIBLE_DEVICES");
-  std::string device = std::to_string(local_rank);
-  if (parent != nullptr) {
-    std::vector<std::string> devices;
-    std::stringstream items(parent);
-    for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
-    if (static_cast<size_t>(local_rank) >= devices.size()) {
-      throw Error(
-          "--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
-          (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") +
-          parent);
-    }
-    device = devices[static_cast<size_t>(local_rank)];
-  }
-  std::erase_if(env, [&](const std::string& e) {
-    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
-           (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
-  });
-  env.push_back("CUDA_VISIBLE_DEVICES=" + device);
-  if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
 }
 
 // The last `n` of `lines`.
@@ -385,97 +353,6 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
   }
 }
 
-std::vector<WorkerLaunch> Agent::launches_for(const RoundAssignment& round,
-                                              const std::string& rdzv_endpoint,
-                                              const std::vector<std::string>& base_env,
-                                              const std::vector<std::vector<int>>& cpus,
-                                              size_t kept_stderr_lines) {
-  const int n = spec_.nproc_per_node;
-  const char* nccl_async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
-  std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
-  try {
-    for (int i = 0; i < n; ++i) {
-      WorkerLaunch& launch = launches[static_cast<size_t>(i)];
-      launch.local_rank = i;
-      launch.rank = round.global_rank_offset + i;
-      launch.cpus = cpus[static_cast<size_t>(i)];
-      WorkerEnv env;
-      env.rank = launch.rank;
-      env.local_rank = spec_.virtual_local_rank ? 0 : i;
-      env.group_rank = round.group_rank;
-      env.role_rank = launch.rank;
-      env.world_size = round.world_size;
-      env.local_world_size = n;
-      env.group_world_size = round.group_world_size;
-      env.role_world_size = env.world_size;
-      env.role_name = spec_.role;
-      // The static form passes --master_addr as given, as torchrun does: each
-      // node resolves it (a name node 0 maps to 127.0.1.1 must not become
-      // node 0's loopback address in every rank).
-      env.master_addr = spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic
-                            ? spec_.master_addr
-                            : round.master_addr;
-      env.master_port = round.master_port;
-      env.use_agent_store = spec_.agent_store;
-      env.restart_count = round.restart_count;
-      env.max_restarts = spec_.max_restarts;
-      env.run_id = spec_.run_id;
-      env.rdzv_unavailable = control_->workers_server_missing();
-      if (env.rdzv_unavailable.empty()) env.rdzv_endpoint = rdzv_endpoint;
-      env.rdzv_token = spec_.rdzv_token;
-      env.round = round.round;
-      env.output_prefixed = spec_.rank_prefix;  // ddp::log then leaves the rank out of its prefix
-      if (nccl_async != nullptr) env.nccl_async_error_handling = nccl_async;
-      const std::string rank_dir = files_->worker_dir(round.restart_count, i);
-      env.error_file = RunFiles::error_file(rank_dir);
-      if (spec_.multi_node()) {
-        env.rdzv_tls_ca = spec_.tls_ca;
-        env.node_addr = node_address_;
-      }
-      launch.env = base_env;
-      for (const auto& [name, value] : env.to_env()) launch.env.push_back(name + "=" + value);
-      if (spec_.virtual_local_rank) set_own_device(launch.env, i);
-
-      // Where each stream goes: the console unless redirected (and not tee'd)
-      // or filtered out; the rank's log file whenever a log dir is set.
-      bool shown = !spec_.local_ranks_filter ||
-                   std::find(spec_.local_ranks_filter->begin(), spec_.local_ranks_filter->end(),
-                             i) != spec_.local_ranks_filter->end();
-      for (int s = 0; s < 2; ++s) {
-        int bit = s == 0 ? kStdout : kStderr;
-        bool redirected = (spec_.redirects.for_rank(i) & bit) && !(spec_.tee.for_rank(i) & bit);
-        TeeTarget& target = launch.streams[s];
-        target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
-        target.prefix = spec_.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
-        if (files_->keeps_logs()) {
-          target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-          target.file_fd = open_log_file(target.file_path);
-        }
-        target.keep_last_lines = s == 1 ? kept_stderr_lines : 0;
-      }
-      // As under torchrun, whose workers write to its terminal and share its
-      // stdin: a terminal for each stream the console shows when ddprun's is
-      // one, and ddprun's stdin for local rank 0 (breakpoint(), input()).
-      if (i == 0) {
-        launch.stdio.stdin_fd = stdin_relay_                        ? stdin_relay_->worker_end()
-                                : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
-                                                                    : -1;
-      }
-      launch.stdio.stdout_tty = launch.streams[0].console_fd >= 0 && isatty(STDOUT_FILENO) == 1;
-      launch.stdio.stderr_tty = launch.streams[1].console_fd >= 0 && isatty(STDERR_FILENO) == 1;
-    }
-  } catch (...) {
-    // The log files opened so far are closed when a later one cannot be made.
-    for (auto& launch : launches) {
-      for (auto& target : launch.streams) {
-        if (target.file_fd >= 0) close(target.file_fd);
-      }
-    }
-    throw;
-  }
-  return launches;
-}
-
 Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
                                         const std::string& rdzv_endpoint) {
   const int attempt = round.restart_count;
@@ -517,10 +394,18 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
   if (isatty(STDIN_FILENO) == 1) stdin_relay_.emplace();
   std::optional<WorkerGroup> group;
   try {
-    group.emplace(command,
-                  launches_for(round, rdzv_endpoint, base_env, cpus,
-                               board ? HangWatch::kKeptStderrLines : kReportLines),
-                  guard_, board ? board->fd() : -1, spec_.multi_node() ? hostname_ : "");
+    LaunchInputs in(spec_, *files_, round);
+    in.rdzv_unavailable = control_->workers_server_missing();
+    if (in.rdzv_unavailable.empty()) in.rdzv_endpoint = rdzv_endpoint;
+    in.node_address = node_address_;
+    in.rank0_stdin = stdin_relay_                        ? stdin_relay_->worker_end()
+                     : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
+                                                         : -1;
+    in.base_env = std::move(base_env);
+    in.cpus = std::move(cpus);
+    in.kept_stderr_lines = board ? HangWatch::kKeptStderrLines : kReportLines;
+    group.emplace(command, worker_launches(in), guard_, board ? board->fd() : -1,
+                  spec_.multi_node() ? hostname_ : "");
   } catch (...) {
     remove_leftover_segments(spec_.run_id);
     throw;

@@ -46,12 +46,6 @@ class Agent {
   struct AttemptResult;
   int run_rounds();
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
-  // Each local worker's environment, CPUs and output routing for `round`.
-  std::vector<WorkerLaunch> launches_for(const RoundAssignment& round,
-                                         const std::string& rdzv_endpoint,
-                                         const std::vector<std::string>& base_env,
-                                         const std::vector<std::vector<int>>& cpus,
-                                         size_t kept_stderr_lines);
   int finish_after_success(const RoundAssignment& round, bool* restart);
   // Keeps a hosted rendezvous answering for control_->linger_time(), or,
   // kUntilDelivered, until every node of the round has heard how it ended;

@@ -1,0 +1,150 @@
+#include "agent/worker_launches.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "ddp/common/env_contract.h"
+#include "ddp/common/error.h"
+
+namespace ddp::launcher {
+namespace {
+
+int open_log_file(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("--log_dir: cannot open '" + path + "': " + std::strerror(errno));
+  return fd;
+}
+
+// --virtual_local_rank: the worker sees only its own device, as device 0
+// (torchrun's rule: the parent's HIP_VISIBLE_DEVICES, else
+// CUDA_VISIBLE_DEVICES, names the devices; without either, device = local rank).
+void set_own_device(std::vector<std::string>& env, int local_rank) {
+  const char* hip = std::getenv("HIP_VISIBLE_DEVICES");
+  const char* parent = hip != nullptr && *hip != '\0' ? hip : std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string device = std::to_string(local_rank);
+  if (parent != nullptr) {
+    std::vector<std::string> devices;
+    std::stringstream items(parent);
+    for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
+    if (static_cast<size_t>(local_rank) >= devices.size()) {
+      throw Error(
+          "--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
+          (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") +
+          parent);
+    }
+    device = devices[static_cast<size_t>(local_rank)];
+  }
+  std::erase_if(env, [&](const std::string& e) {
+    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
+           (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
+  });
+  env.push_back("CUDA_VISIBLE_DEVICES=" + device);
+  if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
+}
+
+// The contract's variables for local rank `i`.
+WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir) {
+  const LaunchSpec& spec = in.spec;
+  WorkerEnv env;
+  env.rank = in.round.global_rank_offset + i;
+  env.local_rank = spec.virtual_local_rank ? 0 : i;
+  env.group_rank = in.round.group_rank;
+  env.role_rank = env.rank;
+  env.world_size = in.round.world_size;
+  env.local_world_size = spec.nproc_per_node;
+  env.group_world_size = in.round.group_world_size;
+  env.role_world_size = env.world_size;
+  env.role_name = spec.role;
+  // The static form passes --master_addr as given, as torchrun does: each
+  // node resolves it (a name node 0 maps to 127.0.1.1 must not become
+  // node 0's loopback address in every rank).
+  env.master_addr = spec.multi_node() && spec.rdzv_backend == RdzvBackend::kStatic
+                        ? spec.master_addr
+                        : in.round.master_addr;
+  env.master_port = in.round.master_port;
+  env.use_agent_store = spec.agent_store;
+  env.restart_count = in.round.restart_count;
+  env.max_restarts = spec.max_restarts;
+  env.run_id = spec.run_id;
+  env.rdzv_unavailable = in.rdzv_unavailable;
+  env.rdzv_endpoint = in.rdzv_endpoint;
+  env.rdzv_token = spec.rdzv_token;
+  env.round = in.round.round;
+  env.output_prefixed = spec.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+  if (const char* nccl_async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) {
+    env.nccl_async_error_handling = nccl_async;
+  }
+  env.error_file = RunFiles::error_file(rank_dir);
+  if (spec.multi_node()) {
+    env.rdzv_tls_ca = spec.tls_ca;
+    env.node_addr = in.node_address;
+  }
+  return env;
+}
+
+// Where local rank `i`'s streams go: the console unless redirected (and not
+// tee'd) or filtered out; its log file whenever logs are kept. As under
+// torchrun, whose workers write to its terminal and share its stdin: a
+// terminal for each stream the console shows when ddprun's is one, and
+// ddprun's stdin for local rank 0 (breakpoint(), input()).
+void route_streams(const LaunchInputs& in, int i, const std::string& rank_dir,
+                   WorkerLaunch& launch) {
+  const LaunchSpec& spec = in.spec;
+  const bool shown = !spec.local_ranks_filter ||
+                     std::find(spec.local_ranks_filter->begin(), spec.local_ranks_filter->end(),
+                               i) != spec.local_ranks_filter->end();
+  for (int s = 0; s < 2; ++s) {
+    const int bit = s == 0 ? kStdout : kStderr;
+    const bool redirected = (spec.redirects.for_rank(i) & bit) && !(spec.tee.for_rank(i) & bit);
+    TeeTarget& target = launch.streams[s];
+    target.console_fd = (shown && !redirected) ? (s == 0 ? STDOUT_FILENO : STDERR_FILENO) : -1;
+    target.prefix = spec.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
+    if (in.files.keeps_logs()) {
+      target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+      target.file_fd = open_log_file(target.file_path);
+    }
+    target.keep_last_lines = s == 1 ? in.kept_stderr_lines : 0;
+  }
+  if (i == 0) launch.stdio.stdin_fd = in.rank0_stdin;
+  launch.stdio.stdout_tty = launch.streams[0].console_fd >= 0 && isatty(STDOUT_FILENO) == 1;
+  launch.stdio.stderr_tty = launch.streams[1].console_fd >= 0 && isatty(STDERR_FILENO) == 1;
+}
+
+}  // namespace
+
+std::vector<WorkerLaunch> worker_launches(const LaunchInputs& in) {
+  const int n = in.spec.nproc_per_node;
+  std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
+  try {
+    for (int i = 0; i < n; ++i) {
+      WorkerLaunch& launch = launches[static_cast<size_t>(i)];
+      launch.local_rank = i;
+      launch.rank = in.round.global_rank_offset + i;
+      launch.cpus = in.cpus[static_cast<size_t>(i)];
+      const std::string rank_dir = in.files.worker_dir(in.round.restart_count, i);
+      launch.env = in.base_env;
+      for (const auto& [name, value] : worker_env(in, i, rank_dir).to_env()) {
+        launch.env.push_back(name + "=" + value);
+      }
+      if (in.spec.virtual_local_rank) set_own_device(launch.env, i);
+      route_streams(in, i, rank_dir, launch);
+    }
+  } catch (...) {
+    // The log files opened so far are closed when a later one cannot be made.
+    for (auto& launch : launches) {
+      for (auto& target : launch.streams) {
+        if (target.file_fd >= 0) close(target.file_fd);
+      }
+    }
+    throw;
+  }
+  return launches;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,39 @@
+#pragma once
+// What each local worker of an attempt is started with: its environment
+// (ddprun's own, without stale contract variables, plus the contract's
+// variables written by WorkerEnv), its CPUs, where its output goes (console,
+// log files), its stdin and whether its streams are terminals.
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/run_files.h"
+#include "cli/launch_spec.h"
+#include "ddp/common/rendezvous_types.h"
+#include "worker_group/worker_group.h"
+
+namespace ddp::launcher {
+
+struct LaunchInputs {
+  LaunchInputs(const LaunchSpec& s, const RunFiles& f, RoundAssignment r)
+      : spec(s), files(f), round(std::move(r)) {}
+  const LaunchSpec& spec;
+  const RunFiles& files;
+  RoundAssignment round;
+  std::string rdzv_endpoint;           // the workers' rendezvous server ("" when unavailable)
+  std::string rdzv_unavailable;        // why there is none, for libddp to say
+  std::string node_address;            // this node's advertised address (several nodes)
+  int rank0_stdin = -1;                // local rank 0's stdin; -1: /dev/null
+  std::vector<std::string> base_env;   // "NAME=value" without the contract's variables
+  std::vector<std::vector<int>> cpus;  // per local rank; empty: inherited
+  std::size_t kept_stderr_lines = 0;   // for the failure or hang report
+};
+
+// One launch per local rank. Opens the per-worker log files (closed again
+// when a later one fails). Throws ddp::Error naming --log_dir, or
+// --virtual_local_rank when a rank has no device.
+std::vector<WorkerLaunch> worker_launches(const LaunchInputs& in);
+
+}  // namespace ddp::launcher
