@@ -11,12 +11,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
-#include <algorithm>
 #include <cerrno>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "ddp/common/error.h"
@@ -152,31 +147,6 @@ bool stop_signal_pending() {
 }
 
 bool become_subreaper() { return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0; }
-
-std::vector<pid_t> adopted_children(const std::vector<pid_t>& known) {
-  std::vector<pid_t> found;
-  const pid_t self = getpid();
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
-  while (dirent* entry = readdir(proc)) {
-    const std::string name = entry->d_name;
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat("/proc/" + name + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    // "pid (comm) state ppid ...": comm may hold spaces and ')'.
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 1));
-    char state = 0;
-    pid_t ppid = 0;
-    if (!(rest >> state >> ppid) || ppid != self) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (std::find(known.begin(), known.end(), pid) == known.end()) found.push_back(pid);
-  }
-  closedir(proc);
-  return found;
-}
 
 void signal_group(pid_t pgid, int sig) {
   if (pgid > 0) kill(-pgid, sig);

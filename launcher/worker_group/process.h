@@ -49,10 +49,6 @@ SpawnedProcess spawn_process(const std::vector<std::string>& argv,
 // the job. Returns false when the kernel refuses.
 bool become_subreaper();
 
-// This process's children other than `known` (the workers, the orphan
-// guard): the orphaned descendants it adopted as a subreaper. Read from /proc.
-std::vector<pid_t> adopted_children(const std::vector<pid_t>& known);
-
 // Sends `sig` to every process of the group `pgid` (ESRCH is ignored).
 void signal_group(pid_t pgid, int sig);
 

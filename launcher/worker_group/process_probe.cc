@@ -24,6 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Stat {
+  pid_t ppid = 0;
   pid_t pgrp = 0;
   char state = '?';
   std::uint64_t ticks = 0;  // utime + stime + cutime + cstime
@@ -44,6 +45,7 @@ bool read_stat(const std::string& pid, Stat& out) {
   // After the state: ppid pgrp session tty tpgid flags minflt cminflt majflt
   // cmajflt utime stime cutime cstime (fields 4-17 of proc(5)).
   out.state = f[0][0];
+  out.ppid = static_cast<pid_t>(std::atol(f[1].c_str()));
   out.pgrp = static_cast<pid_t>(std::atol(f[2].c_str()));
   out.ticks = std::strtoull(f[11].c_str(), nullptr, 10) +
               std::strtoull(f[12].c_str(), nullptr, 10) +
@@ -84,6 +86,22 @@ std::vector<GroupUsage> process_group_usage(const std::vector<pid_t>& pgids) {
   }
   closedir(proc);
   return usage;
+}
+
+std::vector<pid_t> adopted_children(const std::vector<pid_t>& known) {
+  std::vector<pid_t> found;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  while (dirent* e = readdir(proc)) {
+    Stat st;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || !read_stat(e->d_name, st) || st.ppid != self)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (std::find(known.begin(), known.end(), pid) == known.end()) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
 }
 
 std::vector<std::string> native_stacks(pid_t pid, std::chrono::milliseconds timeout) {

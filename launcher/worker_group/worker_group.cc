@@ -9,6 +9,7 @@
 
 #include "ddp/common/launcher_log.h"
 #include "worker_group/process.h"
+#include "worker_group/process_probe.h"
 
 namespace ddp::launcher {
 
