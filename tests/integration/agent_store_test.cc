@@ -16,6 +16,7 @@
 
 #include "debian_torch.h"
 #include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -28,14 +29,11 @@ const std::string kWorker = TEST_WORKER_PATH;
 const std::string kTrainScript = TORCH_TRAIN_SCRIPT;
 constexpr int kMasterPort = 29500;
 
-class MultiHostTorchAgentStore : public ::testing::Test {
+class MultiHostTorchAgentStore : public NetnsTest {
  protected:
   void SetUp() override {
-    const std::string why = NetnsHosts::unavailable();
-    if (!why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
+    NetnsTest::SetUp();
+    if (IsSkipped()) return;
     hosts_ = std::make_unique<NetnsHosts>(2);
   }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -19,14 +20,11 @@ const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = TEST_WORKER_PATH;
 const std::string kTrainScript = TORCH_TRAIN_SCRIPT;
 
-class MasterAddr : public ::testing::Test {
+class MasterAddr : public NetnsTest {
  protected:
   void SetUp() override {
-    const std::string why = NetnsHosts::unavailable();
-    if (!why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
+    NetnsTest::SetUp();
+    if (IsSkipped()) return;
     hosts_ = std::make_unique<NetnsHosts>(2);
     hosts_->name_hosts({"node0", "node1"}, /*own_name_on_loopback=*/true);
   }

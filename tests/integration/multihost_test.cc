@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "netns_hosts.h"
+#include "netns_test.h"
 #include "rdzv_output.h"
 #include "subprocess.h"
 
@@ -27,15 +28,8 @@ const std::string kWorker = TEST_WORKER_PATH;
 const std::string kFast = "heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
 const std::string kFastConf = "--rdzv_conf=" + kFast;
 
-class MultiHost : public ::testing::Test {
+class MultiHost : public NetnsTest {
  protected:
-  void SetUp() override {
-    const std::string why = NetnsHosts::unavailable();
-    if (!why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
-  }
   // ddprun on `host` with `args` (then the program).
   std::unique_ptr<Subprocess> ddprun(const NetnsHosts& hosts, int host,
                                      std::vector<std::string> args,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -166,16 +167,8 @@ TEST(TorchEcosystem, AccelerateTakesDdprunsTwoRanksAsMultiCpu) {
 
 // --- two test hosts, one rank each -------------------------------------------
 
-class TorchEcosystemMultiHost : public ::testing::Test {
+class TorchEcosystemMultiHost : public NetnsTest {
  protected:
-  void SetUp() override {
-    const std::string why = NetnsHosts::unavailable();
-    if (!why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
-  }
-
   // ddprun on both test hosts: `launch(hosts, host)` (its flags), one rank,
   // then `p` with `args`; waits for both. pids_ gets each ddprun's pid
   // (`ip netns exec` execs it).

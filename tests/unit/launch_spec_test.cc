@@ -7,27 +7,12 @@
 
 #include "cli/stream_routing.h"
 #include "ddp/common/error.h"
+#include "parse_launch.h"
 #include "worker_group/failure_report.h"
 #include "worker_group/log_tee.h"
 
 namespace ddp::launcher {
 namespace {
-
-LaunchSpec parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "ddprun");
-  auto outcome = parse_launch_args(args, /*check_program=*/false);
-  if (!outcome.spec) throw Error("no spec: " + outcome.message);
-  return *outcome.spec;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 TEST(LaunchSpec, BothSpellingsOfEveryMultiWordFlag) {
   EXPECT_EQ(parse({"--nproc_per_node=3", "prog"}).nproc_per_node, 3);

@@ -16,25 +16,10 @@
 #include "cli/launch_spec.h"
 #include "cli/option_prefixes.h"
 #include "ddp/common/error.h"
+#include "parse_launch.h"
 
 namespace ddp::launcher {
 namespace {
-
-LaunchSpec parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "ddprun");
-  auto outcome = parse_launch_args(args, /*check_program=*/false);
-  if (!outcome.spec) throw Error("no spec: " + outcome.message);
-  return *outcome.spec;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 bool has_notice(const LaunchSpec& spec, const std::string& text) {
   for (const auto& line : spec.notices) {
