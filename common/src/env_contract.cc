@@ -48,6 +48,11 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   };
   if (!error_file.empty()) env.emplace_back("TORCHELASTIC_ERROR_FILE", error_file);
   if (output_prefixed) env.emplace_back("DDP_OUTPUT_PREFIXED", "1");
+  if (heal) {
+    env.emplace_back("DDP_ON_FAILURE", "heal");
+    env.emplace_back("DDP_HEAL_MARK", heal_mark);
+    env.emplace_back("DDP_INCARNATION", std::to_string(incarnation));
+  }
   if (!rdzv_endpoint.empty()) {
     env.emplace_back("DDP_RDZV_ENDPOINT", rdzv_endpoint);
     env.emplace_back("DDP_RDZV_TOKEN", rdzv_token);
@@ -85,7 +90,10 @@ const std::vector<std::string>& contract_variable_names() {
                                                  "DDP_RDZV_UNAVAILABLE",
                                                  "TORCHELASTIC_USE_AGENT_STORE",
                                                  "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                                                 "TORCHELASTIC_ERROR_FILE"};
+                                                 "TORCHELASTIC_ERROR_FILE",
+                                                 "DDP_ON_FAILURE",
+                                                 "DDP_HEAL_MARK",
+                                                 "DDP_INCARNATION"};
   return names;
 }
 
@@ -135,6 +143,14 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.nccl_async_error_handling = optional_str("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   env.use_agent_store =
       optional_str("TORCHELASTIC_USE_AGENT_STORE", "False") == "True";  // torch's test
+  const std::string on_failure = optional_str("DDP_ON_FAILURE", "restart");
+  if (on_failure != "restart" && on_failure != "heal") {
+    throw Error("environment variable DDP_ON_FAILURE='" + on_failure +
+                "' is not one of restart, heal");
+  }
+  env.heal = on_failure == "heal";
+  env.heal_mark = optional_str("DDP_HEAL_MARK", "");
+  env.incarnation = optional_int("DDP_INCARNATION", 0, 0, kMaxInt);
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;

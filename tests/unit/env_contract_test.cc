@@ -42,6 +42,9 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.output_prefixed = true;
   env.error_file = "/logs/attempt_0/1/error.json";
   env.nccl_async_error_handling = "0";
+  env.heal = true;
+  env.heal_mark = "/run/heal-mark-1";
+  env.incarnation = 2;
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) {
@@ -72,6 +75,9 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_EQ(back->node_addr, "10.0.0.2");
   EXPECT_TRUE(back->output_prefixed);
   EXPECT_EQ(back->error_file, "/logs/attempt_0/1/error.json");
+  EXPECT_TRUE(back->heal);
+  EXPECT_EQ(back->heal_mark, "/run/heal-mark-1");
+  EXPECT_EQ(back->incarnation, 2);
   EXPECT_EQ(back->nccl_async_error_handling, "0");
   EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "False");
 }
@@ -101,6 +107,29 @@ TEST(EnvContract, TorchrunsStoreAndNcclVariablesAreAlwaysWrittenAndAnInheritedEr
                            "TORCHELASTIC_ERROR_FILE"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
         << name << " would be inherited";
+  }
+}
+
+TEST(EnvContract, HealVariablesRoundTripAndAreWrittenOnlyWhenHealIsOn) {
+  WorkerEnv env;
+  for (const auto& [name, value] : env.to_env()) {
+    EXPECT_TRUE(name != "DDP_ON_FAILURE" && name != "DDP_HEAL_MARK" && name != "DDP_INCARNATION")
+        << name;
+  }
+  auto back = parse({{"RANK", "1"},
+                     {"WORLD_SIZE", "2"},
+                     {"DDP_ON_FAILURE", "heal"},
+                     {"DDP_HEAL_MARK", "/m"},
+                     {"DDP_INCARNATION", "3"}});
+  EXPECT_TRUE(back->heal);
+  EXPECT_EQ(back->heal_mark, "/m");
+  EXPECT_EQ(back->incarnation, 3);
+  EXPECT_FALSE(parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_ON_FAILURE", "restart"}})->heal);
+  try {
+    parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_ON_FAILURE", "heals"}});
+    FAIL() << "a malformed DDP_ON_FAILURE must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DDP_ON_FAILURE"), std::string::npos) << e.what();
   }
 }
 

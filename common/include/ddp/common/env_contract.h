@@ -53,6 +53,15 @@ struct WorkerEnv {
   // (an inherited "True" is never passed on: it would make every rank wait
   // for a store nobody serves).
   bool use_agent_store = false;
+  // Live recovery (ddprun --on_failure=heal), all three written only when heal is on:
+  // DDP_ON_FAILURE=heal tells libddp a dead peer is replaced, not the group
+  // restarted; DDP_HEAL_MARK is the file libddp creates once the program has
+  // opted into healing (the launcher relaunches only ranks that did);
+  // DDP_INCARNATION counts this rank's relaunches in the round (0: first
+  // launch), so a relaunched rank joins the live group instead of forming one.
+  bool heal = false;
+  std::string heal_mark;
+  int incarnation = 0;
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
