@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "agent/hang_watch.h"
+#include "agent/healer.h"
 #include "agent/local_control_plane.h"
 #include "agent/port_reservation.h"
 #include "agent/rpc_plugin.h"
@@ -124,6 +125,7 @@ struct Agent::AttemptResult {
   std::optional<RoundStatus> remote_end;  // the round ended elsewhere (or the job succeeded)
   std::string lost;                       // the rendezvous server stopped answering
   bool can_restart = false;               // the server will form another round
+  int relaunches = 0;                     // ranks relaunched alone (--on_failure=heal)
 };
 
 namespace {
@@ -165,9 +167,11 @@ int Agent::run() {
   try {
     const int code = run_rounds();
     files_.reset();  // main() leaves with _exit: the temporary error files go now
+    marks_.reset();
     return code;
   } catch (...) {
     files_.reset();
+    marks_.reset();
     // Every finished attempt cleaned up after itself; one cut short by an error
     // may have left segments (and, if its workers still run, the orphan guard
     // sweeps again once it has killed them).
@@ -195,6 +199,13 @@ int Agent::run_rounds() {
     log.info("--redirects/--tee without --log_dir: worker logs go to {}", files_->root());
   } else if (files_->keeps_logs()) {
     log.info("worker logs go to {}", files_->root());
+  }
+  if (spec_.on_failure == OnFailure::kHeal && spec_.multi_node()) {
+    log.warn(
+        "--on_failure=heal relaunches ranks on a single node only: with several nodes a failed "
+        "worker restarts the worker groups as --on_failure=restart does");
+  } else if (spec_.on_failure == OnFailure::kHeal) {
+    marks_ = std::make_unique<HealMarks>(spec_.run_id);
   }
 
   // Single node: rounds decided here, workers' server loaded in the background.
@@ -272,8 +283,8 @@ int Agent::run_rounds() {
         linger(Linger::kUntilDelivered);
         return result.first_failure->launcher_exit_code();
       }
-      log.warn("restarting the worker group (restart {} of {})", round.restart_count + 1,
-               spec_.max_restarts);
+      log.warn("restarting the worker group (restart {} of {})",
+               round.restart_count + result.relaunches + 1, spec_.max_restarts);
       continue;
     }
     if (result.remote_end) {
@@ -392,27 +403,36 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
 
   stdin_relay_.reset();
   if (isatty(STDIN_FILENO) == 1) stdin_relay_.emplace();
+  LaunchInputs in(spec_, *files_, round);  // kept for relaunches
+  in.rdzv_unavailable = control_->workers_server_missing();
+  if (in.rdzv_unavailable.empty()) in.rdzv_endpoint = rdzv_endpoint;
+  in.node_address = node_address_;
+  in.rank0_stdin = stdin_relay_                        ? stdin_relay_->worker_end()
+                   : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
+                                                       : -1;
+  in.base_env = std::move(base_env);
+  in.cpus = std::move(cpus);
+  in.kept_stderr_lines = board ? HangWatch::kKeptStderrLines : kReportLines;
+  if (marks_) in.heal_mark_dir = marks_->dir();
+  std::optional<Healer> healer;
   std::optional<WorkerGroup> group;
   try {
-    LaunchInputs in(spec_, *files_, round);
-    in.rdzv_unavailable = control_->workers_server_missing();
-    if (in.rdzv_unavailable.empty()) in.rdzv_endpoint = rdzv_endpoint;
-    in.node_address = node_address_;
-    in.rank0_stdin = stdin_relay_                        ? stdin_relay_->worker_end()
-                     : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
-                                                         : -1;
-    in.base_env = std::move(base_env);
-    in.cpus = std::move(cpus);
-    in.kept_stderr_lines = board ? HangWatch::kKeptStderrLines : kReportLines;
+    if (marks_) healer.emplace(*control_, *marks_, in);  // no stale marks
     group.emplace(command, worker_launches(in), guard_, board ? board->fd() : -1,
                   spec_.multi_node() ? hostname_ : "");
   } catch (...) {
     remove_leftover_segments(spec_.run_id);
     throw;
   }
-  if (stdin_relay_) stdin_relay_->close_worker_end();
+  if (stdin_relay_) {
+    stdin_relay_->close_worker_end();
+    in.rank0_stdin = -1;  // a relaunched local rank 0 reads /dev/null
+  }
   std::optional<HangWatch> hang;
-  if (board) hang.emplace(spec_.hang_timeout_s, *board, python);
+  auto watch_hangs = [&]() {
+    hang.emplace(spec_.hang_timeout_s, *board, python, healer.has_value());
+  };
+  if (board) watch_hangs();
 
   AttemptResult result;
   const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);
@@ -429,19 +449,30 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
       launcher_log().error("error: could not report the failure: {}", e.what());
     }
   };
+  // A failed worker: relaunched alone (--on_failure=heal), else the attempt's failure.
+  auto worker_failed = [&](size_t i) {
+    Worker& w = (*group)[i];
+    group->pump_all(i);  // what the rank wrote before it died: its last words for the report
+    if (healer && healer->relaunch(*group, i)) {
+      if (hang) watch_hangs();  // the new process's progress is counted afresh
+      return;
+    }
+    if (auto hung = healer ? healer->hang_of(i) : std::nullopt) {
+      return fail_with(hung->first, hung->second);
+    }
+    fail_with(w.outcome,
+              format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines), attempt,
+                                    spec_.max_restarts));
+  };
   auto reap = [&]() {
     for (size_t i : group->reap()) {
-      Worker& w = (*group)[i];
       // The first failure ends the attempt; not one caused by our own stop,
       // or by a hang's traceback dump.
-      if (!w.outcome.failed() || group->stopping() || result.signal != 0 || result.remote_end ||
-          (hang && hang->found())) {
+      if (!(*group)[i].outcome.failed() || group->stopping() || result.signal != 0 ||
+          result.remote_end || (hang && hang->found())) {
         continue;
       }
-      group->pump_all(i);  // what the rank wrote before it died: its last words for the report
-      fail_with(w.outcome,
-                format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines),
-                                      attempt, spec_.max_restarts));
+      worker_failed(i);
     }
   };
 
@@ -516,11 +547,21 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
     reap();
     if (hang && !result.first_failure && (!settled() || hang->found()) && hang->tick(*group)) {
       auto blamed = hang->blamed(*group);
-      fail_with(blamed.front(), hang->report(*group, attempt, spec_.max_restarts));
+      std::string report = hang->report(*group, attempt, spec_.max_restarts);
+      if (healer && healer->take_hang(*group, blamed, report)) {
+        watch_hangs();
+        for (const auto& b : blamed) {  // ended already: a Python rank's traceback dump
+          const auto i = static_cast<size_t>(b.local_rank);
+          if (!(*group)[i].running && (*group)[i].outcome.failed()) worker_failed(i);
+        }
+      } else {
+        fail_with(blamed.front(), std::move(report));
+      }
     }
     group->kill_if_overdue();
   }
 
+  if (healer) result.relaunches = healer->relaunches();
   group->drain();
   group.reset();
   stdin_relay_.reset();

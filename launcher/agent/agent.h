@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/control_plane.h"
+#include "agent/heal_marks.h"
 #include "agent/run_files.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
@@ -58,6 +59,7 @@ class Agent {
   int signal_fd_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<RunFiles> files_;        // per-worker logs and error files
+  std::unique_ptr<HealMarks> marks_;       // --on_failure=heal on a single node, else null
   std::optional<StdinRelay> stdin_relay_;  // the terminal typed into, for local rank 0
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)

@@ -39,6 +39,13 @@ class ControlPlane {
   // A local worker failed; returns whether another round will be formed.
   virtual bool report_failure(const RoundAssignment& round, const std::string& report,
                               int exit_code) = 0;
+  // --on_failure=heal: restarts of the job's budget (--max_restarts) still
+  // left, and spending one on relaunching a single worker; spend_restart()
+  // returns the restarts spent so far, this one included (0: none was left).
+  // Only a single node keeps the budget itself: several nodes' budget is the
+  // server's, so there none is left for relaunches.
+  virtual int restarts_left() const { return 0; }
+  virtual int spend_restart() { return 0; }
   // Every local worker succeeded.
   virtual void leave(const RoundAssignment& round, int exit_code) = 0;
   // Heartbeats for a round (nullptr when the node is alone and needs none).

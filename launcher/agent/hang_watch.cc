@@ -33,10 +33,11 @@ std::vector<std::string> python_traceback(const std::deque<std::string>& lines) 
 
 }  // namespace
 
-HangWatch::HangWatch(double timeout_s, const ProgressBoard& board, bool python)
+HangWatch::HangWatch(double timeout_s, const ProgressBoard& board, bool python, bool spare_waiters)
     : timeout_s_(timeout_s),
       board_(board),
       python_(python),
+      spare_waiters_(spare_waiters),
       detector_(to_ms(timeout_s)),
       // Every tenth of the timeout, 50 ms to 1 s.
       sample_every_(std::clamp(to_ms(timeout_s / 10), std::chrono::milliseconds(50),
@@ -92,6 +93,7 @@ void HangWatch::begin_dump(WorkerGroup& group, HangVerdict verdict) {
       "no progress for {:g} s (--hang_timeout): collecting where the ranks are stuck", timeout_s_);
   std::vector<int> shown = verdict.blamed;
   for (int i : verdict.stuck) {
+    if (python_ && spare_waiters_) break;  // SIGABRT would end them
     if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
   }
   if (shown.size() > kMaxStackedRanks) shown.resize(kMaxStackedRanks);

@@ -25,8 +25,10 @@ class HangWatch {
   static constexpr size_t kKeptStderrLines = 300;
 
   // `board`: the one the workers count on (outlives this). `python`: the
-  // workers run Python.
-  HangWatch(double timeout_s, const ProgressBoard& board, bool python);
+  // workers run Python. `spare_waiters` (--on_failure=heal): only the blamed
+  // ranks are sent SIGABRT for their tracebacks, so that the ranks waiting
+  // for them live on to heal them (their stacks are then not shown).
+  HangWatch(double timeout_s, const ProgressBoard& board, bool python, bool spare_waiters = false);
 
   // When tick() next has something to do.
   Clock::time_point next_wake() const;
@@ -56,6 +58,7 @@ class HangWatch {
   double timeout_s_;
   const ProgressBoard& board_;
   bool python_;
+  bool spare_waiters_;
   HangDetector detector_;
   std::chrono::milliseconds sample_every_;
   Clock::time_point next_sample_;

@@ -56,6 +56,11 @@ bool LocalControlPlane::report_failure(const RoundAssignment&, const std::string
   return true;
 }
 
+int LocalControlPlane::spend_restart() {
+  if (restarts_used_ >= spec_.max_restarts) return 0;
+  return ++restarts_used_;
+}
+
 void LocalControlPlane::leave(const RoundAssignment&, int) {}
 
 std::unique_ptr<RoundWatch> LocalControlPlane::watch(const RoundAssignment&) { return nullptr; }

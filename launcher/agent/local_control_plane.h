@@ -24,6 +24,8 @@ class LocalControlPlane final : public ControlPlane {
                        const JoinWait& wait) override;
   bool report_failure(const RoundAssignment& round, const std::string& report,
                       int exit_code) override;
+  int restarts_left() const override { return spec_.max_restarts - restarts_used_; }
+  int spend_restart() override;
   void leave(const RoundAssignment& round, int exit_code) override;
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;
 

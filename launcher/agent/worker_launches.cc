@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "agent/heal_marks.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 
@@ -48,8 +49,9 @@ void set_own_device(std::vector<std::string>& env, int local_rank) {
   if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
 }
 
-// The contract's variables for local rank `i`.
-WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir) {
+// The contract's variables for local rank `i`, launched for the
+// `incarnation`-th time in the round (0: first).
+WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir, int incarnation) {
   const LaunchSpec& spec = in.spec;
   WorkerEnv env;
   env.rank = in.round.global_rank_offset + i;
@@ -85,6 +87,11 @@ WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir)
     env.rdzv_tls_ca = spec.tls_ca;
     env.node_addr = in.node_address;
   }
+  if (!in.heal_mark_dir.empty()) {
+    env.heal = true;
+    env.heal_mark = HealMarks::path(in.heal_mark_dir, i);
+    env.incarnation = incarnation;
+  }
   return env;
 }
 
@@ -93,7 +100,7 @@ WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir)
 // torchrun, whose workers write to its terminal and share its stdin: a
 // terminal for each stream the console shows when ddprun's is one, and
 // ddprun's stdin for local rank 0 (breakpoint(), input()).
-void route_streams(const LaunchInputs& in, int i, const std::string& rank_dir,
+void route_streams(const LaunchInputs& in, int i, const std::string& rank_dir, bool open_files,
                    WorkerLaunch& launch) {
   const LaunchSpec& spec = in.spec;
   const bool shown = !spec.local_ranks_filter ||
@@ -107,7 +114,7 @@ void route_streams(const LaunchInputs& in, int i, const std::string& rank_dir,
     target.prefix = spec.rank_prefix ? "[rank " + std::to_string(launch.rank) + "] " : "";
     if (in.files.keeps_logs()) {
       target.file_path = rank_dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-      target.file_fd = open_log_file(target.file_path);
+      if (open_files) target.file_fd = open_log_file(target.file_path);
     }
     target.keep_last_lines = s == 1 ? in.kept_stderr_lines : 0;
   }
@@ -116,25 +123,35 @@ void route_streams(const LaunchInputs& in, int i, const std::string& rank_dir,
   launch.stdio.stderr_tty = launch.streams[1].console_fd >= 0 && isatty(STDERR_FILENO) == 1;
 }
 
+// Local rank `i`'s launch, filled in place (the caller closes the log files
+// opened so far when a later one cannot be).
+void fill_launch(const LaunchInputs& in, int i, int incarnation, bool open_files,
+                 WorkerLaunch& launch) {
+  launch.local_rank = i;
+  launch.rank = in.round.global_rank_offset + i;
+  launch.cpus = in.cpus[static_cast<size_t>(i)];
+  const std::string rank_dir = in.files.worker_dir(in.round.restart_count, i);
+  launch.env = in.base_env;
+  for (const auto& [name, value] : worker_env(in, i, rank_dir, incarnation).to_env()) {
+    launch.env.push_back(name + "=" + value);
+  }
+  if (in.spec.virtual_local_rank) set_own_device(launch.env, i);
+  route_streams(in, i, rank_dir, open_files, launch);
+}
+
 }  // namespace
+
+WorkerLaunch worker_relaunch(const LaunchInputs& in, int i, int incarnation) {
+  WorkerLaunch launch;
+  fill_launch(in, i, incarnation, false, launch);
+  return launch;
+}
 
 std::vector<WorkerLaunch> worker_launches(const LaunchInputs& in) {
   const int n = in.spec.nproc_per_node;
   std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
   try {
-    for (int i = 0; i < n; ++i) {
-      WorkerLaunch& launch = launches[static_cast<size_t>(i)];
-      launch.local_rank = i;
-      launch.rank = in.round.global_rank_offset + i;
-      launch.cpus = in.cpus[static_cast<size_t>(i)];
-      const std::string rank_dir = in.files.worker_dir(in.round.restart_count, i);
-      launch.env = in.base_env;
-      for (const auto& [name, value] : worker_env(in, i, rank_dir).to_env()) {
-        launch.env.push_back(name + "=" + value);
-      }
-      if (in.spec.virtual_local_rank) set_own_device(launch.env, i);
-      route_streams(in, i, rank_dir, launch);
-    }
+    for (int i = 0; i < n; ++i) fill_launch(in, i, 0, true, launches[static_cast<size_t>(i)]);
   } catch (...) {
     // The log files opened so far are closed when a later one cannot be made.
     for (auto& launch : launches) {

@@ -29,11 +29,17 @@ struct LaunchInputs {
   std::vector<std::string> base_env;   // "NAME=value" without the contract's variables
   std::vector<std::vector<int>> cpus;  // per local rank; empty: inherited
   std::size_t kept_stderr_lines = 0;   // for the failure or hang report
+  std::string heal_mark_dir;           // --on_failure=heal: the run's HealMarks ("": off)
 };
 
 // One launch per local rank. Opens the per-worker log files (closed again
 // when a later one fails). Throws ddp::Error naming --log_dir, or
 // --virtual_local_rank when a rank has no device.
 std::vector<WorkerLaunch> worker_launches(const LaunchInputs& in);
+
+// --on_failure=heal: local rank `i`'s launch for its relaunch number
+// `incarnation` (DDP_INCARNATION), otherwise as at first; no log file is
+// opened (the running tees keep the rank's).
+WorkerLaunch worker_relaunch(const LaunchInputs& in, int i, int incarnation);
 
 }  // namespace ddp::launcher

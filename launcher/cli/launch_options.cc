@@ -59,10 +59,15 @@ void declare_job_shape(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
   app.add_option("--role", spec.role, "ROLE_NAME given to workers")->envname("PET_ROLE");
 }
 
-void declare_supervision(CLI::App& app, LaunchSpec& spec) {
+void declare_supervision(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
   app.add_option("--max_restarts,--max-restarts", spec.max_restarts,
                  "Restarts of the whole worker group before failing")
       ->envname("PET_MAX_RESTARTS");
+  app.add_option("--on_failure,--on-failure", text.on_failure,
+                 "restart (default): a failed worker stops the group, restarted while "
+                 "--max_restarts allow; heal: a rank that opted into libddp's healing is "
+                 "relaunched alone (one of --max_restarts each) while the others go on")
+      ->envname("PET_ON_FAILURE");
   app.add_option("--monitor_interval,--monitor-interval", spec.monitor_interval_s,
                  "Seconds between supervision checks (exits are seen at once regardless)")
       ->envname("PET_MONITOR_INTERVAL");
@@ -150,7 +155,7 @@ void declare_torchrun_only(CLI::App& app, LaunchText& text) {
 
 void declare_launch_options(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
   declare_job_shape(app, spec, text);
-  declare_supervision(app, spec);
+  declare_supervision(app, spec, text);
   declare_output(app, spec, text);
   declare_program(app, spec);
   declare_torchrun_only(app, text);

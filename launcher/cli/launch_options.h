@@ -15,7 +15,7 @@ namespace ddp::launcher {
 // Values kept as given, for launch_spec.cc to check after parsing.
 struct LaunchText {
   std::string nnodes = "1", redirects, tee, local_ranks_filter, run_id, rdzv_conf, rdzv_backend,
-              token_file;
+              token_file, on_failure = "restart";
   bool no_prefix = false;
   // torchrun flags with nothing (or something else) to do here: accepted,
   // so that a copied command line runs, with one line saying why.

@@ -404,6 +404,12 @@ void check_ranges(const LaunchSpec& spec) {
   if (spec.module && spec.no_python) throw Error("-m/--module and --no_python cannot be combined");
 }
 
+OnFailure parse_on_failure(const std::string& text) {
+  if (text == "restart") return OnFailure::kRestart;
+  if (text == "heal") return OnFailure::kHeal;
+  throw Error("--on_failure=" + text + ": expected restart or heal");
+}
+
 // The interpreter (DDP_PYTHON, else torchrun's PYTHON_EXEC) and whether the
 // program runs under it.
 void apply_python(LaunchSpec& spec) {
@@ -488,6 +494,7 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   apply_token_and_tls(spec, text.token_file);
   apply_shutdown_default(spec, app.count("--shutdown_timeout") > 0);
   check_ranges(spec);
+  spec.on_failure = parse_on_failure(text.on_failure);
   spec.redirects = parse_stream_map("--redirects", text.redirects);
   spec.tee = parse_stream_map("--tee", text.tee);
   if (!text.local_ranks_filter.empty()) {

@@ -20,6 +20,13 @@ namespace ddp::launcher {
 // --node_rank is given and --nnodes is fixed, else c10d.
 enum class RdzvBackend { kStatic, kC10d };
 
+// --on_failure: what a failed worker leads to. kRestart: the group is stopped
+// (and restarted while --max_restarts allow). kHeal (live recovery, single
+// node): a failed rank whose program opted into libddp's healing is relaunched
+// alone, each relaunch spending one of --max_restarts, while the other ranks
+// go on; a rank that did not opt in is handled as with kRestart.
+enum class OnFailure { kRestart, kHeal };
+
 struct LaunchSpec {
   int nproc_per_node = 1;
   std::string nproc_per_node_text = "1";  // as given (N, auto, cpu, gpu)
@@ -65,6 +72,7 @@ struct LaunchSpec {
   int master_port = 0;  // 0: ddprun reserves a free port
   bool standalone = false;
   int max_restarts = 0;
+  OnFailure on_failure = OnFailure::kRestart;
   double monitor_interval_s = 0.1;
   // A rank without progress for this long is reported as hung, with where it
   // is stuck, and the group is stopped (and restarted if restarts remain).

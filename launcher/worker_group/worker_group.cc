@@ -16,7 +16,11 @@ namespace ddp::launcher {
 WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
                          std::vector<WorkerLaunch> launches, OrphanGuard& guard, int inherit_fd,
                          const std::string& host)
-    : guard_(guard), workers_(launches.size()) {
+    : guard_(guard),
+      command_(command),
+      inherit_fd_(inherit_fd),
+      host_(host),
+      workers_(launches.size()) {
   // Every tee first: they own the log files, which are closed with them
   // however far the spawning gets.
   for (size_t i = 0; i < launches.size(); ++i) {
@@ -24,26 +28,47 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
       workers_[i].tees[s] = std::make_unique<StreamTee>(std::move(launches[i].streams[s]));
   }
   try {
-    for (size_t i = 0; i < launches.size(); ++i) {
-      WorkerLaunch& launch = launches[i];
-      Worker& w = workers_[i];
-      w.rank = launch.rank;
-      w.local_rank = launch.local_rank;
-      SpawnedProcess p = spawn_process(command, launch.env, launch.cpus, inherit_fd, launch.stdio);
-      guard_.watch(p.pid);
-      w.pid = p.pid;
-      w.fds[0] = p.stdout_fd;
-      w.fds[1] = p.stderr_fd;
-      w.running = true;
-      w.outcome.rank = w.rank;
-      w.outcome.local_rank = w.local_rank;
-      w.outcome.pid = p.pid;
-      w.outcome.host = host;
-    }
+    for (size_t i = 0; i < launches.size(); ++i) start(i, launches[i]);
   } catch (...) {
     release();
     throw;
   }
+}
+
+void WorkerGroup::start(size_t i, const WorkerLaunch& launch) {
+  Worker& w = workers_[i];
+  w.rank = launch.rank;
+  w.local_rank = launch.local_rank;
+  SpawnedProcess p = spawn_process(command_, launch.env, launch.cpus, inherit_fd_, launch.stdio);
+  guard_.watch(p.pid);
+  w.pid = p.pid;
+  w.fds[0] = p.stdout_fd;
+  w.fds[1] = p.stderr_fd;
+  w.running = true;
+  w.outcome = WorkerOutcome{};
+  w.outcome.rank = w.rank;
+  w.outcome.local_rank = w.local_rank;
+  w.outcome.pid = p.pid;
+  w.outcome.host = host_;
+}
+
+void WorkerGroup::relaunch(size_t i, const WorkerLaunch& launch) {
+  Worker& w = workers_[i];
+  if (w.running) return;
+  // The previous process is gone (reaped); its children die with its group,
+  // and what they wrote so far still reaches the tees, whose last line is
+  // ended before the new process writes.
+  signal_group(w.pid, SIGKILL);
+  pump_all(i);
+  for (int s = 0; s < 2; ++s) {
+    if (w.fds[s] < 0) continue;
+    close(w.fds[s]);
+    w.fds[s] = -1;
+    w.tees[s]->flush();
+  }
+  if (w.pid > 0) guard_.forget(w.pid);
+  w.pid = -1;  // the outcome keeps it until the new process starts
+  start(i, launch);
 }
 
 WorkerGroup::~WorkerGroup() { release(); }

@@ -71,6 +71,14 @@ class WorkerGroup {
   // Reaps the workers that ended; returns their indexes.
   std::vector<size_t> reap();
 
+  // Starts worker `i`, which has ended, again (--on_failure=heal) with
+  // `launch`'s environment, CPUs and stdio (its streams are ignored): the
+  // output goes on through the worker's tees (console prefix, log files
+  // appended, kept stderr lines). What is left of the previous process's
+  // group is killed and its pipes read and closed first. Throws ddp::Error
+  // when the process cannot be started (the worker then stays ended).
+  void relaunch(size_t i, const WorkerLaunch& launch);
+
   // `sig` to every running worker's process group, with SIGCONT unless it is
   // SIGKILL: a stopped worker (SIGSTOP, Ctrl-Z, a debugger let go) could not
   // act on it before the grace period ends.
@@ -97,7 +105,11 @@ class WorkerGroup {
  private:
   void stop_adopted();  // kills and reaps the workers' descendants ddprun adopted
   void release();       // kill, reap, close: the destructor and a failed spawn
+  void start(size_t i, const WorkerLaunch& launch);  // spawns worker i's process
   OrphanGuard& guard_;
+  std::vector<std::string> command_;
+  int inherit_fd_;
+  std::string host_;
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> kill_deadline_;
 };

@@ -1,0 +1,73 @@
+#include "agent/healer.h"
+
+#include <signal.h>
+
+#include "agent/heal_policy.h"
+#include "ddp/common/error.h"
+#include "ddp/common/launcher_log.h"
+#include "worker_group/process.h"
+
+namespace ddp::launcher {
+
+Healer::Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs& in)
+    : control_(control),
+      marks_(marks),
+      in_(in),
+      incarnations_(static_cast<std::size_t>(in.spec.nproc_per_node), 0) {
+  for (int i = 0; i < in.spec.nproc_per_node; ++i) marks_.clear(i);
+}
+
+bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
+  WorkerOutcome failed = group[i].outcome;
+  failed.hung = hung_.count(i) > 0;
+  const int local = static_cast<int>(i);
+  const bool opted_in = marks_.exists(local);
+  if (heal_step(opted_in, control_.restarts_left()) != HealStep::kRelaunch) {
+    if (!opted_in) launcher_log().warn("{}", not_opted_in_line(failed, control_.restarts_left()));
+    return false;
+  }
+  const int spent = control_.spend_restart();
+  if (spent == 0) return false;
+  launcher_log().warn("{}", relaunch_line(failed, spent, in_.spec.max_restarts));
+  marks_.clear(local);
+  try {
+    group.relaunch(i, worker_relaunch(in_, local, ++incarnations_[i]));
+  } catch (const Error& e) {
+    launcher_log().error("error: could not relaunch rank {}: {}", failed.rank, e.what());
+    return false;
+  }
+  hung_.erase(i);
+  ++relaunches_;
+  return true;
+}
+
+bool Healer::take_hang(WorkerGroup& group, const std::vector<WorkerOutcome>& blamed,
+                       const std::string& report) {
+  std::size_t opted_in = 0;
+  for (const auto& b : blamed) {
+    if (marks_.exists(b.local_rank)) {
+      ++opted_in;
+    } else {
+      launcher_log().warn("{}", not_opted_in_line(b, control_.restarts_left()));
+    }
+  }
+  if (!heal_takes_hang(blamed.size(), opted_in, group.size(), control_.restarts_left())) {
+    return false;
+  }
+  launcher_log().warn("{}", report);
+  hang_report_ = report;
+  for (const auto& b : blamed) {
+    const auto i = static_cast<std::size_t>(b.local_rank);
+    hung_[i] = b;
+    if (group[i].running) signal_group(group[i].pid, SIGKILL);
+  }
+  return true;
+}
+
+std::optional<std::pair<WorkerOutcome, std::string>> Healer::hang_of(std::size_t i) const {
+  auto it = hung_.find(i);
+  if (it == hung_.end()) return std::nullopt;
+  return std::pair{it->second, hang_report_};
+}
+
+}  // namespace ddp::launcher
