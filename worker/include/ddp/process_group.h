@@ -15,8 +15,10 @@
 // Thread-safety: issuing collectives from several threads is allowed; their
 // order is the order the calls reach the group. Errors are ddp::Error.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +62,29 @@ struct ProcessGroupOptions {
   }
 };
 
+// Who a group is made of, for groups rebuilt over the live ranks after a
+// failure (live recovery, ddp/heal.h). A member is known by its id, the
+// launch rank (RANK) it was started as; a relaunched process keeps its id.
+struct Member {
+  int id = 0;
+  int node = 0;  // its node's index (GROUP_RANK); ranks of a node must be consecutive
+  bool operator==(const Member&) const = default;
+};
+
+// The members of one epoch of a group. A group is made from one MemberSet
+// and never changes; after a failure the survivors (and any arrivals) make a
+// new group from the next epoch's set. Rank i of that group is members[i].
+struct MemberSet {
+  std::uint64_t epoch = 0;      // 0: the launch's group; each rebuild adds at least one
+  std::vector<Member> members;  // in rank order: by node, then id; ids unique
+
+  int size() const { return static_cast<int>(members.size()); }
+  // The rank of member `id` in this set; -1 when it is not in it.
+  int rank_of(int id) const;
+  // "0 1 3" (the ids, in rank order).
+  std::string describe() const;
+};
+
 class Backend;
 class Executor;
 
@@ -75,6 +100,18 @@ class ProcessGroup {
   // terminate on SIGPIPE for that error to be seen).
   static std::shared_ptr<ProcessGroup> create(int rank, int size, std::shared_ptr<Store> store,
                                               const ProcessGroupOptions& options);
+  // Rebuilding: a group over `members` in which this process is member
+  // `self_id`. Rank, size and (for shm) each rank's node and local rank come
+  // from the set; options.local_rank/local_size/node/nodes are ignored. The
+  // epoch scopes everything the group makes: its keys in `store`
+  // ("e<epoch>/...") and its shm segment (group name "<name>-e<epoch>"), so
+  // a group of epoch N+1 never meets what epoch N left behind, and the old
+  // group may still exist (aborted) while the new one forms. Every member
+  // must call this with an identical set. Throws ddp::Error when `self_id`
+  // is not a member, the ids repeat, or a node's members are not consecutive.
+  static std::shared_ptr<ProcessGroup> create(const MemberSet& members, int self_id,
+                                              std::shared_ptr<Store> store,
+                                              const ProcessGroupOptions& options);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -83,6 +120,20 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& backend_name() const { return options_.backend; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
+  // What the group was made from: the set given to create(), or for a group
+  // made by rank and size, epoch 0 with member i = rank i (node 0 for all).
+  const MemberSet& members() const { return members_; }
+  std::uint64_t epoch() const { return members_.epoch; }
+
+  // This rank leaves the group, for good: peers waiting on it in a
+  // collective fail at once instead of at the timeout (shm: within
+  // milliseconds; gloo and nccl: when this group is destroyed, which closes
+  // its connections), and every collective this rank has queued or issues
+  // later fails with an error saying the group was aborted. A survivor calls
+  // it on the old group before agreeing on the next member set. Does not
+  // wait; thread-safe; idempotent.
+  void abort();
+  bool aborted() const;
 
   // data[i] = op over ranks of data[i]. kAvg divides the sum by size()
   // (integer types: truncating division).
@@ -157,8 +208,8 @@ class ProcessGroup {
   std::string algorithm_for(const std::string& collective, std::size_t bytes) const;
 
  private:
-  ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
-               const ProcessGroupOptions& options);
+  ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options,
+               MemberSet members);
   struct Call;  // what one collective is, for errors and the debug check
   std::shared_ptr<Work> submit(const Call& call, std::function<void()> run);
   void check_signature(const Call& call);
@@ -172,6 +223,8 @@ class ProcessGroup {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Executor> executor_;
   std::uint64_t issued_ = 0;  // collectives issued (guarded by the executor's queue lock)
+  MemberSet members_;
+  std::shared_ptr<std::atomic<bool>> aborted_;
 };
 
 }  // namespace ddp

@@ -50,6 +50,9 @@ class Backend {
   virtual std::shared_ptr<void> node_shared_at(std::int64_t /*offset*/, std::size_t /*bytes*/) {
     return nullptr;
   }
+  // ProcessGroup::abort: peers waiting on this rank stop waiting. Called
+  // from any thread, possibly while a collective runs; must not block.
+  virtual void abort() {}
   // ProcessGroup::algorithm_for. Called from any thread.
   virtual std::string algorithm_for(const std::string& /*collective*/,
                                     std::size_t /*bytes*/) const {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/init_parts.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/grpc_logging.h"
@@ -60,10 +61,13 @@ std::chrono::milliseconds choose_timeout(const InitOptions& options) {
   return std::chrono::minutes(5);
 }
 
-// A group over every rank of the job, named `name` (its keys: run id,
-// round and name, so a restarted round never reads the previous round's
-// addresses; for shm, its segment).
-std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOptions& options) {
+}  // namespace
+
+namespace detail {
+
+const std::optional<WorkerEnv>& worker_env() { return contract(); }
+
+ProcessGroupOptions group_options(const std::string& name, const InitOptions& options) {
   const auto& env = contract();
   ProcessGroupOptions pg;
   pg.backend = choose_backend(options);
@@ -74,15 +78,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
   pg.group_name = name;
   if (!env || env->world_size == 1) {
     pg.backend = "local";
-    return ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
-  }
-  if (env->rdzv_endpoint.empty() && !env->rdzv_unavailable.empty()) {
-    throw Error("ddprun could not start the workers' rendezvous server, which libddp needs: " +
-                env->rdzv_unavailable);
-  }
-  if (env->rdzv_endpoint.empty()) {
-    throw Error(
-        "DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
+    return pg;
   }
   pg.device = env->local_rank;
   pg.local_rank = env->local_rank;
@@ -93,9 +89,24 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
   pg.round = env->round;
   // Single node: loopback, independent of DNS. Several nodes: the address the agent advertised.
   if (!env->node_addr.empty()) pg.host = env->node_addr;
+  return pg;
+}
+
+std::shared_ptr<Store> job_store() {
+  const auto& env = contract();
+  if (env->rdzv_endpoint.empty() && !env->rdzv_unavailable.empty()) {
+    throw Error("ddprun could not start the workers' rendezvous server, which libddp needs: " +
+                env->rdzv_unavailable);
+  }
+  if (env->rdzv_endpoint.empty()) {
+    throw Error(
+        "DDP_RDZV_ENDPOINT is not set: libddp needs ddprun's rendezvous (launch with ddprun)");
+  }
   route_grpc_logs();
-  // One connection for every live group (under g_mu); it goes with the last
-  // group that holds it, as the default group's always did, never at exit.
+  // One connection for every live group; it goes with the last group that
+  // holds it, as the default group's always did, never at exit.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   static std::weak_ptr<Store> shared;
   std::shared_ptr<Store> rendezvous = shared.lock();
   if (!rendezvous) {
@@ -103,8 +114,23 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOpti
         env->rdzv_endpoint, env->run_id, env->rdzv_token, TlsFiles{"", "", env->rdzv_tls_ca}));
     shared = rendezvous;
   }
-  auto store = make_prefix_store(
-      rendezvous, "pg/" + env->run_id + "/round" + std::to_string(env->round) + "/" + name);
+  return rendezvous;
+}
+
+}  // namespace detail
+
+namespace {
+
+// A group over every rank of the job, named `name` (its keys: run id,
+// round and name, so a restarted round never reads the previous round's
+// addresses; for shm, its segment).
+std::shared_ptr<ProcessGroup> make_group(const std::string& name, const InitOptions& options) {
+  const auto& env = contract();
+  const ProcessGroupOptions pg = detail::group_options(name, options);
+  if (!env || env->world_size == 1)
+    return ProcessGroup::create(env ? env->rank : 0, 1, nullptr, pg);
+  auto store = make_prefix_store(detail::job_store(), "pg/" + env->run_id + "/round" +
+                                                          std::to_string(env->round) + "/" + name);
   return ProcessGroup::create(env->rank, env->world_size, store, pg);
 }
 

@@ -79,12 +79,20 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(int rank, int size, std::shar
     throw Error("process group: rank " + std::to_string(rank) + " is outside [0, " +
                 std::to_string(size) + ")");
   }
-  return std::shared_ptr<ProcessGroup>(new ProcessGroup(rank, size, std::move(store), options));
+  MemberSet members;
+  for (int r = 0; r < size; ++r) members.members.push_back({r, 0});
+  return std::shared_ptr<ProcessGroup>(
+      new ProcessGroup(rank, size, std::move(store), options, std::move(members)));
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
-                           const ProcessGroupOptions& options)
-    : rank_(rank), size_(size), store_(std::move(store)), options_(options) {
+                           const ProcessGroupOptions& options, MemberSet members)
+    : rank_(rank),
+      size_(size),
+      store_(std::move(store)),
+      options_(options),
+      members_(std::move(members)),
+      aborted_(std::make_shared<std::atomic<bool>>(false)) {
   const BackendConfig config = BackendConfig::of(rank, size, store_, options);
   const std::string& b = options.backend;
   if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
@@ -122,6 +130,10 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
     return [this, work, call, sequence, run = std::move(run)]() {
       detail::collective_begun(call.name);
       try {
+        if (aborted()) {
+          throw PeerExitedError("this rank left the group (epoch " +
+                                std::to_string(members_.epoch) + ") by aborting it");
+        }
         if (options_.debug_checks && size_ > 1) check_signature(call);
         run();
         detail::collective_ended();
@@ -147,6 +159,13 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
   }
   return work;
 }
+
+void ProcessGroup::abort() {
+  if (aborted_->exchange(true)) return;
+  backend_->abort();
+}
+
+bool ProcessGroup::aborted() const { return aborted_->load(); }
 
 void ProcessGroup::check_signature(const Call& call) {
   Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count),

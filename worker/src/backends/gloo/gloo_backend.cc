@@ -216,6 +216,12 @@ class GlooBackend final : public Backend {
     std::memcpy(out, all.data() + bytes * rank_, bytes);
   }
 
+  // Closing every connection fails the peers' waits on this rank at once
+  // (a destroyed context does not close them before its last user goes).
+  void abort() override {
+    if (context_) context_->closeConnections();
+  }
+
   void barrier() override {
     gloo::BarrierOptions opts(context_);
     opts.setTag(next_tag());

@@ -202,6 +202,12 @@ class ShmBackend final : public Backend {
 
   std::string algorithm_for(const std::string& collective, std::size_t bytes) const override;
 
+  // The node's peers stop waiting on this rank (PhaseSync::leave); Gloo's
+  // peers learn when the backend is destroyed.
+  void abort() override {
+    if (sync_) sync_->leave();
+  }
+
  private:
   shm::Segment& segment() const { return *state_->segment; }
   bool single_node() const { return state_ && config_.nodes == 1; }

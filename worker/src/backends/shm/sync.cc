@@ -88,7 +88,14 @@ void PhaseSync::wait_all(std::uint32_t target, std::chrono::steady_clock::time_p
   }
 }
 
+void PhaseSync::leave() {
+  PhaseWord& mine = *peers_[me_].word;
+  mine.left.store(1, std::memory_order_seq_cst);
+  futex_wake_all(mine.phase);
+}
+
 bool PhaseSync::peer_dead(int k) {
+  if (peers_[k].word->left.load(std::memory_order_acquire) != 0) return true;
   if (peers_[k].pid == 0 || peers_[k].pid == getpid()) return false;
   if (pidfds_[k] >= 0) {
     pollfd p{pidfds_[k], POLLIN, 0};
@@ -123,6 +130,13 @@ void PhaseSync::wait_for(int k, std::uint32_t target,
     }
     word.sleepers.fetch_sub(1, std::memory_order_relaxed);
     if (reached(k, target)) return;
+    if (peers_[me_].word->left.load(std::memory_order_acquire) != 0) {
+      throw PeerExitedError("this rank left the group by aborting it");
+    }
+    if (peers_[k].word->left.load(std::memory_order_acquire) != 0) {
+      throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) +
+                            " (same node) left the group (it is rebuilding it after a failure)");
+    }
     if (peer_dead(k)) {
       throw PeerExitedError("rank " + std::to_string(peers_[k].global_rank) + " (pid " +
                             std::to_string(peers_[k].pid) +

@@ -35,11 +35,14 @@ inline void cpu_relax() {
 
 // One rank's counter and the count of peers asleep on it, on separate lines
 // (the counter is written by its rank, `sleepers` by the others).
+// `left`: set once by its rank when it abandons the group (ProcessGroup::abort),
+// so peers stop waiting for it as they would for a dead rank.
 struct alignas(kCacheLine) PhaseWord {
   std::atomic<std::uint32_t> phase{0};
   char pad0[kCacheLine - sizeof(std::atomic<std::uint32_t>)];
   std::atomic<std::uint32_t> sleepers{0};
-  char pad1[kCacheLine - sizeof(std::atomic<std::uint32_t>)];
+  std::atomic<std::uint32_t> left{0};
+  char pad1[kCacheLine - 2 * sizeof(std::atomic<std::uint32_t>)];
 };
 static_assert(sizeof(PhaseWord) == 2 * kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -86,6 +89,9 @@ class PhaseSync {
     wait_all(deadline);
   }
   int size() const { return static_cast<int>(peers_.size()); }
+  // This rank leaves: every peer waiting on it, and this rank's own waits,
+  // fail with PeerExitedError within a wait slice. Any thread; never blocks.
+  void leave();
 
  private:
   bool reached(int k, std::uint32_t target) const;

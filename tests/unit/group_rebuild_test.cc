@@ -1,0 +1,159 @@
+// A process group made from a member set, aborted, and made again over a new
+// set in the same process (what live recovery stands on), with every rank a
+// thread: real shm and Gloo backends over one in-memory store.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+MemberSet set_of(std::uint64_t epoch, std::vector<int> ids) {
+  MemberSet set;
+  set.epoch = epoch;
+  for (int id : ids) set.members.push_back({id, 0});
+  return set;
+}
+
+ProcessGroupOptions options_for(const std::string& backend) {
+  ProcessGroupOptions o = ProcessGroupOptions::of(backend);
+  o.timeout = backend == "gloo" ? 3s : 20s;
+  o.run_id = "rebuild" + std::to_string(::getpid());
+  return o;
+}
+
+// Makes the group of `set` on one thread per member; returns them by rank.
+std::vector<std::shared_ptr<ProcessGroup>> make_groups(const MemberSet& set,
+                                                       const std::shared_ptr<Store>& store,
+                                                       const ProcessGroupOptions& options) {
+  std::vector<std::future<std::shared_ptr<ProcessGroup>>> made;
+  for (const Member& m : set.members) {
+    made.push_back(std::async(std::launch::async, [&, id = m.id] {
+      return ProcessGroup::create(set, id, store, options);
+    }));
+  }
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  for (auto& f : made) groups.push_back(f.get());
+  return groups;
+}
+
+// Every member all-reduces its id + 1; each must see the sum over the set.
+void expect_sum_of_members(std::vector<std::shared_ptr<ProcessGroup>>& groups,
+                           const MemberSet& set) {
+  double expected = 0;
+  for (const Member& m : set.members) expected += m.id + 1;
+  std::vector<std::future<double>> sums;
+  for (std::size_t r = 0; r < groups.size(); ++r) {
+    sums.push_back(std::async(std::launch::async, [&, r] {
+      double value = set.members[r].id + 1;
+      groups[r]->all_reduce(&value, 1, DType::kFloat64);
+      return value;
+    }));
+  }
+  for (auto& s : sums) EXPECT_EQ(s.get(), expected);
+}
+
+class GroupRebuild : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GroupRebuild, ShrinksOnAbortAndGrowsBackInTheSameProcess) {
+  auto store = make_memory_store();
+  const auto options = options_for(GetParam());
+  const MemberSet e0 = set_of(0, {0, 1, 2});
+  auto groups = make_groups(e0, store, options);
+  expect_sum_of_members(groups, e0);
+  EXPECT_EQ(groups[2]->epoch(), 0u);
+  EXPECT_EQ(groups[1]->members().members, e0.members);
+
+  // Members 0 and 1 wait in a collective member 2 never joins; member 2
+  // leaves (abort, then its group goes): both fail well before the timeout.
+  const auto t0 = Clock::now();
+  std::vector<std::future<std::string>> failed;
+  for (int r : {0, 1}) {
+    failed.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      double value = 1;
+      try {
+        groups[r]->all_reduce(&value, 1, DType::kFloat64);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "";
+    }));
+  }
+  std::this_thread::sleep_for(50ms);
+  groups[2]->abort();
+  groups[2].reset();
+  for (auto& f : failed) EXPECT_NE(f.get(), "") << "a collective must fail when a member leaves";
+  // shm: the leaver's mark wakes them. Gloo's pending receives learn only at
+  // its timeout (3 s here) when the peer is a live thread; a dead process's
+  // connections fail them at once (the heal tests kill processes).
+  if (GetParam() == "shm") {
+    EXPECT_LT(Clock::now() - t0, 2s) << "survivors must not wait";
+  }
+  for (int r : {0, 1}) {
+    groups[r]->abort();
+    EXPECT_TRUE(groups[r]->aborted());
+    double value = 1;
+    EXPECT_THROW(groups[r]->all_reduce(&value, 1, DType::kFloat64), Error);
+  }
+  groups.clear();
+
+  const MemberSet e1 = set_of(1, {0, 1});
+  auto survivors = make_groups(e1, store, options);
+  EXPECT_EQ(survivors[1]->rank(), 1);
+  EXPECT_EQ(survivors[1]->size(), 2);
+  EXPECT_EQ(survivors[0]->epoch(), 1u);
+  expect_sum_of_members(survivors, e1);
+  survivors.clear();
+
+  const MemberSet e2 = set_of(2, {0, 1, 2});
+  auto grown = make_groups(e2, store, options);
+  expect_sum_of_members(grown, e2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GroupRebuild, ::testing::Values("shm", "gloo"),
+                         [](const auto& info) { return info.param; });
+
+TEST(GroupRebuild, PlacesEachMemberOnItsNodeAndRefusesBadSets) {
+  auto store = make_memory_store();
+  MemberSet set;
+  set.epoch = 3;
+  set.members = {{0, 0}, {1, 0}, {4, 2}, {5, 2}};
+  EXPECT_EQ(set.rank_of(4), 2);
+  EXPECT_EQ(set.rank_of(2), -1);
+  EXPECT_EQ(set.describe(), "0 1 4 5");
+  try {
+    ProcessGroup::create(set, 7, store, options_for("gloo"));
+    FAIL() << "a process that is not a member must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("member 7 is not in epoch 3"), std::string::npos)
+        << e.what();
+  }
+  MemberSet split = set;
+  split.members = {{0, 0}, {4, 2}, {1, 0}};
+  try {
+    ProcessGroup::create(split, 0, store, options_for("shm"));
+    FAIL() << "a node whose members are not consecutive must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node 0 are not consecutive"), std::string::npos)
+        << e.what();
+  }
+  MemberSet twice = set;
+  twice.members = {{0, 0}, {0, 0}};
+  EXPECT_THROW(ProcessGroup::create(twice, 0, store, options_for("gloo")), Error);
+}
+
+}  // namespace
+}  // namespace ddp

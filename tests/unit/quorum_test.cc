@@ -1,0 +1,79 @@
+// The rule by which a group's members agree on the next epoch (pure logic,
+// injected clock and liveness).
+
+#include "core/quorum.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "ddp/common/error.h"
+
+namespace ddp::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+Arrival arrival(int id, int node, std::string proc, std::int64_t committed = 7) {
+  return {id, node, std::move(proc), committed};
+}
+
+TEST(Quorum, ArrivalsRoundTripAndAMalformedOneNamesItsKey) {
+  const Arrival a = arrival(3, 1, "boot/pid:[4026531836] 1234", -1);
+  EXPECT_EQ(decode_arrival(encode(a), "k"), a);
+  const std::vector<Arrival> all = {a, arrival(0, 0, "x 1")};
+  EXPECT_EQ(decode_arrivals(encode(all), "k"), all);
+  try {
+    decode_arrival("three 1 2 p", "key e1/arrived/3");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("key e1/arrived/3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Quorum, ReadyOnceEveryPreviousMemberArrivedOrIsKnownDead) {
+  const std::vector<Arrival> previous = {arrival(0, 0, "p0"), arrival(1, 0, "p1"),
+                                         arrival(2, 0, "p2")};
+  std::set<std::string> dead;
+  const DeathOracle is_dead = [&](const std::string& p) { return dead.count(p) > 0; };
+  const auto now = Clock::time_point{} + 100s;
+  const auto deadline = now + 5s;
+  std::map<int, Arrival> arrived = {{0, arrival(0, 0, "p0")}, {1, arrival(1, 0, "p1")}};
+  EXPECT_FALSE(quorum_ready(previous, arrived, is_dead, now, deadline))
+      << "member 2 may still arrive";
+  dead.insert("p2");
+  EXPECT_TRUE(quorum_ready(previous, arrived, is_dead, now, deadline))
+      << "member 2's process is gone: no need to wait for it";
+  dead.clear();
+  EXPECT_TRUE(quorum_ready(previous, arrived, is_dead, deadline, deadline))
+      << "at the deadline the arrivals go on without member 2";
+  // A relaunched process arrives under the id of the one it replaces.
+  arrived[2] = arrival(2, 0, "p2-relaunched");
+  EXPECT_TRUE(quorum_ready(previous, arrived, is_dead, now, deadline));
+}
+
+TEST(Quorum, MembersAreTheLiveArrivalsByNodeThenId) {
+  std::map<int, Arrival> arrived = {{5, arrival(5, 0, "a")},
+                                    {1, arrival(1, 1, "b")},
+                                    {0, arrival(0, 1, "c")},
+                                    {3, arrival(3, 0, "dead")}};
+  const auto members = quorum_members(arrived, [](const std::string& p) { return p == "dead"; });
+  ASSERT_EQ(members.size(), 3u);
+  EXPECT_EQ(members[0].id, 5);
+  EXPECT_EQ(members[1].id, 0);
+  EXPECT_EQ(members[2].id, 1);
+  const MemberSet set = member_set(4, members);
+  EXPECT_EQ(set.epoch, 4u);
+  EXPECT_EQ(set.rank_of(1), 2);
+  EXPECT_EQ(set.members[0].node, 0);
+}
+
+TEST(Quorum, TheLocalOracleKnowsThisMachinesDeadAndNeverGuessesElsewhere) {
+  const DeathOracle is_dead = local_death_oracle();
+  EXPECT_FALSE(is_dead("")) << "unknown process: cannot tell";
+  EXPECT_FALSE(is_dead("otherboot/pid:[1] 1")) << "another machine: cannot tell";
+}
+
+}  // namespace
+}  // namespace ddp::detail

@@ -1,0 +1,117 @@
+#pragma once
+// Live recovery (ddprun --on_failure=heal): a group that outlives its members.
+//
+// When a rank dies, the survivors do not restart. A collective fails on each
+// of them (within milliseconds on one node; at the latest after the group's
+// timeout across nodes); each calls reform(), which aborts the old group,
+// agrees with the other survivors on the next epoch's member set through the
+// job's rendezvous store, and makes a new group over it in this process.
+// ddprun relaunches the dead rank; the new process constructs its Healer,
+// which waits to be admitted, and the survivors admit it at a step boundary
+// (arrivals_waiting() then reform()). After every reform() each member calls
+// sync_state(): the members that are behind (a relaunched rank, or a
+// survivor whose last step failed while another's succeeded) receive the
+// state of the most advanced member, so all hold the same bits.
+//
+// Agreement: every member of epoch N+1 reads the one set a single closer
+// published, so two members never disagree on who is in. A member of epoch N
+// is left out when its process is known dead (same machine: its pid), or
+// when it has not arrived within HealOptions::wait (another machine). A
+// process left out by a race rejoins at the next epoch as an arrival.
+//
+// Constructing a Healer marks the program as able to heal (the file
+// DDP_HEAL_MARK names): ddprun then relaunches this rank when it dies instead
+// of restarting every rank. Without ddprun's heal mode (requested() false)
+// a Healer is a plain group of the launch's ranks that never reforms.
+//
+// Thread-safety: one Healer per process, used from one thread. Errors are
+// ddp::Error naming what failed (a heal that cannot finish: too few members
+// within the join timeout, a store that stopped answering).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/ddp.h"
+#include "ddp/params.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+struct HealOptions {
+  // How long survivors wait for a member of the old epoch whose process they
+  // cannot check (another machine) before leaving it out. 0: DDP_HEAL_WAIT_S,
+  // else 5 s.
+  std::chrono::milliseconds wait{0};
+  // Fewer members than this after a reform: reform() keeps waiting for
+  // arrivals until the group's timeout, then throws.
+  int min_members = 1;
+};
+
+// What one sync_state() did, for the trainer's report.
+struct HealReport {
+  bool moved = false;          // whether any state was sent
+  int donor = -1;              // the donor's rank in the new group (-1: nothing moved)
+  std::int64_t committed = 0;  // the committed step every member now holds
+  std::uint64_t bytes = 0;     // bytes the donor broadcast
+  double seconds = 0;          // time sync_state() took
+};
+
+class Healer {
+ public:
+  // Whether this process runs under ddprun --on_failure=heal.
+  static bool requested();
+
+  // Forms epoch 0 with the launch's ranks or, in a relaunched process
+  // (DDP_INCARNATION > 0), waits to be admitted into the running group
+  // (bounded by the group's timeout). `init` as for ddp::init().
+  explicit Healer(const InitOptions& init = {}, const HealOptions& heal = {});
+  ~Healer();
+  Healer(const Healer&) = delete;
+  Healer& operator=(const Healer&) = delete;
+
+  // The current epoch's group. Valid until the next reform(). Null in a
+  // relaunched process when the job finished before it was admitted (it
+  // should then exit 0).
+  const std::shared_ptr<ProcessGroup>& group() const { return group_; }
+  // This member's id: its launch rank (RANK), the same in every epoch.
+  int id() const { return id_; }
+  // True in a process that joined a running group (it must receive state).
+  bool joined_late() const { return joined_late_; }
+
+  // Collective on group(), at a step boundary: whether processes wait to be
+  // admitted (then every member calls reform()). The same on every member.
+  // Throws as a collective does when a peer died.
+  bool arrivals_waiting();
+
+  // After a collective of the current group failed on this rank, or when
+  // arrivals_waiting() said so: aborts the current group, agrees on the next
+  // epoch's members (the survivors and the arrivals) and makes its group.
+  // `committed`: the steps this rank has applied (published for
+  // sync_state()). Throws ddp::Error when fewer than min_members remain
+  // within the group's timeout.
+  const std::shared_ptr<ProcessGroup>& reform(std::int64_t committed);
+
+  // Collective on group(), after construction and after every reform():
+  // when members hold different committed step counts (or a member joined
+  // late), the lowest-ranked member with the highest count broadcasts
+  // `state` (its buffers, the same layout on every member) and its count
+  // goes into `committed` everywhere. `committed` < 0 means "holds nothing"
+  // (a process that just joined). Throws as a collective does.
+  HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);
+
+  // Call on every member when training is done: processes still waiting to
+  // be admitted stop waiting (their Healer then has no group()).
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<ProcessGroup> group_;
+  int id_ = 0;
+  bool joined_late_ = false;
+};
+
+}  // namespace ddp

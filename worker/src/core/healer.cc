@@ -1,0 +1,304 @@
+// The Healer's store protocol. Keys, under heal/<run>/round<R>/ of the job's
+// rendezvous store:
+//   e<N>/arrived/<id>  a process's Arrival at epoch N (quorum.h)
+//   e<N>/close         counter: the process that raises it to 1 closes epoch N
+//   e<N>/members       the closer's decision: the members' arrivals, in rank order
+//   latest             the newest epoch that has members (a hint for arrivals)
+//   joiners, joiner/<t> processes asking to be admitted (ticket t)
+//   finished           set when training ended: arrivals stop waiting
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "core/init_parts.h"
+#include "core/process_identity.h"
+#include "core/quorum.h"
+#include "ddp/heal.h"
+#include "ddp/log.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::Arrival;
+
+std::optional<std::string> peek(Store& store, const std::string& key) {
+  try {
+    return store.get(key, std::chrono::milliseconds(1));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::chrono::milliseconds heal_wait(const HealOptions& options) {
+  if (options.wait.count() > 0) return options.wait;
+  if (const char* t = std::getenv("DDP_HEAL_WAIT_S"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(seconds > 0)) {
+      throw Error("environment variable DDP_HEAL_WAIT_S='" + std::string(t) +
+                  "' is not a positive number");
+    }
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  }
+  return std::chrono::seconds(5);
+}
+
+// The file ddprun checks before relaunching this rank instead of restarting the group.
+void mark_able_to_heal(const std::string& path) {
+  if (path.empty()) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("heal: cannot create DDP_HEAL_MARK file " + path);
+  ::close(fd);
+}
+
+}  // namespace
+
+struct Healer::Impl {
+  ProcessGroupOptions options;
+  HealOptions heal;
+  std::shared_ptr<Store> store;        // the protocol's keys
+  std::shared_ptr<Store> group_store;  // the groups' keys (each epoch scopes its own)
+  Arrival me;
+  std::vector<Arrival> current;  // the current epoch's members
+  std::uint64_t epoch = 0;
+  detail::DeathOracle dead = detail::local_death_oracle();
+  std::map<int, Arrival> joiners;  // by id: the newest ticket of each
+  std::int64_t tickets_read = 0;
+  Clock::time_point last_poll{};
+
+  std::string key(std::uint64_t n, const std::string& rest) const {
+    return "e" + std::to_string(n) + "/" + rest;
+  }
+  void read_new_tickets();
+  std::map<int, Arrival> arrivals(std::uint64_t n, const std::vector<Arrival>& previous);
+  std::optional<std::vector<Arrival>> form(std::uint64_t n, const std::vector<Arrival>& previous,
+                                           bool may_close, Clock::time_point close_by,
+                                           Clock::time_point give_up);
+  bool admitted(const std::vector<Arrival>& members) const;
+  bool joiner_pending();
+  // Waits to be admitted as an arrival, from epoch `from` on; false when the
+  // job finished first.
+  bool join(std::uint64_t from, Clock::time_point give_up);
+  // Forms epoch `n` as a member of the previous one, else joins a later one.
+  bool next_epoch(std::uint64_t n, Clock::time_point give_up);
+};
+
+void Healer::Impl::read_new_tickets() {
+  const std::int64_t tickets = store->add("joiners", 0);
+  for (; tickets_read < tickets; ++tickets_read) {
+    const std::string k = "joiner/" + std::to_string(tickets_read + 1);
+    if (auto text = peek(*store, k)) {
+      Arrival a = detail::decode_arrival(*text, "key " + k);
+      joiners[a.id] = a;
+    } else {
+      break;  // its value is not there yet: read it next time
+    }
+  }
+}
+
+// The arrivals at epoch n of the previous members and of every joiner.
+std::map<int, Arrival> Healer::Impl::arrivals(std::uint64_t n,
+                                              const std::vector<Arrival>& previous) {
+  read_new_tickets();
+  std::vector<int> ids;
+  for (const Arrival& a : previous) ids.push_back(a.id);
+  for (const auto& [id, a] : joiners) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::map<int, Arrival> found;
+  for (int id : ids) {
+    const std::string k = key(n, "arrived/" + std::to_string(id));
+    if (auto text = peek(*store, k)) found[id] = detail::decode_arrival(*text, "key " + k);
+  }
+  return found;
+}
+
+bool Healer::Impl::admitted(const std::vector<Arrival>& members) const {
+  return std::any_of(members.begin(), members.end(),
+                     [&](const Arrival& a) { return a.id == me.id && a.proc == me.proc; });
+}
+
+// Arrives at epoch n and waits for its members. `may_close`: this process
+// may decide them (a member of the previous epoch), once the rule allows or
+// at `close_by`. Returns the members, or nullopt when this process is not
+// among them. Throws at `give_up`.
+std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
+                                                       const std::vector<Arrival>& previous,
+                                                       bool may_close, Clock::time_point close_by,
+                                                       Clock::time_point give_up) {
+  store->set(key(n, "arrived/" + std::to_string(me.id)), detail::encode(me));
+  for (;;) {
+    if (auto text = peek(*store, key(n, "members"))) {
+      auto members = detail::decode_arrivals(*text, "key " + key(n, "members"));
+      if (!admitted(members)) return std::nullopt;
+      return members;
+    }
+    const auto now = Clock::now();
+    if (may_close) {
+      auto found = arrivals(n, previous);
+      auto members = detail::quorum_members(found, dead);
+      if (detail::quorum_ready(previous, found, dead, now, close_by) &&
+          static_cast<int>(members.size()) >= heal.min_members &&
+          store->add(key(n, "close"), 1) == 1) {
+        members = detail::quorum_members(arrivals(n, previous), dead);
+        store->set(key(n, "members"), detail::encode(members));
+        store->set("latest", std::to_string(n));
+        continue;  // read back what was published, as every member does
+      }
+    } else if (peek(*store, "finished")) {
+      return std::vector<Arrival>{};
+    }
+    if (now >= give_up) {
+      throw Error("heal: epoch " + std::to_string(n) + " did not form within " +
+                  std::to_string(options.timeout.count()) + " ms (fewer than " +
+                  std::to_string(heal.min_members) + " live member(s), or the store stopped)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool Healer::Impl::join(std::uint64_t from, Clock::time_point give_up) {
+  const std::int64_t ticket = store->add("joiners", 1);
+  store->set("joiner/" + std::to_string(ticket), detail::encode(me));
+  std::uint64_t n = from;
+  if (auto latest = peek(*store, "latest"))
+    n = std::max<std::uint64_t>(n, std::stoull(*latest) + 1);
+  for (;; ++n) {
+    while (peek(*store, key(n, "members"))) ++n;  // formed before this process asked
+    auto members = form(n, {}, false, give_up, give_up);
+    if (!members) continue;
+    if (members->empty()) return false;  // "finished"
+    current = *members;
+    epoch = n;
+    return true;
+  }
+}
+
+bool Healer::Impl::next_epoch(std::uint64_t n, Clock::time_point give_up) {
+  const auto close_by = Clock::now() + heal.wait;
+  if (auto members = form(n, current, true, close_by, give_up)) {
+    current = *members;
+    epoch = n;
+    return true;
+  }
+  return join(n + 1, give_up);
+}
+
+// A process asked to be admitted and is not a member (a new process: its
+// identity differs from every member's), and it is alive.
+bool Healer::Impl::joiner_pending() {
+  read_new_tickets();
+  for (const auto& [id, a] : joiners) {
+    const bool member = std::any_of(current.begin(), current.end(),
+                                    [&](const Arrival& m) { return m.proc == a.proc; });
+    if (!member && !dead(a.proc)) return true;
+  }
+  return false;
+}
+
+bool Healer::requested() {
+  const auto& env = detail::worker_env();
+  return env && env->heal && env->world_size > 1;
+}
+
+Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::make_unique<Impl>()) {
+  const auto& env = detail::worker_env();
+  id_ = env ? env->rank : 0;
+  if (!requested()) {
+    group_ = ddp::init(init);
+    return;
+  }
+  Impl& s = *impl_;
+  s.options = detail::group_options("heal", init);
+  s.heal = heal;
+  s.heal.wait = heal_wait(heal);
+  const std::string scope = env->run_id + "/round" + std::to_string(env->round);
+  s.store = make_prefix_store(detail::job_store(), "heal/" + scope);
+  s.group_store = make_prefix_store(detail::job_store(), "pg/" + scope + "/heal");
+  s.me = {env->rank, env->group_rank, detail::process_identity(), 0};
+  mark_able_to_heal(env->heal_mark);
+  const auto give_up = Clock::now() + s.options.timeout;
+  if (env->incarnation == 0) {
+    std::vector<Arrival> launch;
+    for (int r = 0; r < env->world_size; ++r) launch.push_back({r, 0, "", 0});
+    if (auto members = s.form(0, launch, true, give_up, give_up)) {
+      s.current = *members;
+      group_ =
+          ProcessGroup::create(detail::member_set(0, s.current), id_, s.group_store, s.options);
+      return;
+    }
+  }
+  joined_late_ = true;
+  s.me.committed = -1;
+  if (!s.join(0, give_up)) {
+    log::info("heal: the job finished before this rank (id {}) was admitted", id_);
+    return;
+  }
+  group_ =
+      ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store, s.options);
+}
+
+Healer::~Healer() = default;
+
+void Healer::finish() {
+  if (impl_->store) impl_->store->set("finished", "1");
+}
+
+bool Healer::arrivals_waiting() {
+  if (!impl_->store || !group_) return false;
+  std::int32_t waiting = 0;
+  // Rank 0 asks the store, at most every 50 ms: a step boundary costs one tiny broadcast.
+  if (group_->rank() == 0 && Clock::now() - impl_->last_poll >= std::chrono::milliseconds(50)) {
+    impl_->last_poll = Clock::now();
+    waiting = impl_->joiner_pending() ? 1 : 0;
+  }
+  group_->broadcast(&waiting, 1, DType::kInt32, 0);
+  return waiting != 0;
+}
+
+const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
+  if (!impl_->store) throw Error("heal: reform() without ddprun --on_failure=heal");
+  Impl& s = *impl_;
+  if (group_) group_->abort();
+  group_.reset();  // waits for what it had queued: each fails at once now
+  s.me.committed = committed;
+  const auto give_up = Clock::now() + s.options.timeout;
+  for (std::uint64_t n = s.epoch + 1;; n = s.epoch + 1) {
+    if (!s.next_epoch(n, give_up)) throw Error("heal: the job finished while this rank reformed");
+    try {
+      group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
+                                    s.options);
+      return group_;
+    } catch (const Error& e) {
+      // A member died while the group formed: the next epoch goes without it.
+      log::warn("heal: epoch {} could not form ({}); trying the next", s.epoch, e.what());
+    }
+  }
+}
+
+HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state) {
+  const auto t0 = Clock::now();
+  HealReport report;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(group_->size()));
+  group_->all_gather(&committed, all.data(), 1, DType::kInt64);
+  const auto most = std::max_element(all.begin(), all.end());
+  report.committed = *most;
+  if (std::all_of(all.begin(), all.end(), [&](std::int64_t c) { return c == *most; })) {
+    return report;
+  }
+  report.moved = true;
+  report.donor = static_cast<int>(most - all.begin());
+  for (const ParamBuffer& b : state) {
+    group_->broadcast(b.data, b.count, b.dtype, report.donor);
+    report.bytes += b.count * dtype_size(b.dtype);
+  }
+  committed = report.committed;
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace ddp

@@ -1,0 +1,80 @@
+#include "core/quorum.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/process_identity.h"
+#include "ddp/common/error.h"
+
+namespace ddp::detail {
+
+std::string encode(const Arrival& a) {
+  return std::to_string(a.id) + " " + std::to_string(a.node) + " " + std::to_string(a.committed) +
+         " " + a.proc;
+}
+
+Arrival decode_arrival(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  Arrival a;
+  if (!(in >> a.id >> a.node >> a.committed) || a.id < 0 || a.node < 0) {
+    throw Error("heal: " + what + " holds '" + text + "', not a member's arrival");
+  }
+  std::getline(in >> std::ws, a.proc);
+  return a;
+}
+
+std::string encode(const std::vector<Arrival>& arrivals) {
+  std::string text;
+  for (const Arrival& a : arrivals) text += encode(a) + "\n";
+  return text;
+}
+
+std::vector<Arrival> decode_arrivals(const std::string& text, const std::string& what) {
+  std::vector<Arrival> arrivals;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) arrivals.push_back(decode_arrival(line, what));
+  }
+  return arrivals;
+}
+
+DeathOracle local_death_oracle() {
+  const std::string here = pid_namespace_of(process_identity());
+  return [here](const std::string& proc) {
+    if (here.empty() || pid_namespace_of(proc) != here) return false;
+    const pid_t pid = static_cast<pid_t>(std::stol(proc.substr(proc.rfind(' ') + 1)));
+    return pid != getpid() && proc_says_dead(pid);
+  };
+}
+
+bool quorum_ready(const std::vector<Arrival>& previous, const std::map<int, Arrival>& arrived,
+                  const DeathOracle& is_dead, std::chrono::steady_clock::time_point now,
+                  std::chrono::steady_clock::time_point deadline) {
+  if (now >= deadline) return true;
+  return std::all_of(previous.begin(), previous.end(), [&](const Arrival& member) {
+    auto it = arrived.find(member.id);
+    // A relaunched process arrives under its predecessor's id: that counts.
+    return it != arrived.end() || is_dead(member.proc);
+  });
+}
+
+std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
+                                    const DeathOracle& is_dead) {
+  std::vector<Arrival> members;
+  for (const auto& [id, a] : arrived) {
+    if (!is_dead(a.proc)) members.push_back(a);
+  }
+  std::sort(members.begin(), members.end(), [](const Arrival& x, const Arrival& y) {
+    return x.node != y.node ? x.node < y.node : x.id < y.id;
+  });
+  return members;
+}
+
+MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members) {
+  MemberSet set;
+  set.epoch = epoch;
+  for (const Arrival& a : members) set.members.push_back({a.id, a.node});
+  return set;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,56 @@
+#pragma once
+// The rule by which the members of a group agree on the next epoch's member
+// set (internal; pure logic, the store protocol is in healer.cc). Each
+// process that takes part publishes an Arrival; one closer, once the rule
+// says the epoch is ready, publishes the set every member then reads.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/process_group.h"
+
+namespace ddp::detail {
+
+// What a process publishes when it arrives at an epoch.
+struct Arrival {
+  int id = 0;                  // launch rank
+  int node = 0;                // GROUP_RANK
+  std::string proc;            // detail::process_identity(): who can check it is alive
+  std::int64_t committed = 0;  // steps it has applied (-1: none, it just started)
+  bool operator==(const Arrival&) const = default;
+};
+
+// "id node committed proc" (proc last: it contains a space).
+std::string encode(const Arrival& arrival);
+// Throws ddp::Error naming `what` when `text` is not an encoded arrival.
+Arrival decode_arrival(const std::string& text, const std::string& what);
+// One arrival per line.
+std::string encode(const std::vector<Arrival>& arrivals);
+std::vector<Arrival> decode_arrivals(const std::string& text, const std::string& what);
+
+// Whether the process `proc` is known to be gone (a process on this machine
+// whose pid is gone or a zombie); false when this process cannot tell.
+using DeathOracle = std::function<bool(const std::string& proc)>;
+DeathOracle local_death_oracle();
+
+// The closer's rule. The epoch is ready when every member of the previous
+// epoch has arrived or is known dead, or once `deadline` has passed (members
+// whose liveness cannot be checked are then left out).
+bool quorum_ready(const std::vector<Arrival>& previous, const std::map<int, Arrival>& arrived,
+                  const DeathOracle& is_dead, std::chrono::steady_clock::time_point now,
+                  std::chrono::steady_clock::time_point deadline);
+
+// The next epoch's members: every arrival whose process is not known dead,
+// in rank order (node, then id).
+std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
+                                    const DeathOracle& is_dead);
+
+// The member set of `members` at `epoch`.
+MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members);
+
+}  // namespace ddp::detail
