@@ -118,6 +118,25 @@ exit 0
 )SH";
 // clang-format on
 
+// A Python worker for the hang test: Python ranks answer the hang's SIGABRT
+// with a traceback dump and end before ddprun kills them. Rank 1 opts in and
+// stops itself at its first launch; the others spin (CPU time: progress).
+const char* kPythonWorker = R"PY(import os, pathlib, signal, time
+d, inc = os.environ["HEAL_TEST_DIR"], os.environ["DDP_INCARNATION"]
+with open(d + "/record", "a") as f:
+    f.write(f"{os.environ['RANK']} {inc} {os.getpid()} 0 {os.environ['DDP_ON_FAILURE']} 0 x\n")
+pathlib.Path(os.environ["DDP_HEAL_MARK"]).touch()
+if os.environ["RANK"] == "1":
+    if inc == "0":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    pathlib.Path(d + "/healed").touch()
+else:
+    end = time.time() + 20
+    while not os.path.exists(d + "/healed"):
+        if time.time() > end:
+            raise SystemExit(3)
+)PY";
+
 struct Launch {
   int rank = 0;
   std::string incarnation;
@@ -288,6 +307,23 @@ TEST_F(HealLauncher, AHungRankThatOptedInIsKilledAndRelaunchedAndTheJobSucceeds)
   const auto one = of_rank(all, 1);
   ASSERT_EQ(one.size(), 2u);
   EXPECT_EQ(one[1].incarnation, "1");
+}
+
+TEST_F(HealLauncher, AHungPythonRankIsRelaunchedAfterItsTracebackAndTheOthersLiveOn) {
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  write_file(dir_ + "/worker.py", kPythonWorker);
+  auto r = run_process({kDdprun, "--nproc_per_node=3", "--on_failure=heal", "--max_restarts=1",
+                        "--hang_timeout=1", "--shutdown_timeout=5", dir_ + "/worker.py"},
+                       {{"HEAL_TEST_DIR", dir_}, {"DDP_PYTHON", "/usr/bin/python3"}}, 40s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1, Python traceback (faulthandler):")) << r.err;
+  EXPECT_TRUE(contains(r.err, "relaunching it (relaunch 1 of 1)")) << r.err;
+  const auto all = launches();
+  EXPECT_EQ(of_rank(all, 0).size(), 1u) << "a waiting rank was aborted too";
+  EXPECT_EQ(of_rank(all, 2).size(), 1u) << "a waiting rank was aborted too";
+  ASSERT_EQ(of_rank(all, 1).size(), 2u) << read_file(dir_ + "/record");
+  EXPECT_EQ(of_rank(all, 1)[1].incarnation, "1");
 }
 
 TEST_F(HealLauncher, TheFlagItsVariableAndItsConfigKeyTurnHealOn) {
