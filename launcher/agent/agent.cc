@@ -25,7 +25,6 @@
 #include "agent/rpc_plugin.h"
 #include "agent/worker_launches.h"
 #include "ddp/common/endpoint.h"
-#include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
 #include "ddp/common/progress_board.h"
@@ -36,28 +35,11 @@
 #include "worker_group/process.h"
 #include "worker_group/worker_group.h"
 
-extern char** environ;
-
 namespace ddp::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReportLines = 20;
-
-// The parent's environment minus the contract's variables (a job started from
-// inside another job must not inherit stale ranks).
-std::vector<std::string> base_environment() {
-  std::vector<std::string> env;
-  const auto& names = contract_variable_names();
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    bool ours = false;
-    for (const auto& n : names) ours = ours || n == name;
-    if (!ours) env.push_back(std::move(entry));
-  }
-  return env;
-}
 
 // Removes the shared-memory segments of the run that its workers left behind:
 // libddp's shm backend unlinks its segments once every local rank attached,

@@ -13,6 +13,8 @@
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 
+extern char** environ;
+
 namespace ddp::launcher {
 namespace {
 
@@ -140,6 +142,19 @@ void fill_launch(const LaunchInputs& in, int i, int incarnation, bool open_files
 }
 
 }  // namespace
+
+std::vector<std::string> base_environment() {
+  std::vector<std::string> env;
+  const auto& names = contract_variable_names();
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool ours = false;
+    for (const auto& n : names) ours = ours || n == name;
+    if (!ours) env.push_back(std::move(entry));
+  }
+  return env;
+}
 
 WorkerLaunch worker_relaunch(const LaunchInputs& in, int i, int incarnation) {
   WorkerLaunch launch;

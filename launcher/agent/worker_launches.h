@@ -16,6 +16,11 @@
 
 namespace ddp::launcher {
 
+// ddprun's environment minus the contract's variables (a job started from
+// inside another job must not inherit stale ranks): what every worker's
+// environment starts from.
+std::vector<std::string> base_environment();
+
 struct LaunchInputs {
   LaunchInputs(const LaunchSpec& s, const RunFiles& f, RoundAssignment r)
       : spec(s), files(f), round(std::move(r)) {}
