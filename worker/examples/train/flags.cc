@@ -183,6 +183,10 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option(
       "--resume", c.resume,
       "Checkpoint to resume from; 'auto': --checkpoint when it exists, else start fresh");
+  app.add_option("--sample_log,--sample-log", c.sample_log,
+                 "Under ddprun --on_failure=heal: append each committed step's samples "
+                 "(\"step S epoch E offset O count N\") to PATH.<rank>.<pid>, for checking "
+                 "that no sample was lost or repeated");
   app.add_option("--log_every,--log-every", c.log_every, "Steps between progress lines")
       ->check(positive)
       ->capture_default_str();
@@ -215,6 +219,21 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
     return {std::nullopt, std::string("train: error: ") + e.what(), 2};
   }
   return {c, "", 0};
+}
+
+ddp::GradSyncOptions grad_sync_options(const Config& c) {
+  ddp::GradSyncOptions sync_options;
+  sync_options.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_cap_mb * (1 << 20));
+  // Backward multiplies by grad_scale() (GEMM alpha): the reduction is a plain sum.
+  sync_options.prescaled_grads = true;
+  sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
+                             : c.compression == "bf16" ? ddp::Compression::kBf16
+                                                       : ddp::Compression::kNone;
+  sync_options.comm_mode = c.comm_mode == "inline"   ? ddp::CommMode::kInline
+                           : c.comm_mode == "shared" ? ddp::CommMode::kShared
+                                                     : ddp::CommMode::kOverlap;
+  sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
+  return sync_options;
 }
 
 }  // namespace train

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/grad_averager.h"
+
 namespace train {
 
 enum class Task : int { kRegression, kClassification };
@@ -61,6 +63,7 @@ struct Config {
   std::int64_t checkpoint_every = 100;  // steps; 0: only at the end
   std::string resume;                   // "" : fresh; "auto": --checkpoint if it exists
   int log_every = 10;
+  std::string sample_log;  // heal mode: where each process records its committed steps
 };
 
 struct ParseResult {
@@ -71,6 +74,10 @@ struct ParseResult {
 
 // Parses argv (argv[0] is the program). Never throws.
 ParseResult parse_flags(const std::vector<std::string>& argv);
+
+// GradSync's options from the flags (--bucket_cap_mb, --compression,
+// --comm_mode); gradients arrive prescaled (the backward pass multiplies).
+ddp::GradSyncOptions grad_sync_options(const Config& config);
 
 // Why a build without the GPU engine (--backend nccl; CUDA, cuBLAS and NCCL
 // were not all found at build time) refuses it.

@@ -23,10 +23,12 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "ddp/ddp.h"
+#include "ddp/heal.h"
 #include "ddp/log.h"
 #include "ddp/metrics.h"
 #include "engine.h"
 #include "flags.h"
+#include "heal_loop.h"
 
 namespace train {
 namespace {
@@ -149,6 +151,14 @@ int run(const Config& c, const AfterStep& after_step) {
                       " does not exist or is not writable");
     }
   }
+  std::vector<int> dims{c.input_dim};
+  for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
+  dims.push_back(c.output_dim);
+  if (ddp::Healer::requested()) {
+    const std::string why = heal_unsupported(c, backend);
+    if (why.empty()) return run_healing(c, data, dims, backend, after_step);
+    ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
+  }
   const std::int64_t total_steps =
       c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
   const std::int64_t rank_samples = std::int64_t{c.batch_size} * c.accumulate;  // per step
@@ -158,24 +168,11 @@ int run(const Config& c, const AfterStep& after_step) {
   init.backend = backend;
   auto pg = ddp::init(init);
 
-  std::vector<int> dims{c.input_dim};
-  for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
-  dims.push_back(c.output_dim);
   const std::string model = fmt::format("{}", fmt::join(dims, "-"));  // "32-128-128-10"
   const std::unique_ptr<Engine> engine =
       backend == "nccl" ? make_gpu_engine(c, dims, ddp::local_rank()) : make_cpu_engine(c, dims);
 
-  ddp::GradSyncOptions sync_options;
-  sync_options.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_cap_mb * (1 << 20));
-  // Backward multiplies by grad_scale() (GEMM alpha): the reduction is a plain sum.
-  sync_options.prescaled_grads = true;
-  sync_options.compression = c.compression == "fp16"   ? ddp::Compression::kFp16
-                             : c.compression == "bf16" ? ddp::Compression::kBf16
-                                                       : ddp::Compression::kNone;
-  sync_options.comm_mode = c.comm_mode == "inline"   ? ddp::CommMode::kInline
-                           : c.comm_mode == "shared" ? ddp::CommMode::kShared
-                                                     : ddp::CommMode::kOverlap;
-  sync_options.log_every = 0;  // GradSync reports its first 10 iterations; the summary has the rest
+  const ddp::GradSyncOptions sync_options = grad_sync_options(c);
   const std::vector<ddp::GradParam> params = engine->grad_params();
   // comm_mode shared: a ddp::SharedGradSum; otherwise a ddp::GradSync.
   const std::unique_ptr<ddp::GradAverager> averager =

@@ -1,0 +1,257 @@
+// The trainer's loop under live recovery. A step is committed once this
+// rank's finish() returned and it applied the optimizer update; a step whose
+// collectives failed is dropped on this rank (nothing applied) and, after
+// the group is rebuilt, ddp::Healer::sync_state() makes every member hold the
+// most advanced member's state: a step that some survivor committed is kept
+// (its gradient sum was whole: every rank had contributed), one that nobody
+// committed is redone with the new group.
+
+#include "heal_loop.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "ddp/heal.h"
+#include "ddp/log.h"
+#include "elastic_plan.h"
+#include "engine.h"
+
+namespace train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// FNV-1a over the bytes of the first `n` buffers (the weights).
+std::uint64_t checksum(const std::vector<ddp::ParamBuffer>& buffers, std::size_t n) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::size_t i = 0; i < n && i < buffers.size(); ++i) {
+    const auto* p = static_cast<const unsigned char*>(buffers[i].data);
+    const std::size_t bytes = buffers[i].count * ddp::dtype_size(buffers[i].dtype);
+    for (std::size_t k = 0; k < bytes; ++k) h = (h ^ p[k]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// --sample_log: one line per committed step this process knows of.
+class SampleLog {
+ public:
+  SampleLog(const std::string& path, int id) {
+    if (path.empty()) return;
+    const std::string file = path + "." + std::to_string(id) + "." + std::to_string(::getpid());
+    file_ = std::fopen(file.c_str(), "a");
+    if (file_ == nullptr) throw ddp::Error("--sample_log: cannot open " + file);
+  }
+  ~SampleLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  void step(std::int64_t step, const Position& at, std::int64_t count) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_, "step %" PRId64 " epoch %" PRId64 " offset %" PRId64 " count %" PRId64 "\n",
+                 step, at.epoch, at.offset, count);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+class HealingTrainer {
+ public:
+  HealingTrainer(const Config& c, const Data& data, const std::vector<int>& dims,
+                 const std::string& backend)
+      : c_(c),
+        data_(data),
+        plan_(data.train.size(), c.batch_size, c.accumulate, c.seed),
+        healer_(init_options(backend)),
+        log_(c.sample_log, healer_.id()) {
+    if (healer_.group()) engine_ = make_cpu_engine(c, dims);
+    committed_ = healer_.joined_late() ? -1 : 0;
+  }
+
+  int run(const AfterStep& after_step);
+
+ private:
+  static ddp::InitOptions init_options(const std::string& backend) {
+    ddp::InitOptions init;
+    init.backend = backend;
+    return init;
+  }
+  std::int64_t total_steps() const { return c_.steps > 0 ? c_.steps : -1; }
+  bool done() const {
+    return c_.steps > 0 ? committed_ >= c_.steps : position_.epoch >= std::max<long>(c_.epochs, 1);
+  }
+  void settle();
+  void train_step();
+  void recover(const std::string& why);
+
+  const Config& c_;
+  const Data& data_;
+  ElasticPlan plan_;
+  ddp::Healer healer_;
+  SampleLog log_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ddp::GradAverager> sync_;
+  std::int64_t committed_ = 0;  // steps applied (-1: none yet, this process just joined)
+  Position position_;
+  int step_world_ = 0;  // the group's size when the step in flight began
+  // Filled by recover(), reported by the next settle().
+  std::optional<ddp::MemberSet> before_;
+  Clock::time_point failed_at_{};
+  double waited_ms_ = 0;
+  Batch batch_;
+};
+
+// After construction and after every reform: everyone takes the most
+// advanced member's state, then a new GradSync over the new group.
+void HealingTrainer::settle() {
+  std::vector<ddp::ParamBuffer> state = engine_->host_state();
+  state.push_back({&position_, 2, ddp::DType::kInt64});
+  const std::int64_t mine = committed_;
+  const Position was = position_;
+  const ddp::HealReport report = healer_.sync_state(committed_, state);
+  engine_->load_host_state();
+  // A step this rank failed in but another committed: its samples were summed.
+  if (mine >= 0 && committed_ == mine + 1) {
+    const Position next = plan_.after(was, step_world_);
+    if (next.epoch != position_.epoch || next.offset != position_.offset) {
+      throw ddp::Error("heal: the donor's data position does not follow this rank's");
+    }
+    log_.step(mine, was, plan_.step_samples(was, step_world_));
+  } else if (mine >= 0 && committed_ != mine) {
+    throw ddp::Error("heal: this rank is " + std::to_string(committed_ - mine) +
+                     " steps behind the donor (at most 1 is possible)");
+  }
+  sync_ = ddp::make_grad_averager(healer_.group(), engine_->grad_params(), grad_sync_options(c_));
+  const ddp::ProcessGroup& g = *healer_.group();
+  const double mb = static_cast<double>(report.bytes) / 1e6;
+  if (before_) {
+    std::string left, arrived;
+    for (const auto& m : before_->members) {
+      if (g.members().rank_of(m.id) < 0) left += " " + std::to_string(m.id);
+    }
+    for (const auto& m : g.members().members) {
+      if (before_->rank_of(m.id) < 0) arrived += " " + std::to_string(m.id);
+    }
+    ddp::log::info_all(
+        "heal: epoch {}: rank(s){} left, rank(s){} arrived | world {} -> {} | resumed at committed "
+        "step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from rank {}",
+        g.epoch(), left.empty() ? " none" : left, arrived.empty() ? " none" : arrived,
+        before_->size(), g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, report.donor);
+    before_.reset();
+  } else if (mine < 0) {
+    ddp::log::info_all(
+        "heal: joined epoch {} as rank {} of {} | received {:.2f} MB (state at committed step {}) "
+        "in {:.1f} ms",
+        g.epoch(), g.rank(), g.size(), mb, committed_, report.seconds * 1e3);
+  }
+}
+
+void HealingTrainer::train_step() {
+  ddp::ProcessGroup& g = *healer_.group();
+  step_world_ = g.size();
+  const std::int64_t samples = plan_.step_samples(position_, step_world_);
+  for (int micro = 0; micro < c_.accumulate; ++micro) {
+    auto slice = plan_.slice(position_, step_world_, g.rank(), micro);
+    // An empty slice (an epoch's last step, fewer samples than slices): one
+    // sample weighted 0, so every rank hands over its gradients alike.
+    const std::int64_t first = 0;
+    data_.train.gather(slice.empty() ? std::span<const std::int64_t>(&first, 1) : slice, batch_);
+    engine_->forward(batch_);
+    // The step's mean: this slice's share, times 1/slice in the loss gradient.
+    const float scale = static_cast<float>(slice.size()) / static_cast<float>(samples);
+    std::optional<ddp::GradAverager::NoSync> no_sync;
+    if (micro + 1 < c_.accumulate) no_sync.emplace(*sync_);
+    sync_->begin_backward();
+    engine_->backward(*sync_, scale, micro > 0);
+    sync_->finish();
+  }
+  engine_->step(*sync_);
+  log_.step(committed_, position_, samples);
+  ++committed_;
+  position_ = plan_.after(position_, step_world_);
+}
+
+void HealingTrainer::recover(const std::string& why) {
+  failed_at_ = Clock::now();
+  ddp::log::warn("heal: step {} did not commit: {}", committed_, why);
+  before_ = healer_.group()->members();
+  healer_.group()->abort();  // peers waiting on this rank stop at once
+  sync_.reset();
+  healer_.reform(committed_);
+  waited_ms_ = ms_since(failed_at_);
+}
+
+int HealingTrainer::run(const AfterStep& after_step) {
+  if (!healer_.group()) return 0;  // the job finished before this rank was admitted
+  bool settled = false;
+  for (;;) {
+    try {
+      if (!settled) {
+        settle();
+        settled = true;
+      }
+      if (done()) {
+        // Every rank past its last step before anyone stops: a rank that
+        // fails now redoes nothing (all committed), but must not be waited for.
+        healer_.group()->barrier();
+        break;
+      }
+      if (healer_.arrivals_waiting()) {
+        before_ = healer_.group()->members();
+        failed_at_ = Clock::now();
+        healer_.group()->abort();
+        sync_.reset();
+        healer_.reform(committed_);
+        waited_ms_ = ms_since(failed_at_);
+        settled = false;
+        continue;
+      }
+      train_step();
+      if (committed_ % c_.log_every == 0 || committed_ == total_steps()) {
+        ddp::log::info("step {}{} | epoch {} | world {} | loss {:.6f}", committed_,
+                       c_.steps > 0 ? "/" + std::to_string(c_.steps) : "", position_.epoch + 1,
+                       healer_.group()->size(), engine_->loss().loss);
+      }
+      if (after_step) after_step(committed_);
+    } catch (const ddp::Error& e) {
+      recover(e.what());
+      settled = false;
+    }
+  }
+  healer_.finish();
+  const std::vector<ddp::ParamBuffer> state = engine_->host_state();
+  ddp::log::info_all("weights checksum: {:016x} | committed steps {} | epoch {} offset {}",
+                     checksum(state, engine_->grad_params().size()), committed_, position_.epoch,
+                     position_.offset);
+  return 0;
+}
+
+}  // namespace
+
+std::string heal_unsupported(const Config& c, const std::string& backend) {
+  if (backend == "nccl") return "the GPU engine (--backend nccl) cannot heal in process yet";
+  if (c.shard_optimizer) return "--shard_optimizer cannot heal in process yet";
+  if (c.comm_mode == "shared") return "--comm_mode shared cannot heal in process yet";
+  if (!c.resume.empty()) return "--resume cannot be combined with healing in process";
+  return "";
+}
+
+int run_healing(const Config& c, const Data& data, const std::vector<int>& dims,
+                const std::string& backend, const AfterStep& after_step) {
+  try {
+    HealingTrainer trainer(c, data, dims, backend);
+    return trainer.run(after_step);
+  } catch (const std::exception& e) {
+    ddp::log::error("train: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace train
