@@ -75,5 +75,14 @@ TEST(Quorum, TheLocalOracleKnowsThisMachinesDeadAndNeverGuessesElsewhere) {
   EXPECT_FALSE(is_dead("otherboot/pid:[1] 1")) << "another machine: cannot tell";
 }
 
+TEST(Quorum, AnEpochChangeNamesWhoLeftArrivedAndWasReplaced) {
+  const std::vector<Arrival> before = {arrival(0, 0, "a"), arrival(1, 0, "b"), arrival(2, 0, "c")};
+  const std::vector<Arrival> after = {arrival(0, 0, "a"), arrival(2, 0, "c2"), arrival(5, 1, "e")};
+  const EpochChange change = epoch_change(before, after);
+  EXPECT_EQ(change.left, std::vector<int>{1});
+  EXPECT_EQ(change.arrived, std::vector<int>{5});
+  EXPECT_EQ(change.replaced, std::vector<int>{2});
+}
+
 }  // namespace
 }  // namespace ddp::detail

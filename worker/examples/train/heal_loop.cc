@@ -14,6 +14,10 @@
 #include <optional>
 #include <set>
 
+#include <unistd.h>
+
+#include <fmt/ranges.h>
+
 #include "ddp/heal.h"
 #include "ddp/log.h"
 #include "elastic_plan.h"
@@ -75,7 +79,7 @@ class HealingTrainer {
     committed_ = healer_.joined_late() ? -1 : 0;
   }
 
-  int run(const AfterStep& after_step);
+  int run(const HealHooks& hooks);
 
  private:
   static ddp::InitOptions init_options(const std::string& backend) {
@@ -90,6 +94,7 @@ class HealingTrainer {
   void settle();
   void train_step();
   void recover(const std::string& why);
+  void reform();
 
   const Config& c_;
   const Data& data_;
@@ -106,6 +111,7 @@ class HealingTrainer {
   Clock::time_point failed_at_{};
   double waited_ms_ = 0;
   Batch batch_;
+  std::function<void()> after_reform_;
 };
 
 // After construction and after every reform: everyone takes the most
@@ -132,18 +138,15 @@ void HealingTrainer::settle() {
   const ddp::ProcessGroup& g = *healer_.group();
   const double mb = static_cast<double>(report.bytes) / 1e6;
   if (before_) {
-    std::string left, arrived;
-    for (const auto& m : before_->members) {
-      if (g.members().rank_of(m.id) < 0) left += " " + std::to_string(m.id);
-    }
-    for (const auto& m : g.members().members) {
-      if (before_->rank_of(m.id) < 0) arrived += " " + std::to_string(m.id);
-    }
+    const ddp::EpochChange& change = healer_.last_change();
+    auto ids = [](const std::vector<int>& v) {
+      return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, " "));
+    };
     ddp::log::info_all(
-        "heal: epoch {}: rank(s){} left, rank(s){} arrived | world {} -> {} | resumed at committed "
-        "step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from rank {}",
-        g.epoch(), left.empty() ? " none" : left, arrived.empty() ? " none" : arrived,
-        before_->size(), g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, report.donor);
+        "heal: epoch {}: left {} | arrived {} | replaced {} | world {} -> {} | resumed at "
+        "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from rank {}",
+        g.epoch(), ids(change.left), ids(change.arrived), ids(change.replaced), before_->size(),
+        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, report.donor);
     before_.reset();
   } else if (mine < 0) {
     ddp::log::info_all(
@@ -179,16 +182,23 @@ void HealingTrainer::train_step() {
 }
 
 void HealingTrainer::recover(const std::string& why) {
-  failed_at_ = Clock::now();
   ddp::log::warn("heal: step {} did not commit: {}", committed_, why);
+  reform();
+}
+
+// Leaves the current group and joins the next epoch's.
+void HealingTrainer::reform() {
+  failed_at_ = Clock::now();
   before_ = healer_.group()->members();
   healer_.group()->abort();  // peers waiting on this rank stop at once
   sync_.reset();
   healer_.reform(committed_);
   waited_ms_ = ms_since(failed_at_);
+  if (after_reform_) after_reform_();
 }
 
-int HealingTrainer::run(const AfterStep& after_step) {
+int HealingTrainer::run(const HealHooks& hooks) {
+  after_reform_ = hooks.after_reform;
   if (!healer_.group()) return 0;  // the job finished before this rank was admitted
   bool settled = false;
   for (;;) {
@@ -204,12 +214,7 @@ int HealingTrainer::run(const AfterStep& after_step) {
         break;
       }
       if (healer_.arrivals_waiting()) {
-        before_ = healer_.group()->members();
-        failed_at_ = Clock::now();
-        healer_.group()->abort();
-        sync_.reset();
-        healer_.reform(committed_);
-        waited_ms_ = ms_since(failed_at_);
+        reform();
         settled = false;
         continue;
       }
@@ -219,7 +224,7 @@ int HealingTrainer::run(const AfterStep& after_step) {
                        c_.steps > 0 ? "/" + std::to_string(c_.steps) : "", position_.epoch + 1,
                        healer_.group()->size(), engine_->loss().loss);
       }
-      if (after_step) after_step(committed_);
+      if (hooks.after_step) hooks.after_step(committed_);
     } catch (const ddp::Error& e) {
       recover(e.what());
       settled = false;
@@ -244,10 +249,10 @@ std::string heal_unsupported(const Config& c, const std::string& backend) {
 }
 
 int run_healing(const Config& c, const Data& data, const std::vector<int>& dims,
-                const std::string& backend, const AfterStep& after_step) {
+                const std::string& backend, const HealHooks& hooks) {
   try {
     HealingTrainer trainer(c, data, dims, backend);
-    return trainer.run(after_step);
+    return trainer.run(hooks);
   } catch (const std::exception& e) {
     ddp::log::error("train: {}", e.what());
     return 1;

@@ -128,7 +128,7 @@ void evaluate(Engine& engine, const Dataset& test, ddp::ProcessGroup& pg) {
                  test.size(), avg.at("loss"), avg.at("accuracy"));
 }
 
-int run(const Config& c, const AfterStep& after_step) {
+int run(const Config& c, const AfterStep& after_step, const std::function<void()>& after_reform) {
   const int world = ddp::world_size(), rank = ddp::rank();
   const std::string backend = choose_backend(c);
   // Flag checks that need the world size or the data come before any
@@ -156,7 +156,7 @@ int run(const Config& c, const AfterStep& after_step) {
   dims.push_back(c.output_dim);
   if (ddp::Healer::requested()) {
     const std::string why = heal_unsupported(c, backend);
-    if (why.empty()) return run_healing(c, data, dims, backend, after_step);
+    if (why.empty()) return run_healing(c, data, dims, backend, {after_step, after_reform});
     ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
   }
   const std::int64_t total_steps =
@@ -333,7 +333,8 @@ int run(const Config& c, const AfterStep& after_step) {
 
 }  // namespace
 
-int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step) {
+int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step,
+                const std::function<void()>& after_reform) {
   const ParseResult parsed = parse_flags(argv);
   if (!parsed.config) {
     FILE* out = parsed.exit_code == 0 ? stdout : stderr;
@@ -342,7 +343,7 @@ int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_ste
     return parsed.exit_code;
   }
   try {
-    return run(*parsed.config, after_step);
+    return run(*parsed.config, after_step, after_reform);
   } catch (const FlagError& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;

@@ -17,6 +17,10 @@ using AfterStep = std::function<void(std::int64_t steps_done)>;
 // Parses argv (argv[0]: the program) and trains. Returns the exit code: 0;
 // 1 after a failure, logged; 2 for bad flags, one line on stderr (help: 0,
 // on stdout).
-int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step = nullptr);
+// Under ddprun --on_failure=heal, after_reform runs on every member each
+// time the group was rebuilt, before the state is exchanged (the heal tests
+// kill a rank there).
+int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step = nullptr,
+                const std::function<void()>& after_reform = nullptr);
 
 }  // namespace train

@@ -50,6 +50,13 @@ struct HealOptions {
   int min_members = 1;
 };
 
+// How the last reform() changed the members, by id (launch rank): who
+// left, who is new, and who came back as another process (a relaunch that
+// was admitted in the same reform that dropped its predecessor).
+struct EpochChange {
+  std::vector<int> left, arrived, replaced;
+};
+
 // What one sync_state() did, for the trainer's report.
 struct HealReport {
   bool moved = false;          // whether any state was sent
@@ -86,6 +93,9 @@ class Healer {
   // Throws as a collective does when a peer died.
   bool arrivals_waiting();
 
+  // What the last reform() changed.
+  const EpochChange& last_change() const { return change_; }
+
   // After a collective of the current group failed on this rank, or when
   // arrivals_waiting() said so: aborts the current group, agrees on the next
   // epoch's members (the survivors and the arrivals) and makes its group.
@@ -112,6 +122,7 @@ class Healer {
   std::shared_ptr<ProcessGroup> group_;
   int id_ = 0;
   bool joined_late_ = false;
+  EpochChange change_;
 };
 
 }  // namespace ddp

@@ -266,12 +266,14 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
   if (group_) group_->abort();
   group_.reset();  // waits for what it had queued: each fails at once now
   s.me.committed = committed;
+  const std::vector<Arrival> before = s.current;
   const auto give_up = Clock::now() + s.options.timeout;
   for (std::uint64_t n = s.epoch + 1;; n = s.epoch + 1) {
     if (!s.next_epoch(n, give_up)) throw Error("heal: the job finished while this rank reformed");
     try {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
                                     s.options);
+      change_ = detail::epoch_change(before, s.current);
       return group_;
     } catch (const Error& e) {
       // A member died while the group formed: the next epoch goes without it.

@@ -70,6 +70,28 @@ std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
   return members;
 }
 
+EpochChange epoch_change(const std::vector<Arrival>& before, const std::vector<Arrival>& after) {
+  EpochChange change;
+  auto find = [](const std::vector<Arrival>& in, int id) {
+    return std::find_if(in.begin(), in.end(), [&](const Arrival& a) { return a.id == id; });
+  };
+  for (const Arrival& a : before) {
+    if (find(after, a.id) == after.end()) change.left.push_back(a.id);
+  }
+  for (const Arrival& a : after) {
+    auto was = find(before, a.id);
+    if (was == before.end()) {
+      change.arrived.push_back(a.id);
+    } else if (was->proc != a.proc) {
+      change.replaced.push_back(a.id);
+    }
+  }
+  std::sort(change.left.begin(), change.left.end());
+  std::sort(change.arrived.begin(), change.arrived.end());
+  std::sort(change.replaced.begin(), change.replaced.end());
+  return change;
+}
+
 MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members) {
   MemberSet set;
   set.epoch = epoch;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/heal.h"
 #include "ddp/process_group.h"
 
 namespace ddp::detail {
@@ -49,6 +50,9 @@ bool quorum_ready(const std::vector<Arrival>& previous, const std::map<int, Arri
 // in rank order (node, then id).
 std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
                                     const DeathOracle& is_dead);
+
+// Who left, arrived, or was replaced by another process between two epochs.
+EpochChange epoch_change(const std::vector<Arrival>& before, const std::vector<Arrival>& after);
 
 // The member set of `members` at `epoch`.
 MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members);

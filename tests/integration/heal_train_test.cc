@@ -1,0 +1,262 @@
+// Live recovery end to end: ddprun --on_failure=heal running the reference
+// trainer (heal_fault_worker: train with faults to inject) on one node, with
+// ranks killed with SIGKILL mid-step, between steps, two at once and during
+// a heal, and a rank hung with SIGSTOP. Each run must end with exit 0, every
+// rank holding the same weights (equal checksums), the asked-for number of
+// committed steps, and every sample of every epoch in exactly one committed
+// step (the --sample_log ledger every process writes).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "elastic_plan.h"
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kWorker = HEAL_FAULT_WORKER_PATH;
+// 514 samples: with 4 ranks of 32 the last step of each epoch has 2 samples
+// for 4 slices, so some ranks contribute an empty slice.
+constexpr std::int64_t kDataset = 514;
+
+struct HealRun {
+  ProcessResult result;
+  std::string dir;  // where the sample logs are
+};
+
+std::vector<std::string> train_args(const std::string& dir, std::int64_t steps) {
+  return {"--steps",        std::to_string(steps),
+          "--hidden",       "64",
+          "--layers",       "3",
+          "--dataset_size", std::to_string(kDataset),
+          "--log_every",    "500",
+          "--sample_log",   dir + "/slog"};
+}
+
+std::vector<std::string> heal_argv(int nproc, const std::vector<std::string>& launcher,
+                                   const std::vector<std::string>& faults,
+                                   const std::vector<std::string>& train) {
+  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc),
+                                   "--on_failure=heal", "--max_restarts=4"};
+  argv.insert(argv.end(), launcher.begin(), launcher.end());
+  argv.push_back(kWorker);
+  argv.insert(argv.end(), faults.begin(), faults.end());
+  argv.insert(argv.end(), train.begin(), train.end());
+  return argv;
+}
+
+const std::map<std::string, std::string> kEnv = {{"DDP_TIMEOUT_S", "30"},
+                                                 {"DDP_BACKEND", "\x01"},
+                                                 {"DDP_DEBUG", "\x01"},
+                                                 {"OPENBLAS_NUM_THREADS", "1"}};
+
+HealRun run_heal(int nproc, const std::vector<std::string>& faults, std::int64_t steps,
+                 const std::vector<std::string>& launcher = {}) {
+  HealRun run;
+  run.dir = make_temp_dir();
+  Subprocess p(heal_argv(nproc, launcher, faults, train_args(run.dir, steps)), kEnv);
+  run.result = p.wait(120s);
+  return run;
+}
+
+// The ledger: every process's committed steps. "" when steps 0..steps-1
+// each appear with one (epoch, offset, count), and in order they tile every
+// epoch exactly; else the first problem.
+std::string ledger_problem(const std::string& dir, std::int64_t steps) {
+  std::map<std::int64_t, std::tuple<std::int64_t, std::int64_t, std::int64_t>> by_step;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("slog.", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      std::int64_t s, e, o, n;
+      if (std::sscanf(line.c_str(), "step %ld epoch %ld offset %ld count %ld", &s, &e, &o, &n) !=
+          4) {
+        return "malformed line '" + line + "' in " + entry.path().string();
+      }
+      auto [it, fresh] = by_step.try_emplace(s, e, o, n);
+      if (!fresh && it->second != std::make_tuple(e, o, n)) {
+        return "step " + std::to_string(s) + " was logged with two different sample ranges";
+      }
+    }
+  }
+  if (by_step.empty() || by_step.rbegin()->first != steps - 1) {
+    return "the last committed step logged is not step " + std::to_string(steps - 1);
+  }
+  std::int64_t epoch = 0, offset = 0;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    auto it = by_step.find(s);
+    if (it == by_step.end()) return "step " + std::to_string(s) + " was never logged";
+    const auto [e, o, n] = it->second;
+    if (e != epoch || o != offset || n <= 0 || o + n > kDataset) {
+      std::ostringstream why;
+      why << "step " << s << " took samples [" << o << ", " << o + n << ") of epoch " << e
+          << "; the next untrained ones were from " << offset << " of epoch " << epoch;
+      return why.str();
+    }
+    offset += n;
+    if (offset == kDataset) {
+      ++epoch;
+      offset = 0;
+    }
+  }
+  return "";
+}
+
+// "[rank K] weights checksum: X | committed steps S | ..." -> K -> (X, S)
+std::map<int, std::pair<std::string, std::int64_t>> checksums(const std::string& out) {
+  std::map<int, std::pair<std::string, std::int64_t>> found;
+  const std::regex line(R"(\[rank (\d+)\] weights checksum: ([0-9a-f]+) \| committed steps (\d+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    found[std::stoi((*it)[1])] = {(*it)[2], std::stoll((*it)[3])};
+  }
+  return found;
+}
+
+// Exit 0, `nproc` ranks ending with one checksum and `steps` committed steps,
+// and a ledger without a lost or repeated sample.
+void expect_healed(const HealRun& run, int nproc, std::int64_t steps) {
+  const ProcessResult& r = run.result;
+  ASSERT_TRUE(r.exited) << "ddprun did not finish\n" << r.out << r.err;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const auto sums = checksums(r.out);
+  EXPECT_EQ(static_cast<int>(sums.size()), nproc) << r.out;
+  for (const auto& [rank, sum] : sums) {
+    EXPECT_EQ(sum.first, sums.begin()->second.first) << "rank " << rank << " differs\n" << r.out;
+    EXPECT_EQ(sum.second, steps) << "rank " << rank;
+  }
+  EXPECT_EQ(ledger_problem(run.dir, steps), "");
+}
+
+// Whether rank `id` dropped out of some epoch: left, or already replaced by
+// its relaunch when the survivors' reform admitted it at once.
+bool dropped(const std::string& out, int id) {
+  const std::string n = std::to_string(id);
+  return std::regex_search(out, std::regex("left [0-9 ]*\\b" + n + "\\b[0-9 ]*\\|")) ||
+         std::regex_search(out, std::regex("replaced [0-9 ]*\\b" + n + "\\b[0-9 ]*\\|"));
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
+  const auto run = run_heal(4, {"--kill", "3@150"}, 2500);
+  expect_healed(run, 4, 2500);
+  const std::string& out = run.result.out;
+  EXPECT_NE(out.find("left 3 | arrived none | replaced none | world 4 -> 3"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("left none | arrived 3 | replaced none | world 3 -> 4"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[rank 3] heal: joined epoch"), std::string::npos) << out;
+  EXPECT_NE(
+      run.result.err.find("rank 3 (local rank 3) exited with signal 9 (SIGKILL): relaunching"),
+      std::string::npos)
+      << run.result.err;
+}
+
+TEST(HealTrain, ARankKilledMidStepFromOutsideIsReplaced) {
+  const std::string dir = make_temp_dir();
+  Subprocess p(heal_argv(3, {}, {}, train_args(dir, 4000)), kEnv);
+  // Rank 1's own ledger names its pid; kill it once it has committed 300 steps.
+  pid_t victim = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(dir)) {
+          const std::string name = e.path().filename().string();
+          if (name.rfind("slog.1.", 0) != 0) continue;
+          std::ifstream in(e.path());
+          std::string line;
+          int lines = 0;
+          while (std::getline(in, line)) ++lines;
+          if (lines >= 300) victim = std::stoi(name.substr(7));
+        }
+        return victim != 0;
+      },
+      60s));
+  ::kill(victim, SIGKILL);
+  HealRun run{p.wait(120s), dir};
+  expect_healed(run, 3, 4000);
+  EXPECT_TRUE(dropped(run.result.out, 1)) << run.result.out;
+}
+
+TEST(HealTrain, TwoRanksKilledAtOnceAreBothReplaced) {
+  const auto run = run_heal(4, {"--kill", "1@200", "--kill", "2@200"}, 2500);
+  expect_healed(run, 4, 2500);
+  EXPECT_TRUE(dropped(run.result.out, 1) && dropped(run.result.out, 2)) << run.result.out;
+}
+
+TEST(HealTrain, ARankKilledDuringAHealIsLeftOutOfTheNextEpochAndReplaced) {
+  // Rank 3 dies after step 150; rank 1 dies right after the survivors
+  // rebuilt the group, while they exchange state.
+  const auto run = run_heal(4, {"--kill", "3@150", "--die_in_heal", "1"}, 2500);
+  expect_healed(run, 4, 2500);
+  const std::string& out = run.result.out;
+  EXPECT_TRUE(dropped(out, 1)) << out;
+  EXPECT_GE(count_of(run.result.err, "relaunching it"), 2u) << run.result.err;
+}
+
+TEST(HealTrain, AHungRankIsKilledByTheHangTimeoutAndHealed) {
+  const auto run = run_heal(3, {"--stop", "2@150"}, 2500, {"--hang_timeout=2"});
+  expect_healed(run, 3, 2500);
+  // The relaunch may be admitted in the very reform that drops the hung process.
+  EXPECT_TRUE(dropped(run.result.out, 2)) << run.result.out;
+}
+
+TEST(HealTrain, AProgramThatCannotHealInProcessRestartsItsGroupWithANotice) {
+  const std::string dir = make_temp_dir();
+  std::vector<std::string> args = train_args(dir, 400);
+  args.push_back("--shard_optimizer");
+  Subprocess p(heal_argv(3, {}, {"--kill", "2@100"}, args), kEnv);
+  const ProcessResult r = p.wait(120s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("--shard_optimizer cannot heal in process"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("had not opted into healing"), std::string::npos) << r.err;
+  EXPECT_TRUE(checksums(r.out).empty()) << "the plain loop prints no heal checksum";
+}
+
+TEST(ElasticPlan, EveryEpochsSamplesAreInExactlyOneSliceWhateverTheWorldSize) {
+  train::ElasticPlan plan(kDataset, 32, 2, 7);
+  train::Position at;
+  std::map<std::int64_t, std::multiset<std::int64_t>> seen;  // epoch -> dataset indices
+  const int worlds[] = {4, 3, 1, 5, 2};
+  for (int step = 0; at.epoch < 3; ++step) {
+    const int world = worlds[step % 5];
+    std::int64_t in_step = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      for (int rank = 0; rank < world; ++rank) {
+        for (std::int64_t i : plan.slice(at, world, rank, micro)) {
+          seen[at.epoch].insert(i);
+          ++in_step;
+        }
+      }
+    }
+    EXPECT_EQ(in_step, plan.step_samples(at, world));
+    at = plan.after(at, world);
+  }
+  for (const auto& [epoch, indices] : seen) {
+    EXPECT_EQ(static_cast<std::int64_t>(indices.size()), kDataset) << "epoch " << epoch;
+    EXPECT_EQ(
+        static_cast<std::int64_t>(std::set<std::int64_t>(indices.begin(), indices.end()).size()),
+        kDataset)
+        << "epoch " << epoch << " repeats a sample";
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,93 @@
+// The reference trainer (worker/examples/train) with faults to inject, for the
+// live-recovery tests (tests/integration/heal_train_test.cc). Run it under
+// ddprun --on_failure=heal:
+//
+//   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID] TRAIN_FLAGS...
+//
+// --kill: the rank launched as ID SIGKILLs itself after committing step
+// STEP (between steps; several ranks may die at the same step). --stop: it
+// SIGSTOPs itself there (alive but silent, as a hung rank is). --die_in_heal:
+// it SIGKILLs itself right after its first reform, while the survivors
+// exchange state. Each fault fires in a rank's first launch only
+// (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a
+// restarted group, trains normally.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ddp/ddp.h"
+#include "ddp/log.h"
+#include "trainer.h"
+
+namespace {
+
+// "ID@STEP" -> (ID, STEP); exits 2 naming the flag when malformed.
+std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::string& text) {
+  const auto at = text.find('@');
+  char* end = nullptr;
+  const long id = std::strtol(text.c_str(), &end, 10);
+  if (at == std::string::npos || end != text.c_str() + at) {
+    std::fprintf(stderr, "heal_fault_worker: %s %s: expected ID@STEP\n", flag.c_str(),
+                 text.c_str());
+    std::exit(2);
+  }
+  return {static_cast<int>(id), std::atoll(text.c_str() + at + 1)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::multimap<int, std::int64_t> kills, stops;
+  int die_in_heal = -1;
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--kill" || arg == "--stop") && i + 1 < argc) {
+      (arg == "--kill" ? kills : stops).insert(parse_fault(arg, argv[++i]));
+    } else if (arg == "--die_in_heal" && i + 1 < argc) {
+      die_in_heal = std::atoi(argv[++i]);
+    } else {
+      args.push_back(arg);
+    }
+  }
+  auto zero_or_unset = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr || std::string(value) == "0";
+  };
+  const bool first_launch =
+      zero_or_unset("DDP_INCARNATION") && zero_or_unset("TORCHELASTIC_RESTART_COUNT");
+  const int id = ddp::rank();
+  auto fires = [&](const std::multimap<int, std::int64_t>& faults, std::int64_t step) {
+    auto [from, to] = faults.equal_range(id);
+    for (auto it = from; it != to; ++it) {
+      if (it->second == step) return first_launch;
+    }
+    return false;
+  };
+  bool reformed = false;
+  return train::run_trainer(
+      args,
+      [&](std::int64_t step) {
+        if (fires(kills, step)) {
+          ddp::log::warn("--kill {}@{}: killing this rank (SIGKILL)", id, step);
+          ::kill(::getpid(), SIGKILL);
+        }
+        if (fires(stops, step)) {
+          ddp::log::warn("--stop {}@{}: stopping this rank (SIGSTOP)", id, step);
+          ::kill(::getpid(), SIGSTOP);
+        }
+      },
+      [&] {
+        if (id == die_in_heal && first_launch && !reformed) {
+          ddp::log::warn("--die_in_heal {}: killing this rank during the heal (SIGKILL)", id);
+          ::kill(::getpid(), SIGKILL);
+        }
+        reformed = true;
+      });
+}
