@@ -112,6 +112,7 @@ class HealingTrainer {
   double waited_ms_ = 0;
   Batch batch_;
   std::function<void()> after_reform_;
+  bool recovering_ = false;  // after a failure, until the next committed step
 };
 
 // After construction and after every reform: everyone takes the most
@@ -179,11 +180,17 @@ void HealingTrainer::train_step() {
   log_.step(committed_, position_, samples);
   ++committed_;
   position_ = plan_.after(position_, step_world_);
+  if (recovering_) {
+    ddp::log::info_all("heal: step {} committed {:.1f} ms after the failure was seen", committed_,
+                       ms_since(failed_at_));
+    recovering_ = false;
+  }
 }
 
 void HealingTrainer::recover(const std::string& why) {
   ddp::log::warn("heal: step {} did not commit: {}", committed_, why);
   reform();
+  recovering_ = true;
 }
 
 // Leaves the current group and joins the next epoch's.
@@ -220,9 +227,11 @@ int HealingTrainer::run(const HealHooks& hooks) {
       }
       train_step();
       if (committed_ % c_.log_every == 0 || committed_ == total_steps()) {
-        ddp::log::info("step {}{} | epoch {} | world {} | loss {:.6f}", committed_,
+        ddp::log::info("step {}{} | epoch {} | world {} | samples {} | loss {:.6f}", committed_,
                        c_.steps > 0 ? "/" + std::to_string(c_.steps) : "", position_.epoch + 1,
-                       healer_.group()->size(), engine_->loss().loss);
+                       healer_.group()->size(),
+                       position_.epoch * data_.train.size() + position_.offset,
+                       engine_->loss().loss);
       }
       if (hooks.after_step) hooks.after_step(committed_);
     } catch (const ddp::Error& e) {
