@@ -163,6 +163,11 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
 void ProcessGroup::abort() {
   if (aborted_->exchange(true)) return;
   backend_->abort();
+  // For the peers' failure reports (missing_ranks): this rank left, it is not stuck.
+  try {
+    if (store_ && size_ > 1) store_->set("left/" + std::to_string(rank_), "1");
+  } catch (const std::exception&) {
+  }
 }
 
 bool ProcessGroup::aborted() const { return aborted_->load(); }
@@ -244,6 +249,14 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
         try {
           store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
           return true;  // it reached the collective
+        } catch (const Error&) {
+        }
+        try {
+          store_->get("left/" + std::to_string(r), std::chrono::milliseconds(1));
+          missing.push_back(std::to_string(r) + " (left the group)");
+          if (!found_dead) dead_seen = std::chrono::steady_clock::now();
+          found_dead = true;
+          return true;
         } catch (const Error&) {
         }
         auto pid = local_pids.find(r);

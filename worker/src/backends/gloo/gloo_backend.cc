@@ -15,8 +15,14 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <vector>
 
 #include "core/backend.h"
@@ -49,6 +55,26 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// This process's TCP sockets, by descriptor.
+std::set<int> socket_fds() {
+  std::set<int> fds;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    char* end = nullptr;
+    const std::string name = entry.path().filename().string();
+    const long fd = std::strtol(name.c_str(), &end, 10);
+    struct stat st {};
+    int protocol = 0;
+    socklen_t len = sizeof(protocol);
+    if (*end == '\0' && ::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode) &&
+        ::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 &&
+        protocol == IPPROTO_TCP) {
+      fds.insert(static_cast<int>(fd));
+    }
+  }
+  return fds;
+}
+
 // Calls `f` with a null pointer of the unsigned word type of the dtype's size.
 template <class F>
 void with_word(DType dtype, F&& f) {
@@ -77,6 +103,7 @@ class GlooBackend final : public Backend {
     } else {
       attr.hostname = config.host;
     }
+    const std::set<int> before = socket_fds();
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
@@ -84,6 +111,9 @@ class GlooBackend final : public Backend {
       GlooStoreAdapter store(config.store, timeout_);
       context->connectFullMesh(store, device);
       context_ = context;
+      for (int fd : socket_fds()) {
+        if (!before.count(fd)) sockets_.push_back(fd);
+      }
       // connectFullMesh can return on one rank while a peer is still finishing
       // its handshakes; the group exists once every rank is through, so a rank
       // that leaves right after creation cannot break a peer's creation.
@@ -216,10 +246,13 @@ class GlooBackend final : public Backend {
     std::memcpy(out, all.data() + bytes * rank_, bytes);
   }
 
-  // Closing every connection fails the peers' waits on this rank at once
-  // (a destroyed context does not close them before its last user goes).
+  // Gloo's close() leaves its sockets open (a peer waiting on this rank
+  // would wait out the timeout), so abort shuts down the TCP sockets that
+  // appeared while the group connected: peers' pending receives fail at
+  // once, as when this process dies. shutdown() keeps the descriptors
+  // (Gloo closes them), so none is reused under it.
   void abort() override {
-    if (context_) context_->closeConnections();
+    for (int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
   }
 
   void barrier() override {
@@ -235,6 +268,7 @@ class GlooBackend final : public Backend {
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::Context> context_;
+  std::vector<int> sockets_;  // the group's connections (abort)
   uint32_t tag_ = 0;
 };
 
