@@ -23,8 +23,9 @@ int main(int argc, char** argv) {
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
   // Subcommands come first; any other first word is a program to launch.
-  if (args.size() >= 2 && args[1] == "health") {
+  if (args.size() >= 2 && (args[1] == "health" || args[1] == "status")) {
     try {
+      if (args[1] == "status") return load_rpc_plugin().status_command(args);
       return load_rpc_plugin().health_command(args);
     } catch (const ddp::Error& e) {
       ddp::launcher_log().error("error: {}", e.what());

@@ -194,11 +194,13 @@ void CallCanceller::detach() {
 
 RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank,
                                         std::chrono::milliseconds timeout,
-                                        std::chrono::milliseconds hold, CallCanceller* canceller) {
+                                        std::chrono::milliseconds hold, CallCanceller* canceller,
+                                        const std::string& node_state) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  if (!node_state.empty()) (void)req.mutable_node_state()->ParseFromString(node_state);
   req.set_hold_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(hold.count(), 0)));
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;

@@ -150,10 +150,14 @@ int Agent::run() {
     const int code = run_rounds();
     files_.reset();  // main() leaves with _exit: the temporary error files go now
     marks_.reset();
+    observer_.reset();  // the event log's last records are written
+    registration_.reset();
     return code;
   } catch (...) {
     files_.reset();
     marks_.reset();
+    observer_.reset();
+    registration_.reset();
     // Every finished attempt cleaned up after itself; one cut short by an error
     // may have left segments (and, if its workers still run, the orphan guard
     // sweeps again once it has killed them).
@@ -190,6 +194,8 @@ int Agent::run_rounds() {
     marks_ = std::make_unique<HealMarks>(spec_.run_id);
   }
 
+  // Before any worker starts: a metrics port in use is an error now.
+  observer_ = std::make_unique<Observer>(spec_, hostname_);
   // Single node: rounds decided here, workers' server loaded in the background.
   // Several nodes: the gRPC control plane from the rpc plugin.
   if (spec_.multi_node()) {
@@ -198,6 +204,8 @@ int Agent::run_rounds() {
     control_ = std::make_unique<LocalControlPlane>(spec_);
   }
   const std::string rdzv_target = control_->worker_endpoint();
+  registration_ = std::make_unique<RuntimeRegistration>(
+      RuntimeEntry{getpid(), spec_.run_id, rdzv_target, spec_.rdzv_token, spec_.tls_ca});
   Endpoint endpoint = parse_endpoint(rdzv_target, 29400, "--rdzv_endpoint");
 
   NodeInfo node;
@@ -240,7 +248,9 @@ int Agent::run_rounds() {
           round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
           round.reason.empty() ? "first round" : "after: " + round.reason);
     }
+    observer_->round_started(round);
     AttemptResult result = run_attempt(round, rdzv_target);
+    observe_end(result);
     if (result.signal != 0) {
       log.warn("stopped workers after {}", signal_name(result.signal));
       if (spec_.multi_node()) {
@@ -283,7 +293,27 @@ int Agent::run_rounds() {
     // Every local worker succeeded: tell the server, then wait for the job's outcome.
     bool restart = false;
     int code = finish_after_success(round, &restart);
+    if (restart) observer_->restart("other_node", "a round ended on another node");
+    if (!restart) observer_->round_ended(code == 0 ? "SUCCEEDED" : "FAILED", "");
     if (!restart) return code;
+  }
+}
+
+void Agent::observe_end(const AttemptResult& result) {
+  if (result.signal != 0) return observer_->round_ended("STOPPED", signal_name(result.signal));
+  if (!result.lost.empty()) return observer_->round_ended("FAILED", result.lost);
+  if (result.first_failure) {
+    observer_->round_ended("FAILED", result.failure_report);
+    if (result.can_restart) {
+      observer_->restart(result.first_failure->hung ? "hang" : "worker_failure",
+                         result.failure_report);
+    }
+  } else if (result.remote_end) {
+    observer_->round_ended(result.remote_end->succeeded ? "SUCCEEDED" : "FAILED",
+                           result.remote_end->reason);
+    if (!result.remote_end->succeeded && result.remote_end->can_restart) {
+      observer_->restart("other_node", result.remote_end->reason);
+    }
   }
 }
 
@@ -375,10 +405,10 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
   // Python's fault handler (every thread's traceback on SIGABRT).
   std::optional<ProgressBoard> board;
   std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_PROGRESS_FD=", 0) == 0; });
-  if (spec_.hang_timeout_s > 0) {
+  if (spec_.hang_timeout_s > 0 || spec_.status_interval_s > 0) {  // also ddprun status
     board = ProgressBoard::create(n);
     base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
-    if (python && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
+    if (spec_.hang_timeout_s > 0 && python && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
       base_env.push_back("PYTHONFAULTHANDLER=1");
     }
   }
@@ -394,7 +424,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
                                                        : -1;
   in.base_env = std::move(base_env);
   in.cpus = std::move(cpus);
-  in.kept_stderr_lines = board ? HangWatch::kKeptStderrLines : kReportLines;
+  in.kept_stderr_lines = spec_.hang_timeout_s > 0 ? HangWatch::kKeptStderrLines : kReportLines;
   if (marks_) in.heal_mark_dir = marks_->dir();
   std::optional<Healer> healer;
   std::optional<WorkerGroup> group;
@@ -414,7 +444,8 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
   auto watch_hangs = [&]() {
     hang.emplace(spec_.hang_timeout_s, *board, python, healer.has_value());
   };
-  if (board) watch_hangs();
+  if (spec_.hang_timeout_s > 0) watch_hangs();
+  observer_->workers_started(*group);
 
   AttemptResult result;
   const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);
@@ -423,6 +454,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
   auto fail_with = [&](const WorkerOutcome& outcome, std::string report) {
     result.first_failure = outcome;
     result.failure_report = std::move(report);
+    observer_->failure(outcome, result.failure_report);
     group->stop(SIGTERM, grace);
     try {
       result.can_restart =
@@ -436,6 +468,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
     Worker& w = (*group)[i];
     group->pump_all(i);  // what the rank wrote before it died: its last words for the report
     if (healer && healer->relaunch(*group, i)) {
+      observer_->relaunched(w);
       if (hang) watch_hangs();  // the new process's progress is counted afresh
       return;
     }
@@ -448,6 +481,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
   };
   auto reap = [&]() {
     for (size_t i : group->reap()) {
+      observer_->worker_exited((*group)[i]);
       // The first failure ends the attempt; not one caused by our own stop,
       // or by a hang's traceback dump.
       if (!(*group)[i].outcome.failed() || group->stopping() || result.signal != 0 ||
@@ -484,6 +518,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
     };
     if (hang && (!settled() || hang->found())) shorten_to(hang->next_wake());
     if (auto deadline = group->kill_deadline()) shorten_to(*deadline);
+    if (!settled()) shorten_to(observer_->next_sample());
     int ready = poll(pfds.data(), pfds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
     if (ready > 0) {
@@ -530,6 +565,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
     if (hang && !result.first_failure && (!settled() || hang->found()) && hang->tick(*group)) {
       auto blamed = hang->blamed(*group);
       std::string report = hang->report(*group, attempt, spec_.max_restarts);
+      observer_->hang(blamed.front(), report);
       if (healer && healer->take_hang(*group, blamed, report)) {
         watch_hangs();
         for (const auto& b : blamed) {  // ended already: a Python rank's traceback dump
@@ -541,6 +577,7 @@ Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
       }
     }
     group->kill_if_overdue();
+    observer_->tick(*group, board ? &*board : nullptr, *control_, monitor.get());
   }
 
   if (healer) result.relaunches = healer->relaunches();

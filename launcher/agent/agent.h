@@ -20,7 +20,9 @@
 
 #include "agent/control_plane.h"
 #include "agent/heal_marks.h"
+#include "agent/observer.h"
 #include "agent/run_files.h"
+#include "agent/runtime_registry.h"
 #include "cli/launch_spec.h"
 #include "worker_group/orphan_guard.h"
 #include "worker_group/stdin_relay.h"
@@ -48,6 +50,7 @@ class Agent {
   int run_rounds();
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
+  void observe_end(const AttemptResult& result);  // the event log's round_end and restart
   // Keeps a hosted rendezvous answering for control_->linger_time(), or,
   // kUntilDelivered, until every node of the round has heard how it ended;
   // a signal cuts it short.
@@ -61,6 +64,8 @@ class Agent {
   std::unique_ptr<RunFiles> files_;        // per-worker logs and error files
   std::unique_ptr<HealMarks> marks_;       // --on_failure=heal on a single node, else null
   std::optional<StdinRelay> stdin_relay_;  // the terminal typed into, for local rank 0
+  std::unique_ptr<Observer> observer_;     // events, metrics, status samples
+  std::unique_ptr<RuntimeRegistration> registration_;  // for ddprun status on this machine
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
 };

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/job_status.h"
 #include "ddp/common/rendezvous_types.h"
 
 namespace ddp::launcher {
@@ -22,6 +23,8 @@ class RoundWatch {
   virtual std::optional<RoundStatus>
   ended() = 0;                     // the round ended (elsewhere, or the job succeeded)
   virtual std::string lost() = 0;  // why the server is considered gone
+  // Seconds since the server last answered a heartbeat (-1: unknown).
+  virtual double heartbeat_age_s() const { return -1; }
 };
 
 class ControlPlane {
@@ -58,6 +61,10 @@ class ControlPlane {
   // Whether every node of the last round has heard how it ended: a host may
   // then stop lingering early.
   virtual bool outcome_delivered() const { return true; }
+  // What this node's workers are doing now (ddprun status): kept for the
+  // rendezvous server (sent with the next heartbeat, or handed to a
+  // single node's server). Never blocks.
+  virtual void publish(const NodeStatus& node) { (void)node; }
 };
 
 }  // namespace ddp::launcher

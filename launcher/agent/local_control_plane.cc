@@ -65,4 +65,14 @@ void LocalControlPlane::leave(const RoundAssignment&, int) {}
 
 std::unique_ptr<RoundWatch> LocalControlPlane::watch(const RoundAssignment&) { return nullptr; }
 
+void LocalControlPlane::publish(const NodeStatus& node) {
+  // The server loads on its thread while the first workers start: until it
+  // is there, there is nobody to tell.
+  if (!server_ready_ && server_.valid() &&
+      server_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    server_ready_ = server_.get();
+  }
+  if (server_ready_) server_ready_->publish(node);
+}
+
 }  // namespace ddp::launcher

@@ -28,6 +28,7 @@ class LocalControlPlane final : public ControlPlane {
   int spend_restart() override;
   void leave(const RoundAssignment& round, int exit_code) override;
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override;
+  void publish(const NodeStatus& node) override;
 
  private:
   const LaunchSpec& spec_;
@@ -37,6 +38,7 @@ class LocalControlPlane final : public ControlPlane {
   int restarts_used_ = 0;
   std::string missing_;  // why no server was started, when the plugin is not there
   std::future<std::unique_ptr<WorkerRendezvous>> server_;
+  std::unique_ptr<WorkerRendezvous> server_ready_;  // taken from server_ once it is ready
 };
 
 }  // namespace ddp::launcher

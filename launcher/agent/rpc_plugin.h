@@ -18,6 +18,8 @@ namespace ddp::launcher {
 class WorkerRendezvous {
  public:
   virtual ~WorkerRendezvous() = default;
+  // The node's status for the server's Status call (ddprun status).
+  virtual void publish(const NodeStatus& node) { (void)node; }
 };
 
 class RpcPlugin {
@@ -30,6 +32,7 @@ class RpcPlugin {
   virtual std::unique_ptr<WorkerRendezvous> serve_workers(const LaunchSpec& spec, int port) = 0;
   virtual int rendezvous_command(const std::vector<std::string>& argv, int signal_fd) = 0;
   virtual int health_command(const std::vector<std::string>& argv) = 0;
+  virtual int status_command(const std::vector<std::string>& argv) = 0;
 };
 
 // Loads libddprun_rpc.so from beside the ddprun executable (or $DDPRUN_RPC_PLUGIN).

@@ -94,6 +94,18 @@ void declare_output(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
          "--log_dir,--log-dir", spec.log_dir,
          "Write LOG_DIR/<run_id>_<random>/attempt_<k>/<local rank>/{stdout,stderr}.log, error.json")
       ->envname("PET_LOG_DIR");
+  app.add_option("--metrics_port,--metrics-port", spec.metrics_port,
+                 "Serve Prometheus metrics of this node and its ranks on this TCP port "
+                 "(http://HOST:PORT/metrics); 0 (default): off")
+      ->envname("PET_METRICS_PORT");
+  app.add_option("--events_file,--events-file", spec.events_file,
+                 "Append the job's events (rounds, worker starts and exits, failures, restarts, "
+                 "relaunches, hangs) to this file as JSON lines")
+      ->envname("PET_EVENTS_FILE");
+  app.add_option("--status_interval,--status-interval", spec.status_interval_s,
+                 "Seconds between samples of the workers' state for ddprun status and the "
+                 "metrics (default 1); 0: off")
+      ->envname("PET_STATUS_INTERVAL");
   app.add_option("-r,--redirects", text.redirects,
                  "Send streams only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or "
                  "LOCAL_RANK:BITS,...")

@@ -381,6 +381,14 @@ void apply_shutdown_default(LaunchSpec& spec, bool given) {
     throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
                 " is not a number of seconds");
   }
+  if (spec.metrics_port < 0 || spec.metrics_port > 65535) {
+    throw Error("--metrics_port=" + std::to_string(spec.metrics_port) +
+                " must be 0 (off) or a TCP port (1-65535)");
+  }
+  if (!(spec.status_interval_s == 0 ||
+        (spec.status_interval_s >= 0.05 && spec.status_interval_s <= 3600))) {
+    throw Error("--status_interval must be 0 (off) or in [0.05, 3600] seconds");
+  }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
     throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
                 " must be in [0, 86400] seconds");

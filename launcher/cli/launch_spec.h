@@ -83,6 +83,12 @@ struct LaunchSpec {
   // --virtual_local_rank: LOCAL_RANK=0 in every worker, which sees only its
   // own device (CUDA_VISIBLE_DEVICES, and HIP_VISIBLE_DEVICES when set).
   bool virtual_local_rank = false;
+  // Observability (docs/observability.md): Prometheus metrics port (0: off),
+  // the JSON-lines event log (empty: none), and how often the workers' state
+  // is sampled for ddprun status and the metrics (0: never).
+  int metrics_port = 0;
+  std::string events_file;
+  double status_interval_s = 1.0;
   std::string log_dir;             // empty: no per-rank files
   bool log_dir_defaulted = false;  // --redirects/--tee without --log_dir chose a temp dir
   StreamMap redirects;

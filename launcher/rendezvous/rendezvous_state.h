@@ -213,6 +213,10 @@ class RendezvousState {
     round_observer_ = std::move(observer);
   }
 
+  // Throws the refusal (kUnauthenticated, kPermissionDenied) for a request
+  // of another run or with a wrong token (the read-only Status call uses it).
+  void check_auth(const Auth& auth) const;
+
   Phase phase() const;
   std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }
   int restarts_used() const { return restarts_used_; }
@@ -242,7 +246,6 @@ class RendezvousState {
   // A join ticket's answer: pending (monostate), the node's place, or why not.
   using JoinAnswer = std::variant<std::monostate, RoundAssignment, RpcError>;
 
-  void check_auth(const Auth& auth) const;  // throws the refusal
   // The round `group_rank` belongs to; throws kNotFound / kInvalidArgument.
   Round& find_member(std::int64_t round, int group_rank);
   std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"

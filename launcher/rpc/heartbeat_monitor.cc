@@ -9,12 +9,14 @@ namespace ddp::launcher {
 
 HeartbeatMonitor::HeartbeatMonitor(RendezvousClient& client, std::int64_t round, int group_rank,
                                    std::chrono::milliseconds interval,
-                                   std::chrono::milliseconds timeout)
+                                   std::chrono::milliseconds timeout,
+                                   std::shared_ptr<StatusSlot> status)
     : client_(client),
       round_(round),
       group_rank_(group_rank),
       interval_(interval),
-      timeout_(timeout) {
+      timeout_(timeout),
+      status_(std::move(status)) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) throw Error("heartbeat: eventfd failed");
   thread_ = std::thread([this] { loop(); });
@@ -34,6 +36,11 @@ HeartbeatMonitor::~HeartbeatMonitor() {
 std::optional<RoundStatus> HeartbeatMonitor::ended() {
   std::lock_guard<std::mutex> lock(mu_);
   return ended_;
+}
+
+double HeartbeatMonitor::heartbeat_age_s() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok_).count();
 }
 
 std::string HeartbeatMonitor::lost() {
@@ -56,12 +63,13 @@ void HeartbeatMonitor::loop() {
       // interval, so a hung server is noticed in time.
       status = client_.heartbeat(round_, group_rank_,
                                  std::max(interval_, std::chrono::milliseconds(200)), interval_,
-                                 &canceller_);
+                                 &canceller_, status_ ? status_->take() : std::string());
       last_ok = Clock::now();
     } catch (const RpcError& e) {
       last_error = e.what();
     }
     lock.lock();
+    if (status) last_ok_ = last_ok;
     if (stop_) break;
     if (status && status->round_ended) {
       lock.unlock();

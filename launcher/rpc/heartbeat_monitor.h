@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,10 +16,22 @@
 
 namespace ddp::launcher {
 
+// The node's latest status (a serialized ddp.v1.NodeState), written by the
+// control plane's publish() and sent with each heartbeat.
+struct StatusSlot {
+  std::mutex mu;
+  std::string bytes;
+  std::string take() {
+    std::lock_guard<std::mutex> lock(mu);
+    return bytes;
+  }
+};
+
 class HeartbeatMonitor {
  public:
   HeartbeatMonitor(RendezvousClient& client, std::int64_t round, int group_rank,
-                   std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds interval, std::chrono::milliseconds timeout,
+                   std::shared_ptr<StatusSlot> status = nullptr);
   ~HeartbeatMonitor();
   HeartbeatMonitor(const HeartbeatMonitor&) = delete;
   HeartbeatMonitor& operator=(const HeartbeatMonitor&) = delete;
@@ -29,6 +42,8 @@ class HeartbeatMonitor {
   std::optional<RoundStatus> ended();
   // Why the server is considered gone (empty while it answers).
   std::string lost();
+  // Seconds since the server last answered a heartbeat.
+  double heartbeat_age_s();
 
  private:
   void loop();
@@ -41,6 +56,8 @@ class HeartbeatMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   std::optional<RoundStatus> ended_;
+  std::shared_ptr<StatusSlot> status_;
+  std::chrono::steady_clock::time_point last_ok_ = std::chrono::steady_clock::now();
   std::string lost_;
   CallCanceller canceller_;
   std::thread thread_;

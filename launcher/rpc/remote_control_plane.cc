@@ -13,6 +13,8 @@
 #include "ddp/common/rendezvous_client.h"
 #include "rpc/heartbeat_monitor.h"
 #include "rpc/rendezvous_service.h"
+#include "rpc/status_command.h"
+#include "rpc/status_proto.h"
 #include "rpc/subcommands.h"
 
 namespace ddp::launcher {
@@ -29,15 +31,17 @@ RendezvousConfig server_config(const LaunchSpec& spec, int min_nodes, int max_no
 
 class HeartbeatWatch final : public RoundWatch {
  public:
-  HeartbeatWatch(RendezvousClient& client, const RoundAssignment& round, const RdzvConf& conf)
+  HeartbeatWatch(RendezvousClient& client, const RoundAssignment& round, const RdzvConf& conf,
+                 std::shared_ptr<StatusSlot> status)
       : monitor_(client, round.round, round.group_rank, to_ms(conf.heartbeat_interval_s),
-                 to_ms(conf.heartbeat_timeout_s)) {}
+                 to_ms(conf.heartbeat_timeout_s), std::move(status)) {}
   int event_fd() const override { return monitor_.event_fd(); }
   std::optional<RoundStatus> ended() override { return monitor_.ended(); }
   std::string lost() override { return monitor_.lost(); }
+  double heartbeat_age_s() const override { return monitor_.heartbeat_age_s(); }
 
  private:
-  HeartbeatMonitor monitor_;
+  mutable HeartbeatMonitor monitor_;
 };
 
 class RemoteControlPlane final : public ControlPlane {
@@ -115,7 +119,12 @@ class RemoteControlPlane final : public ControlPlane {
     client_->leave(round.round, round.group_rank, exit_code);
   }
   std::unique_ptr<RoundWatch> watch(const RoundAssignment& round) override {
-    return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf);
+    return std::make_unique<HeartbeatWatch>(*client_, round, spec_.rdzv_conf, status_);
+  }
+  void publish(const NodeStatus& node) override {
+    std::string bytes = to_proto(node).SerializeAsString();
+    std::lock_guard<std::mutex> lock(status_->mu);
+    status_->bytes = std::move(bytes);
   }
   bool outcome_delivered() const override {
     return !server_ || server_->service().outcome_delivered();
@@ -158,6 +167,7 @@ class RemoteControlPlane final : public ControlPlane {
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;
   std::string endpoint_;
+  std::shared_ptr<StatusSlot> status_ = std::make_shared<StatusSlot>();
 };
 
 // A single node's server listens on loopback (or the given host) without TLS:
@@ -170,6 +180,9 @@ class WorkerServer final : public WorkerRendezvous {
     options.port = port;
     options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
     server_ = std::make_unique<RendezvousServer>(server_config(spec, 1, 1), options);
+  }
+  void publish(const NodeStatus& node) override {
+    server_->service().publish_local(to_proto(node));
   }
 
  private:
@@ -190,6 +203,9 @@ class Plugin final : public RpcPlugin {
   }
   int health_command(const std::vector<std::string>& argv) override {
     return run_health_command(argv);
+  }
+  int status_command(const std::vector<std::string>& argv) override {
+    return run_status_command(argv);
   }
 };
 

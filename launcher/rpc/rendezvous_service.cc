@@ -87,7 +87,8 @@ class RendezvousService::WaitReactor final : public grpc::ServerUnaryReactor {
   RendezvousService* service_;
 };
 
-RendezvousService::RendezvousService(RendezvousConfig config) : state_(std::move(config)) {
+RendezvousService::RendezvousService(RendezvousConfig config)
+    : state_(std::move(config)), started_(now()) {
   timer_ = std::thread([this] { timer_loop(); });
 }
 
@@ -336,6 +337,9 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     reply = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(),
                              req->heard_end());
   });
+  if (status.ok() && req->has_node_state()) {
+    reported_[req->group_rank()] = {req->node_state(), now()};
+  }
   auto fill = [resp](const RoundStatus& reply) {
     resp->set_round_ended(reply.round_ended);
     resp->set_reason(reply.reason);
@@ -626,5 +630,41 @@ void RendezvousServer::shutdown() {
 }
 
 void RendezvousServer::wait() { server_->Wait(); }
+
+}  // namespace ddp::launcher
+
+namespace ddp::launcher {
+
+void RendezvousService::publish_local(const v1::NodeState& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reported_[state.node_rank()] = {state, now()};
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
+                                                    const v1::StatusRequest* req,
+                                                    v1::StatusResponse* resp) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The run id may be left out: the token alone says who may look.
+  Auth auth = auth_of(req->auth());
+  if (auth.run_id.empty()) auth.run_id = state_.config().run_id;
+  grpc::Status status = status_of([&] { state_.check_auth(auth); });
+  if (status.ok()) {
+    const TimePoint at = now();
+    const std::int64_t round = state_.current_round();
+    resp->set_run_id(state_.config().run_id);
+    resp->set_round(round);
+    resp->set_server_age_s(std::chrono::duration<double>(at - started_).count());
+    resp->set_restarts_used(state_.restarts_used());
+    for (const auto& [rank, reported] : reported_) {
+      // Nodes of an earlier round (a smaller job after a scale-down) are not shown.
+      if (round > 0 && reported.state.round() != round) continue;
+      v1::NodeStatus* node = resp->add_nodes();
+      *node->mutable_state() = reported.state;
+      node->set_heartbeat_age_s(std::chrono::duration<double>(at - reported.at).count());
+    }
+  }
+  lock.unlock();
+  return answer(ctx, status);
+}
 
 }  // namespace ddp::launcher

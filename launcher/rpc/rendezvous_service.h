@@ -72,6 +72,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
                                     v1::NumKeysResponse*) override;
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext*, const v1::BarrierRequest*,
                                     v1::BarrierResponse*) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext*, const v1::StatusRequest*,
+                                   v1::StatusResponse*) override;
+  // A single node's status, handed over in-process (no heartbeats there).
+  void publish_local(const v1::NodeState& state);
 
  private:
   class WaitReactor;
@@ -108,6 +112,12 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   std::mutex mu_;
   RendezvousState state_;
+  struct Reported {
+    v1::NodeState state;
+    TimePoint at;
+  };
+  std::map<int, Reported> reported_;  // by group rank: the last status each node sent
+  TimePoint started_;
   WaiterList waiters_;
   std::multimap<std::string, WaiterList::iterator> by_topic_;
   std::unordered_map<WaitReactor*, WaiterList::iterator> by_reactor_;

@@ -39,6 +39,7 @@ StreamTee::~StreamTee() {
 }
 
 void StreamTee::write(const char* data, size_t size) {
+  if (size > 0) last_output_ = std::chrono::steady_clock::now();
   if (target_.file_fd >= 0 && !file_failed_) {
     if (int err = write_all(target_.file_fd, data, size); err != 0) {
       file_failed_ = true;  // say it once; the console still gets the lines

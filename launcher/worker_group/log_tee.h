@@ -8,6 +8,7 @@
 // newline gets one on flush(). The last lines of stderr are kept for the
 // failure report. Not thread-safe: driven by the agent's event loop.
 
+#include <chrono>
 #include <deque>
 #include <string>
 
@@ -61,6 +62,8 @@ class StreamTee {
   void write(const char* data, size_t size);
   void flush();  // end of stream
   const std::deque<std::string>& last_lines() const { return last_lines_; }
+  // When write() last received bytes (ddprun status); the epoch: never.
+  std::chrono::steady_clock::time_point last_output() const { return last_output_; }
 
  private:
   void emit(const std::string& line, bool redrawn);
@@ -69,6 +72,7 @@ class StreamTee {
   bool file_failed_ = false;
   LineSplitter splitter_;
   std::deque<std::string> last_lines_;
+  std::chrono::steady_clock::time_point last_output_{};
 };
 
 template <typename F, typename R>

@@ -1,5 +1,8 @@
 #include "core/progress_counter.h"
 
+#include <time.h>
+
+#include <cstdint>
 #include <optional>
 
 #include "ddp/common/env_contract.h"
@@ -30,17 +33,30 @@ ProgressSlot* my_slot() {
   return slot;
 }
 
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 }  // namespace
 
 void collective_begun(const char* name) {
   if (ProgressSlot* s = my_slot()) {
     s->op.store(static_cast<std::uint32_t>(progress_op_of(name)), std::memory_order_relaxed);
+    s->begun_ns.store(monotonic_ns(), std::memory_order_relaxed);
     s->begun.fetch_add(1, std::memory_order_release);
   }
 }
 
 void collective_ended() {
-  if (ProgressSlot* s = my_slot()) s->completed.fetch_add(1, std::memory_order_release);
+  if (ProgressSlot* s = my_slot()) {
+    const std::uint64_t began = s->begun_ns.load(std::memory_order_relaxed);
+    const std::uint64_t now = monotonic_ns();
+    if (began != 0 && now > began) s->wait_ns.fetch_add(now - began, std::memory_order_relaxed);
+    s->completed.fetch_add(1, std::memory_order_release);
+  }
 }
 
 }  // namespace ddp::detail

@@ -1,6 +1,6 @@
 #pragma once
 // Counts this process's collectives on ddprun's progress board, when ddprun
-// gave one (DDP_PROGRESS_FD, --hang_timeout): the slot of this rank's
+// gave one (DDP_PROGRESS_FD): the slot of this rank's
 // LOCAL_RANK. Without a board both calls do nothing. Thread-safe.
 
 namespace ddp::detail {

@@ -40,6 +40,11 @@ struct alignas(64) ProgressSlot {
   std::atomic<std::uint64_t> completed{0};  // ... that have ended (done or failed)
   std::atomic<std::uint32_t> op{0};         // ProgressOp of the last one begun
   std::atomic<std::uint32_t> attached{0};   // nonzero once libddp writes this slot
+  // CLOCK_MONOTONIC nanoseconds at which the last collective began (ddprun
+  // status: how long a rank has been inside it), and the total time spent
+  // inside collectives (metrics: collective wait).
+  std::atomic<std::uint64_t> begun_ns{0};
+  std::atomic<std::uint64_t> wait_ns{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 

@@ -69,8 +69,10 @@ class RendezvousClient {
   // `hold` > 0 asks the server to hold the answer until the round ends or
   // `hold` passes (a server that does not hold answers at once); the call
   // fails after hold + `timeout`. `canceller` may cut it short.
+  // `node_state`: a serialized ddp.v1.NodeState sent along (ddprun status), or empty.
   RoundStatus heartbeat(std::int64_t round, int group_rank, std::chrono::milliseconds timeout,
-                        std::chrono::milliseconds hold = {}, CallCanceller* canceller = nullptr);
+                        std::chrono::milliseconds hold = {}, CallCanceller* canceller = nullptr,
+                        const std::string& node_state = {});
   // Tells the server this node has heard that its round ended (so the host
   // may stop serving once every node has). Best effort: errors are ignored.
   void acknowledge_end(std::int64_t round, int group_rank, std::chrono::milliseconds timeout);
