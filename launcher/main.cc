@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,8 @@
 #include "cli/launch_spec.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
+#include "frontend/front_end.h"
+#include "frontend/remote_gate.h"
 #include "worker_group/orphan_guard.h"
 #include "worker_group/process.h"
 
@@ -34,17 +39,25 @@ int main(int argc, char** argv) {
   }
   ParseOutcome parsed;
   const bool daemon = args.size() >= 2 && args[1] == "rendezvous";
+  // One host's agent of a `ddprun --hostfile` job, started by the front end over ssh.
+  double remote_gate_s = 0;
+  if (args.size() >= 2 && args[1].rfind("--remote_agent=", 0) == 0) {
+    remote_gate_s = std::atof(args[1].c_str() + std::strlen("--remote_agent="));
+    args.erase(args.begin() + 1);
+  }
+  std::optional<FrontEndArgs> front;  // --hostfile / --hosts: this ddprun is the front end
   try {
-    if (!daemon) parsed = parse_launch_args(args);
+    if (!daemon && remote_gate_s <= 0) front = parse_front_end_args(args);
+    if (!daemon && !front) parsed = parse_launch_args(args);
   } catch (const ddp::Error& e) {
     ddp::launcher_log().error("error: {}", e.what());
     return 2;
   }
-  if (!daemon && !parsed.spec) {
+  if (!daemon && !front && !parsed.spec) {
     std::fputs(parsed.message.c_str(), stdout);
     return parsed.exit_code;
   }
-  if (!daemon) {
+  if (!daemon && !front) {
     for (const auto& notice : parsed.spec->notices) ddp::launcher_log().info("{}", notice);
     // The Slurm step's GPUs, for the workers (they inherit ddprun's environment).
     if (!parsed.spec->cuda_visible_devices.empty()) {
@@ -67,10 +80,26 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     if (daemon) return load_rpc_plugin().rendezvous_command(args, signal_fd);
+    if (front) {
+      try {
+        code = run_front_end(*front, signal_fd);
+      } catch (const ddp::Error& e) {  // bad input (a hostfile, .ddp_env): nothing was started
+        ddp::launcher_log().error("error: {}", e.what());
+        code = 2;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    RemoteGate gate;
+    if (remote_gate_s > 0) {
+      if (int left = gate.open(*parsed.spec, remote_gate_s, signal_fd); left != 0) _exit(left);
+    }
     // Daemons the workers start outside their process groups become ddprun's
     // children, so they end with the job (WorkerGroup::drain).
     if (!become_subreaper()) ddp::launcher_log().debug("PR_SET_CHILD_SUBREAPER refused");
     OrphanGuard guard(parsed.spec->run_id);  // forked while ddprun is single-threaded
+    if (remote_gate_s > 0) gate.watch();     // a thread: after the guard's fork
     Agent agent(*parsed.spec, guard, signal_fd);
     code = agent.run();
     // Leave without destructors: the workers' rendezvous server may still be

@@ -14,6 +14,7 @@ PACKAGES=(
   python3 python3-torch python3-sklearn python3-venv
   openmpi-bin libopenmpi-dev hyperfine
   procps iproute2 elfutils
+  openssh-server openssh-client
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev clang-format
 )

@@ -9,7 +9,8 @@ declare -A allowed=(
   [rendezvous]="rendezvous"
   [agent]="agent cli worker_group"
   [rpc]="rpc agent cli worker_group rendezvous"
-  [.]="agent cli worker_group"
+  [frontend]="frontend agent cli worker_group"
+  [.]="agent cli worker_group frontend"
 )
 bad=0
 for room in "${!allowed[@]}"; do
@@ -21,7 +22,7 @@ for room in "${!allowed[@]}"; do
         echo "launcher/$f includes $used/, which room '$room' may not use"
         bad=1
       fi
-    done < <(grep -o '#include "[a-z_]*/' "$f" | sed 's/#include "//; s|/$||' | grep -E '^(cli|worker_group|rendezvous|agent|rpc)$' | sort -u || true)
+    done < <(grep -o '#include "[a-z_]*/' "$f" | sed 's/#include "//; s|/$||' | grep -E '^(cli|worker_group|rendezvous|agent|rpc|frontend)$' | sort -u || true)
     if [[ $room != rpc ]] && grep -q '#include <grpc\|#include "grpc/\|\.grpc\.pb\.h"' "$f"; then
       echo "launcher/$f includes gRPC, which only rpc/ may"
       bad=1

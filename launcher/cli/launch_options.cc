@@ -171,6 +171,7 @@ void declare_launch_options(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
   declare_output(app, spec, text);
   declare_program(app, spec);
   declare_torchrun_only(app, text);
+  declare_hostfile_options(app, text.hosts);
 }
 
 std::vector<KnownOption> known_options(const CLI::App& app) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/hostfile_options.h"
 #include "cli/launch_spec.h"
 #include "cli/option_prefixes.h"
 
@@ -23,6 +24,7 @@ struct LaunchText {
   std::string signals_to_handle, duplicate_stdout_filters, duplicate_stderr_filters,
       print_completion;
   bool run_path = false;
+  HostfileText hosts;  // --hostfile and its flags: the front end's (hostfile_args.h)
 };
 
 void declare_launch_options(CLI::App& app, LaunchSpec& spec, LaunchText& text);

@@ -1,0 +1,122 @@
+#include "frontend/remote_gate.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "ddp/common/endpoint.h"
+#include "ddp/common/error.h"
+#include "ddp/common/launcher_log.h"
+#include "frontend/host_stream.h"
+#include "worker_group/process.h"
+
+namespace ddp::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// One line from `fd` (without '\n'), waiting until `deadline`; nullopt at EOF
+// or timeout; `*signal` set when a stop signal arrived on `signal_fd` first.
+std::optional<std::string> read_line(int fd, int signal_fd, Clock::time_point deadline,
+                                     int* signal) {
+  std::string line;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return std::nullopt;
+    pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    if (poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) return std::nullopt;
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo info{};
+      while (read(signal_fd, &info, sizeof info) == sizeof info) {
+        const int sig = static_cast<int>(info.ssi_signo);
+        if (sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2) *signal = sig;
+      }
+      if (*signal != 0) return std::nullopt;
+    }
+    if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char c = 0;
+    const ssize_t n = read(fd, &c, 1);  // one byte at a time: nothing after the line is taken
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    if (c == '\n') return line;
+    line += c;
+  }
+}
+
+}  // namespace
+
+int RemoteGate::open(LaunchSpec& spec, double timeout_s, int signal_fd) {
+  auto& log = launcher_log();
+  control_fd_ = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (control_fd_ < 0) throw Error("--remote_agent: no channel to the front end on stdin");
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0) {
+    dup2(devnull, STDIN_FILENO);
+    close(devnull);
+  }
+  int port = 0;
+  if (spec.rdzv_conf.is_host.value_or(false)) {
+    port_ = PortReservation::reserve(0, "--rdzv_endpoint");
+    port = port_->port();
+  }
+  write_all(STDOUT_FILENO, ready_line(port));
+  int signal = 0;
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));
+  const auto line = read_line(control_fd_, signal_fd, deadline, &signal);
+  if (signal != 0) return 128 + signal;
+  const auto go = line ? parse_go(*line) : std::nullopt;
+  if (!go) {
+    // The front end gave up the launch (another host failed) or went away: nothing ran here.
+    log.debug("no go-ahead from the front end; leaving");
+    return 1;
+  }
+  const Endpoint ep = parse_endpoint(go->first, 29400, "the front end's rendezvous endpoint");
+  spec.rdzv_endpoint = go->first;
+  spec.rdzv_host = ep.host;
+  spec.rdzv_port = ep.port;
+  spec.rdzv_token = go->second;
+  return 0;
+}
+
+void RemoteGate::watch() {
+  const int fd = control_fd_;
+  std::thread([fd] {
+    LineBuffer lines;
+    char data[256];
+    for (;;) {
+      const ssize_t n = read(fd, data, sizeof data);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (const auto& line : lines.add(data, static_cast<size_t>(n))) {
+        if (auto sig = parse_stop(line)) kill(getpid(), *sig);
+      }
+    }
+    launcher_log().warn(
+        "the front end's ssh channel closed (front end gone or link cut): stopping this host's "
+        "workers");
+    kill(getpid(), SIGTERM);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    kill(getpid(), SIGTERM);  // a second request: the agent kills its workers' groups now
+  }).detach();
+}
+
+}  // namespace ddp::launcher

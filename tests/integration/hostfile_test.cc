@@ -1,0 +1,295 @@
+// `ddprun --hostfile` over real ssh: test hosts are network namespaces
+// (198.18.0.x) each running Debian's sshd bound to its own address, with keys
+// made by the test; the front end runs on a host of its own (198.18.0.1,
+// "front") with nothing but ssh to the others. Needs root and openssh-server;
+// skips, saying why, otherwise. Every sshd, namespace and key is removed when
+// a test ends, also when it fails.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "netns_hosts.h"
+#include "netns_test.h"
+#include "rdzv_output.h"
+#include "ssh_hosts.h"
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kWorker = TEST_WORKER_PATH;
+
+class Hostfile : public NetnsTest {
+ protected:
+  void SetUp() override {
+    NetnsTest::SetUp();
+    if (IsSkipped()) return;
+    if (auto why = SshHosts::unavailable(); !why.empty()) {
+      std::printf("skipped: %s\n", why.c_str());
+      GTEST_SKIP() << why;
+    }
+  }
+  void TearDown() override {
+    ssh_.reset();  // the sshds first, then their namespaces
+    net_.reset();
+  }
+  // `n` hosts with sshd (node1..nodeN) beside the front end's host 0.
+  void start_hosts(int n, const std::vector<int>& refuse_keys = {}) {
+    net_ = std::make_unique<NetnsHosts>(n + 1);
+    std::vector<std::string> names = {"front"};
+    std::vector<int> servers;
+    for (int i = 1; i <= n; ++i) {
+      names.push_back("node" + std::to_string(i));
+      servers.push_back(i);
+    }
+    net_->name_hosts(names);
+    ssh_ = std::make_unique<SshHosts>(*net_, names, servers, refuse_keys);
+    work_ = make_temp_dir();
+    home_ = make_temp_dir();
+  }
+  std::string hostfile(const std::string& text) {
+    write_file(work_ + "/hosts", text);
+    return work_ + "/hosts";
+  }
+  // The front end, on host 0 in work_ (HOME: home_), then `args` (flags, program, its args).
+  std::unique_ptr<Subprocess> front(const std::vector<std::string>& args,
+                                    std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {"env", "-C", work_, kDdprun,
+                                     "--ssh_opts=-F " + ssh_->config()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    env.emplace("HOME", home_);
+    return std::make_unique<Subprocess>(net_->on(0, argv), env);
+  }
+  std::unique_ptr<NetnsHosts> net_;
+  std::unique_ptr<SshHosts> ssh_;
+  std::string work_, home_;
+};
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+using Args = std::vector<std::string>;
+
+// "W <rank> <host address> <CUDA_VISIBLE_DEVICES or all>" from each worker.
+const std::vector<std::string> kWhere = {
+    "--no_python", "sh", "-c",
+    "echo \"W $RANK $DDP_NODE_ADDR ${CUDA_VISIBLE_DEVICES:-all} $WORLD_SIZE\""};
+
+std::multiset<std::string> where_lines(const std::string& out) {
+  std::multiset<std::string> seen;
+  for (const auto& line : lines_with_prefix(out, "[rank ")) {
+    const auto w = line.find("] W ");
+    if (w != std::string::npos) seen.insert(line.substr(w + 4));
+  }
+  return seen;
+}
+
+bool all_gone(const std::set<pid_t>& pids) {
+  for (pid_t pid : pids)
+    if (process_alive(pid)) return false;
+  return true;
+}
+
+#ifdef TRAIN_PATH
+TEST_F(Hostfile, ThreeHostsTrainTheReferenceTrainer) {
+  start_hosts(3);
+  const std::string hosts =
+      hostfile("# three boxes\nnode1 slots=2\nnode2 slots=2  # gpu box\nnode3:2\n");
+  auto job =
+      front({"--hostfile", hosts, "--env", "DDP_GLOO_IFACE=eth0", "--env", "OPENBLAS_NUM_THREADS=1",
+             TRAIN_PATH, "--hidden", "64", "--layers", "3", "--steps", "30", "--log_every", "10"});
+  auto r = job->wait(100s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0] summary: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 0] step 30/30"), std::string::npos) << r.out;
+  // Each agent's own lines come back labelled with its host.
+  for (const std::string host : {"node1", "node2", "node3"}) {
+    EXPECT_NE(r.err.find("[ddprun " + host + "] round 1: 3 node(s), world size 6"),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_EQ(r.err.find("unauthenticated"), std::string::npos) << r.err;
+}
+
+#endif  // TRAIN_PATH
+
+TEST_F(Hostfile, HostsFlagAndIncludePickHostsAndDevices) {
+  start_hosts(3);
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=3\n");
+  auto r = front(Args{"--hostfile", hosts, "--include", "node1@node3:0,2"} + kWhere)->wait(40s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(where_lines(r.out),
+            (std::multiset<std::string>{"0 198.18.0.2 all 4", "1 198.18.0.2 all 4",
+                                        "2 198.18.0.4 0,2 4", "3 198.18.0.4 0,2 4"}))
+      << r.out;
+  r = front(Args{"--hostfile", hosts, "--exclude", "node2@node1:0"} + kWhere)->wait(40s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(where_lines(r.out),
+            (std::multiset<std::string>{"0 198.18.0.2 1 4", "1 198.18.0.4 all 4",
+                                        "2 198.18.0.4 all 4", "3 198.18.0.4 all 4"}))
+      << r.out;
+  r = front(Args{"-H", "node2:1,node3:1"} + kWhere)->wait(40s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(where_lines(r.out),
+            (std::multiset<std::string>{"0 198.18.0.3 all 2", "1 198.18.0.4 all 2"}))
+      << r.out;
+}
+
+TEST_F(Hostfile, DdpEnvFileEnvFlagsAndTheWorkingDirectoryGoWithTheJob) {
+  start_hosts(2);
+  write_file(home_ + "/.ddp_env", "FROM_HOME=home\nBOTH=home\n");
+  write_file(work_ + "/.ddp_env", "# the project's\nBOTH=work dir\nexport SPACED=a b  c\n");
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\n");
+  auto r =
+      front({"--hostfile", hosts, "--env", "GIVEN=x'y", "--env", "FROM_SHELL", "--no_python", "sh",
+             "-c",
+             "echo \"E $RANK $FROM_HOME|$BOTH|$SPACED|$GIVEN|$FROM_SHELL|$(pwd)|$PYTHON_EXEC\""},
+            {{"FROM_SHELL", "shell value"}, {"PYTHON_EXEC", "/opt/py/bin/python3"}})
+          ->wait(40s);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(
+        lines_with_prefix(r.out, "[rank " + std::to_string(rank) + "] E "),
+        std::vector<std::string>{std::to_string(rank) + " home|work dir|a b  c|x'y|shell value|" +
+                                 work_ + "|/opt/py/bin/python3"})
+        << r.out << r.err;
+  }
+  // A .ddp_env line that is not NAME=VALUE: one line naming the file and line, exit 2.
+  write_file(work_ + "/.ddp_env", "OK=1\nnot a variable\n");
+  r = front({"--hostfile", hosts, kWorker, "env"})->wait(20s);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(work_ + "/.ddp_env:2: 'not a variable' is not NAME=VALUE"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(Hostfile, AFailingRankIsReportedWithItsHostRankAndStderr) {
+  start_hosts(3);
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  auto r = front({"--hostfile", hosts, kWorker, "fail", "3", "7"})->wait(60s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_NE(r.err.find("the first failure was on host node2: worker failed: rank 3 (local rank 1"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("| rank 3: about to fail"), std::string::npos) << r.err;
+}
+
+TEST_F(Hostfile, CtrlCStopsEveryWorkerOnEveryHost) {
+  start_hosts(3);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  auto job = front({"--hostfile", hosts, "--shutdown_timeout=3", kWorker, "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 6; }, 30s))
+      << job->read_err();
+  const auto pids = read_pids(dir, "");
+  kill(-job->pid(), SIGINT);  // as the terminal sends it, to the front end's process group
+  auto r = job->wait(20s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 130) << r.err;
+  EXPECT_TRUE(all_gone(pids)) << r.err;
+  EXPECT_NE(r.err.find("received SIGINT: stopping the workers on every host"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(Hostfile, ASigkilledFrontEndLeavesNoWorkerOnAnyHost) {
+  start_hosts(3);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  // Workers that ignore SIGTERM, and a long grace: only the lost channel's hard stop ends them.
+  auto job =
+      front({"--hostfile", hosts, "--shutdown_timeout=60", kWorker, "hold", dir, "ignore-term"});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 6; }, 30s))
+      << job->read_err();
+  const auto pids = read_pids(dir, "");
+  kill(job->pid(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until([&] { return all_gone(pids); }, 10s));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(took, 2.5) << "the workers outlived the front end by " << took << " s";
+}
+
+TEST_F(Hostfile, AnUnreachableHostOrARefusedKeyFailsTheLaunchBeforeAnyWorkerStarts) {
+  start_hosts(3, /*refuse_keys=*/{2});
+  ssh_->stop(3);  // node3: nothing listens on port 22
+  const std::string dir = make_temp_dir();
+  // 198.18.0.99 is on the test hosts' switch, where nothing answers.
+  const std::string hosts =
+      hostfile("node1 slots=1\nnode2 slots=1\nnode3 slots=1\n198.18.0.99 slots=1\n");
+  auto r = front({"--hostfile", hosts, "--ssh_timeout=3", kWorker, "hold", dir})->wait(30s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 3.0 + 2.5) << r.err;
+  EXPECT_NE(
+      r.err.find("error: host node2: ssh failed (exit code 255): root@node2: Permission denied"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("error: host node3: ssh failed (exit code 255)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("error: host 198.18.0.99:"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("error: host node1"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_pids(dir, "").empty()) << "a worker started";
+}
+
+TEST_F(Hostfile, TwoJobsOnTheSameHostsStoppingOneLeavesTheOther) {
+  start_hosts(2);
+  const std::string dir_a = make_temp_dir(), dir_b = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\n");
+  auto a = front({"--hostfile", hosts, "--shutdown_timeout=3", kWorker, "hold", dir_a});
+  auto b = front({"--hostfile", hosts, "--shutdown_timeout=3", kWorker, "hold", dir_b});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir_a, "child_").size() == 4; }, 30s))
+      << a->read_err();
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir_b, "child_").size() == 4; }, 30s))
+      << b->read_err();
+  const auto pids_a = read_pids(dir_a, ""), pids_b = read_pids(dir_b, "");
+  kill(a->pid(), SIGTERM);
+  auto r = a->wait(20s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 143) << r.err;
+  EXPECT_TRUE(all_gone(pids_a));
+  std::this_thread::sleep_for(500ms);
+  for (pid_t pid : pids_b) EXPECT_TRUE(process_alive(pid)) << "job b lost pid " << pid;
+  kill(b->pid(), SIGTERM);
+  EXPECT_EQ(b->wait(20s).code, 143);
+  EXPECT_TRUE(all_gone(pids_b));
+}
+
+TEST(HostfileInput, BadHostfilesAndFlagsFailWithOneLineAndExitTwo) {
+  const std::string work = make_temp_dir();
+  struct Case {
+    std::string text, flag, expected;
+  };
+  const std::vector<Case> cases = {
+      {"a slots=2\nb slots=two\n", "", "hosts:2: slots 'two' is not a number"},
+      {"a slots=2\n\n# x\na slots=1\n", "", "hosts:4: host 'a' is listed twice (first on line 1)"},
+      {"a slots=0\n", "", "hosts:1: host 'a' has 0 slots (at least 1 is needed)"},
+      {"a slots=2\nb slots=2\n", "--include=c", "--include=c: host 'c' is not in "},
+  };
+  for (const auto& c : cases) {
+    write_file(work + "/hosts", c.text);
+    std::vector<std::string> argv = {kDdprun, "--hostfile", work + "/hosts"};
+    if (!c.flag.empty()) argv.push_back(c.flag);
+    argv.insert(argv.end(), {kWorker, "env"});
+    ProcessResult r = run_process(argv, {}, 20s);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing
