@@ -17,6 +17,7 @@ PACKAGES=(
   openssh-server openssh-client
   slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev clang-format
+  prometheus-cpp-dev prometheus
 )
 
 missing=()

@@ -5,7 +5,7 @@ namespace ddp::launcher {
 const std::vector<MetricDef>& metric_defs() {
   using T = MetricType;
   static const std::vector<MetricDef> defs = {
-      {"ddprun_info", T::kGauge, {}, "", "Always 1; the job's run id, host and node rank"},
+      {"ddprun_info", T::kGauge, {}, "", "Always 1; its labels name the job (run_id) and the host"},
       {"ddprun_uptime_seconds", T::kGauge, {}, "seconds", "Since this ddprun started"},
       {"ddprun_round", T::kGauge, {}, "", "The round this node runs (1 for the first)"},
       {"ddprun_rounds_total", T::kCounter, {}, "", "Rounds this node has joined"},

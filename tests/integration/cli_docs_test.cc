@@ -177,11 +177,16 @@ TEST(CliDocs, EveryFlagOfHealthIsDocumentedOnce) {
   expect_documented({"health"}, "Options of ddprun health");
 }
 
+TEST(CliDocs, EveryFlagOfStatusIsDocumentedOnce) {
+  expect_documented({"status"}, "Options of ddprun status");
+}
+
 // Anywhere on the page (prose, examples), a --flag must be one that some
 // command accepts: a removed or renamed flag cannot linger in the text.
 TEST(CliDocs, NamesNoFlagThatNoCommandAccepts) {
   std::set<std::string> known;
-  for (const auto& sub : std::vector<std::vector<std::string>>{{}, {"rendezvous"}, {"health"}}) {
+  for (const auto& sub :
+       std::vector<std::vector<std::string>>{{}, {"rendezvous"}, {"health"}, {"status"}}) {
     for (const auto& option : parse_help(help_of(sub)))
       known.insert(option.names.begin(), option.names.end());
   }

@@ -1,0 +1,259 @@
+// ddprun's observability end to end, with real ddprun processes, real
+// sockets and, when installed, a real Prometheus server: `ddprun status`
+// (local jobs through the runtime directory, two nodes through the
+// rendezvous, bad tokens, endpoints and foreign servers), --metrics_port
+// (promtool, a Prometheus scrape and PromQL query, a port in use) and
+// --events_file (the records of a restart, a full disk).
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kTrain = TRAIN_PATH;
+
+// A long enough training run (stopped by the test).
+std::vector<std::string> train_args() {
+  return {kTrain, "--epochs", "100000", "--log_every", "50"};
+}
+
+// GET http://127.0.0.1:port/path; the body, or "" when nothing answered.
+std::string http_get(int port, const std::string& path) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "";
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string resp;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+std::string find_tool(const std::string& tool) {
+  for (const std::string dir : {"/usr/bin/", "/usr/local/bin/", "/bin/"}) {
+    if (access((dir + tool).c_str(), X_OK) == 0) return dir + tool;
+  }
+  return "";
+}
+
+// Waits until `ddprun status` run with `env` and `args` shows `needle`.
+ProcessResult status_until(const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env,
+                           const std::string& needle) {
+  ProcessResult last;
+  wait_until(
+      [&] {
+        std::vector<std::string> argv = {kDdprun, "status"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        last = run_process(argv, env, 10s);
+        return last.code == 0 && last.out.find(needle) != std::string::npos;
+      },
+      30s);
+  return last;
+}
+
+TEST(Status, LocalJobShowsEveryRankThroughTheRuntimeDirectory) {
+  const std::string runtime = make_temp_dir();
+  const std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime}};
+  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=2", "--run_id=obs-local"};
+  auto train = train_args();
+  argv.insert(argv.end(), train.begin(), train.end());
+  Subprocess job(argv, env);
+  ProcessResult r = status_until({"--json"}, env, "\"collectives_done\":");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\"run_id\":\"obs-local\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"world_size\":2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"libddp\":true"), std::string::npos) << r.out;
+  ProcessResult table = run_process({kDdprun, "status"}, env, 10s);
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("RANK"), std::string::npos) << table.out;
+  kill(job.pid(), SIGTERM);
+  job.wait(30s);
+  // The entry is gone with the job.
+  ProcessResult none = run_process({kDdprun, "status"}, env, 10s);
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("no ddprun job"), std::string::npos) << none.err;
+  std::filesystem::remove_all(runtime);
+}
+
+TEST(Status, TwoNodesAreSeenFromTheRendezvousAndBadTokensAreNamed) {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> token = {{"DDP_RDZV_TOKEN", "obs-secret"}};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> argv = {kDdprun,
+                                     "--nnodes=2",
+                                     "--nproc_per_node=2",
+                                     "--node_rank=" + std::to_string(rank),
+                                     "--rdzv_backend=c10d",
+                                     "--rdzv_endpoint=" + ep,
+                                     "--run_id=obs2",
+                                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=5"};
+    auto train = train_args();
+    argv.insert(argv.end(), train.begin(), train.end());
+    nodes.push_back(std::make_unique<Subprocess>(argv, token));
+  }
+  // Each node's first report rides on its next heartbeat: both are in within a second.
+  ProcessResult r = status_until({ep, "--json"}, token, "\"world_size\":4");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\"node_rank\":1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"rank\":3"), std::string::npos) << r.out;
+
+  ProcessResult wrong = run_process({kDdprun, "status", ep}, {{"DDP_RDZV_TOKEN", "nope"}}, 10s);
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_NE(wrong.err.find("refused the token"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find(ep), std::string::npos) << wrong.err;
+
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port());
+  ProcessResult gone = run_process({kDdprun, "status", nobody, "--timeout=1"}, token, 10s);
+  EXPECT_EQ(gone.code, 1);
+  EXPECT_NE(gone.err.find("no ddprun rendezvous answered at " + nobody), std::string::npos)
+      << gone.err;
+  for (auto& n : nodes) kill(n->pid(), SIGTERM);
+  for (auto& n : nodes) n->wait(30s);
+}
+
+TEST(Status, AForeignServerGetsAClearMessage) {
+  // An HTTP server (ddprun's own metrics port) is not a rendezvous.
+  if (find_tool("python3").empty()) GTEST_SKIP() << "python3 is not installed";
+  const int port = free_port();
+  Subprocess http(
+      {find_tool("python3"), "-m", "http.server", std::to_string(port), "--bind", "127.0.0.1"});
+  ASSERT_TRUE(wait_until([&] { return connect_loopback(port) >= 0; }, 20s));
+  ProcessResult r =
+      run_process({kDdprun, "status", "127.0.0.1:" + std::to_string(port), "--timeout=2"}, {}, 20s);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+TEST(Metrics, APortInUseIsAnErrorBeforeAnyWorkerStarts) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  const std::string dir = make_temp_dir();
+  ProcessResult r = run_process(
+      {kDdprun, "--metrics_port=" + std::to_string(port), "/usr/bin/touch", dir + "/ran"}, {}, 30s);
+  close(fd);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--metrics_port=" + std::to_string(port)), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ran"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Metrics, PromtoolAcceptsTheOutputAndPrometheusScrapesIt) {
+  const int port = free_port();
+  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=2",
+                                   "--metrics_port=" + std::to_string(port), "--run_id=obs-prom"};
+  auto train = train_args();
+  argv.insert(argv.end(), train.begin(), train.end());
+  Subprocess job(argv);
+  std::string body;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        body = http_get(port, "/metrics");
+        return body.find("ddprun_rank_collectives_total") != std::string::npos;
+      },
+      30s))
+      << body;
+  EXPECT_NE(body.find("ddprun_world_size{host="), std::string::npos) << body;
+  const std::string dir = make_temp_dir();
+  write_file(dir + "/metrics.txt", body);
+  const std::string promtool = find_tool("promtool");
+  if (promtool.empty()) {
+    std::printf("promtool is not installed (Debian's prometheus): not checked\n");
+  } else {
+    ProcessResult check =
+        run_process({"/bin/sh", "-c", promtool + " check metrics < " + dir + "/metrics.txt"});
+    EXPECT_EQ(check.code, 0) << check.out << check.err;
+  }
+  const std::string prometheus = find_tool("prometheus");
+  if (prometheus.empty()) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "prometheus is not installed (Debian's prometheus): no scrape test";
+  }
+  write_file(dir + "/prometheus.yml",
+             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: ddprun\n"
+             "    static_configs:\n      - targets: ['127.0.0.1:" +
+                 std::to_string(port) + "']\n");
+  const int web = free_port();
+  {
+    // Killed (its process group) when this scope ends, whether the test passed or not.
+    Subprocess server({prometheus, "--config.file=" + dir + "/prometheus.yml",
+                       "--storage.tsdb.path=" + dir + "/data",
+                       "--web.listen-address=127.0.0.1:" + std::to_string(web)});
+    std::string answer;
+    const bool answered = wait_until(
+        [&] {
+          answer =
+              http_get(web, "/api/v1/query?query=ddprun_world_size%7Brun_id%3D%22obs-prom%22%7D");
+          return answer.find("\"2\"]") != std::string::npos;
+        },
+        60s);
+    EXPECT_TRUE(answered) << answer << "\n" << server.read_err().substr(0, 4000);
+  }
+  kill(job.pid(), SIGTERM);
+  job.wait(30s);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Events, ARestartIsRecordedWithTorchelasticFields) {
+  const std::string dir = make_temp_dir();
+  const std::string events = dir + "/events.jsonl";
+  ProcessResult r =
+      run_process({kDdprun, "--nproc_per_node=2", "--max_restarts=1", "--events_file=" + events,
+                   "--run_id=obs-ev", "/bin/sh", "-c", "exit 3"},
+                  {}, 60s);
+  EXPECT_EQ(r.code, 3) << r.err;
+  const std::string log = read_file(events);
+  for (const std::string name :
+       {"round_start", "worker_start", "worker_exit", "failure", "restart", "round_end"}) {
+    EXPECT_NE(log.find("\"name\":\"" + name + "\""), std::string::npos) << name << "\n" << log;
+  }
+  EXPECT_NE(log.find("\"exit_code\":3"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"run_id\":\"obs-ev\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\"round\":2"), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Events, AFullDiskIsReportedOnceAndTheJobGoesOn) {
+  ProcessResult r = run_process({kDdprun, "--nproc_per_node=3", "--max_restarts=2",
+                                 "--events_file=/dev/full", "/bin/sh", "-c", "exit 0"},
+                                {}, 60s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  size_t count = 0;
+  for (size_t at = 0; (at = r.err.find("writing the event log", at)) != std::string::npos; ++at) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << r.err;
+}
+
+}  // namespace
+}  // namespace ddp::testing
