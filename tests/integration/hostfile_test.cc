@@ -22,6 +22,7 @@
 #include "rdzv_output.h"
 #include "ssh_hosts.h"
 #include "subprocess.h"
+#include "torch_env.h"
 
 namespace ddp::testing {
 namespace {
@@ -29,6 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = TEST_WORKER_PATH;
+const std::string kTorchTrain = TORCH_TRAIN_SCRIPT;
 
 class Hostfile : public NetnsTest {
  protected:
@@ -126,6 +128,27 @@ TEST_F(Hostfile, ThreeHostsTrainTheReferenceTrainer) {
 
 #endif  // TRAIN_PATH
 
+// examples/torch/train_ddp.py (torch.distributed over Gloo, init from env://)
+// on three hosts: the interpreter goes as PYTHON_EXEC, Gloo's interface as --env.
+TEST_F(Hostfile, ThreeHostsTrainTheTorchDdpExample) {
+  if (auto reason = torch2_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  start_hosts(3);
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\nnode3 slots=1\n");
+  auto r = front({"--hostfile", hosts, "--env", "GLOO_SOCKET_IFNAME=eth0", kTorchTrain, "--epochs",
+                  "1", "--samples", "192"},
+                 {{"PYTHON_EXEC", torch2_python()}})
+               ->wait(120s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::set<std::string> weights;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto lines = lines_with_prefix(r.out, "[rank " + std::to_string(rank) + "] FINAL_WEIGHTS ");
+    ASSERT_EQ(lines.size(), 1u) << r.out;
+    weights.insert(lines[0].substr(lines[0].find(' ')));  // without "rank=N"
+  }
+  EXPECT_EQ(weights.size(), 1u) << "the ranks ended with different weights:\n" << r.out;
+}
+
 TEST_F(Hostfile, HostsFlagAndIncludePickHostsAndDevices) {
   start_hosts(3);
   const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=3\n");
@@ -221,6 +244,27 @@ TEST_F(Hostfile, ASigkilledFrontEndLeavesNoWorkerOnAnyHost) {
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_LT(took, 2.5) << "the workers outlived the front end by " << took << " s";
+}
+
+// A host's link cut mid-job: that host's agent loses the rendezvous and the
+// others lose it (fast heartbeats, as a user may set them): every worker on
+// every host is gone within the heartbeat timeout, and the front end ends
+// once ssh's keep-alives give up on the cut host.
+TEST_F(Hostfile, ACutLinkToOneHostStopsTheWorkersEverywhere) {
+  start_hosts(3);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  auto job =
+      front({"--hostfile", hosts, "--shutdown_timeout=1",
+             "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2", kWorker, "hold", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 6; }, 30s))
+      << job->read_err();
+  const auto pids = read_pids(dir, "");
+  net_->set_link(3, false);  // node3
+  EXPECT_TRUE(wait_until([&] { return all_gone(pids); }, 6s)) << job->read_err();
+  auto r = job->wait(40s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_NE(r.code, 0) << r.err;
 }
 
 TEST_F(Hostfile, AnUnreachableHostOrARefusedKeyFailsTheLaunchBeforeAnyWorkerStarts) {
