@@ -186,13 +186,7 @@ int Agent::run_rounds() {
   } else if (files_->keeps_logs()) {
     log.info("worker logs go to {}", files_->root());
   }
-  if (spec_.on_failure == OnFailure::kHeal && spec_.multi_node()) {
-    log.warn(
-        "--on_failure=heal relaunches ranks on a single node only: with several nodes a failed "
-        "worker restarts the worker groups as --on_failure=restart does");
-  } else if (spec_.on_failure == OnFailure::kHeal) {
-    marks_ = std::make_unique<HealMarks>(spec_.run_id);
-  }
+  if (spec_.on_failure == OnFailure::kHeal) marks_ = std::make_unique<HealMarks>(spec_.run_id);
 
   // Before any worker starts: a metrics port in use is an error now.
   observer_ = std::make_unique<Observer>(spec_, hostname_);

@@ -126,6 +126,17 @@ class RemoteControlPlane final : public ControlPlane {
     std::lock_guard<std::mutex> lock(status_->mu);
     status_->bytes = std::move(bytes);
   }
+  // --on_failure=heal across nodes: relaunches of single ranks spend a
+  // job-wide budget of --max_restarts kept as a counter in the rendezvous's
+  // store (atomic across the agents), apart from the server's count of
+  // group restarts.
+  int restarts_left() const override {
+    return std::max<int>(0, spec_.max_restarts - static_cast<int>(client_->add(kRelaunches, 0)));
+  }
+  int spend_restart() override {
+    const auto spent = client_->add(kRelaunches, 1);
+    return spent <= spec_.max_restarts ? static_cast<int>(spent) : 0;
+  }
   bool outcome_delivered() const override {
     return !server_ || server_->service().outcome_delivered();
   }
@@ -163,6 +174,7 @@ class RemoteControlPlane final : public ControlPlane {
     return to_ms(std::min(spec_.rdzv_conf.read_timeout_s, spec_.rdzv_conf.heartbeat_timeout_s));
   }
 
+  static constexpr const char* kRelaunches = "ddprun/heal/relaunches";
   const LaunchSpec& spec_;
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;

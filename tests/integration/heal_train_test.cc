@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "elastic_plan.h"
+#include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -228,6 +230,37 @@ TEST(HealTrain, AProgramThatCannotHealInProcessRestartsItsGroupWithANotice) {
   EXPECT_NE(r.out.find("--shard_optimizer cannot heal in process"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("had not opted into healing"), std::string::npos) << r.err;
   EXPECT_TRUE(checksums(r.out).empty()) << "the plain loop prints no heal checksum";
+}
+
+class HealMultiHost : public NetnsTest {};
+
+TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
+  NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::vector<std::string> launcher = {
+      "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
+      "--rdzv_id=heal2", "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        hosts.on(h, heal_argv(2, launcher, {"--kill", "3@150"}, train_args(dir, 2500))), kEnv));
+  }
+  HealRun run{{}, dir};
+  run.result.exited = true;
+  run.result.code = 0;
+  for (auto& node : nodes) {
+    const ProcessResult r = node->wait(120s);
+    ASSERT_TRUE(r.exited) << r.out << r.err;
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    run.result.out += r.out;
+    run.result.err += r.err;
+  }
+  expect_healed(run, 4, 2500);
+  EXPECT_TRUE(dropped(run.result.out, 3)) << run.result.out;
+  EXPECT_NE(
+      run.result.err.find("rank 3 (local rank 1) exited with signal 9 (SIGKILL): relaunching"),
+      std::string::npos)
+      << run.result.err;
 }
 
 TEST(ElasticPlan, EveryEpochsSamplesAreInExactlyOneSliceWhateverTheWorldSize) {

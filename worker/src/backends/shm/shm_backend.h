@@ -202,10 +202,12 @@ class ShmBackend final : public Backend {
 
   std::string algorithm_for(const std::string& collective, std::size_t bytes) const override;
 
-  // The node's peers stop waiting on this rank (PhaseSync::leave); Gloo's
-  // peers learn when the backend is destroyed.
+  // The node's peers stop waiting on this rank (PhaseSync::leave), and the
+  // other nodes' (its Gloo groups' abort).
   void abort() override {
     if (sync_) sync_->leave();
+    if (cross_) cross_->abort();
+    if (fallback_) fallback_->abort();
   }
 
  private:
