@@ -179,7 +179,8 @@ std::vector<KnownOption> known_options(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
     KnownOption k;
     for (const auto& name : option->get_lnames()) k.long_names.push_back("--" + name);
-    k.takes_value = option->get_type_size_max() > 0;
+    // A flag (--no_prefix) expects no value, though CLI11 gives it a type size of 1.
+    k.takes_value = option->get_type_size_max() > 0 && option->get_expected_max() > 0;
     if (!option->get_snames().empty()) {
       k.has_short_name = true;
       k.short_name = "-" + option->get_snames().front();

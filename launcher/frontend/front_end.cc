@@ -218,11 +218,16 @@ void FrontEnd::send_all(const std::string& line) {
 // again, none was told to go) and the exit code.
 int FrontEnd::launch() {
   auto& log = launcher_log();
+  const auto started = Clock::now();
   const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<long>(args_.text.ssh_timeout_s * 1000));
+      started + std::chrono::milliseconds(static_cast<long>(args_.text.ssh_timeout_s * 1000));
   int signal = 0;
   for (;;) {
-    if (std::all_of(ready_.begin(), ready_.end(), [](bool r) { return r; })) return 0;
+    if (std::all_of(ready_.begin(), ready_.end(), [](bool r) { return r; })) {
+      log.info("every host answered over ssh in {:.2f} s; starting the workers",
+               std::chrono::duration<double>(Clock::now() - started).count());
+      return 0;
+    }
     // Every host answers (ready, or failed) before the launch is given up, so
     // that every bad host is named at once; the deadline bounds it.
     bool answered = true, one_failed = false;

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/rpc_plugin.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
@@ -72,12 +73,16 @@ int RemoteGate::open(LaunchSpec& spec, double timeout_s, int signal_fd) {
     dup2(devnull, STDIN_FILENO);
     close(devnull);
   }
+  // A host without the rendezvous plugin fails the launch here, before anything starts.
+  if (std::string missing = rpc_plugin_missing(); !missing.empty()) throw Error(missing);
   int port = 0;
   if (spec.rdzv_conf.is_host.value_or(false)) {
     port_ = PortReservation::reserve(0, "--rdzv_endpoint");
     port = port_->port();
   }
   write_all(STDOUT_FILENO, ready_line(port));
+  // gRPC's libraries load while the front end waits for the slowest host.
+  load_rpc_plugin();
   int signal = 0;
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));

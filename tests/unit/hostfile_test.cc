@@ -150,6 +150,11 @@ TEST(FrontEndArgs, SplitsTheFrontEndsFlagsFromTheAgentsAndTheProgram) {
                                       "--max_restarts", "1", "--", "prog", "--env", "x"}));
   EXPECT_EQ(agent_args(*args, hosts, 1, "j", 20)[2], "--nproc_per_node=1");
   EXPECT_EQ(agent_args(*args, hosts, 1, "j", 20)[6], "--rdzv_conf=join_timeout=5,is_host=0");
+  // A flag takes no value: the program follows it.
+  auto flag = parse_front_end_args({"ddprun", "-H", "a:4", "--no_prefix", "--no_python", "p", "x"});
+  ASSERT_TRUE(flag);
+  EXPECT_EQ(flag->forwarded, (std::vector<std::string>{"--no_prefix", "--no_python"}));
+  EXPECT_EQ(flag->program, (std::vector<std::string>{"p", "x"}));
   auto given = parse_front_end_args({"ddprun", "-H", "a:4", "--nproc_per_node", "2", "--", "p"});
   ASSERT_TRUE(given);
   EXPECT_EQ(given->nproc, "2");
