@@ -33,8 +33,10 @@ struct RendezvousClient::Impl {
              const std::string& endpoint) const {
     if (status.ok()) return;
     const int code = static_cast<int>(status.error_code());
-    throw RpcError(code, "rendezvous " + endpoint + ": " + what + ": " + rpc_code_name(code) +
-                             ": " + status.error_message());
+    throw RpcError(code,
+                   "rendezvous " + endpoint + ": " + what + ": " + rpc_code_name(code) + ": " +
+                       status.error_message(),
+                   status.error_details());
   }
   // Waits for the server to be reachable (the in-process server of a
   // single-node job may still be starting when workers call) up to `d`.

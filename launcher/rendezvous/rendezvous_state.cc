@@ -205,9 +205,10 @@ void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
     return;
   }
   waiting_for_place_.insert(identity_of(args));  // owed an answer: see outcome_delivered()
-  throw refusal(RpcCode::kUnavailable, "round ", current_round(), " is full (", size, " nodes, ",
-                nnodes_flag(), "): host ", quote(host_of(args)),
-                " waits for a place in a later round");
+  throw RpcError(RpcCode::kUnavailable,
+                 cat("round ", current_round(), " is full (", size, " nodes, ", nnodes_flag(),
+                     "): host ", quote(host_of(args)), " waits for a place in a later round"),
+                 kReasonRoundFull);
 }
 
 void RendezvousState::fail_forming_for(const RpcError& why, const std::string& host) {

@@ -98,8 +98,7 @@ class RemoteControlPlane final : public ControlPlane {
       } catch (const RpcError& e) {
         // Only the server's "round is full" is a reason to wait; a transport
         // UNAVAILABLE (the server went away mid-join) is an error like any other.
-        const bool full = e.is(RpcCode::kUnavailable) &&
-                          std::string(e.what()).find(" is full (") != std::string::npos;
+        const bool full = e.is(RpcCode::kUnavailable) && e.reason() == kReasonRoundFull;
         if (!full || left <= std::chrono::seconds(1)) throw;
         if (!told) launcher_log().warn("waiting for a place: {}", e.what());
         told = true;

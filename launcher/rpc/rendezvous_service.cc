@@ -36,8 +36,9 @@ std::string capped(const std::string& message) {
          " more bytes cut)";
 }
 
-grpc::Status error_status(grpc::StatusCode code, const std::string& message) {
-  return grpc::Status(code, capped(message));
+grpc::Status error_status(grpc::StatusCode code, const std::string& message,
+                          const std::string& reason = {}) {
+  return grpc::Status(code, capped(message), reason);
 }
 
 // Runs `call` on the state: OK, or the state's refusal as the gRPC status it names.
@@ -47,7 +48,8 @@ grpc::Status status_of(Call&& call) {
     call();
     return grpc::Status::OK;
   } catch (const RpcError& refused) {
-    return error_status(static_cast<grpc::StatusCode>(refused.code()), refused.what());
+    return error_status(static_cast<grpc::StatusCode>(refused.code()), refused.what(),
+                        refused.reason());
   }
 }
 

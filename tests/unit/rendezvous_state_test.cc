@@ -36,13 +36,14 @@ const Auth kAuth{"run1", "secret"};
 struct Refusal {
   RpcCode code = RpcCode::kOk;
   std::string message;
+  std::string reason;
 };
 template <class Call>
 Refusal refused(Call&& call) {
   try {
     call();
   } catch (const RpcError& e) {
-    return {static_cast<RpcCode>(e.code()), e.what()};
+    return {static_cast<RpcCode>(e.code()), e.what(), e.reason()};
   }
   ADD_FAILURE() << "the call was not refused";
   return {};
@@ -243,6 +244,7 @@ TEST_F(RendezvousStateTest, FullRoundAsksANewNodeToWait) {
   auto r = refused([&] { s.join(kAuth, node("third"), now); });
   EXPECT_EQ(r.code, RpcCode::kUnavailable);
   EXPECT_THAT(r.message, HasSubstr("round 1 is full (2 nodes, --nnodes=2)"));
+  EXPECT_EQ(r.reason, kReasonRoundFull) << "agents recognise it by its reason, not its text";
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
   EXPECT_EQ(s.version(), version);
 }

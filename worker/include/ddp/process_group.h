@@ -87,6 +87,9 @@ struct MemberSet {
 
 class Backend;
 class Executor;
+namespace detail {
+struct Collective;
+}
 
 class ProcessGroup {
  public:
@@ -210,11 +213,12 @@ class ProcessGroup {
  private:
   ProcessGroup(int rank, int size, std::shared_ptr<Store> store, const ProcessGroupOptions& options,
                MemberSet members);
-  struct Call;  // what one collective is, for errors and the debug check
-  std::shared_ptr<Work> submit(const Call& call, std::function<void()> run);
-  void check_signature(const Call& call);
+  // Queued for the group's thread (async calls), or run on the caller's
+  // thread when the group is idle (blocking calls: saves two thread hand-offs).
+  enum class Issue { kQueued, kHereIfIdle };
+  std::shared_ptr<Work> submit(detail::Collective call, Issue how);
+  void check_signature(const detail::Collective& call);
   std::string missing_ranks(std::uint64_t sequence);
-  void check_root(int root, const char* what) const;
 
   int rank_;
   int size_;

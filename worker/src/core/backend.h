@@ -24,6 +24,14 @@ class PeerExitedError : public Error {
   using Error::Error;
 };
 
+// Ranks issued different collectives (the debug check, or shm's own check
+// among a node's ranks): every rank already knows who differs, so the group
+// does not ask the store who was missing.
+class CollectiveMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -19,12 +19,16 @@
 
 namespace ddp {
 
-struct ProcessGroup::Call {
+namespace detail {
+
+// One issued collective: what it is (for errors and the debug check) and what runs it.
+struct Collective {
   const char* name;
   std::size_t count;
   DType dtype;
   int op;    // ReduceOp or -1
   int root;  // or -1
+  std::function<void()> run;
 
   std::string describe() const {
     std::string text = std::string(name);
@@ -34,6 +38,8 @@ struct ProcessGroup::Call {
     return text;
   }
 };
+
+}  // namespace detail
 
 namespace {
 
@@ -48,14 +54,6 @@ std::int64_t hash_name(const char* name) {
   for (const char* p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
   return static_cast<std::int64_t>(h);
 }
-
-// Set while a blocking call issues its collective: it may run on this thread.
-thread_local bool t_blocking_call = false;
-
-struct BlockingCall {
-  BlockingCall() { t_blocking_call = true; }
-  ~BlockingCall() { t_blocking_call = false; }
-};
 
 // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that exited would
 // kill this rank with SIGPIPE instead of failing the collective with an error
@@ -121,13 +119,11 @@ ProcessGroup::~ProcessGroup() {
   backend_.reset();
 }
 
-std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void()> run) {
+std::shared_ptr<Work> ProcessGroup::submit(detail::Collective call, Issue how) {
   std::shared_ptr<Work> work(new Work(call.describe()));  // its constructor is the group's alone
-  const bool here = t_blocking_call;
-  t_blocking_call = false;
   auto make_task = [&]() {
     std::uint64_t sequence = ++issued_;
-    return [this, work, call, sequence, run = std::move(run)]() {
+    return [this, work, call = std::move(call), sequence]() {
       detail::collective_begun(call.name);
       try {
         if (aborted()) {
@@ -135,24 +131,25 @@ std::shared_ptr<Work> ProcessGroup::submit(const Call& call, std::function<void(
                                 std::to_string(members_.epoch) + ") by aborting it");
         }
         if (options_.debug_checks && size_ > 1) check_signature(call);
-        run();
+        call.run();
         detail::collective_ended();
         work->finish();
       } catch (const std::exception& e) {
         detail::collective_ended();
         std::string message = std::string(e.what());
-        const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr;
+        // Errors that already say who is at fault need no question to the store.
+        const bool names_the_dead = dynamic_cast<const PeerExitedError*>(&e) != nullptr ||
+                                    dynamic_cast<const CollectiveMismatchError*>(&e) != nullptr;
         std::string text = "rank " + std::to_string(rank_) + ": " + call.describe() +
                            " (collective #" + std::to_string(sequence) + ") failed: " + message;
-        if (store_ && size_ > 1 && !names_the_dead &&
-            message.find("mismatch") == std::string::npos) {
+        if (store_ && size_ > 1 && !names_the_dead) {
           text += missing_ranks(sequence);
         }
         work->finish(std::make_exception_ptr(Error(text)));
       }
     };
   };
-  if (here) {
+  if (how == Issue::kHereIfIdle) {
     executor_->run_now_or_post(make_task);
   } else {
     executor_->post(make_task);
@@ -172,7 +169,7 @@ void ProcessGroup::abort() {
 
 bool ProcessGroup::aborted() const { return aborted_->load(); }
 
-void ProcessGroup::check_signature(const Call& call) {
+void ProcessGroup::check_signature(const detail::Collective& call) {
   Signature mine{hash_name(call.name), static_cast<std::int64_t>(call.count),
                  static_cast<std::int64_t>(call.dtype), call.op, call.root};
   std::vector<Signature> all(size_);
@@ -202,10 +199,11 @@ void ProcessGroup::check_signature(const Call& call) {
     return text;
   };
   int first = std::stoi(differ.substr(0, differ.find(',')));
-  throw Error("collective mismatch (DDP_DEBUG): rank " + std::to_string(reference) + " has " +
-              show(reference) + " (" + std::to_string(most) + " of " + std::to_string(size_) +
-              " ranks agree); rank(s) " + differ + " differ (rank " + std::to_string(first) +
-              " has " + show(first) + ")");
+  throw CollectiveMismatchError("collective mismatch (DDP_DEBUG): rank " +
+                                std::to_string(reference) + " has " + show(reference) + " (" +
+                                std::to_string(most) + " of " + std::to_string(size_) +
+                                " ranks agree); rank(s) " + differ + " differ (rank " +
+                                std::to_string(first) + " has " + show(first) + ")");
 }
 
 std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
@@ -286,31 +284,27 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
   }
 }
 
-void ProcessGroup::check_root(int root, const char* what) const {
-  if (root < 0 || root >= size_) {
+namespace {
+
+// Each collective once: its description and what the group's thread runs;
+// the async form queues it, the blocking form may run it on the caller's thread.
+using detail::Collective;
+
+void check_root(int root, int size, const char* what) {
+  if (root < 0 || root >= size) {
     throw Error(std::string(what) + ": root " + std::to_string(root) + " is outside [0, " +
-                std::to_string(size_) + ")");
+                std::to_string(size) + ")");
   }
 }
 
-#define DDP_BLOCKING(async_call) \
-  do {                           \
-    BlockingCall blocking;       \
-    (async_call)->wait();        \
-  } while (0)
-
-std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype,
-                                                     ReduceOp op) {
-  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
-                [=, this] { backend_->all_reduce(data, count, dtype, op); });
-}
-void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  DDP_BLOCKING(all_reduce_async(data, count, dtype, op));
+Collective all_reduce_op(Backend& b, void* data, std::size_t count, DType dtype, ReduceOp op) {
+  return {"all_reduce", count,
+          dtype,        static_cast<int>(op),
+          -1,           [&b, data, count, dtype, op] { b.all_reduce(data, count, dtype, op); }};
 }
 
-std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(
-    void* data, std::size_t count, DType dtype, ReduceOp op,
-    const std::vector<ElementRange>& needed) {
+Collective all_reduce_partial_op(Backend& b, void* data, std::size_t count, DType dtype,
+                                 ReduceOp op, const std::vector<ElementRange>& needed) {
   for (const ElementRange& r : needed) {
     if (r.begin > r.end || r.end > count) {
       throw Error("all_reduce_partial: element range [" + std::to_string(r.begin) + ", " +
@@ -318,87 +312,151 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(
                   " elements");
     }
   }
-  return submit({"all_reduce", count, dtype, static_cast<int>(op), -1},
-                [=, this] { backend_->all_reduce_partial(data, count, dtype, op, needed); });
+  return {
+      "all_reduce", count, dtype, static_cast<int>(op), -1, [&b, data, count, dtype, op, needed] {
+        b.all_reduce_partial(data, count, dtype, op, needed);
+      }};
+}
+
+Collective broadcast_op(Backend& b, int size, void* data, std::size_t count, DType dtype,
+                        int root) {
+  check_root(root, size, "broadcast");
+  return {"broadcast", count,
+          dtype,       -1,
+          root,        [&b, data, count, dtype, root] { b.broadcast(data, count, dtype, root); }};
+}
+
+Collective reduce_op(Backend& b, int size, void* data, std::size_t count, DType dtype, ReduceOp op,
+                     int root) {
+  check_root(root, size, "reduce");
+  return {"reduce", count,
+          dtype,    static_cast<int>(op),
+          root,     [&b, data, count, dtype, op, root] { b.reduce(data, count, dtype, op, root); }};
+}
+
+Collective all_gather_op(Backend& b, const void* in, void* out, std::size_t count, DType dtype) {
+  return {"all_gather", count,
+          dtype,        -1,
+          -1,           [&b, in, out, count, dtype] { b.all_gather(in, out, count, dtype); }};
+}
+
+Collective gather_op(Backend& b, int size, const void* in, void* out, std::size_t count,
+                     DType dtype, int root) {
+  check_root(root, size, "gather");
+  return {"gather", count,
+          dtype,    -1,
+          root,     [&b, in, out, count, dtype, root] { b.gather(in, out, count, dtype, root); }};
+}
+
+Collective scatter_op(Backend& b, int size, const void* in, void* out, std::size_t count,
+                      DType dtype, int root) {
+  check_root(root, size, "scatter");
+  return {"scatter", count,
+          dtype,     -1,
+          root,      [&b, in, out, count, dtype, root] { b.scatter(in, out, count, dtype, root); }};
+}
+
+Collective all_to_all_op(Backend& b, const void* in, void* out, std::size_t count, DType dtype) {
+  return {"all_to_all", count,
+          dtype,        -1,
+          -1,           [&b, in, out, count, dtype] { b.all_to_all(in, out, count, dtype); }};
+}
+
+Collective reduce_scatter_op(Backend& b, const void* in, void* out, std::size_t count, DType dtype,
+                             ReduceOp op) {
+  return {
+      "reduce_scatter", count, dtype, static_cast<int>(op), -1, [&b, in, out, count, dtype, op] {
+        b.reduce_scatter(in, out, count, dtype, op);
+      }};
+}
+
+Collective barrier_op(Backend& b) {
+  return {"barrier", 0, DType::kUInt8, -1, -1, [&b] { b.barrier(); }};
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_async(void* data, std::size_t count, DType dtype,
+                                                     ReduceOp op) {
+  return submit(all_reduce_op(*backend_, data, count, dtype, op), Issue::kQueued);
+}
+void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  submit(all_reduce_op(*backend_, data, count, dtype, op), Issue::kHereIfIdle)->wait();
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_partial_async(
+    void* data, std::size_t count, DType dtype, ReduceOp op,
+    const std::vector<ElementRange>& needed) {
+  return submit(all_reduce_partial_op(*backend_, data, count, dtype, op, needed), Issue::kQueued);
 }
 void ProcessGroup::all_reduce_partial(void* data, std::size_t count, DType dtype, ReduceOp op,
                                       const std::vector<ElementRange>& needed) {
-  DDP_BLOCKING(all_reduce_partial_async(data, count, dtype, op, needed));
+  submit(all_reduce_partial_op(*backend_, data, count, dtype, op, needed), Issue::kHereIfIdle)
+      ->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast_async(void* data, std::size_t count, DType dtype,
                                                     int root) {
-  check_root(root, "broadcast");
-  return submit({"broadcast", count, dtype, -1, root},
-                [=, this] { backend_->broadcast(data, count, dtype, root); });
+  return submit(broadcast_op(*backend_, size_, data, count, dtype, root), Issue::kQueued);
 }
 void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int root) {
-  DDP_BLOCKING(broadcast_async(data, count, dtype, root));
+  submit(broadcast_op(*backend_, size_, data, count, dtype, root), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_async(void* data, std::size_t count, DType dtype,
                                                  ReduceOp op, int root) {
-  check_root(root, "reduce");
-  return submit({"reduce", count, dtype, static_cast<int>(op), root},
-                [=, this] { backend_->reduce(data, count, dtype, op, root); });
+  return submit(reduce_op(*backend_, size_, data, count, dtype, op, root), Issue::kQueued);
 }
 void ProcessGroup::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
-  DDP_BLOCKING(reduce_async(data, count, dtype, op, root));
+  submit(reduce_op(*backend_, size_, data, count, dtype, op, root), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_async(const void* in, void* out, std::size_t count,
                                                      DType dtype) {
-  return submit({"all_gather", count, dtype, -1, -1},
-                [=, this] { backend_->all_gather(in, out, count, dtype); });
+  return submit(all_gather_op(*backend_, in, out, count, dtype), Issue::kQueued);
 }
 void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, DType dtype) {
-  DDP_BLOCKING(all_gather_async(in, out, count, dtype));
+  submit(all_gather_op(*backend_, in, out, count, dtype), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::gather_async(const void* in, void* out, std::size_t count,
                                                  DType dtype, int root) {
-  check_root(root, "gather");
-  return submit({"gather", count, dtype, -1, root},
-                [=, this] { backend_->gather(in, out, count, dtype, root); });
+  return submit(gather_op(*backend_, size_, in, out, count, dtype, root), Issue::kQueued);
 }
 void ProcessGroup::gather(const void* in, void* out, std::size_t count, DType dtype, int root) {
-  DDP_BLOCKING(gather_async(in, out, count, dtype, root));
+  submit(gather_op(*backend_, size_, in, out, count, dtype, root), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter_async(const void* in, void* out, std::size_t count,
                                                   DType dtype, int root) {
-  check_root(root, "scatter");
-  return submit({"scatter", count, dtype, -1, root},
-                [=, this] { backend_->scatter(in, out, count, dtype, root); });
+  return submit(scatter_op(*backend_, size_, in, out, count, dtype, root), Issue::kQueued);
 }
 void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
-  DDP_BLOCKING(scatter_async(in, out, count, dtype, root));
+  submit(scatter_op(*backend_, size_, in, out, count, dtype, root), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all_async(const void* in, void* out, std::size_t count,
                                                      DType dtype) {
-  return submit({"all_to_all", count, dtype, -1, -1},
-                [=, this] { backend_->all_to_all(in, out, count, dtype); });
+  return submit(all_to_all_op(*backend_, in, out, count, dtype), Issue::kQueued);
 }
 void ProcessGroup::all_to_all(const void* in, void* out, std::size_t count, DType dtype) {
-  DDP_BLOCKING(all_to_all_async(in, out, count, dtype));
+  submit(all_to_all_op(*backend_, in, out, count, dtype), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const void* in, void* out,
                                                          std::size_t count, DType dtype,
                                                          ReduceOp op) {
-  return submit({"reduce_scatter", count, dtype, static_cast<int>(op), -1},
-                [=, this] { backend_->reduce_scatter(in, out, count, dtype, op); });
+  return submit(reduce_scatter_op(*backend_, in, out, count, dtype, op), Issue::kQueued);
 }
 void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
                                   ReduceOp op) {
-  DDP_BLOCKING(reduce_scatter_async(in, out, count, dtype, op));
+  submit(reduce_scatter_op(*backend_, in, out, count, dtype, op), Issue::kHereIfIdle)->wait();
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier_async() {
-  return submit({"barrier", 0, DType::kUInt8, -1, -1}, [this] { backend_->barrier(); });
+  return submit(barrier_op(*backend_), Issue::kQueued);
 }
-void ProcessGroup::barrier() { DDP_BLOCKING(barrier_async()); }
+void ProcessGroup::barrier() { submit(barrier_op(*backend_), Issue::kHereIfIdle)->wait(); }
 
 void ProcessGroup::broadcast_object(std::string& bytes, int root) {
   std::int64_t length = static_cast<std::int64_t>(bytes.size());

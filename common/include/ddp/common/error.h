@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ddp {
 
@@ -35,15 +36,25 @@ enum class RpcCode : int {
 // "UNAUTHENTICATED", as gRPC spells it; "gRPC code N" for codes not listed above.
 std::string rpc_code_name(int code);
 
+// `reason`: a refusal's kind for programs to test (carried as the gRPC
+// status's details), beside the code; empty when it has none. One of the
+// kReason constants below.
 class RpcError : public Error {
  public:
-  RpcError(int code, const std::string& message) : Error(message), code_(code) {}
-  RpcError(RpcCode code, const std::string& message) : RpcError(static_cast<int>(code), message) {}
+  RpcError(int code, const std::string& message, std::string reason = {})
+      : Error(message), code_(code), reason_(std::move(reason)) {}
+  RpcError(RpcCode code, const std::string& message, std::string reason = {})
+      : RpcError(static_cast<int>(code), message, std::move(reason)) {}
   int code() const { return code_; }
   bool is(RpcCode code) const { return code_ == static_cast<int>(code); }
+  const std::string& reason() const { return reason_; }
 
  private:
   int code_;
+  std::string reason_;
 };
+
+// The round a node asked to join is full (kUnavailable): it may wait for a later one.
+inline constexpr const char* kReasonRoundFull = "round_full";
 
 }  // namespace ddp

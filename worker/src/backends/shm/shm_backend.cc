@@ -129,8 +129,9 @@ void ShmBackend::begin(const Descriptor& mine) {
     }
     if (d.kind != mine.kind || d.dtype != mine.dtype || d.bytes != mine.bytes ||
         d.root != mine.root || d.op != mine.op || d.timing != mine.timing) {
-      throw Error("collective mismatch among the ranks of this node: " + ranks_of + "is in " +
-                  describe(mine) + rank_k + "in " + describe(d));
+      throw CollectiveMismatchError(
+          "collective mismatch among the ranks of this node: " + ranks_of + "is in " +
+          describe(mine) + rank_k + "in " + describe(d));
     }
     if (d.algorithm != mine.algorithm) {  // the same settings and choices give the same algorithm
       throw Error("shm: the ranks of this node chose different algorithms for " + describe(mine) +
