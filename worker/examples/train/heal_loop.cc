@@ -73,9 +73,11 @@ class HealingTrainer {
       : c_(c),
         data_(data),
         plan_(data.train.size(), c.batch_size, c.accumulate, c.seed),
+        // Before joining: a relaunched rank's model is ready by the time it is
+        // admitted, so the survivors do not wait for its allocation.
+        engine_(make_cpu_engine(c, dims)),
         healer_(init_options(backend)),
         log_(c.sample_log, healer_.id()) {
-    if (healer_.group()) engine_ = make_cpu_engine(c, dims);
     committed_ = healer_.joined_late() ? -1 : 0;
   }
 
@@ -99,9 +101,9 @@ class HealingTrainer {
   const Config& c_;
   const Data& data_;
   ElasticPlan plan_;
+  std::unique_ptr<Engine> engine_;
   ddp::Healer healer_;
   SampleLog log_;
-  std::unique_ptr<Engine> engine_;
   std::unique_ptr<ddp::GradAverager> sync_;
   std::int64_t committed_ = 0;  // steps applied (-1: none yet, this process just joined)
   Position position_;
