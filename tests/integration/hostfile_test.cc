@@ -199,6 +199,34 @@ TEST_F(Hostfile, DdpEnvFileEnvFlagsAndTheWorkingDirectoryGoWithTheJob) {
       << r.err;
 }
 
+// The front end in a directory the hosts do not have (a tmpfs mounted in the
+// front end's own mount namespace): the launch fails naming the host and the
+// directory, before any worker starts.
+TEST_F(Hostfile, AWorkingDirectoryMissingOnAHostFailsTheLaunch) {
+  start_hosts(2);
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\n");
+  const std::string hidden = make_temp_dir();
+  const std::string here = hidden + "/only-here";
+  const std::string script =
+      "mount -t tmpfs none " + hidden + " && mkdir " + here + " && cd " + here + " && exec \"$@\"";
+  auto r = Subprocess(net_->on(0, {"unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                                   "sh", kDdprun, "--ssh_opts=-F " + ssh_->config(), "--hostfile",
+                                   hosts, kWorker, "env"}),
+                      {{"HOME", home_}})
+               .wait(30s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 2) << r.err;
+  for (const std::string host : {"node1", "node2"}) {
+    EXPECT_NE(r.err.find("error: host " + host +
+                         ": its agent ended with exit code 2: [ddprun] "
+                         "error: the working directory " +
+                         here + " does not exist on this host"),
+              std::string::npos)
+        << r.err;
+  }
+  EXPECT_EQ(r.out.find("ENV RANK"), std::string::npos) << r.out;
+}
+
 TEST_F(Hostfile, AFailingRankIsReportedWithItsHostRankAndStderr) {
   start_hosts(3);
   const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
