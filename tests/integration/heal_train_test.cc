@@ -219,6 +219,25 @@ TEST(HealTrain, AHungRankIsKilledByTheHangTimeoutAndHealed) {
   EXPECT_TRUE(dropped(run.result.out, 2)) << run.result.out;
 }
 
+TEST(HealTrain, AHealThatCannotFinishRestartsTheGroupFromTheCheckpoint) {
+  // Rank 1 dies after step 120; rank 0, the only holder of the state, dies
+  // while it rebuilds the group. Their relaunches hold nothing: they give up
+  // the heal, ddprun restarts the group, and it resumes from the checkpoint
+  // of step 100.
+  const std::string dir = make_temp_dir();
+  std::vector<std::string> args = train_args(dir, 400);
+  for (const char* a : {"--checkpoint_every", "50", "--resume", "auto"}) args.push_back(a);
+  args.push_back("--checkpoint");
+  args.push_back(dir + "/ckpt");
+  Subprocess p(heal_argv(2, {}, {"--kill", "1@120", "--die_in_heal", "0"}, args), kEnv);
+  HealRun run{p.wait(120s), dir};
+  expect_healed(run, 2, 400);
+  const std::string all = run.result.out + run.result.err;
+  EXPECT_NE(all.find("no live member holds the training state"), std::string::npos) << all;
+  EXPECT_NE(all.find("restarting the group"), std::string::npos) << all;
+  EXPECT_NE(all.find("resumed from " + dir + "/ckpt at step 100"), std::string::npos) << all;
+}
+
 TEST(HealTrain, AProgramThatCannotHealInProcessRestartsItsGroupWithANotice) {
   const std::string dir = make_temp_dir();
   std::vector<std::string> args = train_args(dir, 400);

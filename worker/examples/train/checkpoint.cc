@@ -79,8 +79,21 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta,
   sync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY, " directory");
 }
 
-CheckpointMeta load_checkpoint(const std::string& path,
-                               const std::vector<ddp::ParamBuffer>& buffers) {
+namespace {
+
+CheckpointMeta parse_meta(const std::string& text) {
+  CheckpointMeta meta;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (const auto eq = line.find('='); eq != std::string::npos)
+      meta[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return meta;
+}
+
+// Reads and checks `path`; fills `buffers` unless it is null.
+CheckpointMeta read_checkpoint(const std::string& path,
+                               const std::vector<ddp::ParamBuffer>* buffers_or_null) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw ddp::Error("checkpoint " + path + ": " + std::strerror(errno));
   const std::vector<unsigned char> data((std::istreambuf_iterator<char>(file)),
@@ -119,6 +132,8 @@ CheckpointMeta load_checkpoint(const std::string& path,
   if (meta_bytes > body - pos) throw error("truncated file");
   std::string text(static_cast<std::size_t>(meta_bytes), '\0');
   read(text.data(), text.size());
+  if (buffers_or_null == nullptr) return parse_meta(text);
+  const auto& buffers = *buffers_or_null;
   const std::uint64_t count = u64();
   if (count != buffers.size()) {
     throw error("holds " + std::to_string(count) + " buffers, this run has " +
@@ -137,14 +152,18 @@ CheckpointMeta load_checkpoint(const std::string& path,
     read(b.data, b.count * ddp::dtype_size(b.dtype));
   }
   if (pos != body) throw error("unexpected bytes after the last buffer");
+  return parse_meta(text);
+}
 
-  CheckpointMeta meta;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (const auto eq = line.find('='); eq != std::string::npos)
-      meta[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return meta;
+}  // namespace
+
+CheckpointMeta load_checkpoint(const std::string& path,
+                               const std::vector<ddp::ParamBuffer>& buffers) {
+  return read_checkpoint(path, &buffers);
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  return read_checkpoint(path, nullptr);
 }
 
 }  // namespace train

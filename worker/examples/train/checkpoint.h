@@ -35,5 +35,7 @@ void save_checkpoint(const std::string& path, const CheckpointMeta& meta,
 // corrupt file (bad magic, version or checksum), naming the path.
 CheckpointMeta load_checkpoint(const std::string& path,
                                const std::vector<ddp::ParamBuffer>& buffers);
+// Only the metadata of `path` (the file is checked as by load_checkpoint).
+CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 }  // namespace train

@@ -10,6 +10,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 
 #include <fmt/ranges.h>
 
+#include "checkpoint.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
 #include "elastic_plan.h"
@@ -72,6 +74,7 @@ class HealingTrainer {
                  const std::string& backend)
       : c_(c),
         data_(data),
+        model_(fmt::format("{}", fmt::join(dims, "-"))),
         plan_(data.train.size(), c.batch_size, c.accumulate, c.seed),
         // Before joining: a relaunched rank's model is ready by the time it is
         // admitted, so the survivors do not wait for its allocation.
@@ -79,6 +82,7 @@ class HealingTrainer {
         healer_(init_options(backend)),
         log_(c.sample_log, healer_.id()) {
     committed_ = healer_.joined_late() ? -1 : 0;
+    if (healer_.group() && !healer_.joined_late() && !c.resume.empty()) resume();
   }
 
   int run(const HealHooks& hooks);
@@ -95,11 +99,17 @@ class HealingTrainer {
   }
   void settle();
   void train_step();
+  std::vector<ddp::ParamBuffer> state();
+  CheckpointMeta describe() const;
+  void resume();
+  void save(const char* why);
+  int give_up(const ddp::HealError& e);
   void recover(const std::string& why);
   void reform();
 
   const Config& c_;
   const Data& data_;
+  const std::string model_;  // "32-128-128-10": what a checkpoint must have been written for
   ElasticPlan plan_;
   std::unique_ptr<Engine> engine_;
   ddp::Healer healer_;
@@ -120,11 +130,9 @@ class HealingTrainer {
 // After construction and after every reform: everyone takes the most
 // advanced member's state, then a new GradSync over the new group.
 void HealingTrainer::settle() {
-  std::vector<ddp::ParamBuffer> state = engine_->host_state();
-  state.push_back({&position_, 2, ddp::DType::kInt64});
   const std::int64_t mine = committed_;
   const Position was = position_;
-  const ddp::HealReport report = healer_.sync_state(committed_, state);
+  const ddp::HealReport report = healer_.sync_state(committed_, state());
   engine_->load_host_state();
   // A step this rank failed in but another committed: its samples were summed.
   if (mine >= 0 && committed_ == mine + 1) {
@@ -235,18 +243,97 @@ int HealingTrainer::run(const HealHooks& hooks) {
                        position_.epoch * data_.train.size() + position_.offset,
                        engine_->loss().loss);
       }
+      if (!c_.checkpoint.empty() && c_.checkpoint_every > 0 &&
+          committed_ % c_.checkpoint_every == 0 && healer_.group()->rank() == 0) {
+        save("every --checkpoint_every steps");
+      }
       if (hooks.after_step) hooks.after_step(committed_);
+    } catch (const ddp::HealError& e) {
+      return give_up(e);
     } catch (const ddp::Error& e) {
-      recover(e.what());
+      try {
+        recover(e.what());
+      } catch (const ddp::HealError& stuck) {
+        return give_up(stuck);
+      }
       settled = false;
     }
   }
   healer_.finish();
-  const std::vector<ddp::ParamBuffer> state = engine_->host_state();
+  if (!c_.checkpoint.empty() && healer_.group()->rank() == 0) save("at the end");
+  const std::vector<ddp::ParamBuffer> held = engine_->host_state();
   ddp::log::info_all("weights checksum: {:016x} | committed steps {} | epoch {} offset {}",
-                     checksum(state, engine_->grad_params().size()), committed_, position_.epoch,
+                     checksum(held, engine_->grad_params().size()), committed_, position_.epoch,
                      position_.offset);
   return 0;
+}
+
+// What every member must hold alike: the weights, the optimizer's state, the data position.
+std::vector<ddp::ParamBuffer> HealingTrainer::state() {
+  std::vector<ddp::ParamBuffer> buffers = engine_->host_state();
+  buffers.push_back({&position_, 2, ddp::DType::kInt64});
+  return buffers;
+}
+
+CheckpointMeta HealingTrainer::describe() const {
+  return {{"step", std::to_string(committed_)},
+          {"epoch", std::to_string(position_.epoch)},
+          {"offset", std::to_string(position_.offset)},
+          {"model", model_},
+          {"on_failure", "heal"}};
+}
+
+// --resume under heal: group rank 0 reads the checkpoint; sync_state() then
+// hands its state to every member (the others hold nothing yet).
+void HealingTrainer::resume() {
+  const std::string path = c_.resume == "auto" ? c_.checkpoint : c_.resume;
+  ddp::ProcessGroup& g = *healer_.group();
+  std::string status = "fresh";
+  if (g.rank() == 0 && (c_.resume != "auto" || std::filesystem::exists(path))) {
+    try {
+      const CheckpointMeta meta = load_checkpoint(path, state());
+      if (meta.count("model") == 0 || meta.at("model") != describe().at("model")) {
+        throw ddp::Error("checkpoint " + path + " was written for another model");
+      }
+      status = "ok " + meta.at("step");
+    } catch (const std::exception& e) {
+      status = std::string("error ") + e.what();
+    }
+  }
+  g.broadcast_object(status, 0);
+  if (status.rfind("error ", 0) == 0) throw ddp::Error("--resume: " + status.substr(6));
+  if (status == "fresh") return;
+  committed_ = g.rank() == 0 ? std::stoll(status.substr(3)) : -1;
+  ddp::log::info("resumed from {} at step {} (epoch {} offset {})", path, committed_,
+                 position_.epoch, position_.offset);
+}
+
+// Writes the checkpoint unless the file already holds a later step (another
+// member that held more got there first).
+void HealingTrainer::save(const char* why) {
+  try {
+    if (std::filesystem::exists(c_.checkpoint) &&
+        std::stoll(read_checkpoint_meta(c_.checkpoint).at("step")) >= committed_) {
+      return;
+    }
+  } catch (const std::exception&) {
+    // Unreadable: overwrite it.
+  }
+  save_checkpoint(c_.checkpoint, describe(), state());
+  ddp::log::debug("checkpoint {} at step {} ({})", c_.checkpoint, committed_, why);
+}
+
+// The heal cannot finish: save what this process holds, and let ddprun
+// restart the group (from the checkpoint, with --resume auto).
+int HealingTrainer::give_up(const ddp::HealError& e) {
+  if (!c_.checkpoint.empty() && committed_ >= 0) save("the heal could not finish");
+  healer_.withdraw();
+  ddp::log::error("{}: {}", e.what(),
+                  committed_ >= 0 && !c_.checkpoint.empty()
+                      ? "saved step " + std::to_string(committed_) + " in " + c_.checkpoint +
+                            "; ddprun restarts the group"
+                      : std::string("ddprun restarts the group"));
+  return 1;
 }
 
 }  // namespace
@@ -255,7 +342,6 @@ std::string heal_unsupported(const Config& c, const std::string& backend) {
   if (backend == "nccl") return "the GPU engine (--backend nccl) cannot heal in process yet";
   if (c.shard_optimizer) return "--shard_optimizer cannot heal in process yet";
   if (c.comm_mode == "shared") return "--comm_mode shared cannot heal in process yet";
-  if (!c.resume.empty()) return "--resume cannot be combined with healing in process";
   return "";
 }
 
@@ -265,6 +351,8 @@ int run_healing(const Config& c, const Data& data, const std::vector<int>& dims,
     HealingTrainer trainer(c, data, dims, backend);
     return trainer.run(hooks);
   } catch (const std::exception& e) {
+    // Not a failure a relaunch of this rank alone can mend: the group restarts.
+    ddp::Healer::withdraw();
     ddp::log::error("train: {}", e.what());
     return 1;
   }

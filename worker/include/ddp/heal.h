@@ -40,6 +40,16 @@
 
 namespace ddp {
 
+// A heal that cannot finish: fewer than HealOptions::min_members live
+// members within the group's timeout, or no live member holding the state
+// (every process that held it died). The program should save what it holds
+// if anything, withdraw() and exit non-zero: ddprun then restarts the group
+// (from the last checkpoint) instead of relaunching this rank.
+class HealError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct HealOptions {
   // How long survivors wait for a member of the old epoch whose process they
   // cannot check (another machine) before leaving it out. 0: DDP_HEAL_WAIT_S,
@@ -100,7 +110,7 @@ class Healer {
   // arrivals_waiting() said so: aborts the current group, agrees on the next
   // epoch's members (the survivors and the arrivals) and makes its group.
   // `committed`: the steps this rank has applied (published for
-  // sync_state()). Throws ddp::Error when fewer than min_members remain
+  // sync_state()). Throws HealError when fewer than min_members remain
   // within the group's timeout.
   const std::shared_ptr<ProcessGroup>& reform(std::int64_t committed);
 
@@ -109,12 +119,16 @@ class Healer {
   // late), the lowest-ranked member with the highest count broadcasts
   // `state` (its buffers, the same layout on every member) and its count
   // goes into `committed` everywhere. `committed` < 0 means "holds nothing"
-  // (a process that just joined). Throws as a collective does.
+  // (a process that just joined). Throws as a collective does, and HealError
+  // when no member holds anything.
   HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);
 
   // Call on every member when training is done: processes still waiting to
   // be admitted stop waiting (their Healer then has no group()).
   void finish();
+  // This process no longer asks to be relaunched alone (removes its
+  // DDP_HEAL_MARK): when it exits with an error, ddprun restarts the group.
+  static void withdraw();
 
  private:
   struct Impl;

@@ -122,15 +122,19 @@ bool Healer::Impl::admitted(const std::vector<Arrival>& members) const {
                      [&](const Arrival& a) { return a.id == me.id && a.proc == me.proc; });
 }
 
-// Arrives at epoch n and waits for its members. `may_close`: this process
-// may decide them (a member of the previous epoch), once the rule allows or
-// at `close_by`. Returns the members, or nullopt when this process is not
-// among them. Throws at `give_up`.
+// Arrives at epoch n and waits for its members. A member of the previous
+// epoch may decide them once the rule allows or at `close_by`; an arrival
+// (`joining`) only once every previous member arrived or is known dead (when
+// all died, the arrivals go on alone; otherwise a survivor decides), and
+// stops waiting when the job finished (returns an empty set). Returns the
+// members, or nullopt when this process is not among them. Throws HealError
+// at `give_up`.
 std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
                                                        const std::vector<Arrival>& previous,
-                                                       bool may_close, Clock::time_point close_by,
+                                                       bool joining, Clock::time_point close_by,
                                                        Clock::time_point give_up) {
   store->set(key(n, "arrived/" + std::to_string(me.id)), detail::encode(me));
+  if (joining) close_by = Clock::time_point::max();
   for (;;) {
     if (auto text = peek(*store, key(n, "members"))) {
       auto members = detail::decode_arrivals(*text, "key " + key(n, "members"));
@@ -138,7 +142,8 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
       return members;
     }
     const auto now = Clock::now();
-    if (may_close) {
+    if (joining && peek(*store, "finished")) return std::vector<Arrival>{};
+    if (!previous.empty() || !joining) {
       auto found = arrivals(n, previous);
       auto members = detail::quorum_members(found, dead);
       if (detail::quorum_ready(previous, found, dead, now, close_by) &&
@@ -149,15 +154,13 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
         store->set("latest", std::to_string(n));
         continue;  // read back what was published, as every member does
       }
-    } else if (peek(*store, "finished")) {
-      return std::vector<Arrival>{};
     }
     if (now >= give_up) {
-      throw Error("heal: epoch " + std::to_string(n) + " did not form within " +
-                  std::to_string(options.timeout.count()) + " ms (fewer than " +
-                  std::to_string(heal.min_members) + " live member(s), or the store stopped)");
+      throw HealError("heal: epoch " + std::to_string(n) + " did not form within " +
+                      std::to_string(options.timeout.count()) + " ms (fewer than " +
+                      std::to_string(heal.min_members) + " live member(s), or the store stopped)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(joining ? 10 : 1));
   }
 }
 
@@ -168,8 +171,16 @@ bool Healer::Impl::join(std::uint64_t from, Clock::time_point give_up) {
   if (auto latest = peek(*store, "latest"))
     n = std::max<std::uint64_t>(n, std::stoull(*latest) + 1);
   for (;; ++n) {
-    while (peek(*store, key(n, "members"))) ++n;  // formed before this process asked
-    auto members = form(n, {}, false, give_up, give_up);
+    std::vector<Arrival> previous;                              // the newest epoch's members
+    for (; auto text = peek(*store, key(n, "members")); ++n) {  // formed before this asked
+      previous = detail::decode_arrivals(*text, "key " + key(n, "members"));
+    }
+    if (previous.empty() && n > 0) {
+      if (auto text = peek(*store, key(n - 1, "members"))) {
+        previous = detail::decode_arrivals(*text, "key " + key(n - 1, "members"));
+      }
+    }
+    auto members = form(n, previous, true, give_up, give_up);
     if (!members) continue;
     if (members->empty()) return false;  // "finished"
     current = *members;
@@ -180,7 +191,7 @@ bool Healer::Impl::join(std::uint64_t from, Clock::time_point give_up) {
 
 bool Healer::Impl::next_epoch(std::uint64_t n, Clock::time_point give_up) {
   const auto close_by = Clock::now() + heal.wait;
-  if (auto members = form(n, current, true, close_by, give_up)) {
+  if (auto members = form(n, current, false, close_by, give_up)) {
     current = *members;
     epoch = n;
     return true;
@@ -225,7 +236,7 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
   if (env->incarnation == 0) {
     std::vector<Arrival> launch;
     for (int r = 0; r < env->world_size; ++r) launch.push_back({r, 0, "", 0});
-    if (auto members = s.form(0, launch, true, give_up, give_up)) {
+    if (auto members = s.form(0, launch, false, give_up, give_up)) {
       s.current = *members;
       group_ =
           ProcessGroup::create(detail::member_set(0, s.current), id_, s.group_store, s.options);
@@ -244,6 +255,11 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
 
 Healer::~Healer() = default;
 
+void Healer::withdraw() {
+  const auto& env = detail::worker_env();
+  if (env && !env->heal_mark.empty()) ::unlink(env->heal_mark.c_str());
+}
+
 void Healer::finish() {
   if (impl_->store) impl_->store->set("finished", "1");
 }
@@ -261,7 +277,7 @@ bool Healer::arrivals_waiting() {
 }
 
 const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
-  if (!impl_->store) throw Error("heal: reform() without ddprun --on_failure=heal");
+  if (!impl_->store) throw HealError("heal: reform() without ddprun --on_failure=heal");
   Impl& s = *impl_;
   if (group_) group_->abort();
   group_.reset();  // waits for what it had queued: each fails at once now
@@ -269,7 +285,9 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
   const std::vector<Arrival> before = s.current;
   const auto give_up = Clock::now() + s.options.timeout;
   for (std::uint64_t n = s.epoch + 1;; n = s.epoch + 1) {
-    if (!s.next_epoch(n, give_up)) throw Error("heal: the job finished while this rank reformed");
+    if (!s.next_epoch(n, give_up)) {
+      throw HealError("heal: the job finished while this rank reformed");
+    }
     try {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
                                     s.options);
@@ -289,6 +307,12 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
   group_->all_gather(&committed, all.data(), 1, DType::kInt64);
   const auto most = std::max_element(all.begin(), all.end());
   report.committed = *most;
+  if (*most < 0) {
+    throw HealError("heal: no live member holds the training state (every process that held it " +
+                    std::string("is gone; the ") + std::to_string(all.size()) +
+                    " member(s) of epoch " + std::to_string(group_->epoch()) +
+                    " all just started)");
+  }
   if (std::all_of(all.begin(), all.end(), [&](std::int64_t c) { return c == *most; })) {
     return report;
   }
