@@ -172,7 +172,13 @@ int FrontEnd::poll_once(int timeout_ms) {
     signalfd_siginfo info{};
     while (read(signal_fd_, &info, sizeof info) == sizeof info) {
       const int sig = static_cast<int>(info.ssi_signo);
-      if (sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2 && stop == 0) stop = sig;
+      if (sig == SIGUSR1 || sig == SIGUSR2) {
+        // A notice for the program (a preemption warning): every host's workers get it.
+        launcher_log().info("forwarding {} to every host's workers", signal_name(sig));
+        send_all(signal_line(sig));
+      } else if (sig != SIGCHLD && stop == 0) {
+        stop = sig;
+      }
     }
   }
   for (size_t k = 1; k < fds.size(); ++k) {
@@ -284,7 +290,7 @@ int FrontEnd::supervise() {
     if (sig != 0 && signal == 0) {
       signal = sig;
       log.warn("received {}: stopping the workers on every host", signal_name(sig));
-      send_all(stop_line(sig));
+      send_all(signal_line(sig));
       stop_at.reset();
       kill_at = Clock::now() + grace + 15s;
     } else if (sig != 0) {
@@ -300,7 +306,7 @@ int FrontEnd::supervise() {
     if (stop_at && Clock::now() >= *stop_at) {
       log.warn("hosts still running {} s after one failed: stopping them",
                std::chrono::duration_cast<std::chrono::seconds>(grace + 30s).count());
-      send_all(stop_line(SIGTERM));
+      send_all(signal_line(SIGTERM));
       stop_at.reset();
       kill_at = Clock::now() + grace + 15s;
     }

@@ -49,12 +49,15 @@ std::optional<std::pair<std::string, std::string>> parse_go(const std::string& l
   return std::make_pair(line.substr(3, space - 3), line.substr(space + 1));
 }
 
-std::string stop_line(int sig) { return "stop " + std::to_string(sig) + "\n"; }
+std::string signal_line(int sig) { return "signal " + std::to_string(sig) + "\n"; }
 
-std::optional<int> parse_stop(const std::string& line) {
-  if (!starts_with(line, "stop ")) return std::nullopt;
-  const int sig = parse_small(line.substr(5));
-  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) return std::nullopt;
+std::optional<int> parse_signal(const std::string& line) {
+  if (!starts_with(line, "signal ")) return std::nullopt;
+  const int sig = parse_small(line.substr(7));
+  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT && sig != SIGUSR1 &&
+      sig != SIGUSR2) {
+    return std::nullopt;
+  }
   return sig;
 }
 

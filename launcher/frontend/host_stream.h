@@ -19,9 +19,10 @@ std::optional<int> parse_ready(const std::string& line);  // the port (0: none)
 // Front end -> agent, on its stdin: the rendezvous and the job's token.
 std::string go_line(const std::string& endpoint, const std::string& token);
 std::optional<std::pair<std::string, std::string>> parse_go(const std::string& line);
-// Front end -> agent: stop as if `sig` (SIGINT, SIGTERM, SIGHUP, SIGQUIT) arrived.
-std::string stop_line(int sig);
-std::optional<int> parse_stop(const std::string& line);
+// Front end -> agent: act as if `sig` arrived: SIGINT, SIGTERM, SIGHUP, SIGQUIT
+// stop the agent's workers; SIGUSR1, SIGUSR2 are forwarded to them (notices).
+std::string signal_line(int sig);
+std::optional<int> parse_signal(const std::string& line);
 
 // Bytes in, whole lines out (without '\n'); what is left at EOF with finish().
 class LineBuffer {

@@ -112,7 +112,7 @@ void RemoteGate::watch() {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       for (const auto& line : lines.add(data, static_cast<size_t>(n))) {
-        if (auto sig = parse_stop(line)) kill(getpid(), *sig);
+        if (auto sig = parse_signal(line)) kill(getpid(), *sig);
       }
     }
     launcher_log().warn(

@@ -256,6 +256,27 @@ TEST_F(Hostfile, CtrlCStopsEveryWorkerOnEveryHost) {
       << r.err;
 }
 
+// SIGUSR1 at the front end (a scheduler's preemption notice) reaches every
+// host's workers, and the job goes on to its end.
+TEST_F(Hostfile, Sigusr1AtTheFrontEndReachesEveryWorker) {
+  start_hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\n");
+  auto job = front({"--hostfile", hosts, kWorker, "on-usr1", dir});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 2; }, 30s))
+      << job->read_err();
+  kill(job->pid(), SIGUSR1);
+  auto r = job->wait(20s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(r.out.find("[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) +
+                         " got SIGUSR1"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 TEST_F(Hostfile, ASigkilledFrontEndLeavesNoWorkerOnAnyHost) {
   start_hosts(3);
   const std::string dir = make_temp_dir();

@@ -185,8 +185,10 @@ TEST(HostStream, ProtocolLines) {
   EXPECT_EQ(go->first, "node1:41234");
   EXPECT_EQ(go->second, "abc");
   EXPECT_FALSE(parse_go("go node1:1"));
-  EXPECT_EQ(parse_stop("stop 2"), SIGINT);
-  EXPECT_FALSE(parse_stop("stop 9"));  // never SIGKILL: an agent stops its workers itself
+  EXPECT_EQ(parse_signal("signal 2"), SIGINT);
+  EXPECT_EQ(signal_line(SIGUSR1), "signal " + std::to_string(SIGUSR1) + "\n");
+  EXPECT_EQ(parse_signal("signal " + std::to_string(SIGUSR1)), SIGUSR1);
+  EXPECT_FALSE(parse_signal("signal 9"));  // never SIGKILL: an agent stops its workers itself
 }
 
 TEST(HostStream, WholeLinesAndLabels) {
