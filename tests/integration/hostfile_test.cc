@@ -171,6 +171,28 @@ TEST_F(Hostfile, HostsFlagAndIncludePickHostsAndDevices) {
       << r.out;
 }
 
+// Long lines from every host at once come back whole: each is one line of the
+// front end's output, never cut or mixed with another host's.
+TEST_F(Hostfile, EveryHostsLinesComeBackWhole) {
+  start_hosts(3);
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  auto r = front({"--hostfile", hosts, "--no_python", "sh", "-c",
+                  "i=0; while [ $i -lt 40 ]; do printf \"L%s %08000d\\n\" $RANK $i; "
+                  "i=$((i+1)); done"})
+               ->wait(60s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<int, int> lines;
+  for (int rank = 0; rank < 6; ++rank) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "] L" + std::to_string(rank) + " ";
+    for (const auto& line : lines_with_prefix(r.out, prefix)) {
+      EXPECT_EQ(line.size(), 8000u);
+      EXPECT_EQ(line.find_first_not_of("0123456789"), std::string::npos);
+      ++lines[rank];
+    }
+    EXPECT_EQ(lines[rank], 40) << "rank " << rank;
+  }
+}
+
 TEST_F(Hostfile, DdpEnvFileEnvFlagsAndTheWorkingDirectoryGoWithTheJob) {
   start_hosts(2);
   write_file(home_ + "/.ddp_env", "FROM_HOME=home\nBOTH=home\n");
@@ -335,6 +357,26 @@ TEST_F(Hostfile, AnUnreachableHostOrARefusedKeyFailsTheLaunchBeforeAnyWorkerStar
       << r.err;
   EXPECT_NE(r.err.find("error: host 198.18.0.99:"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("error: host node1"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_pids(dir, "").empty()) << "a worker started";
+}
+
+// Ctrl-C while a host is still being reached: the launch stops at once and
+// nothing starts anywhere.
+TEST_F(Hostfile, CtrlCWhileTheHostsAnswerStartsNothing) {
+  start_hosts(1);
+  const std::string dir = make_temp_dir();
+  // 198.18.0.99 is on the test hosts' switch, where nothing answers.
+  const std::string hosts = hostfile("node1 slots=1\n198.18.0.99 slots=1\n");
+  auto job = front({"--hostfile", hosts, "--ssh_timeout=20", kWorker, "hold", dir});
+  std::this_thread::sleep_for(1s);
+  kill(-job->pid(), SIGINT);
+  auto r = job->wait(10s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 130) << r.err;
+  EXPECT_LT(r.seconds, 1.0 + 3.0) << r.err;
+  EXPECT_NE(r.err.find("received SIGINT while starting the hosts; none was started"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(read_pids(dir, "").empty()) << "a worker started";
 }
 
