@@ -128,21 +128,28 @@ void evaluate(Engine& engine, const Dataset& test, ddp::ProcessGroup& pg) {
                  test.size(), avg.at("loss"), avg.at("accuracy"));
 }
 
-int run(const Config& c, const AfterStep& after_step, const std::function<void()>& after_reform) {
-  const int world = ddp::world_size(), rank = ddp::rank();
-  const std::string backend = choose_backend(c);
-  // Flag checks that need the world size or the data come before any
-  // collective, so a bad combination fails every rank at once with exit code 2.
+// What the run knows before any collective: the flag checks that need the
+// world size or the data come first, so a bad combination fails every rank at
+// once with exit code 2.
+struct Prepared {
+  std::string backend;
   Data data;
   std::optional<DataPlan> plan;
+  std::vector<int> dims;  // the MLP's layer widths
+};
+
+Prepared prepare(const Config& c) {
+  Prepared p;
+  p.backend = choose_backend(c);
   try {
-    data = load_data(c);
-    plan.emplace(data.train.size(), world, rank, c.batch_size, c.accumulate, c.seed);
+    p.data = load_data(c);
+    p.plan.emplace(p.data.train.size(), ddp::world_size(), ddp::rank(), c.batch_size, c.accumulate,
+                   c.seed);
   } catch (const ddp::Error& e) {
     throw FlagError((c.data == "digits" ? "--data digits: " : "--dataset_size ") +
                     std::string(e.what()));
   }
-  if (!c.checkpoint.empty() && rank == 0) {
+  if (!c.checkpoint.empty() && ddp::rank() == 0) {
     // Found now rather than at the first checkpoint, after minutes of training.
     auto dir = std::filesystem::path(c.checkpoint).parent_path();
     if (dir.empty()) dir = ".";
@@ -151,159 +158,203 @@ int run(const Config& c, const AfterStep& after_step, const std::function<void()
                       " does not exist or is not writable");
     }
   }
-  std::vector<int> dims{c.input_dim};
-  for (int l = 0; l < c.layers; ++l) dims.push_back(c.hidden);
-  dims.push_back(c.output_dim);
-  if (ddp::Healer::requested()) {
-    const std::string why = heal_unsupported(c, backend);
-    if (why.empty()) return run_healing(c, data, dims, backend, {after_step, after_reform});
-    ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
-  }
-  const std::int64_t total_steps =
-      c.steps > 0 ? c.steps : std::max<std::int64_t>(c.epochs, 1) * plan->steps_per_epoch();
-  const std::int64_t rank_samples = std::int64_t{c.batch_size} * c.accumulate;  // per step
-  const std::int64_t step_samples = rank_samples * world;
+  p.dims = {c.input_dim};
+  for (int l = 0; l < c.layers; ++l) p.dims.push_back(c.hidden);
+  p.dims.push_back(c.output_dim);
+  return p;
+}
 
+// The loop under --on_failure=restart (the default): a failure restarts
+// every rank, which resume from the last checkpoint.
+class RestartTrainer {
+ public:
+  RestartTrainer(const Config& c, Prepared& p);
+  int run(const AfterStep& after_step);
+
+ private:
+  CheckpointMeta describe(std::int64_t step, std::int64_t epoch) const;
+  void log_start() const;
+  void train_step(std::int64_t step, double* loss_sum, std::int64_t* correct);
+  void report(std::int64_t step, double loss_sum, std::int64_t correct);
+  void checkpoint(std::int64_t step);
+  void summarize(Clock::time_point t_end);
+
+  const Config& c_;
+  Data& data_;
+  DataPlan& plan_;
+  const int world_ = ddp::world_size(), rank_ = ddp::rank();
+  const std::string model_;  // "32-128-128-10"
+  std::shared_ptr<ddp::ProcessGroup> pg_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ddp::GradAverager> sync_;  // comm_mode shared: a SharedGradSum, else GradSync
+  std::int64_t total_steps_, rank_samples_, step_samples_;
+  std::int64_t first_step_ = 0, warmup_ = 0, checkpoint_step_ = -1, last_report_step_ = 0;
+  std::string last_losses_;  // the latest report's "loss X | acc Y" (acc: classification)
+  Clock::time_point t0_, steady_start_, last_report_;
+  Batch batch_;
+};
+
+RestartTrainer::RestartTrainer(const Config& c, Prepared& p)
+    : c_(c),
+      data_(p.data),
+      plan_(*p.plan),
+      model_(fmt::format("{}", fmt::join(p.dims, "-"))),
+      total_steps_(c.steps > 0 ? c.steps
+                               : std::max<std::int64_t>(c.epochs, 1) * p.plan->steps_per_epoch()),
+      rank_samples_(std::int64_t{c.batch_size} * c.accumulate),
+      step_samples_(rank_samples_ * world_) {
   ddp::InitOptions init;
-  init.backend = backend;
-  auto pg = ddp::init(init);
+  init.backend = p.backend;
+  pg_ = ddp::init(init);
+  engine_ = p.backend == "nccl" ? make_gpu_engine(c, p.dims, ddp::local_rank())
+                                : make_cpu_engine(c, p.dims);
+  sync_ = ddp::make_grad_averager(pg_, engine_->grad_params(), grad_sync_options(c));
+}
 
-  const std::string model = fmt::format("{}", fmt::join(dims, "-"));  // "32-128-128-10"
-  const std::unique_ptr<Engine> engine =
-      backend == "nccl" ? make_gpu_engine(c, dims, ddp::local_rank()) : make_cpu_engine(c, dims);
+// What a checkpoint says about the run that wrote it.
+CheckpointMeta RestartTrainer::describe(std::int64_t step, std::int64_t epoch) const {
+  return {{"step", std::to_string(step)},
+          {"epoch", std::to_string(epoch)},
+          {"model", model_},
+          {"task", task_name(c_.task)},
+          {"optimizer", optimizer_name(c_.optimizer)},
+          {"data", c_.data},
+          {"seed", std::to_string(c_.seed)},
+          {"dataset_size", std::to_string(data_.train.size())},
+          {"global_batch", std::to_string(step_samples_)},
+          {"world_size", std::to_string(world_)},
+          // Nothing random happens during training: the data order is a
+          // function of (seed, epoch) and the position in it of the step.
+          {"rng", "none"}};
+}
 
-  const ddp::GradSyncOptions sync_options = grad_sync_options(c);
-  const std::vector<ddp::GradParam> params = engine->grad_params();
-  // comm_mode shared: a ddp::SharedGradSum; otherwise a ddp::GradSync.
-  const std::unique_ptr<ddp::GradAverager> averager =
-      ddp::make_grad_averager(pg, params, sync_options);
-  ddp::GradAverager& sync = *averager;
+void RestartTrainer::log_start() const {
   std::size_t num_elements = 0;
-  for (const auto& p : params) num_elements += p.count();
-
+  for (const auto& p : engine_->grad_params()) num_elements += p.count();
   ddp::log::info(
       "train: {} rank(s) ({}), MLP {} ({} parameters), {} on {} {} samples{}, global batch {} "
       "({} per rank x {} rank(s) x {} micro-batch(es)), {} steps/epoch, {} steps, {} lr {}{} | "
       "math on {}",
-      world, pg->backend_name(), model, num_elements, task_name(c.task), data.train.size(), c.data,
-      data.test.size() > 0 ? fmt::format(" ({} held out)", data.test.size()) : "", step_samples,
-      c.batch_size, world, c.accumulate, plan->steps_per_epoch(), total_steps,
-      optimizer_name(c.optimizer), c.lr, c.shard_optimizer ? " (sharded: ZeRO)" : "",
-      engine->description());
+      world_, pg_->backend_name(), model_, num_elements, task_name(c_.task), data_.train.size(),
+      c_.data, data_.test.size() > 0 ? fmt::format(" ({} held out)", data_.test.size()) : "",
+      step_samples_, c_.batch_size, world_, c_.accumulate, plan_.steps_per_epoch(), total_steps_,
+      optimizer_name(c_.optimizer), c_.lr, c_.shard_optimizer ? " (sharded: ZeRO)" : "",
+      engine_->description());
+}
 
-  // What a checkpoint says about the run that wrote it.
-  const auto describe = [&](std::int64_t step, std::int64_t epoch) -> CheckpointMeta {
-    return {{"step", std::to_string(step)},
-            {"epoch", std::to_string(epoch)},
-            {"model", model},
-            {"task", task_name(c.task)},
-            {"optimizer", optimizer_name(c.optimizer)},
-            {"data", c.data},
-            {"seed", std::to_string(c.seed)},
-            {"dataset_size", std::to_string(data.train.size())},
-            {"global_batch", std::to_string(step_samples)},
-            {"world_size", std::to_string(world)},
-            // Nothing random happens during training: the data order is a
-            // function of (seed, epoch) and the position in it of the step.
-            {"rng", "none"}};
-  };
-  std::string resumed_from;
-  const std::int64_t first_step = resume(c, *engine, *pg, describe(0, 0), &resumed_from);
-  // Rank 0's weights and optimizer state everywhere (a fresh start, or what rank 0 just loaded).
-  engine->prepare(sync);
-  if (!resumed_from.empty()) {
-    ddp::log::info("resumed from {} at step {} (epoch {})", resumed_from, first_step,
-                   plan->epoch_of(first_step));
+void RestartTrainer::train_step(std::int64_t step, double* loss_sum, std::int64_t* correct) {
+  ddp::GradAverager& sync = *sync_;
+  for (int micro = 0; micro < c_.accumulate; ++micro) {
+    data_.train.gather(plan_.micro_batch(step, micro), batch_);
+    engine_->forward(batch_);
+    // The mean over the step's micro-batches and ranks: 1/accumulate here,
+    // 1/world_size through grad_scale(), 1/batch in the loss gradient.
+    const float scale = sync.grad_scale() / static_cast<float>(c_.accumulate);
+    // Micro-batches before the last only accumulate into the views (no communication).
+    std::optional<ddp::GradAverager::NoSync> no_sync;
+    if (micro + 1 < c_.accumulate) no_sync.emplace(sync);
+    sync.begin_backward();
+    engine_->backward(sync, scale, micro > 0);
+    sync.finish();
+    // Asked after backward: on a GPU this is where the host waits for it.
+    const LossResult loss = engine_->loss();
+    *loss_sum += loss.loss;
+    *correct += loss.correct;
   }
+  engine_->step(sync);
+}
 
-  Batch batch;
-  const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps - first_step, 0);
-  const std::int64_t warmup = std::min<std::int64_t>(10, steps_to_run / 10);
-  std::string last_losses;  // the latest report's "loss X | acc Y" (acc: classification)
-  std::int64_t checkpoint_step = -1;
-  const auto t0 = Clock::now();
-  Clock::time_point steady_start = t0, last_report = t0;
-  std::int64_t last_report_step = first_step;
+// Reports at the run's first step, every log_every steps and at the end: a
+// function of the step alone, so every rank joins the same averages.
+void RestartTrainer::report(std::int64_t step, double loss_sum, std::int64_t correct) {
+  const std::int64_t done = step + 1;
+  if (!(done == first_step_ + 1 || done % c_.log_every == 0 || done == total_steps_)) return;
+  ddp::Metrics local{{"loss", loss_sum / c_.accumulate}};
+  if (c_.task == Task::kClassification)
+    local["accuracy"] = static_cast<double>(correct) / static_cast<double>(rank_samples_);
+  const auto avg = ddp::average_metrics(local, static_cast<double>(rank_samples_), *pg_);
+  last_losses_ = fmt::format("loss {:.8f}", avg.at("loss"));
+  if (avg.count("accuracy")) last_losses_ += fmt::format(" | acc {:.4f}", avg.at("accuracy"));
+  // Samples/s since the last report; the time left at the run's mean pace so far.
+  const auto now = Clock::now();
+  const double interval = std::chrono::duration<double>(now - last_report_).count();
+  const auto eta = std::llround(std::chrono::duration<double>(now - t0_).count() *
+                                static_cast<double>(total_steps_ - done) /
+                                static_cast<double>(done - first_step_));
+  ddp::log::info("step {}/{} | epoch {} | {} | {:.0f} samples/s | ETA {}:{:02}:{:02}", done,
+                 total_steps_, plan_.epoch_of(step) + 1, last_losses_,
+                 static_cast<double>((done - last_report_step_) * step_samples_) / interval,
+                 eta / 3600, eta / 60 % 60, eta % 60);
+  last_report_ = now;
+  last_report_step_ = done;
+}
 
-  for (std::int64_t step = first_step; step < total_steps; ++step) {
+void RestartTrainer::checkpoint(std::int64_t step) {
+  const std::int64_t done = step + 1;
+  if (c_.checkpoint.empty() ||
+      !((c_.checkpoint_every > 0 && done % c_.checkpoint_every == 0) || done == total_steps_)) {
+    return;
+  }
+  pg_->barrier();  // every rank finished the step: the checkpoint is of a step the whole job took
+  engine_->gather_state();
+  if (rank_ == 0) {
+    save_checkpoint(c_.checkpoint, describe(done, plan_.epoch_of(step)), engine_->host_state());
+  }
+  checkpoint_step_ = done;
+}
+
+int RestartTrainer::run(const AfterStep& after_step) {
+  log_start();
+  std::string resumed_from;
+  first_step_ = resume(c_, *engine_, *pg_, describe(0, 0), &resumed_from);
+  // Rank 0's weights and optimizer state everywhere (a fresh start, or what rank 0 just loaded).
+  engine_->prepare(*sync_);
+  if (!resumed_from.empty()) {
+    ddp::log::info("resumed from {} at step {} (epoch {})", resumed_from, first_step_,
+                   plan_.epoch_of(first_step_));
+  }
+  const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps_ - first_step_, 0);
+  warmup_ = std::min<std::int64_t>(10, steps_to_run / 10);
+  t0_ = steady_start_ = last_report_ = Clock::now();
+  last_report_step_ = first_step_;
+  for (std::int64_t step = first_step_; step < total_steps_; ++step) {
     double loss_sum = 0;
     std::int64_t correct = 0;
-    for (int micro = 0; micro < c.accumulate; ++micro) {
-      data.train.gather(plan->micro_batch(step, micro), batch);
-      engine->forward(batch);
-      // The mean over the step's micro-batches and ranks: 1/accumulate here,
-      // 1/world_size through grad_scale(), 1/batch in the loss gradient.
-      const float scale = sync.grad_scale() / static_cast<float>(c.accumulate);
-      // Micro-batches before the last only accumulate into the views (no communication).
-      std::optional<ddp::GradAverager::NoSync> no_sync;
-      if (micro + 1 < c.accumulate) no_sync.emplace(sync);
-      sync.begin_backward();
-      engine->backward(sync, scale, micro > 0);
-      sync.finish();
-      // Asked after backward: on a GPU this is where the host waits for it.
-      const LossResult loss = engine->loss();
-      loss_sum += loss.loss;
-      correct += loss.correct;
-    }
-    engine->step(sync);
-
-    const std::int64_t done = step + 1;
-    if (done - first_step == warmup) steady_start = Clock::now();
-    // Reports at the run's first step, every log_every steps and at the end:
-    // a function of the step alone, so every rank joins the same averages.
-    if (done == first_step + 1 || done % c.log_every == 0 || done == total_steps) {
-      ddp::Metrics local{{"loss", loss_sum / c.accumulate}};
-      if (c.task == Task::kClassification)
-        local["accuracy"] = static_cast<double>(correct) / static_cast<double>(rank_samples);
-      const auto avg = ddp::average_metrics(local, static_cast<double>(rank_samples), *pg);
-      last_losses = fmt::format("loss {:.8f}", avg.at("loss"));
-      if (avg.count("accuracy")) last_losses += fmt::format(" | acc {:.4f}", avg.at("accuracy"));
-      // Samples/s since the last report; the time left at the run's mean pace so far.
-      const auto now = Clock::now();
-      const double interval = std::chrono::duration<double>(now - last_report).count();
-      const auto eta = std::llround(std::chrono::duration<double>(now - t0).count() *
-                                    static_cast<double>(total_steps - done) /
-                                    static_cast<double>(done - first_step));
-      ddp::log::info("step {}/{} | epoch {} | {} | {:.0f} samples/s | ETA {}:{:02}:{:02}", done,
-                     total_steps, plan->epoch_of(step) + 1, last_losses,
-                     static_cast<double>((done - last_report_step) * step_samples) / interval,
-                     eta / 3600, eta / 60 % 60, eta % 60);
-      last_report = now;
-      last_report_step = done;
-    }
-    if (!c.checkpoint.empty() &&
-        ((c.checkpoint_every > 0 && done % c.checkpoint_every == 0) || done == total_steps)) {
-      pg->barrier();  // every rank finished the step: the checkpoint is of a step the whole job
-                      // took
-      engine->gather_state();
-      if (rank == 0)
-        save_checkpoint(c.checkpoint, describe(done, plan->epoch_of(step)), engine->host_state());
-      checkpoint_step = done;
-    }
-    if (after_step) after_step(done);
+    train_step(step, &loss_sum, &correct);
+    if (step + 1 - first_step_ == warmup_) steady_start_ = Clock::now();
+    report(step, loss_sum, correct);
+    checkpoint(step);
+    if (after_step) after_step(step + 1);
   }
-  const auto t_end = Clock::now();
+  summarize(Clock::now());
+  if (data_.test.size() > 0) evaluate(*engine_, data_.test, *pg_);
+  ddp::shutdown();
+  return 0;
+}
 
-  // The summary: figures from every rank (collectives, so every rank takes part).
+// The summary: figures from every rank (collectives, so every rank takes part).
+void RestartTrainer::summarize(Clock::time_point t_end) {
+  const ddp::GradAverager& sync = *sync_;
   const auto stats = sync.stats();
   double timing[5] = {stats.mean.backward_compute_ms, stats.mean.comm_ms, stats.mean.overlap_ms,
                       stats.mean.exposed_comm_ms, stats.mean.inline_comm_ms};
-  pg->all_reduce(timing, 5, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
+  pg_->all_reduce(timing, 5, ddp::DType::kFloat64, ddp::ReduceOp::kAvg);
   const ddp::MemoryStats mem = ddp::memory_stats();
   double peak = static_cast<double>(mem.peak_rss);
-  pg->all_reduce(&peak, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
+  pg_->all_reduce(&peak, 1, ddp::DType::kFloat64, ddp::ReduceOp::kMax);
 
+  const std::int64_t steps_to_run = std::max<std::int64_t>(total_steps_ - first_step_, 0);
   if (steps_to_run == 0) {
-    ddp::log::info("summary: nothing to do: already at step {} of {}", first_step, total_steps);
+    ddp::log::info("summary: nothing to do: already at step {} of {}", first_step_, total_steps_);
   } else {
-    const double seconds = std::chrono::duration<double>(t_end - t0).count();
-    const double steady_seconds = std::chrono::duration<double>(t_end - steady_start).count();
+    const double seconds = std::chrono::duration<double>(t_end - t0_).count();
+    const double steady_seconds = std::chrono::duration<double>(t_end - steady_start_).count();
     ddp::log::info(
         "summary: {} steps in {:.2f} s | {:.0f} samples/s | steady {:.0f} samples/s "
         "(after {} warm-up steps) | final {}",
-        steps_to_run, seconds, static_cast<double>(steps_to_run * step_samples) / seconds,
-        static_cast<double>((steps_to_run - warmup) * step_samples) / steady_seconds, warmup,
-        last_losses);
+        steps_to_run, seconds, static_cast<double>(steps_to_run * step_samples_) / seconds,
+        static_cast<double>((steps_to_run - warmup_) * step_samples_) / steady_seconds, warmup_,
+        last_losses_);
   }
   if (stats.synced_iterations > 0) {
     const double overlap_pct = timing[1] > 0 ? 100.0 * timing[2] / timing[1] : 0;
@@ -311,7 +362,7 @@ int run(const Config& c, const AfterStep& after_step, const std::function<void()
         "summary: gradient sync, mean per synced iteration over {} and {} rank(s): backward "
         "{:.2f} ms | communication {:.2f} ms | overlapped {:.2f} ms ({:.0f}%) | exposed {:.2f} ms "
         "| {} | {} buckets, {:.2f} MB per step",
-        stats.synced_iterations, world, timing[0], timing[1], timing[2], overlap_pct, timing[3],
+        stats.synced_iterations, world_, timing[0], timing[1], timing[2], overlap_pct, timing[3],
         sync.comm_mode() == ddp::CommMode::kInline
             ? fmt::format("inline on the compute thread {:.2f} ms", timing[4])
         : sync.comm_mode() == ddp::CommMode::kShared
@@ -324,11 +375,19 @@ int run(const Config& c, const AfterStep& after_step, const std::function<void()
       "summary: memory: peak RSS {:.1f} MiB on rank 0, {:.1f} MiB max over ranks | USS {:.1f} MiB "
       "on rank 0",
       static_cast<double>(mem.peak_rss) / mib, peak / mib, static_cast<double>(mem.uss) / mib);
-  if (checkpoint_step >= 0)
-    ddp::log::info("summary: checkpoint {} at step {}", c.checkpoint, checkpoint_step);
-  if (data.test.size() > 0) evaluate(*engine, data.test, *pg);
-  ddp::shutdown();
-  return 0;
+  if (checkpoint_step_ >= 0)
+    ddp::log::info("summary: checkpoint {} at step {}", c_.checkpoint, checkpoint_step_);
+}
+
+int run(const Config& c, const AfterStep& after_step, const std::function<void()>& after_reform) {
+  Prepared p = prepare(c);
+  if (ddp::Healer::requested()) {
+    const std::string why = heal_unsupported(c, p.backend);
+    if (why.empty()) return run_healing(c, p.data, p.dims, p.backend, {after_step, after_reform});
+    ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
+  }
+  RestartTrainer trainer(c, p);
+  return trainer.run(after_step);
 }
 
 }  // namespace
