@@ -66,8 +66,12 @@ SshHosts::SshHosts(const NetnsHosts& hosts, const std::vector<std::string>& name
     const bool refuse = std::find(refuse_keys.begin(), refuse_keys.end(), i) != refuse_keys.end();
     const std::string config = dir_ + "/sshd_config_" + std::to_string(i);
     write_file(config, sshd_config(dir_, hosts.address(i), refuse));
-    servers_.emplace_back(
-        i, std::make_unique<Subprocess>(hosts.on(i, {kSshd, "-D", "-e", "-f", config})));
+    // setpriv: an sshd dies with this test process, even when it is killed
+    // (its namespaces are then removed by the next test's NetnsHosts).
+    std::vector<std::string> argv = {kSshd, "-D", "-e", "-f", config};
+    if (access("/usr/bin/setpriv", X_OK) == 0)
+      argv.insert(argv.begin(), {"/usr/bin/setpriv", "--pdeathsig", "KILL"});
+    servers_.emplace_back(i, std::make_unique<Subprocess>(hosts.on(i, argv)));
   }
   // Up when a connection to port 22 of each host is answered (from that host).
   for (auto& [i, server] : servers_) {
