@@ -133,7 +133,20 @@ std::string launch_failure(const SshSession& s, const std::string& ddprun) {
 class FrontEnd {
  public:
   FrontEnd(const FrontEndArgs& args, Plan plan, int signal_fd)
-      : args_(args), plan_(std::move(plan)), signal_fd_(signal_fd) {}
+      : args_(args), plan_(std::move(plan)), signal_fd_(signal_fd) {
+    // Ctrl-Z would stop the front end, and the hosts would take its silence
+    // for a lost front end: it is read here instead, and refused.
+    sigset_t tstp;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    sigprocmask(SIG_BLOCK, &tstp, nullptr);
+    tstp_fd_ = signalfd(-1, &tstp, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~FrontEnd() {
+    if (tstp_fd_ >= 0) close(tstp_fd_);
+  }
+  FrontEnd(const FrontEnd&) = delete;
+  FrontEnd& operator=(const FrontEnd&) = delete;
   int run();
 
  private:
@@ -147,6 +160,7 @@ class FrontEnd {
   const FrontEndArgs& args_;
   Plan plan_;
   int signal_fd_;
+  int tstp_fd_ = -1;
   std::vector<std::unique_ptr<SshSession>> sessions_;
   std::vector<bool> ready_;
   std::vector<HostEnd> ends_;
@@ -158,7 +172,7 @@ class FrontEnd {
 // Reads every host's output and the signals once (up to `timeout_ms`);
 // returns a stop signal that arrived, or 0.
 int FrontEnd::poll_once(int timeout_ms) {
-  std::vector<pollfd> fds = {{signal_fd_, POLLIN, 0}};
+  std::vector<pollfd> fds = {{signal_fd_, POLLIN, 0}, {tstp_fd_, POLLIN, 0}};
   std::vector<std::pair<size_t, int>> owners;
   for (size_t h = 0; h < sessions_.size(); ++h) {
     std::vector<int> streams;
@@ -181,9 +195,18 @@ int FrontEnd::poll_once(int timeout_ms) {
       }
     }
   }
-  for (size_t k = 1; k < fds.size(); ++k) {
+  if (fds[1].revents & POLLIN) {
+    signalfd_siginfo info{};
+    while (read(tstp_fd_, &info, sizeof info) == sizeof info) {
+    }
+    launcher_log().warn(
+        "Ctrl-Z ignored: the hosts would stop their workers after {} ms without the front end "
+        "(Ctrl-C stops the job)",
+        kFrontEndSilence.count());
+  }
+  for (size_t k = 2; k < fds.size(); ++k) {
     if (fds[k].revents == 0) continue;
-    const auto [h, stream] = owners[k - 1];
+    const auto [h, stream] = owners[k - 2];
     for (const auto& line : sessions_[h]->pump(stream)) on_line(h, stream, line);
   }
   for (size_t h = 0; h < sessions_.size(); ++h) {
@@ -282,8 +305,13 @@ int FrontEnd::supervise() {
   const auto grace = std::chrono::milliseconds(static_cast<long>(args_.shutdown_timeout_s * 1000));
   int signal = 0;
   std::optional<Clock::time_point> stop_at, kill_at;
+  auto next_alive = Clock::now() + kAliveInterval;
   while (!all_ended()) {
-    Clock::time_point wake = Clock::now() + 100ms;
+    if (Clock::now() >= next_alive) {  // the agents stop when the front end falls silent
+      send_all(alive_line());
+      next_alive = Clock::now() + kAliveInterval;
+    }
+    Clock::time_point wake = std::min(Clock::now() + 100ms, next_alive);
     for (const auto& t : {stop_at, kill_at})
       if (t) wake = std::min(wake, *t);
     const int sig = poll_once(ms_until(wake));

@@ -49,6 +49,8 @@ std::optional<std::pair<std::string, std::string>> parse_go(const std::string& l
   return std::make_pair(line.substr(3, space - 3), line.substr(space + 1));
 }
 
+std::string alive_line() { return "alive\n"; }
+
 std::string signal_line(int sig) { return "signal " + std::to_string(sig) + "\n"; }
 
 std::optional<int> parse_signal(const std::string& line) {

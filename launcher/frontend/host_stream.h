@@ -5,6 +5,7 @@
 // into whole lines, labelling an agent's own lines with its host, catching a
 // host's failure report, and the front end's exit code and summary.
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,12 @@ std::optional<std::pair<std::string, std::string>> parse_go(const std::string& l
 // stop the agent's workers; SIGUSR1, SIGUSR2 are forwarded to them (notices).
 std::string signal_line(int sig);
 std::optional<int> parse_signal(const std::string& line);
+// Front end -> agent, every kAliveInterval after "go": the front end is there.
+// An agent that hears nothing for kFrontEndSilence (the front end's network
+// cut, or the front end stopped) stops its workers as when the channel closes.
+inline constexpr std::chrono::milliseconds kAliveInterval{250};
+inline constexpr std::chrono::milliseconds kFrontEndSilence{1250};
+std::string alive_line();
 
 // Bytes in, whole lines out (without '\n'); what is left at EOF with finish().
 class LineBuffer {

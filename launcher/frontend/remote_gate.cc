@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "agent/rpc_plugin.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
@@ -107,19 +109,27 @@ void RemoteGate::watch() {
   std::thread([fd] {
     LineBuffer lines;
     char data[256];
-    for (;;) {
+    std::string why;
+    while (why.empty()) {
+      pollfd pfd{fd, POLLIN, 0};
+      const int ready = poll(&pfd, 1, static_cast<int>(kFrontEndSilence.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        why =
+            fmt::format("no word from the front end for {} ms (its network cut, or it was stopped)",
+                        kFrontEndSilence.count());
+        break;
+      }
       const ssize_t n = read(fd, data, sizeof data);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      for (const auto& line : lines.add(data, static_cast<size_t>(n))) {
+      if (n <= 0) why = "the front end's ssh channel closed (the front end is gone)";
+      for (const auto& line : lines.add(data, static_cast<size_t>(std::max<ssize_t>(n, 0)))) {
         if (auto sig = parse_signal(line)) kill(getpid(), *sig);
       }
     }
-    launcher_log().warn(
-        "the front end's ssh channel closed (front end gone or link cut): stopping this host's "
-        "workers");
+    launcher_log().warn("{}: stopping this host's workers", why);
     kill(getpid(), SIGTERM);
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     kill(getpid(), SIGTERM);  // a second request: the agent kills its workers' groups now
   }).detach();
 }

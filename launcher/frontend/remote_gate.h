@@ -6,10 +6,11 @@
 // seconds for the front end's "go" (the rendezvous endpoint and the job's
 // token, which never appear on a command line). After the agent's orphan
 // guard exists, watch() starts a thread that turns the front end's "signal SIG"
-// into SIG for this ddprun (a stop, or SIGUSR1/2 for the workers), and the channel's end (the front
-// end died, or its ssh connection was cut) into SIGTERM at once and a second SIGTERM a second
-// later: the agent then kills its own workers' process groups without
-// waiting out the shutdown grace. Nothing is matched by name: each agent
+// into SIG for this ddprun (a stop, or SIGUSR1/2 for the workers), and the
+// channel's end (the front end died) or its silence for kFrontEndSilence (the
+// front end's network cut, or the front end stopped) into SIGTERM at once and
+// a second SIGTERM 0.5 s later: the agent then kills its own workers' process
+// groups without waiting out the shutdown grace. Nothing is matched by name: each agent
 // stops exactly the workers it started.
 
 #include <optional>

@@ -38,6 +38,8 @@ SshSession::SshSession(std::string host, const std::vector<std::string>& argv)
   close(in[0]);
   pid_ = p.pid;
   stdin_fd_ = in[1];
+  // Never blocks the front end: a line for an ssh that cannot send is dropped.
+  fcntl(stdin_fd_, F_SETFL, O_NONBLOCK);
   out_fd_[0] = p.stdout_fd;
   out_fd_[1] = p.stderr_fd;
 }

@@ -338,6 +338,31 @@ TEST_F(Hostfile, ACutLinkToOneHostStopsTheWorkersEverywhere) {
   EXPECT_NE(r.code, 0) << r.err;
 }
 
+// The front end's own network cut: every agent misses its keep-alive lines
+// and stops its workers (which ignore SIGTERM) within 2 s. Before that, a
+// Ctrl-Z at the front end is refused, so that the job is not taken for lost.
+TEST_F(Hostfile, AFrontEndCutOffLeavesNoWorkerOnAnyHost) {
+  start_hosts(3);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  auto job =
+      front({"--hostfile", hosts, "--shutdown_timeout=60", kWorker, "hold", dir, "ignore-term"});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 6; }, 30s))
+      << job->read_err();
+  const auto pids = read_pids(dir, "");
+  kill(-job->pid(), SIGTSTP);  // as the terminal sends Ctrl-Z
+  std::this_thread::sleep_for(2500ms);
+  for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "lost pid " << pid << " after Ctrl-Z";
+  EXPECT_TRUE(
+      wait_until([&] { return job->read_err().find("Ctrl-Z ignored") != std::string::npos; }, 2s))
+      << job->read_err();
+  net_->set_link(0, false);  // the front end's host
+  const auto cut = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until([&] { return all_gone(pids); }, 10s));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  EXPECT_LT(took, 2.5) << "the workers outlived the front end's link by " << took << " s";
+}
+
 TEST_F(Hostfile, AnUnreachableHostOrARefusedKeyFailsTheLaunchBeforeAnyWorkerStarts) {
   start_hosts(3, /*refuse_keys=*/{2});
   ssh_->stop(3);  // node3: nothing listens on port 22
