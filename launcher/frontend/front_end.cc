@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -129,6 +132,37 @@ std::string launch_failure(const SshSession& s, const std::string& ddprun) {
   if (s.code() == 127) return "no ddprun at " + ddprun + " there (exit code 127)" + said;
   return "its agent ended with exit code " + std::to_string(s.code()) + said;
 }
+
+// Sends every agent a keep-alive line each kAliveInterval from a thread of
+// its own (the agents stop their workers when the front end falls silent),
+// until destroyed.
+class KeepAlive {
+ public:
+  explicit KeepAlive(std::vector<std::unique_ptr<SshSession>>& sessions)
+      : thread_([this, &sessions] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          while (!done_) {
+            for (auto& s : sessions) s->send(alive_line());
+            wake_.wait_for(lock, kAliveInterval, [this] { return done_; });
+          }
+        }) {}
+  ~KeepAlive() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  KeepAlive(const KeepAlive&) = delete;
+  KeepAlive& operator=(const KeepAlive&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 class FrontEnd {
  public:
@@ -305,13 +339,9 @@ int FrontEnd::supervise() {
   const auto grace = std::chrono::milliseconds(static_cast<long>(args_.shutdown_timeout_s * 1000));
   int signal = 0;
   std::optional<Clock::time_point> stop_at, kill_at;
-  auto next_alive = Clock::now() + kAliveInterval;
+  KeepAlive keep_alive(sessions_);  // on its own thread: a console that blocks us is no silence
   while (!all_ended()) {
-    if (Clock::now() >= next_alive) {  // the agents stop when the front end falls silent
-      send_all(alive_line());
-      next_alive = Clock::now() + kAliveInterval;
-    }
-    Clock::time_point wake = std::min(Clock::now() + 100ms, next_alive);
+    Clock::time_point wake = Clock::now() + 100ms;
     for (const auto& t : {stop_at, kill_at})
       if (t) wake = std::min(wake, *t);
     const int sig = poll_once(ms_until(wake));

@@ -94,6 +94,7 @@ std::vector<std::string> SshSession::pump(int stream) {
 }
 
 void SshSession::send(const std::string& line) {
+  std::lock_guard<std::mutex> lock(input_mutex_);
   if (stdin_fd_ < 0) return;
   size_t done = 0;
   while (done < line.size()) {
@@ -105,6 +106,7 @@ void SshSession::send(const std::string& line) {
 }
 
 void SshSession::close_input() {
+  std::lock_guard<std::mutex> lock(input_mutex_);
   if (stdin_fd_ >= 0) close(stdin_fd_);
   stdin_fd_ = -1;
 }

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/types.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,10 @@ class SshSession {
   void add_fds(std::vector<pollfd>& fds, std::vector<int>& streams) const;
   // Reads what `stream` (1 stdout, 2 stderr) has; whole lines, and at EOF the rest.
   std::vector<std::string> pump(int stream);
-  // Writes a protocol line to the agent (ignored once the input is closed or ssh is gone).
+  // Writes a protocol line to the agent (ignored once the input is closed or
+  // ssh is gone). send() and close_input() may be called from two threads.
   void send(const std::string& line);
   void close_input();
-  bool input_open() const { return stdin_fd_ >= 0; }
   // Reaps ssh once both outputs are at EOF; true once it has ended.
   bool reap();
   bool ended() const { return ended_; }
@@ -45,6 +46,7 @@ class SshSession {
  private:
   std::string host_;
   pid_t pid_ = -1;
+  std::mutex input_mutex_;  // guards stdin_fd_
   int stdin_fd_ = -1;
   int out_fd_[2] = {-1, -1};  // stdout, stderr
   LineBuffer buffer_[2];

@@ -193,6 +193,24 @@ TEST_F(Hostfile, EveryHostsLinesComeBackWhole) {
   }
 }
 
+// A console nobody reads for 4 s (a full pipe: `ddprun ... | less`, or a
+// terminal held with Ctrl-S) blocks the front end's output, not its
+// keep-alives: the hosts go on, and every line arrives.
+TEST_F(Hostfile, AConsoleThatBlocksDoesNotStopTheJob) {
+  start_hosts(2);
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\n");
+  const std::string job = kDdprun + " '--ssh_opts=-F " + ssh_->config() + "' --hostfile " + hosts +
+                          " --no_python sh -c 'seq 20000 | sed s/^/line-/'";
+  auto r =
+      Subprocess(
+          net_->on(0, {"sh", "-c", "cd " + work_ + " && " + job + " | (sleep 4; grep -c line-)"}),
+          {{"HOME", home_}})
+          .wait(60s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.out, "40000\n") << r.err;
+  EXPECT_EQ(r.err.find("no word from the front end"), std::string::npos) << r.err;
+}
+
 TEST_F(Hostfile, DdpEnvFileEnvFlagsAndTheWorkingDirectoryGoWithTheJob) {
   start_hosts(2);
   write_file(home_ + "/.ddp_env", "FROM_HOME=home\nBOTH=home\n");
