@@ -137,14 +137,14 @@ run_job() {
       $SYSPY -c "import sys; t=float(sys.argv[2])-float(sys.argv[1]); print('%.4f %.4f %.4f' % (t, t, t))" "$t0" "$t1"
       return ;;
     ddprun)
-      (cd "$OUT" && timeout -s KILL 120 "${FRONT[@]}" "$DDPRUN" --hostfile "$OUT/hosts" \
-        --ssh_opts "-F $OUT/ssh_config" --no_prefix "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 ;;
+      (cd "$OUT" && timeout -s KILL 60 "${FRONT[@]}" "$DDPRUN" --hostfile "$OUT/hosts" \
+        --ssh_opts "-F $OUT/ssh_config" --no_prefix "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 || true ;;
     mpirun)
-      (cd "$OUT" && timeout -s KILL 120 "${FRONT[@]}" mpirun --allow-run-as-root --hostfile "$OUT/hosts" \
+      (cd "$OUT" && timeout -s KILL 60 "${FRONT[@]}" mpirun --allow-run-as-root --hostfile "$OUT/hosts" \
         -np $WORKERS --mca plm_rsh_agent ssh --mca plm_rsh_args "-F $OUT/ssh_config" \
         --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth0 --mca btl self,tcp \
         --mca btl_tcp_if_include eth0 -x MASTER_ADDR=198.18.0.2 -x MASTER_PORT=$port \
-        "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 ;;
+        "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 || true ;;
   esac
   t1=$(date +%s.%N)
   $SYSPY - "$t0" "$t1" "$log" $WORKERS <<'PY'
@@ -154,7 +154,10 @@ text = open(sys.argv[3]).read()
 starts = [float(x) for x in re.findall(r"START (\d+\.\d+)", text)]
 barriers = [float(x) for x in re.findall(r"BARRIER (\d+\.\d+)", text)]
 if len(starts) != n or len(barriers) != n:
-    sys.exit("expected %d workers, got %d starts and %d barriers:\n%s" % (n, len(starts), len(barriers), text[-3000:]))
+    # A failed launch is counted, not timed; its output goes to stderr.
+    sys.stderr.write("%s: expected %d workers, got %d starts and %d barriers:\n%s\n" % (sys.argv[3], n, len(starts), len(barriers), text[-2000:]))
+    print("fail")
+    sys.exit(0)
 print("%.4f %.4f %.4f" % (max(starts) - t0, max(barriers) - t0, t1 - t0))
 PY
 }
@@ -174,14 +177,16 @@ echo "$HOSTS hosts x 2 workers over ssh (trivial Python worker), median of $ROUN
 $SYSPY - "$OUT" "${kinds[@]}" <<'PY'
 import statistics as st, sys
 out, kinds = sys.argv[1], sys.argv[2:]
-med = {}
+med, failed = {}, {}
 for k in kinds:
-    rows = [list(map(float, l.split())) for l in open("%s/%s.txt" % (out, k)) if l.strip()]
+    lines = [l for l in open("%s/%s.txt" % (out, k)) if l.strip()]
+    rows = [list(map(float, l.split())) for l in lines if l.strip() != "fail"]
+    failed[k] = len(lines) - len(rows)
     med[k] = [st.median(c) for c in zip(*rows)]
 print("%-28s %12s %12s %12s" % ("launcher", "all_running", "1st_barrier", "exit"))
 names = {"floor": "8 x ssh host true (floor)", "ddprun": "ddprun --hostfile", "mpirun": "mpirun --hostfile"}
 for k in kinds:
-    print("%-28s %12.3f %12.3f %12.3f" % (names[k], *med[k]))
+    print("%-28s %12.3f %12.3f %12.3f%s" % (names[k], *med[k], "   (%d failed launches)" % failed[k] if failed[k] else ""))
 f, d = med["floor"][0], med["ddprun"]
 print("%-28s %11.2fx %11.2fx %11.2fx" % ("ddprun / floor", d[0] / f, d[1] / f, d[2] / f))
 if "mpirun" in med:
