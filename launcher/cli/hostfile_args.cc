@@ -61,9 +61,26 @@ void split_tokens(const std::vector<std::string>& args, const std::vector<KnownO
     throw Error("no program given: usage: ddprun --hostfile FILE [OPTIONS] PROGRAM [ARGS...]");
 }
 
+// Whether any argument could name a front-end flag (or a --config file that
+// may): a cheap look that spares a local launch the second parse (~0.3 ms).
+bool may_name_front_end_flags(const std::vector<std::string>& argv) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg.rfind("-H", 0) == 0) return true;
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    std::string name = arg.substr(0, arg.find('='));
+    std::replace(name.begin() + 2, name.end(), '-', '_');
+    for (const auto& flag : hostfile_flag_names())
+      if (flag.rfind(name, 0) == 0) return true;
+    if (std::string("--config").rfind(name, 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::optional<FrontEndArgs> parse_front_end_args(const std::vector<std::string>& argv) {
+  if (!may_name_front_end_flags(argv)) return std::nullopt;
   CLI::App app{"ddprun", "ddprun"};
   app.prefix_command();
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
