@@ -18,6 +18,7 @@
 
 #include <fmt/ranges.h>
 
+#include "agent/attempt.h"
 #include "agent/hang_watch.h"
 #include "agent/healer.h"
 #include "agent/local_control_plane.h"
@@ -39,34 +40,6 @@ namespace ddp::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kReportLines = 20;
-
-// Removes the shared-memory segments of the run that its workers left behind:
-// libddp's shm backend unlinks its segments once every local rank attached,
-// so only workers killed in between leave any. Called once a worker group is
-// gone (its ranks cannot create more).
-void remove_leftover_segments(const std::string& run_id) {
-  int removed = remove_run_segments(run_id);
-  if (removed > 0) {
-    launcher_log().info("removed {} shared-memory segment(s) of run {} left by killed workers",
-                        removed, run_id);
-  } else {
-    launcher_log().debug("no shared-memory segments of run {} left", run_id);
-  }
-}
-
-// Whether the workers run Python (ddprun's python, or a python executable
-// named as the program): their hang reports show Python tracebacks.
-bool runs_python(const std::vector<std::string>& command) {
-  const std::string& exe = command.front();
-  const std::string base = exe.substr(exe.rfind('/') == std::string::npos ? 0 : exe.rfind('/') + 1);
-  return base.rfind("python", 0) == 0;
-}
-
-// The last `n` of `lines`.
-std::deque<std::string> tail(const std::deque<std::string>& lines, size_t n) {
-  return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
-}
 
 // The address this node gives the other nodes: the one that routes to the
 // rendezvous, unless the rendezvous is named by a name that resolves to
@@ -100,25 +73,11 @@ sigset_t forwarded_signals() {
   return set;
 }
 
-struct Agent::AttemptResult {
-  std::optional<WorkerOutcome> first_failure;  // a local worker failed first
-  std::string failure_report;
-  int signal = 0;                         // a signal to ddprun ended the attempt
-  std::optional<RoundStatus> remote_end;  // the round ended elsewhere (or the job succeeded)
-  std::string lost;                       // the rendezvous server stopped answering
-  bool can_restart = false;               // the server will form another round
-  int relaunches = 0;                     // ranks relaunched alone (--on_failure=heal)
-};
-
 namespace {
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
-
-// SIGUSR1/SIGUSR2 are notices for the program (Slurm's --signal=USR1@90
-// before a time limit or preemption): forwarded, the job goes on.
-bool is_notice_signal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
 
 // Drains the signalfd; returns the first pending signal that asks ddprun to
 // stop (anything but SIGCHLD and the notices), or 0.
@@ -166,7 +125,9 @@ int Agent::run() {
   }
 }
 
-int Agent::run_rounds() {
+// What the rounds need before the first join: the port, the run's files,
+// the observer, the control plane, and what this node tells the others.
+NodeInfo Agent::set_up(std::optional<PortReservation>* reservation, std::string* rdzv_target) {
   auto& log = launcher_log();
   // MASTER_PORT is offered by the node that becomes group rank 0; the static
   // form knows which that is, so the others need no (possibly taken) port.
@@ -174,9 +135,8 @@ int Agent::run_rounds() {
   // itself: nothing is reserved for the program.
   const bool static_non_zero =
       spec_.multi_node() && spec_.rdzv_backend == RdzvBackend::kStatic && spec_.node_rank > 0;
-  std::optional<PortReservation> reservation;
   if (!spec_.agent_store)
-    reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
+    *reservation = PortReservation::reserve(static_non_zero ? 0 : spec_.master_port);
   if (spec_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     log.info("setting OMP_NUM_THREADS=1 for each worker (set it yourself to override)");
   }
@@ -197,10 +157,10 @@ int Agent::run_rounds() {
   } else {
     control_ = std::make_unique<LocalControlPlane>(spec_);
   }
-  const std::string rdzv_target = control_->worker_endpoint();
+  *rdzv_target = control_->worker_endpoint();
   registration_ = std::make_unique<RuntimeRegistration>(
-      RuntimeEntry{getpid(), spec_.run_id, rdzv_target, spec_.rdzv_token, spec_.tls_ca});
-  Endpoint endpoint = parse_endpoint(rdzv_target, 29400, "--rdzv_endpoint");
+      RuntimeEntry{getpid(), spec_.run_id, *rdzv_target, spec_.rdzv_token, spec_.tls_ca});
+  Endpoint endpoint = parse_endpoint(*rdzv_target, 29400, "--rdzv_endpoint");
 
   NodeInfo node;
   node.node_rank = spec_.node_rank;
@@ -210,8 +170,69 @@ int Agent::run_rounds() {
                   : spec_.multi_node()      ? advertised_address(endpoint)
                                             : spec_.master_addr;
   node.address = node_address_;
-  node.master_port = reservation ? reservation->port() : spec_.master_port;
+  node.master_port = *reservation ? (*reservation)->port() : spec_.master_port;
+  return node;
+}
 
+// What an attempt's end means for the job: ddprun's exit code, or nullopt
+// when a next round follows.
+std::optional<int> Agent::outcome_of(const RoundAssignment& round, const AttemptResult& result) {
+  auto& log = launcher_log();
+  if (result.signal != 0) {
+    log.warn("stopped workers after {}", signal_name(result.signal));
+    if (spec_.multi_node()) {
+      try {
+        control_->report_failure(round,
+                                 "node " + std::to_string(round.group_rank) + " (host " +
+                                     hostname_ + ") was stopped by " + signal_name(result.signal),
+                                 128 + result.signal);
+      } catch (const Error&) {
+      }
+    }
+    return 128 + result.signal;
+  }
+  if (!result.lost.empty()) {
+    log.error("error: {}; stopped this node's workers", result.lost);
+    return 1;
+  }
+  if (result.first_failure) {
+    log.error("{}", result.failure_report);
+    if (!result.can_restart) {
+      files_->write_root_cause(*result.first_failure, round.restart_count, result.failure_report);
+      linger(Linger::kUntilDelivered);
+      return result.first_failure->launcher_exit_code();
+    }
+    log.warn("restarting the worker group (restart {} of {})",
+             round.restart_count + result.relaunches + 1, spec_.max_restarts);
+    return std::nullopt;
+  }
+  if (result.remote_end) {
+    if (result.remote_end->succeeded) return 0;
+    log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
+    if (!result.remote_end->can_restart) {
+      linger(Linger::kUntilDelivered);
+      return 1;
+    }
+    log.warn("joining the next round (restart {} of {})", round.restart_count + 1,
+             spec_.max_restarts);
+    return std::nullopt;
+  }
+  // Every local worker succeeded: tell the server, then wait for the job's outcome.
+  bool restart = false;
+  int code = finish_after_success(round, &restart);
+  if (restart) {
+    observer_->restart("other_node", "a round ended on another node");
+    return std::nullopt;
+  }
+  observer_->round_ended(code == 0 ? "SUCCEEDED" : "FAILED", "");
+  return code;
+}
+
+int Agent::run_rounds() {
+  auto& log = launcher_log();
+  std::optional<PortReservation> reservation;
+  std::string rdzv_target;
+  const NodeInfo node = set_up(&reservation, &rdzv_target);
   // A signal during a join (or between rounds) ends ddprun at once; the
   // server withdraws the node, so the others see it leave.
   int join_signal = 0;
@@ -243,53 +264,9 @@ int Agent::run_rounds() {
           round.reason.empty() ? "first round" : "after: " + round.reason);
     }
     observer_->round_started(round);
-    AttemptResult result = run_attempt(round, rdzv_target);
+    const AttemptResult result = run_attempt(round, rdzv_target);
     observe_end(result);
-    if (result.signal != 0) {
-      log.warn("stopped workers after {}", signal_name(result.signal));
-      if (spec_.multi_node()) {
-        try {
-          control_->report_failure(round,
-                                   "node " + std::to_string(round.group_rank) + " (host " +
-                                       hostname_ + ") was stopped by " + signal_name(result.signal),
-                                   128 + result.signal);
-        } catch (const Error&) {
-        }
-      }
-      return 128 + result.signal;
-    }
-    if (!result.lost.empty()) {
-      log.error("error: {}; stopped this node's workers", result.lost);
-      return 1;
-    }
-    if (result.first_failure) {
-      log.error("{}", result.failure_report);
-      if (!result.can_restart) {
-        files_->write_root_cause(*result.first_failure, round.restart_count, result.failure_report);
-        linger(Linger::kUntilDelivered);
-        return result.first_failure->launcher_exit_code();
-      }
-      log.warn("restarting the worker group (restart {} of {})",
-               round.restart_count + result.relaunches + 1, spec_.max_restarts);
-      continue;
-    }
-    if (result.remote_end) {
-      if (result.remote_end->succeeded) return 0;
-      log.error("round {} ended on another node: {}", round.round, result.remote_end->reason);
-      if (!result.remote_end->can_restart) {
-        linger(Linger::kUntilDelivered);
-        return 1;
-      }
-      log.warn("joining the next round (restart {} of {})", round.restart_count + 1,
-               spec_.max_restarts);
-      continue;
-    }
-    // Every local worker succeeded: tell the server, then wait for the job's outcome.
-    bool restart = false;
-    int code = finish_after_success(round, &restart);
-    if (restart) observer_->restart("other_node", "a round ended on another node");
-    if (!restart) observer_->round_ended(code == 0 ? "SUCCEEDED" : "FAILED", "");
-    if (!restart) return code;
+    if (const std::optional<int> code = outcome_of(round, result)) return *code;
   }
 }
 
@@ -370,219 +347,13 @@ int Agent::finish_after_success(const RoundAssignment& round, bool* restart) {
   }
 }
 
-Agent::AttemptResult Agent::run_attempt(const RoundAssignment& round,
-                                        const std::string& rdzv_endpoint) {
-  const int attempt = round.restart_count;
-  const int n = spec_.nproc_per_node;
-  std::vector<std::string> base_env = base_environment();
-  if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) base_env.push_back("OMP_NUM_THREADS=1");
-  const std::vector<std::string> command = spec_.command();
-  const bool python = runs_python(command);
-  // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
-  // last attempt is followed. Each rank's own mask is then only its slice, so
-  // the workers are told how many CPUs the node's ranks share
-  // (ddp::node_cpus(): whether libddp's waits may spin).
-  std::vector<std::vector<int>> cpus(static_cast<std::size_t>(n));
-  if (spec_.bind_cores_to_rank) {
-    const std::vector<int> allowed = allowed_cpus();
-    cpus = cpu_slices(allowed, n);
-    std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_NODE_CPUS=", 0) == 0; });
-    base_env.push_back("DDP_NODE_CPUS=" + std::to_string(allowed.size()));
-    std::string text;
-    for (std::size_t r = 0; r < cpus.size(); ++r) {
-      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(cpus[r], " "));
-    }
-    launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(),
-                        n, text);
-  }
-  // --hang_timeout: the progress board libddp counts collectives on, and
-  // Python's fault handler (every thread's traceback on SIGABRT).
-  std::optional<ProgressBoard> board;
-  std::erase_if(base_env, [](const std::string& e) { return e.rfind("DDP_PROGRESS_FD=", 0) == 0; });
-  if (spec_.hang_timeout_s > 0 || spec_.status_interval_s > 0) {  // also ddprun status
-    board = ProgressBoard::create(n);
-    base_env.push_back("DDP_PROGRESS_FD=" + std::to_string(board->fd()));
-    if (spec_.hang_timeout_s > 0 && python && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
-      base_env.push_back("PYTHONFAULTHANDLER=1");
-    }
-  }
-
-  stdin_relay_.reset();
-  if (isatty(STDIN_FILENO) == 1) stdin_relay_.emplace();
-  LaunchInputs in(spec_, *files_, round);  // kept for relaunches
-  in.rdzv_unavailable = control_->workers_server_missing();
-  if (in.rdzv_unavailable.empty()) in.rdzv_endpoint = rdzv_endpoint;
-  in.node_address = node_address_;
-  in.rank0_stdin = stdin_relay_                        ? stdin_relay_->worker_end()
-                   : fcntl(STDIN_FILENO, F_GETFD) >= 0 ? STDIN_FILENO
-                                                       : -1;
-  in.base_env = std::move(base_env);
-  in.cpus = std::move(cpus);
-  in.kept_stderr_lines = spec_.hang_timeout_s > 0 ? HangWatch::kKeptStderrLines : kReportLines;
-  if (marks_) in.heal_mark_dir = marks_->dir();
-  std::optional<Healer> healer;
-  std::optional<WorkerGroup> group;
-  try {
-    if (marks_) healer.emplace(*control_, *marks_, in);  // no stale marks
-    group.emplace(command, worker_launches(in), guard_, board ? board->fd() : -1,
-                  spec_.multi_node() ? hostname_ : "");
-  } catch (...) {
-    remove_leftover_segments(spec_.run_id);
-    throw;
-  }
-  if (stdin_relay_) {
-    stdin_relay_->close_worker_end();
-    in.rank0_stdin = -1;  // a relaunched local rank 0 reads /dev/null
-  }
-  std::optional<HangWatch> hang;
-  auto watch_hangs = [&]() {
-    hang.emplace(spec_.hang_timeout_s, *board, python, healer.has_value());
-  };
-  if (spec_.hang_timeout_s > 0) watch_hangs();
-  observer_->workers_started(*group);
-
-  AttemptResult result;
-  const auto grace = std::chrono::duration<double>(spec_.shutdown_timeout_s);
-  // The attempt's first failure: stop the group and tell the other nodes at
-  // once (the server decides whether a round follows).
-  auto fail_with = [&](const WorkerOutcome& outcome, std::string report) {
-    result.first_failure = outcome;
-    result.failure_report = std::move(report);
-    observer_->failure(outcome, result.failure_report);
-    group->stop(SIGTERM, grace);
-    try {
-      result.can_restart =
-          control_->report_failure(round, result.failure_report, outcome.launcher_exit_code());
-    } catch (const Error& e) {
-      launcher_log().error("error: could not report the failure: {}", e.what());
-    }
-  };
-  // A failed worker: relaunched alone (--on_failure=heal), else the attempt's failure.
-  auto worker_failed = [&](size_t i) {
-    Worker& w = (*group)[i];
-    group->pump_all(i);  // what the rank wrote before it died: its last words for the report
-    if (healer && healer->relaunch(*group, i)) {
-      observer_->relaunched(w);
-      if (hang) watch_hangs();  // the new process's progress is counted afresh
-      return;
-    }
-    if (auto hung = healer ? healer->hang_of(i) : std::nullopt) {
-      return fail_with(hung->first, hung->second);
-    }
-    fail_with(w.outcome,
-              format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines), attempt,
-                                    spec_.max_restarts));
-  };
-  auto reap = [&]() {
-    for (size_t i : group->reap()) {
-      observer_->worker_exited((*group)[i]);
-      // The first failure ends the attempt; not one caused by our own stop,
-      // or by a hang's traceback dump.
-      if (!(*group)[i].outcome.failed() || group->stopping() || result.signal != 0 ||
-          result.remote_end || (hang && hang->found())) {
-        continue;
-      }
-      worker_failed(i);
-    }
-  };
-
-  // Single-node jobs need no heartbeats (the server lives in this process);
-  // an elastic job's round of one node does: a scale-up ends it.
-  std::unique_ptr<RoundWatch> monitor;
-  if (spec_.multi_node()) monitor = control_->watch(round);
-  std::vector<pollfd> pfds;
-  std::vector<std::pair<size_t, int>> owners;  // (worker, stream) per pollfd after the first two
-  const int monitor_ms = std::max(1, static_cast<int>(spec_.monitor_interval_s * 1000));
-  constexpr size_t kFixed = 3;  // signalfd, heartbeat eventfd, the terminal typed into
-  auto settled = [&]() {
-    return group->stopping() || result.signal != 0 || result.remote_end || result.first_failure;
-  };
-  while (group->running() > 0) {
-    pfds.clear();
-    owners.clear();
-    pfds.push_back({signal_fd_, POLLIN, 0});
-    pfds.push_back({monitor ? monitor->event_fd() : -1, POLLIN, 0});
-    pfds.push_back({stdin_relay_ ? stdin_relay_->poll_fd() : -1, POLLIN, 0});
-    group->add_pipes(pfds, owners);
-    int timeout_ms = monitor_ms;
-    auto shorten_to = [&](Clock::time_point until) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long>(left, 0, timeout_ms));
-    };
-    if (hang && (!settled() || hang->found())) shorten_to(hang->next_wake());
-    if (auto deadline = group->kill_deadline()) shorten_to(*deadline);
-    if (!settled()) shorten_to(observer_->next_sample());
-    int ready = poll(pfds.data(), pfds.size(), timeout_ms);
-    if (ready < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
-    if (ready > 0) {
-      for (size_t k = kFixed; k < pfds.size(); ++k) {
-        if (pfds[k].revents != 0) group->pump(owners[k - kFixed].first, owners[k - kFixed].second);
-      }
-      if (pfds[2].revents != 0) stdin_relay_->pump();
-      if ((pfds[1].revents & POLLIN) && !result.first_failure && !result.remote_end &&
-          result.lost.empty()) {
-        uint64_t count = 0;
-        ssize_t ignored = read(monitor->event_fd(), &count, sizeof(count));
-        (void)ignored;
-        if (auto end = monitor->ended()) {
-          result.remote_end = end;
-          if (!end->succeeded) group->stop(SIGTERM, grace);
-        } else {
-          result.lost = monitor->lost();
-          group->stop(SIGTERM, grace);
-        }
-      }
-      if (pfds[0].revents & POLLIN) {
-        signalfd_siginfo info{};
-        while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-          int sig = static_cast<int>(info.ssi_signo);
-          if (sig == SIGCHLD) continue;  // reaped below
-          if (is_notice_signal(sig)) {
-            int told = group->signal_workers(sig);
-            launcher_log().info("forwarded {} to {} worker(s); the job goes on", signal_name(sig),
-                                told);
-            continue;
-          }
-          if (result.signal == 0 && !group->stopping()) {
-            result.signal = sig;
-            group->stop(sig, grace);
-          } else if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) {
-            // A second request to stop: do not wait out the grace period.
-            if (result.signal == 0) result.signal = sig;
-            group->signal_groups(SIGKILL);
-          }
-        }
-      }
-    }
-    reap();
-    if (hang && !result.first_failure && (!settled() || hang->found()) && hang->tick(*group)) {
-      auto blamed = hang->blamed(*group);
-      std::string report = hang->report(*group, attempt, spec_.max_restarts);
-      observer_->hang(blamed.front(), report);
-      if (healer && healer->take_hang(*group, blamed, report)) {
-        watch_hangs();
-        for (const auto& b : blamed) {  // ended already: a Python rank's traceback dump
-          const auto i = static_cast<size_t>(b.local_rank);
-          if (!(*group)[i].running && (*group)[i].outcome.failed()) worker_failed(i);
-        }
-      } else {
-        fail_with(blamed.front(), std::move(report));
-      }
-    }
-    group->kill_if_overdue();
-    observer_->tick(*group, board ? &*board : nullptr, *control_, monitor.get());
-  }
-
-  if (healer) result.relaunches = healer->relaunches();
-  group->drain();
-  group.reset();
-  stdin_relay_.reset();
-  // The group is gone, however it ended (success, failure, signal, lost
-  // server): remove the run's segments its killed ranks left, before any
-  // restart (whose ranks create new ones) and before ddprun exits.
-  remove_leftover_segments(spec_.run_id);
-  return result;
+AttemptResult Agent::run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint) {
+  const AttemptContext context{spec_,        *files_,    *control_,
+                               guard_,       *observer_, marks_.get(),
+                               stdin_relay_, signal_fd_, spec_.multi_node() ? hostname_ : "",
+                               node_address_};
+  Attempt attempt(context, round, rdzv_endpoint);
+  return attempt.run();
 }
 
 }  // namespace ddp::launcher

@@ -21,6 +21,7 @@
 #include "agent/control_plane.h"
 #include "agent/heal_marks.h"
 #include "agent/observer.h"
+#include "agent/port_reservation.h"
 #include "agent/run_files.h"
 #include "agent/runtime_registry.h"
 #include "cli/launch_spec.h"
@@ -29,6 +30,8 @@
 #include "worker_group/worker_group.h"
 
 namespace ddp::launcher {
+
+struct AttemptResult;
 
 // Signals ddprun forwards to its workers (and so blocks for its signalfd).
 sigset_t forwarded_signals();
@@ -46,8 +49,9 @@ class Agent {
   int run();
 
  private:
-  struct AttemptResult;
   int run_rounds();
+  NodeInfo set_up(std::optional<PortReservation>* reservation, std::string* rdzv_target);
+  std::optional<int> outcome_of(const RoundAssignment& round, const AttemptResult& result);
   AttemptResult run_attempt(const RoundAssignment& round, const std::string& rdzv_endpoint);
   int finish_after_success(const RoundAssignment& round, bool* restart);
   void observe_end(const AttemptResult& result);  // the event log's round_end and restart
