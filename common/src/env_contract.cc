@@ -48,6 +48,10 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   };
   if (!error_file.empty()) env.emplace_back("TORCHELASTIC_ERROR_FILE", error_file);
   if (output_prefixed) env.emplace_back("DDP_OUTPUT_PREFIXED", "1");
+  if (node_cpus > 0) env.emplace_back("DDP_NODE_CPUS", std::to_string(node_cpus));
+  if (progress_fd >= 0) env.emplace_back("DDP_PROGRESS_FD", std::to_string(progress_fd));
+  if (!omp_num_threads.empty()) env.emplace_back("OMP_NUM_THREADS", omp_num_threads);
+  if (!python_fault_handler.empty()) env.emplace_back("PYTHONFAULTHANDLER", python_fault_handler);
   if (heal) {
     env.emplace_back("DDP_ON_FAILURE", "heal");
     env.emplace_back("DDP_HEAL_MARK", heal_mark);
@@ -93,7 +97,9 @@ const std::vector<std::string>& contract_variable_names() {
                                                  "TORCHELASTIC_ERROR_FILE",
                                                  "DDP_ON_FAILURE",
                                                  "DDP_HEAL_MARK",
-                                                 "DDP_INCARNATION"};
+                                                 "DDP_INCARNATION",
+                                                 "DDP_NODE_CPUS",
+                                                 "DDP_PROGRESS_FD"};
   return names;
 }
 
@@ -151,9 +157,25 @@ std::optional<WorkerEnv> WorkerEnv::from_env(
   env.heal = on_failure == "heal";
   env.heal_mark = optional_str("DDP_HEAL_MARK", "");
   env.incarnation = optional_int("DDP_INCARNATION", 0, 0, kMaxInt);
+  env.node_cpus = node_cpus_from(getenv);
+  env.progress_fd = optional_int("DDP_PROGRESS_FD", -1, 0, 1 << 20);
+  env.omp_num_threads = optional_str("OMP_NUM_THREADS", "");
+  env.python_fault_handler = optional_str("PYTHONFAULTHANDLER", "");
   const char* round_text = getenv("DDP_ROUND");
   env.round = round_text == nullptr ? 0 : parse_integer("DDP_ROUND", round_text, 0, kMaxInt);
   return env;
+}
+
+int WorkerEnv::node_cpus_from(const std::function<const char*(const char*)>& getenv) {
+  const char* text = getenv("DDP_NODE_CPUS");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || n < 1 || n > 1 << 20) {
+    throw Error("environment variable DDP_NODE_CPUS='" + std::string(text) +
+                "' is not a whole number >= 1");
+  }
+  return static_cast<int>(n);
 }
 
 std::optional<WorkerEnv> WorkerEnv::from_process_env() {

@@ -57,12 +57,8 @@ ProgressBoard ProgressBoard::create(int slots) {
   return ProgressBoard(fd, base, slots);  // a fresh memfd reads as zeros: every slot is empty
 }
 
-std::optional<ProgressBoard> ProgressBoard::attach_from_env(int slot) {
-  const char* text = std::getenv("DDP_PROGRESS_FD");
-  if (text == nullptr || *text == '\0' || slot < 0) return std::nullopt;
-  char* end = nullptr;
-  long fd = std::strtol(text, &end, 10);
-  if (*end != '\0' || fd < 0 || fd > 1 << 20) return std::nullopt;
+std::optional<ProgressBoard> ProgressBoard::attach(int fd, int slot) {
+  if (fd < 0 || slot < 0) return std::nullopt;
   struct stat st {};
   if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   const auto slots = static_cast<int>(static_cast<size_t>(st.st_size) / sizeof(ProgressSlot));

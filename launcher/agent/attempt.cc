@@ -35,10 +35,6 @@ std::deque<std::string> tail(const std::deque<std::string>& lines, std::size_t n
   return {lines.end() - static_cast<long>(std::min(n, lines.size())), lines.end()};
 }
 
-void erase_variable(std::vector<std::string>& env, const std::string& name) {
-  std::erase_if(env, [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
-}
-
 }  // namespace
 
 // Notices for the program (Slurm's --signal=USR1@90 before a time limit or
@@ -68,50 +64,46 @@ Attempt::Attempt(const AttemptContext& context, const RoundAssignment& round,
 
 Attempt::~Attempt() = default;
 
-// ddprun's environment for the workers, with the variables ddprun sets
-// beside the contract's; fills each rank's CPUs (--bind_cores_to_rank).
-std::vector<std::string> Attempt::base_env(std::vector<std::vector<int>>* cpus) {
+// What ddprun sets for every worker beside the rank's own variables: the
+// environment it inherits, CPUs (--bind_cores_to_rank), the progress board,
+// and the defaults a user's own environment overrides.
+void Attempt::settings() {
   const LaunchSpec& spec = ctx_.spec;
   const int n = spec.nproc_per_node;
-  std::vector<std::string> env = base_environment();
-  if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) env.push_back("OMP_NUM_THREADS=1");
+  in_.base_env = base_environment();
+  if (n > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) in_.omp_num_threads = "1";
   // --bind_cores_to_rank: ddprun's CPUs now, so a mask narrowed since the
   // last attempt is followed. Each rank's own mask is then only its slice, so
   // the workers are told how many CPUs the node's ranks share
   // (ddp::node_cpus(): whether libddp's waits may spin).
-  cpus->assign(static_cast<std::size_t>(n), {});
+  in_.cpus.assign(static_cast<std::size_t>(n), {});
   if (spec.bind_cores_to_rank) {
     const std::vector<int> allowed = allowed_cpus();
-    *cpus = cpu_slices(allowed, n);
-    erase_variable(env, "DDP_NODE_CPUS");
-    env.push_back("DDP_NODE_CPUS=" + std::to_string(allowed.size()));
+    in_.cpus = cpu_slices(allowed, n);
+    in_.node_cpus = static_cast<int>(allowed.size());
     std::string text;
-    for (std::size_t r = 0; r < cpus->size(); ++r) {
-      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join((*cpus)[r], " "));
+    for (std::size_t r = 0; r < in_.cpus.size(); ++r) {
+      text += fmt::format("{}local rank {}: {}", r > 0 ? "; " : "", r, fmt::join(in_.cpus[r], " "));
     }
     launcher_log().info("--bind_cores_to_rank: {} CPU(s) for {} local rank(s): {}", allowed.size(),
                         n, text);
   }
   // The progress board libddp counts collectives on (--hang_timeout, ddprun
   // status), and Python's fault handler (every thread's traceback on SIGABRT).
-  erase_variable(env, "DDP_PROGRESS_FD");
   if (spec.hang_timeout_s > 0 || spec.status_interval_s > 0) {
     board_ = ProgressBoard::create(n);
-    env.push_back("DDP_PROGRESS_FD=" + std::to_string(board_->fd()));
+    in_.progress_fd = board_->fd();
     if (spec.hang_timeout_s > 0 && python_ && std::getenv("PYTHONFAULTHANDLER") == nullptr) {
-      env.push_back("PYTHONFAULTHANDLER=1");
+      in_.python_fault_handler = "1";
     }
   }
-  return env;
 }
 
 void Attempt::start() {
   const LaunchSpec& spec = ctx_.spec;
   const std::vector<std::string> command = spec.command();
   python_ = runs_python(command);
-  std::vector<std::vector<int>> cpus;
-  in_.base_env = base_env(&cpus);
-  in_.cpus = std::move(cpus);
+  settings();
   auto& relay = ctx_.stdin_relay;
   relay.reset();
   if (isatty(STDIN_FILENO) == 1) relay.emplace();

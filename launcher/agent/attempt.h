@@ -72,7 +72,7 @@ class Attempt {
 
  private:
   using Clock = std::chrono::steady_clock;
-  std::vector<std::string> base_env(std::vector<std::vector<int>>* cpus);
+  void settings();
   void start();
   int poll_timeout();
   void on_round_event();

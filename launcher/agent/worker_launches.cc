@@ -81,6 +81,10 @@ WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir,
   env.rdzv_token = spec.rdzv_token;
   env.round = in.round.round;
   env.output_prefixed = spec.rank_prefix;  // ddp::log then leaves the rank out of its prefix
+  env.node_cpus = in.node_cpus;
+  env.progress_fd = in.progress_fd;
+  env.omp_num_threads = in.omp_num_threads;
+  env.python_fault_handler = in.python_fault_handler;
   if (const char* nccl_async = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) {
     env.nccl_async_error_handling = nccl_async;
   }

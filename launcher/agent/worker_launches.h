@@ -35,6 +35,12 @@ struct LaunchInputs {
   std::vector<std::vector<int>> cpus;  // per local rank; empty: inherited
   std::size_t kept_stderr_lines = 0;   // for the failure or hang report
   std::string heal_mark_dir;           // --on_failure=heal: the run's HealMarks ("": off)
+  // The contract's launcher settings (WorkerEnv's node_cpus, progress_fd,
+  // omp_num_threads, python_fault_handler), the same for every rank.
+  int node_cpus = 0;
+  int progress_fd = -1;
+  std::string omp_num_threads;
+  std::string python_fault_handler;
 };
 
 // One launch per local rank. Opens the per-worker log files (closed again

@@ -45,6 +45,10 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   env.heal = true;
   env.heal_mark = "/run/heal-mark-1";
   env.incarnation = 2;
+  env.node_cpus = 6;
+  env.progress_fd = 9;
+  env.omp_num_threads = "1";
+  env.python_fault_handler = "1";
   auto pairs = env.to_env();
   std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
   for (const auto& name : contract_variable_names()) {
@@ -78,6 +82,10 @@ TEST(EnvContract, WriterAndParserRoundTrip) {
   EXPECT_TRUE(back->heal);
   EXPECT_EQ(back->heal_mark, "/run/heal-mark-1");
   EXPECT_EQ(back->incarnation, 2);
+  EXPECT_EQ(back->node_cpus, 6);
+  EXPECT_EQ(back->progress_fd, 9);
+  EXPECT_EQ(vars.at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(back->python_fault_handler, "1");
   EXPECT_EQ(back->nccl_async_error_handling, "0");
   EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "False");
 }
@@ -130,6 +138,26 @@ TEST(EnvContract, HealVariablesRoundTripAndAreWrittenOnlyWhenHealIsOn) {
     FAIL() << "a malformed DDP_ON_FAILURE must be an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("DDP_ON_FAILURE"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EnvContract, LauncherSettingsAreWrittenOnlyWhenSetAndTheUsersOwnAreNeverStripped) {
+  WorkerEnv env;
+  for (const auto& [name, value] : env.to_env()) {
+    EXPECT_TRUE(name != "DDP_NODE_CPUS" && name != "DDP_PROGRESS_FD" && name != "OMP_NUM_THREADS" &&
+                name != "PYTHONFAULTHANDLER")
+        << name;
+  }
+  // A user's OMP_NUM_THREADS or PYTHONFAULTHANDLER is inherited, never dropped.
+  const auto& names = contract_variable_names();
+  for (const char* name : {"OMP_NUM_THREADS", "PYTHONFAULTHANDLER"}) {
+    EXPECT_EQ(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  try {
+    parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_PROGRESS_FD", "x"}});
+    FAIL() << "a malformed DDP_PROGRESS_FD must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DDP_PROGRESS_FD"), std::string::npos) << e.what();
   }
 }
 

@@ -4,21 +4,15 @@
 #include <cstdlib>
 #include <string>
 
+#include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
 
 namespace ddp {
 
 int node_cpus() {
-  if (const char* text = std::getenv("DDP_NODE_CPUS"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || n < 1 || n > 1 << 20) {
-      throw Error("environment variable DDP_NODE_CPUS='" + std::string(text) +
-                  "' is not a whole number >= 1");
-    }
-    return static_cast<int>(n);
-  }
+  const int told = WorkerEnv::node_cpus_from([](const char* name) { return std::getenv(name); });
+  if (told > 0) return told;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);

@@ -24,7 +24,8 @@ ProgressSlot* my_slot() {
     }
     if (!env) return nullptr;
     // This process's mapping of the board, for the rest of its life.
-    static std::optional<ProgressBoard> board = ProgressBoard::attach_from_env(env->local_rank);
+    static std::optional<ProgressBoard> board =
+        ProgressBoard::attach(env->progress_fd, env->local_rank);
     if (!board) return nullptr;
     ProgressSlot* s = &board->slot(env->local_rank);
     s->attached.store(1, std::memory_order_relaxed);

@@ -62,6 +62,20 @@ struct WorkerEnv {
   bool heal = false;
   std::string heal_mark;
   int incarnation = 0;
+  // What the launcher sets beside torchrun's variables:
+  // DDP_NODE_CPUS (written when > 0): with --bind_cores_to_rank, how many CPUs
+  // the node's ranks share (each rank's own mask is only its slice).
+  int node_cpus = 0;
+  // DDP_PROGRESS_FD (written when >= 0): the progress board libddp counts
+  // collectives on (--hang_timeout, ddprun status); inherited by the worker.
+  int progress_fd = -1;
+  // OMP_NUM_THREADS and PYTHONFAULTHANDLER are the user's: the launcher sets
+  // them only when its own environment does not (then written when
+  // non-empty; an inherited value reaches the worker as it was): "1" thread
+  // per rank with several local ranks, and Python's fault handler (every
+  // thread's traceback on SIGABRT) under --hang_timeout.
+  std::string omp_num_threads;
+  std::string python_fault_handler;
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
@@ -72,6 +86,10 @@ struct WorkerEnv {
   // malformed or inconsistent (e.g. RANK >= WORLD_SIZE).
   static std::optional<WorkerEnv> from_env(const std::function<const char*(const char*)>& getenv);
   static std::optional<WorkerEnv> from_process_env();
+  // DDP_NODE_CPUS alone (0 when unset), read at each call and without the
+  // rest of the contract (ddp::node_cpus() works outside a launch too).
+  // Throws ddp::Error naming it when it is not a whole number >= 1.
+  static int node_cpus_from(const std::function<const char*(const char*)>& getenv);
 };
 
 // Names of every variable the contract writes (for tests and docs).

@@ -54,10 +54,10 @@ class ProgressBoard {
   // memory cannot be created or mapped. The descriptor is close-on-exec:
   // the spawner makes it inheritable in the child.
   static ProgressBoard create(int slots);
-  // The board of DDP_PROGRESS_FD, or nullopt when the variable is unset,
-  // malformed or names no board with a slot `slot` (then libddp counts
-  // nothing; the job runs as without --hang_timeout).
-  static std::optional<ProgressBoard> attach_from_env(int slot);
+  // The board behind descriptor `fd` (the contract's DDP_PROGRESS_FD), or
+  // nullopt when `fd` is negative or names no board with a slot `slot` (then
+  // libddp counts nothing; the job runs as without --hang_timeout).
+  static std::optional<ProgressBoard> attach(int fd, int slot);
 
   ProgressBoard(ProgressBoard&& other) noexcept;
   ProgressBoard& operator=(ProgressBoard&& other) noexcept;
