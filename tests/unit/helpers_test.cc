@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <atomic>
 #include <cstring>
@@ -128,8 +127,8 @@ class LogSinks : public ::testing::Test {
  protected:
   void SetUp() override {
     if (is_distributed()) GTEST_SKIP() << "needs a world of one (run outside ddprun)";
-    log::set_sinks(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_),
-                   std::make_shared<spdlog::sinks::ostream_sink_mt>(err_));
+    log::set_sinks([this](std::string_view line) { out_ << line; },
+                   [this](std::string_view line) { err_ << line; });
   }
   void TearDown() override {
     log::reset_sinks();

@@ -1,6 +1,6 @@
 #pragma once
 // Rank-aware logging for worker processes (what `print(..., all=False)` does
-// in the usual PyTorch DDP helpers), on spdlog.
+// in the usual PyTorch DDP helpers).
 //
 //   ddp::log::info("epoch {} loss {:.4f}", epoch, loss);   // rank 0 only
 //   ddp::log::info_all("loaded shard {}", shard);            // every rank, "[rank N] "
@@ -23,14 +23,11 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
-
-namespace spdlog::sinks {
-class sink;
-}  // namespace spdlog::sinks
 
 namespace ddp::log {
 
@@ -82,9 +79,12 @@ void error(fmt::format_string<Args...> format, Args&&... args) {
     write(Level::kError, true, fmt::format(format, std::forward<Args>(args)...));
 }
 
+// Receives written text: one line at a time, ending with '\n'. Calls to
+// one sink never overlap (they are serialised), and must not log.
+using LineSink = std::function<void(std::string_view line)>;
 // Sends info/debug lines to `out` and warnings/errors to `err` instead of
 // stdout/stderr (tests, or a file). reset_sinks() restores the console.
-void set_sinks(std::shared_ptr<spdlog::sinks::sink> out, std::shared_ptr<spdlog::sinks::sink> err);
+void set_sinks(LineSink out, LineSink err);
 void reset_sinks();
 
 // The rules as pure functions (what write() applies, given this process's

@@ -1,5 +1,6 @@
 #include "ddp/log.h"
 
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -184,16 +185,39 @@ void write(Level level, bool all, std::string_view message) {
   }
 }
 
-void set_sinks(std::shared_ptr<spdlog::sinks::sink> out, std::shared_ptr<spdlog::sinks::sink> err) {
-  auto out_logger = make_logger("ddp.out", std::move(out));
-  auto err_logger = make_logger("ddp.err", std::move(err));
+namespace {
+
+// spdlog's side of a LineSink: each formatted line, newline included.
+class FunctionSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FunctionSink(LineSink sink) : sink_(std::move(sink)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t text;
+    formatter_->format(msg, text);
+    sink_(std::string_view(text.data(), text.size()));
+  }
+  void flush_() override {}
+
+ private:
+  LineSink sink_;
+};
+
+}  // namespace
+
+void set_sinks(LineSink out, LineSink err) {
+  auto out_logger = make_logger("ddp.out", std::make_shared<FunctionSink>(std::move(out)));
+  auto err_logger = make_logger("ddp.err", std::make_shared<FunctionSink>(std::move(err)));
   std::lock_guard<std::mutex> lock(g_sinks_mu);
   loggers_locked() = Loggers{std::move(out_logger), std::move(err_logger)};
 }
 
 void reset_sinks() {
-  set_sinks(std::make_shared<spdlog::sinks::stdout_sink_mt>(),
-            std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto out = make_logger("ddp.out", std::make_shared<spdlog::sinks::stdout_sink_mt>());
+  auto err = make_logger("ddp.err", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  std::lock_guard<std::mutex> lock(g_sinks_mu);
+  loggers_locked() = Loggers{std::move(out), std::move(err)};
 }
 
 }  // namespace ddp::log
