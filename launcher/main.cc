@@ -23,20 +23,39 @@
 #include "worker_group/orphan_guard.h"
 #include "worker_group/process.h"
 
+namespace {
+
+// `ddprun health` and `ddprun status`: read-only questions to a rendezvous.
+int query_command(const std::vector<std::string>& args) {
+  try {
+    if (args[1] == "status") return ddp::launcher::load_rpc_plugin().status_command(args);
+    return ddp::launcher::load_rpc_plugin().health_command(args);
+  } catch (const ddp::Error& e) {
+    ddp::launcher_log().error("error: {}", e.what());
+    return 1;
+  }
+}
+
+// Signals are read from a signalfd in the agent's poll loop, so they are
+// blocked before any child (guard or worker) exists; children unblock them.
+// Writing to a closed console or a dead guard must not kill the supervisor.
+// Returns the signalfd, or -1.
+int block_signals() {
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t handled = ddp::launcher::forwarded_signals();
+  sigaddset(&handled, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &handled, nullptr);
+  return signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ddp::launcher::raise_open_file_limit();
   using namespace ddp::launcher;
   std::vector<std::string> args(argv, argv + argc);
   // Subcommands come first; any other first word is a program to launch.
-  if (args.size() >= 2 && (args[1] == "health" || args[1] == "status")) {
-    try {
-      if (args[1] == "status") return load_rpc_plugin().status_command(args);
-      return load_rpc_plugin().health_command(args);
-    } catch (const ddp::Error& e) {
-      ddp::launcher_log().error("error: {}", e.what());
-      return 1;
-    }
-  }
+  if (args.size() >= 2 && (args[1] == "health" || args[1] == "status")) return query_command(args);
   ParseOutcome parsed;
   const bool daemon = args.size() >= 2 && args[1] == "rendezvous";
   // One host's agent of a `ddprun --hostfile` job, started by the front end over ssh.
@@ -65,14 +84,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Writing to a closed console or a dead guard must not kill the supervisor.
-  signal(SIGPIPE, SIG_IGN);
-  // Signals are read from a signalfd in the agent's poll loop, so they are
-  // blocked before any child (guard or worker) exists; children unblock them.
-  sigset_t handled = forwarded_signals();
-  sigaddset(&handled, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &handled, nullptr);
-  int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  const int signal_fd = block_signals();
   if (signal_fd < 0) {
     ddp::launcher_log().error("error: signalfd failed");
     return 1;

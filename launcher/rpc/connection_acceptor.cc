@@ -159,59 +159,134 @@ void ConnectionAcceptor::stop() {
   listeners_.clear();
 }
 
-void ConnectionAcceptor::run() {
-  std::deque<Unready> unready;
-  int spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const int limit = open_file_limit();
-  const int reserved_from = first_reserved_fd(limit);
-  bool warned = false;  // once per stretch of refusals
-  const auto handshake = std::chrono::milliseconds(options_.handshake_timeout_ms);
+namespace {
 
-  auto drop_connection = [&](int fd) {
-    if (!warned) {
-      launcher_log().warn(
-          "rendezvous: out of file descriptors (open-file limit {}): refusing connections until "
-          "some close",
-          limit);
-      warned = true;
-    }
-    close(fd);
-  };
-  auto accept_all = [&](int listener) {
-    for (;;) {
-      int fd = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE) {
-          // The spare makes room for one accept, so the waiting connection is
-          // taken off the queue (and closed) instead of making poll spin.
-          if (spare >= 0) close(spare);
-          int dropped = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-          if (dropped >= 0) drop_connection(dropped);
-          spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-          if (dropped >= 0) continue;
-          return;
-        }
-        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-        return;  // EAGAIN, or an error that the next poll will report again
-      }
-      if (fd >= reserved_from) {
-        drop_connection(fd);
-        continue;
-      }
-      warned = false;
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      if (unready.size() >= options_.max_unready) {
-        close(unready.front().fd);
-        unready.pop_front();
-      }
-      const auto now = Clock::now();
-      unready.push_back({fd, now + handshake, now});
-    }
-  };
+// The accept loop's state, on the acceptor's thread: connections accepted
+// but not yet handed over (their first bytes decide where they go), and the
+// spare descriptor that lets a full process still take a waiting
+// connection off the queue.
+class AcceptLoop {
+ public:
+  AcceptLoop(const ConnectionAcceptor::Options& options, const ConnectionAcceptor::HandOver& grpc,
+             const ConnectionAcceptor::HandOver& store, const std::vector<int>& listeners,
+             int wake_fd)
+      : options_(options),
+        grpc_(grpc),
+        store_(store),
+        listeners_(listeners),
+        wake_fd_(wake_fd),
+        spare_(open("/dev/null", O_RDONLY | O_CLOEXEC)),
+        limit_(open_file_limit()),
+        reserved_from_(first_reserved_fd(limit_)) {}
+  ~AcceptLoop() {
+    for (const Unready& u : unready_) close(u.fd);
+    if (spare_ >= 0) close(spare_);
+  }
+  // Until stop() wakes it or poll fails.
+  void run();
 
+ private:
+  void drop_connection(int fd);
+  void accept_all(int listener);
+  // Hands over or closes the polled connections that said enough; drops
+  // those past their handshake deadline.
+  void sort_out(const std::vector<pollfd>& fds, const std::vector<size_t>& polled);
+
+  const ConnectionAcceptor::Options& options_;
+  const ConnectionAcceptor::HandOver& grpc_;
+  const ConnectionAcceptor::HandOver& store_;
+  const std::vector<int>& listeners_;
+  const int wake_fd_;
+  std::deque<Unready> unready_;
+  int spare_;
+  const int limit_, reserved_from_;
+  bool warned_ = false;  // once per stretch of refusals
+};
+
+void AcceptLoop::drop_connection(int fd) {
+  if (!warned_) {
+    launcher_log().warn(
+        "rendezvous: out of file descriptors (open-file limit {}): refusing connections until "
+        "some close",
+        limit_);
+    warned_ = true;
+  }
+  close(fd);
+}
+
+void AcceptLoop::accept_all(int listener) {
+  for (;;) {
+    int fd = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        // The spare makes room for one accept, so the waiting connection is
+        // taken off the queue (and closed) instead of making poll spin.
+        if (spare_ >= 0) close(spare_);
+        int dropped = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (dropped >= 0) drop_connection(dropped);
+        spare_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (dropped >= 0) continue;
+        return;
+      }
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      return;  // EAGAIN, or an error that the next poll will report again
+    }
+    if (fd >= reserved_from_) {
+      drop_connection(fd);
+      continue;
+    }
+    warned_ = false;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (unready_.size() >= options_.max_unready) {
+      close(unready_.front().fd);
+      unready_.pop_front();
+    }
+    const auto now = Clock::now();
+    unready_.push_back({fd, now + std::chrono::milliseconds(options_.handshake_timeout_ms), now});
+  }
+}
+
+void AcceptLoop::sort_out(const std::vector<pollfd>& fds, const std::vector<size_t>& polled) {
+  const auto later = Clock::now();
+  std::vector<bool> done(unready_.size(), false);
+  for (size_t k = 0; k < polled.size(); ++k) {
+    if (!fds[1 + listeners_.size() + k].revents) continue;
+    Unready& u = unready_[polled[k]];
+    switch (look_at(u.fd, static_cast<bool>(store_))) {
+      case Preface::kComplete:
+        grpc_(u.fd);
+        done[polled[k]] = true;
+        break;
+      case Preface::kTorchStore:
+        store_(u.fd);
+        done[polled[k]] = true;
+        break;
+      case Preface::kPartial:
+        u.next_look = later + kPartialRecheck;
+        break;
+      case Preface::kWrong:
+      case Preface::kClosed:
+        close(u.fd);
+        done[polled[k]] = true;
+        break;
+    }
+  }
+  std::deque<Unready> kept;
+  for (size_t i = 0; i < unready_.size(); ++i) {
+    if (done[i]) continue;
+    if (unready_[i].deadline <= later) {
+      close(unready_[i].fd);
+      continue;
+    }
+    kept.push_back(unready_[i]);
+  }
+  unready_.swap(kept);
+}
+
+void AcceptLoop::run() {
   std::vector<pollfd> fds;
-  std::vector<size_t> polled;  // index in `unready` of fds[1 + listeners + i]
+  std::vector<size_t> polled;  // index in `unready_` of fds[1 + listeners + i]
   for (;;) {
     const auto now = Clock::now();
     fds.clear();
@@ -219,61 +294,33 @@ void ConnectionAcceptor::run() {
     fds.push_back({wake_fd_, POLLIN, 0});
     for (int fd : listeners_) fds.push_back({fd, POLLIN, 0});
     auto next = now + std::chrono::hours(1);
-    for (size_t i = 0; i < unready.size(); ++i) {
-      next = std::min(next, unready[i].deadline);
-      if (unready[i].next_look <= now) {
-        fds.push_back({unready[i].fd, POLLIN, 0});
+    for (size_t i = 0; i < unready_.size(); ++i) {
+      next = std::min(next, unready_[i].deadline);
+      if (unready_[i].next_look <= now) {
+        fds.push_back({unready_[i].fd, POLLIN, 0});
         polled.push_back(i);
       } else {
-        next = std::min(next, unready[i].next_look);
+        next = std::min(next, unready_[i].next_look);
       }
     }
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
     int ready = poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait_ms, 0)));
-    if (ready < 0 && errno != EINTR) break;
-    if (fds[0].revents) break;  // stop()
-    const auto later = Clock::now();
-    std::vector<bool> done(unready.size(), false);
-    for (size_t k = 0; k < polled.size(); ++k) {
-      if (!fds[1 + listeners_.size() + k].revents) continue;
-      Unready& u = unready[polled[k]];
-      switch (look_at(u.fd, static_cast<bool>(torch_store_))) {
-        case Preface::kComplete:
-          hand_over_(u.fd);
-          done[polled[k]] = true;
-          break;
-        case Preface::kTorchStore:
-          torch_store_(u.fd);
-          done[polled[k]] = true;
-          break;
-        case Preface::kPartial:
-          u.next_look = later + kPartialRecheck;
-          break;
-        case Preface::kWrong:
-        case Preface::kClosed:
-          close(u.fd);
-          done[polled[k]] = true;
-          break;
-      }
-    }
-    std::deque<Unready> kept;
-    for (size_t i = 0; i < unready.size(); ++i) {
-      if (done[i]) continue;
-      if (unready[i].deadline <= later) {
-        close(unready[i].fd);
-        continue;
-      }
-      kept.push_back(unready[i]);
-    }
-    unready.swap(kept);
+    if (ready < 0 && errno != EINTR) return;
+    if (fds[0].revents) return;  // stop()
+    sort_out(fds, polled);
     // Accepting last: it may drop the oldest unready connection, which would
     // move the indices in `polled`.
     for (size_t i = 0; i < listeners_.size(); ++i) {
       if (fds[1 + i].revents) accept_all(listeners_[i]);
     }
   }
-  for (const Unready& u : unready) close(u.fd);
-  if (spare >= 0) close(spare);
+}
+
+}  // namespace
+
+void ConnectionAcceptor::run() {
+  AcceptLoop loop(options_, hand_over_, torch_store_, listeners_, wake_fd_);
+  loop.run();
 }
 
 }  // namespace ddp::launcher

@@ -88,19 +88,19 @@ std::string backend_problem(const Config& c, const std::string& backend, const s
   return "";
 }
 
-ParseResult parse_flags(const std::vector<std::string>& argv) {
-  Config c;
-  CLI::App app{
-      "train: the reference data-parallel trainer. An MLP on a synthetic dataset (made from "
-      "--seed) or scikit-learn's handwritten digits, forward and backward with OpenBLAS (or "
-      "cuBLAS with --backend nccl), gradients averaged by ddp::GradSync while the backward pass "
-      "runs. Launch with ddprun --nproc_per_node=N train [FLAGS].",
-      "train"};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.allow_extras();  // reported below, naming the first one
-  app.get_formatter()->column_width(34);
-  const auto positive = at_least(1);
+namespace {
 
+// What parse_flags reads back after parsing: the flags kept as text, and
+// those --data digits must not be given.
+struct FlagRefs {
+  std::string optimizer = "sgd", task = "classification";
+  CLI::Option *input_dim = nullptr, *output_dim = nullptr, *task_flag = nullptr,
+              *dataset_size = nullptr;
+};
+
+// The run's length, batch and optimizer.
+void add_run_flags(CLI::App& app, Config& c, FlagRefs& f) {
+  const auto positive = at_least(1);
   app.add_option("--steps", c.steps, "Optimizer steps to run (or --epochs)")
       ->check(at_least<std::int64_t>(1));
   app.add_option("--epochs", c.epochs, "Epochs to run (default: 1 when --steps is not given)")
@@ -113,8 +113,7 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
       ->check(positive)
       ->capture_default_str();
   app.add_option("--lr", c.lr, "Learning rate")->check(positive_real())->capture_default_str();
-  std::string optimizer = "sgd", task = "classification";
-  app.add_option("--optimizer", optimizer, "sgd (with momentum) or adam")
+  app.add_option("--optimizer", f.optimizer, "sgd (with momentum) or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum (torch's rule, no dampening)")
@@ -122,24 +121,28 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--beta1", c.beta1, "Adam's first-moment decay")->capture_default_str();
   app.add_option("--beta2", c.beta2, "Adam's second-moment decay")->capture_default_str();
   app.add_option("--eps", c.eps, "Adam's epsilon")->check(positive_real())->capture_default_str();
+}
+
+// The model and the data.
+void add_model_flags(CLI::App& app, Config& c, FlagRefs& f) {
+  const auto positive = at_least(1);
   app.add_option("--hidden", c.hidden, "Width of the hidden layers")
       ->check(positive)
       ->capture_default_str();
   app.add_option("--layers", c.layers, "Hidden layers (the model has layers+1 Linear layers)")
       ->check(positive)
       ->capture_default_str();
-  auto* input_dim = app.add_option("--input_dim,--input-dim", c.input_dim, "Features per sample")
-                        ->check(positive)
-                        ->capture_default_str();
-  auto* output_dim =
+  f.input_dim = app.add_option("--input_dim,--input-dim", c.input_dim, "Features per sample")
+                    ->check(positive)
+                    ->capture_default_str();
+  f.output_dim =
       app.add_option("--output_dim,--output-dim", c.output_dim, "Classes, or regression targets")
           ->check(positive)
           ->capture_default_str();
-  auto* task_flag =
-      app.add_option("--task", task,
-                     "classification (cross-entropy) or regression (mean squared error)")
-          ->check(CLI::IsMember({"classification", "regression"}))
-          ->capture_default_str();
+  f.task_flag = app.add_option("--task", f.task,
+                               "classification (cross-entropy) or regression (mean squared error)")
+                    ->check(CLI::IsMember({"classification", "regression"}))
+                    ->capture_default_str();
   app.add_option("--data", c.data,
                  "synthetic (made from --seed) or digits (scikit-learn's 8x8 handwritten digits: "
                  "64 features, 10 classes, 20% held out for a test accuracy at the end)")
@@ -148,12 +151,16 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--data_file,--data-file", c.data_file,
                  "The digits' digits.csv.gz (Debian's python3-sklearn installs it)")
       ->capture_default_str();
-  auto* dataset_size = app.add_option("--dataset_size,--dataset-size", c.dataset_size,
-                                      "Samples in the synthetic dataset")
-                           ->check(at_least<std::int64_t>(1))
-                           ->capture_default_str();
+  f.dataset_size = app.add_option("--dataset_size,--dataset-size", c.dataset_size,
+                                  "Samples in the synthetic dataset")
+                       ->check(at_least<std::int64_t>(1))
+                       ->capture_default_str();
   app.add_option("--seed", c.seed, "Seeds the dataset, the initial weights and the shuffle")
       ->capture_default_str();
+}
+
+// Gradient averaging and the backend.
+void add_sync_flags(CLI::App& app, Config& c) {
   app.add_option("--bucket_cap_mb,--bucket-cap-mb", c.bucket_cap_mb, "GradSync bucket size (MiB)")
       ->check(positive_real())
       ->capture_default_str();
@@ -175,6 +182,11 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
                  "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
                  "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "
                  "$DDP_BACKEND, else auto = shm with several ranks per node, else gloo)");
+}
+
+// Checkpoints and output.
+void add_output_flags(CLI::App& app, Config& c) {
+  const auto positive = at_least(1);
   app.add_option("--checkpoint", c.checkpoint, "Checkpoint file rank 0 writes (atomically)");
   app.add_option("--checkpoint_every,--checkpoint-every", c.checkpoint_every,
                  "Steps between checkpoints (0: only at the end)")
@@ -190,6 +202,26 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
   app.add_option("--log_every,--log-every", c.log_every, "Steps between progress lines")
       ->check(positive)
       ->capture_default_str();
+}
+
+}  // namespace
+
+ParseResult parse_flags(const std::vector<std::string>& argv) {
+  Config c;
+  CLI::App app{
+      "train: the reference data-parallel trainer. An MLP on a synthetic dataset (made from "
+      "--seed) or scikit-learn's handwritten digits, forward and backward with OpenBLAS (or "
+      "cuBLAS with --backend nccl), gradients averaged by ddp::GradSync while the backward pass "
+      "runs. Launch with ddprun --nproc_per_node=N train [FLAGS].",
+      "train"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();  // reported below, naming the first one
+  app.get_formatter()->column_width(34);
+  FlagRefs f;
+  add_run_flags(app, c, f);
+  add_model_flags(app, c, f);
+  add_sync_flags(app, c);
+  add_output_flags(app, c);
 
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
@@ -201,11 +233,11 @@ ParseResult parse_flags(const std::vector<std::string>& argv) {
                            ? "unknown option '" + first + "' (see train --help)"
                            : "unexpected argument '" + first + "' (see train --help)");
     }
-    c.optimizer = optimizer == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
-    c.task = task == "regression" ? Task::kRegression : Task::kClassification;
+    c.optimizer = f.optimizer == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
+    c.task = f.task == "regression" ? Task::kRegression : Task::kClassification;
     if (c.data == "digits") {
       // The file decides these: 64 pixels, 10 classes.
-      for (const CLI::Option* o : {input_dim, output_dim, task_flag, dataset_size}) {
+      for (const CLI::Option* o : {f.input_dim, f.output_dim, f.task_flag, f.dataset_size}) {
         if (o->count() > 0)
           throw ddp::Error(o->get_name() + " with --data digits: the digits' file fixes it");
       }
