@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -92,8 +93,24 @@ NetnsHosts::NetnsHosts(int count) {
 
 NetnsHosts::~NetnsHosts() { remove_all(); }
 
+namespace {
+
+// Every process still in namespace `name` (what a test started there and
+// left: an sshd session, a worker), killed so that nothing outlives the host.
+void kill_processes_in(const std::string& name) {
+  FILE* pids = popen(("ip netns pids " + name + " 2>/dev/null").c_str(), "r");
+  if (pids == nullptr) return;
+  for (long pid = 0; std::fscanf(pids, "%ld", &pid) == 1;) {
+    if (pid > 1) kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  pclose(pids);
+}
+
+}  // namespace
+
 void NetnsHosts::remove_all() {
   for (const auto& host : hosts_) {
+    kill_processes_in(host);
     ip({"netns", "del", host});
     std::error_code ignored;
     std::filesystem::remove_all("/etc/netns/" + host, ignored);
