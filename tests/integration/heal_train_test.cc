@@ -160,10 +160,14 @@ TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
   const auto run = run_heal(4, {"--kill", "3@150"}, 2500);
   expect_healed(run, 4, 2500);
   const std::string& out = run.result.out;
-  EXPECT_NE(out.find("left 3 | arrived none | replaced none | world 4 -> 3"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("left none | arrived 3 | replaced none | world 3 -> 4"), std::string::npos)
-      << out;
+  // Either the survivors go on with three ranks and admit the relaunch later,
+  // or (a loaded machine) the relaunch arrives before they close the epoch.
+  const bool left_then_arrived =
+      out.find("left 3 | arrived none | replaced none | world 4 -> 3") != std::string::npos &&
+      out.find("left none | arrived 3 | replaced none | world 3 -> 4") != std::string::npos;
+  const bool replaced =
+      out.find("left none | arrived none | replaced 3 | world 4 -> 4") != std::string::npos;
+  EXPECT_TRUE(left_then_arrived || replaced) << out;
   EXPECT_NE(out.find("[rank 3] heal: joined epoch"), std::string::npos) << out;
   EXPECT_NE(
       run.result.err.find("rank 3 (local rank 3) exited with signal 9 (SIGKILL): relaunching"),
