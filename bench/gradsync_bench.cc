@@ -23,6 +23,9 @@
 // communication < 0.5x the standalone all-reduce. The configurations are
 // measured in turn, several rounds (a shared machine drifts); times are
 // medians, of the slowest rank.
+//
+// --device: the model and GradSync's buckets on the GPU, against the same step
+// without gradient sync (gradsync_bench_device.h). --help lists the flags.
 
 #include <sys/resource.h>
 
@@ -34,7 +37,6 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,8 @@
 #include "ddp/grad_sync.h"
 #include "ddp/log.h"
 #include "ddp/shared_grad_sum.h"
+#include "gradsync_bench_device.h"
+#include "gradsync_bench_options.h"
 
 #ifdef DDP_HAVE_OPENBLAS
 #include <cblas.h>
@@ -87,21 +91,7 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
 #endif
 }
 
-struct Config {
-  int layers = 4;
-  int width = 888;
-  int batch = 64;
-  int rounds = 5;  // configurations are measured in turn, `rounds` times (drift cancels out)
-  int steps = 8;   // measured steps per configuration and round
-  int warmup = 5;
-  // 0: one bucket for everything, reduced when the backward pass ends (no overlap).
-  std::vector<double> caps_mib = {1, 4, 25, 100, 0};
-  std::vector<double> inline_caps_mib = {4, 25};  // the same, with CommMode::kInline
-  bool shared = true;  // also CommMode::kShared (no buckets: its cap column reads "-")
-  double shared_block_kib = 256;
-  double first_mib = 1;
-  ddp::Compression compression = ddp::Compression::kNone;
-};
+using Config = bench::GradSyncBenchConfig;
 
 // The MLP, its activations, and its gradients' home (GradSync views or plain buffers).
 class Mlp {
@@ -229,13 +219,6 @@ double max_over_ranks(ddp::ProcessGroup& pg, double v) {
   return v;
 }
 
-std::vector<double> parse_list(const char* text) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::atof(item.c_str()));
-  return out;
-}
-
 struct Row {
   double cap_mib;
   ddp::CommMode mode;
@@ -245,46 +228,7 @@ struct Row {
 
 }  // namespace
 
-int run(int argc, char** argv) {
-  Config c;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i];
-    if (flag == "--layers") {
-      c.layers = std::atoi(argv[i + 1]);
-    } else if (flag == "--width") {
-      c.width = std::atoi(argv[i + 1]);
-    } else if (flag == "--batch") {
-      c.batch = std::atoi(argv[i + 1]);
-    } else if (flag == "--rounds") {
-      c.rounds = std::atoi(argv[i + 1]);
-    } else if (flag == "--steps") {
-      c.steps = std::atoi(argv[i + 1]);
-    } else if (flag == "--warmup") {
-      c.warmup = std::atoi(argv[i + 1]);
-    } else if (flag == "--first") {
-      c.first_mib = std::atof(argv[i + 1]);
-    } else if (flag == "--compression") {
-      const std::string v = argv[i + 1];
-      c.compression = v == "fp16"   ? ddp::Compression::kFp16
-                      : v == "bf16" ? ddp::Compression::kBf16
-                                    : ddp::Compression::kNone;
-    } else if (flag == "--caps") {
-      c.caps_mib = parse_list(argv[i + 1]);
-    } else if (flag == "--inline_caps") {
-      c.inline_caps_mib = parse_list(argv[i + 1]);
-    } else if (flag == "--shared_block_kib") {
-      c.shared_block_kib = std::atof(argv[i + 1]);
-    } else if (flag == "--shared") {
-      c.shared = std::atoi(argv[i + 1]) != 0;
-    } else {
-      std::fprintf(stderr,
-                   "usage: gradsync_bench [--layers N] [--width N] [--batch N] [--rounds N] "
-                   "[--steps N] [--warmup N] [--first MiB] [--caps MiB,MiB,...] "
-                   "[--inline_caps MiB,...] [--shared 0|1] [--shared_block_kib KiB] [--compression "
-                   "none|fp16|bf16]\n");
-      return 64;
-    }
-  }
+int run(const Config& c) {
 #ifdef DDP_HAVE_OPENBLAS
   openblas_set_num_threads(1);
   const char* blas = "openblas, 1 thread";
@@ -483,8 +427,18 @@ int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  const auto args = bench::parse_gradsync_bench_args(argc, argv);
+  if (args.help) {
+    std::printf("%s", bench::gradsync_bench_usage().c_str());
+    return 0;
+  }
+  if (!args.error.empty()) {
+    std::fprintf(stderr, "gradsync_bench: %s\n%s", args.error.c_str(),
+                 bench::gradsync_bench_usage().c_str());
+    return 64;
+  }
   try {
-    return run(argc, argv);
+    return args.config.device ? bench::run_gradsync_device_bench(args.config) : run(args.config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gradsync_bench: error: %s\n", e.what());
     return 1;

@@ -20,7 +20,9 @@
 # torchrun (final loss and launch-to-first-all-reduce time); the same with
 # Gloo on the CPU; Lightning on 1 GPU and with 2 CPU ranks under both
 # launchers; train on the GPU against the CPU loss curve and against PyTorch
-# eager throughput; allreduce_bench with NCCL device buffers.
+# eager throughput; allreduce_bench with NCCL device buffers against torch's
+# all_reduce on the same GPUs; gradsync_bench --device (GradSync's device
+# buckets against the same step without gradient sync).
 # Without a GPU the GPU checks print `SKIP name: no GPU ...` and the script
 # exits 0. --full also runs every test of the three test binaries.
 #
@@ -223,7 +225,7 @@ fi
 # ------------------------------------------------------------------ GPU tests
 # binary: test=GPUs needed (the tests that skip without a GPU).
 GPU_TESTS=(
-  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1"
+  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1"
   "grad_sync_tests GradSyncDevice.CompressionIsRefusedForDeviceBuckets=1 GradSyncDevice.NcclAveragesDeviceBucketsInPlace=2"
   "train_integration_tests TrainGpu.OneGpuFollowsTheCpuLossCurve=1 TrainGpu.CheckpointsMoveBetweenCpuAndGpu=1 TrainGpu.LossDecreasesOnTwoGpus=2 TrainGpu.TwoGpusFollowTheOneGpuLossCurve=2"
 )
@@ -264,18 +266,6 @@ for entry in "${GPU_TESTS[@]}"; do
     fi
   done
 done
-if [ "$FULL" = 1 ]; then
-  for binary in nccl_tests grad_sync_tests train_integration_tests; do
-    log=$LOGS/$binary.full.log
-    if brun "$BIN/$binary" > "$log" 2>&1; then
-      pass "gtest-all/$binary"
-      info "gtest-all/$binary" "$(grep -E '^\[  PASSED  \]' "$log" | tail -1) $(grep -E '^\[  SKIPPED \] [0-9]' "$log" | tail -1)"
-    else
-      fail "gtest-all/$binary" "$(grep -c '^\[  FAILED  \] [A-Z]' "$log" || true) failing test(s) (log: $log)"
-    fi
-  done
-fi
-
 # ------------------------------------------------------------------ PyTorch DDP
 # torch_check NAME BACKEND NPROC: the same script under ddprun and under torchrun.
 torch_check() {
@@ -405,21 +395,62 @@ else
 fi
 
 # ------------------------------------------------------------------ benchmarks
+# at_size LOG BYTES: "time us, algbw, busbw" of an allreduce_bench-style table.
+at_size() { awk -v b="$2" '$1 == b {print $2 " us, algbw " $3 " GB/s, busbw " $4 " GB/s"}' "$1"; }
+busbw_at() { awk -v b="$2" '$1 == b {print $4}' "$1"; }
+time_at() { awk -v b="$2" '$1 == b {print $2}' "$1"; }
 if [ -n "$NO_GPU" ]; then
   skip allreduce-bench-nccl "$NO_GPU"
+  skip gradsync-device-overhead "$NO_GPU"
 else
   n=$NGPU
   [ "$n" -gt 8 ] && n=8
   log=$LOGS/allreduce-bench-nccl.log
-  if brun env DDP_BACKEND=nccl "$BIN/ddprun" --nproc_per_node="$n" "$BIN/allreduce_bench" --max 268435456 > "$log" 2>&1 &&
+  if brun env DDP_BACKEND=nccl "$BIN/ddprun" --no_prefix --nproc_per_node="$n" "$BIN/allreduce_bench" --max 268435456 > "$log" 2>&1 &&
      grep -q 'backend nccl' "$log"; then
     pass allreduce-bench-nccl
-    info allreduce-bench-nccl "$n rank(s), device buffers; 256 MiB: $(awk '$1 == 268435456 {print $2 " us, algbw " $3 " GB/s, busbw " $4 " GB/s"}' "$log")"
+    info allreduce-bench-nccl "$n rank(s), device buffers; 256 MiB: $(at_size "$log" 268435456); 8 B: $(time_at "$log" 8) us"
+    # The peer: torch.distributed's all_reduce on the same GPU(s), timed the same way.
+    plog=$LOGS/allreduce-bench-torch.log
+    if [ "$TORCH_GPUS" -lt 1 ]; then
+      info allreduce-bench-nccl "no torch peer: ${HAVE_TORCH:-$NO_TORCH} has no CUDA"
+    elif brun "$BIN/ddprun" --no_prefix --nproc_per_node="$n" "$BUNDLE/py/torch_allreduce_bench.py" --backend nccl --max-bytes 268435456 > "$plog" 2>&1 &&
+         grep -q ' torch$' "$plog"; then
+      ours=$(busbw_at "$log" 268435456) theirs=$(busbw_at "$plog" 268435456)
+      info allreduce-bench-nccl "torch peer, same GPU(s): 256 MiB: $(at_size "$plog" 268435456); 8 B: $(time_at "$plog" 8) us; libddp/torch busbw at 256 MiB: $(awk -v a="$ours" -v b="$theirs" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "-"}')"
+    else
+      fail allreduce-bench-torch "$(last_words "$plog") (log: $plog)"
+    fi
   else
     fail allreduce-bench-nccl "$(last_words "$log") (log: $log)"
   fi
+  log=$LOGS/gradsync-device.log
+  if brun env DDP_BACKEND=nccl "$BIN/ddprun" --no_prefix --nproc_per_node="$n" "$BIN/gradsync_bench" --device > "$log" 2>&1 &&
+     grep -q 'step without gradient sync' "$log"; then
+    pass gradsync-device-overhead
+    info gradsync-device-overhead "$(grep -m1 '^# gradsync_bench' "$log" | cut -c3-)"
+    info gradsync-device-overhead "no sync: $(awk '/^step without gradient sync/ {print $5 " ms"}' "$log"); all-reduce alone: $(awk '/^all_reduce of all gradients alone/ {print $6 " ms"}' "$log")"
+    while read -r cap mode buckets step ratio comm exposed; do
+      info gradsync-device-overhead "cap $cap MiB $mode ($buckets buckets): step $step ms, ${ratio} of no sync, comm $comm ms, exposed $exposed ms"
+    done < <(awk 'f && NF == 7 {print} /^ *cap\(MiB\)/ {f = 1}' "$log")
+  else
+    fail gradsync-device-overhead "$(last_words "$log") (log: $log)"
+  fi
 fi
-skip gradsync-device-overhead "gradsync_bench has host buffers only (OpenBLAS compute, no device option); train's GradSync figures on the GPU are under train-vs-eager"
+
+# ------------------------------------------------------------------ --full (last: the
+# headline checks above come first)
+if [ "$FULL" = 1 ]; then
+  for binary in nccl_tests grad_sync_tests train_integration_tests; do
+    log=$LOGS/$binary.full.log
+    if brun "$BIN/$binary" > "$log" 2>&1; then
+      pass "gtest-all/$binary"
+      info "gtest-all/$binary" "$(grep -E '^\[  PASSED  \]' "$log" | tail -1) $(grep -E '^\[  SKIPPED \] [0-9]' "$log" | tail -1)"
+    else
+      fail "gtest-all/$binary" "$(grep -c '^\[  FAILED  \] [A-Z]' "$log" || true) failing test(s) (log: $log)"
+    fi
+  done
+fi
 
 echo "gpu-check: $N_PASS passed, $N_FAIL failed, $N_SKIP skipped (summary: $SUMMARY)"
 [ "$N_FAIL" = 0 ]
