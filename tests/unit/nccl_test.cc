@@ -8,12 +8,17 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/nccl/nccl_id.h"
 #include "core/backend.h"
+#include "core/init_parts.h"
 #include "ddp/common/error.h"
+#include "ddp/ddp.h"
+#include "ddp/process_group.h"
 #include "ddp/store.h"
 
 #ifdef DDP_HAVE_NCCL
@@ -165,32 +170,85 @@ TEST(Nccl, EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu) {
     EXPECT_EQ(cudaMemcpy(host.data(), device, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
     return host;
   };
+  // Each call on its own: one failing combination is reported, the others still run.
+  auto check = [&](const std::string& what, const std::function<void()>& call, const void* result,
+                   const std::vector<unsigned char>& expected) {
+    try {
+      call();
+      EXPECT_EQ(download(result, expected.size()), expected) << what;
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  };
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                       DType::kInt32, DType::kInt64, DType::kUInt8}) {
     const auto values = small_integers(dtype, kCount);
     const std::size_t bytes = values.size();
+    const std::string type = dtype_name(dtype);
     for (ReduceOp op :
          {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      const std::string suffix = type + " op " + std::to_string(static_cast<int>(op));
       upload(in.get(), values);
-      backend->all_reduce(in.get(), kCount, dtype, op);
-      EXPECT_EQ(download(in.get(), bytes), values)
-          << "all_reduce " << dtype_name(dtype) << " op " << static_cast<int>(op);
+      check(
+          "all_reduce" + suffix, [&] { backend->all_reduce(in.get(), kCount, dtype, op); },
+          in.get(), values);
       upload(in.get(), values);
-      backend->reduce(in.get(), kCount, dtype, op, 0);
-      EXPECT_EQ(download(in.get(), bytes), values) << "reduce " << dtype_name(dtype);
+      check(
+          "reduce" + suffix, [&] { backend->reduce(in.get(), kCount, dtype, op, 0); }, in.get(),
+          values);
       upload(in.get(), values);
       ASSERT_EQ(cudaMemset(out.get(), 0, bytes), cudaSuccess);
-      backend->reduce_scatter(in.get(), out.get(), kCount, dtype, op);
-      EXPECT_EQ(download(out.get(), bytes), values) << "reduce_scatter " << dtype_name(dtype);
+      check(
+          "reduce_scatter" + suffix,
+          [&] { backend->reduce_scatter(in.get(), out.get(), kCount, dtype, op); }, out.get(),
+          values);
     }
     upload(in.get(), values);
-    backend->broadcast(in.get(), kCount, dtype, 0);
-    EXPECT_EQ(download(in.get(), bytes), values) << "broadcast " << dtype_name(dtype);
+    check(
+        "broadcast " + type, [&] { backend->broadcast(in.get(), kCount, dtype, 0); }, in.get(),
+        values);
     ASSERT_EQ(cudaMemset(out.get(), 0, bytes), cudaSuccess);
-    backend->all_gather(in.get(), out.get(), kCount, dtype);
-    EXPECT_EQ(download(out.get(), bytes), values) << "all_gather " << dtype_name(dtype);
+    check(
+        "all_gather " + type, [&] { backend->all_gather(in.get(), out.get(), kCount, dtype); },
+        out.get(), values);
   }
   backend->barrier();
+#endif
+}
+
+// A group of one that names nccl is a NCCL group (a real communicator of
+// one, device memory from allocate()); init() makes one when DDP_BACKEND or
+// InitOptions names nccl, and a local group for auto.
+TEST(Nccl, AWorldOfOneNamingNcclGetsANcclGroup) {
+  InitOptions named;
+  named.backend = "nccl";
+  unsetenv("DDP_BACKEND");
+  EXPECT_EQ(detail::group_options("default", named).backend, "nccl");
+  EXPECT_EQ(detail::group_options("default", InitOptions{}).backend, "local");
+  setenv("DDP_BACKEND", "nccl", 1);
+  EXPECT_EQ(detail::group_options("default", InitOptions{}).backend, "nccl");
+  setenv("DDP_BACKEND", "auto", 1);
+  EXPECT_EQ(detail::group_options("default", InitOptions{}).backend, "local");
+  unsetenv("DDP_BACKEND");
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (visible_gpus() == 0) {
+    // No silent fallback to the local backend: the error says what is missing.
+    EXPECT_THROW(ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("nccl")), Error);
+    return;
+  }
+#ifdef DDP_HAVE_NCCL
+  auto group = ProcessGroup::create(0, 1, nullptr, ProcessGroupOptions::of("nccl"));
+  EXPECT_EQ(group->backend_name(), "nccl");
+  auto buffer = group->allocate(4 * sizeof(float));
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, buffer.get()), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
+  std::vector<float> host = {1, 2, 3, 4}, back(4);
+  ASSERT_EQ(cudaMemcpy(buffer.get(), host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  group->all_reduce(buffer.get(), 4, DType::kFloat32, ReduceOp::kAvg);
+  ASSERT_EQ(cudaMemcpy(back.data(), buffer.get(), 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, host);
 #endif
 }
 

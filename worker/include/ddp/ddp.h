@@ -2,7 +2,10 @@
 // libddp's entry point: ddp::init() turns the environment ddprun (or torchrun)
 // gave the process into a ProcessGroup, also reachable as the process-wide
 // default group. Without the launcher's variables the process is a world of
-// one (rank 0, size 1) and every collective is a local no-op.
+// one (rank 0, size 1) and every collective is a local no-op, unless the
+// backend is named nccl (InitOptions::backend or DDP_BACKEND, not auto): a
+// world of one then gets a NCCL communicator of one on device LOCAL_RANK,
+// as torch's init_process_group("nccl") does, so one GPU runs the path many take.
 
 #include <chrono>
 #include <memory>
@@ -40,7 +43,8 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 // makes the default group, with `options` (backend, timeout, shm variants)
 // applied the same way; what the group does never touches the default
 // one's collectives. `name`: letters, digits, '-' and '_', not "default".
-// A world of one gets a local group. Throws ddp::Error naming what is wrong.
+// A world of one gets a local group (a NCCL one when nccl is named, as for
+// init()). Throws ddp::Error naming what is wrong.
 std::shared_ptr<ProcessGroup> new_group(const std::string& name, const InitOptions& options = {});
 // Destroys the default group (waits for issued collectives). Idempotent.
 void shutdown();

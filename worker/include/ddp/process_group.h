@@ -94,7 +94,10 @@ struct Collective;
 class ProcessGroup {
  public:
   // Connects `size` ranks through `store` (keys are scoped by the caller).
-  // Blocks until every rank has connected or the timeout passes.
+  // Blocks until every rank has connected or the timeout passes. A group of
+  // one needs no store and runs the local backend, except "nccl", which
+  // makes a NCCL communicator of one on options.device (the unique id goes
+  // through `store`, or one in memory when it is null).
   // A group of several ranks (any backend but local) sets SIGPIPE to ignored
   // when it still has its default action, as Python does at start-up: Gloo's
   // socket writes raise it when a peer has exited, which would otherwise kill

@@ -47,6 +47,13 @@ std::string choose_backend(const InitOptions& options) {
   return gpu_visible() ? "nccl" : cpu_backend();
 }
 
+// The backend was named rather than left to auto.
+bool backend_named(const InitOptions& options) {
+  if (!options.backend.empty()) return options.backend != "auto";
+  const char* b = std::getenv("DDP_BACKEND");
+  return b != nullptr && *b != '\0' && std::string(b) != "auto";
+}
+
 std::chrono::milliseconds choose_timeout(const InitOptions& options) {
   if (options.timeout.count() > 0) return options.timeout;
   if (const char* t = std::getenv("DDP_TIMEOUT_S"); t != nullptr && *t != '\0') {
@@ -77,7 +84,12 @@ ProcessGroupOptions group_options(const std::string& name, const InitOptions& op
   pg.debug_checks = debug != nullptr && std::string(debug) == "1";
   pg.group_name = name;
   if (!env || env->world_size == 1) {
-    pg.backend = "local";
+    // A world of one needs no communication: the local backend, unless nccl
+    // was named (InitOptions::backend or DDP_BACKEND, not auto), which gets a
+    // NCCL communicator of one on device LOCAL_RANK, as torch's
+    // init_process_group("nccl") does: a one-GPU run takes the many-GPU path.
+    if (pg.backend != "nccl" || !backend_named(options)) pg.backend = "local";
+    pg.device = env ? env->local_rank : 0;
     return pg;
   }
   pg.device = env->local_rank;

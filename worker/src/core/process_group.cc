@@ -91,15 +91,17 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
       options_(options),
       members_(std::move(members)),
       aborted_(std::make_shared<std::atomic<bool>>(false)) {
-  const BackendConfig config = BackendConfig::of(rank, size, store_, options);
   const std::string& b = options.backend;
+  // NCCL in a world of one still exchanges its unique id through a store.
+  if (b == "nccl" && size == 1 && !store_) store_ = make_memory_store();
+  const BackendConfig config = BackendConfig::of(rank, size, store_, options);
   if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
     throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
   }
   if (b != "local" && size > 1 && !store_)
     throw Error("process group: the " + b + " backend needs a store");
   if (b != "local" && size > 1) ignore_sigpipe_unless_chosen();
-  if (b == "local" || size == 1) {
+  if (b == "local" || (size == 1 && b != "nccl")) {
     backend_ = make_local_backend();
   } else if (b == "gloo") {
     backend_ = make_gloo_backend(config);

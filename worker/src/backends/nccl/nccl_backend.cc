@@ -90,7 +90,12 @@ class NcclBackend final : public Backend {
   explicit NcclBackend(const BackendConfig& config)
       : rank_(config.rank), size_(config.size), timeout_(config.timeout), device_(config.device) {
     int devices = 0;
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("nccl: rank " + std::to_string(rank_) +
+                  " finds no usable CUDA device (cudaGetDeviceCount: " + cudaGetErrorString(e) +
+                  "): the nccl backend needs a GPU");
+    }
     if (device_ < 0 || device_ >= devices) {
       throw Error("nccl: rank " + std::to_string(rank_) + " wants CUDA device " +
                   std::to_string(device_) + " (LOCAL_RANK) but only " + std::to_string(devices) +
