@@ -225,7 +225,7 @@ fi
 # ------------------------------------------------------------------ GPU tests
 # binary: test=GPUs needed (the tests that skip without a GPU).
 GPU_TESTS=(
-  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1 Nccl.AWorldOfOneNamingNcclGetsANcclGroup=1"
+  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1 Nccl.AWorldOfOneNamingNcclGetsANcclGroup=1 Nccl.CommunicatorsMadeOneAfterAnotherInOneProcessEachWork=1"
   "grad_sync_tests GradSyncDevice.CompressionIsRefusedForDeviceBuckets=1 GradSyncDevice.NcclAveragesDeviceBucketsInPlace=2"
   "train_integration_tests TrainGpu.OneGpuFollowsTheCpuLossCurve=1 TrainGpu.CheckpointsMoveBetweenCpuAndGpu=1 TrainGpu.LossDecreasesOnTwoGpus=2 TrainGpu.TwoGpusFollowTheOneGpuLossCurve=2"
 )

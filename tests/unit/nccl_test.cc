@@ -145,6 +145,33 @@ std::vector<unsigned char> small_integers(DType dtype, std::size_t count) {
 }
 #endif
 
+// Communicators come and go in one process (a rebuilt process group makes a
+// new one after the old is gone): each is destroyed completely, and the next
+// works. NCCL refuses to destroy a non-blocking communicator whose finalize
+// has not completed, which once broke every later communicator.
+TEST(Nccl, CommunicatorsMadeOneAfterAnotherInOneProcessEachWork) {
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
+#ifdef DDP_HAVE_NCCL
+  for (int round = 0; round < 3; ++round) {
+    BackendConfig config;
+    config.rank = 0;
+    config.size = 1;
+    config.store = make_memory_store();
+    config.timeout = 60s;
+    auto backend = make_nccl_backend(config);
+    auto buffer = backend->allocate(4 * sizeof(float));
+    std::vector<float> host = {1, 2, 3, static_cast<float>(round)}, back(4);
+    ASSERT_EQ(cudaMemcpy(buffer.get(), host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_NO_THROW(backend->all_reduce(buffer.get(), 4, DType::kFloat32, ReduceOp::kSum))
+        << "round " << round;
+    ASSERT_EQ(cudaMemcpy(back.data(), buffer.get(), 16, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back, host) << "round " << round;
+  }
+#endif
+}
+
 // A world of one on a real GPU: every collective, every dtype, every op runs
 // through NCCL on device memory and gives back its input (the only rank's
 // values), which proves the dtype/op mapping and the device paths run.

@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -116,11 +118,20 @@ class NcclBackend final : public Backend {
 
   ~NcclBackend() override {
     if (comm_ != nullptr) {
-      if (aborted_) {
-        ncclCommAbort(comm_);
-      } else {
-        ncclCommFinalize(comm_);
+      // A non-blocking communicator finalizes asynchronously, and NCCL
+      // refuses to destroy one before that completes (leaving it alive, and
+      // the next communicator of the process broken): wait, bounded.
+      ncclResult_t state = aborted_ ? ncclInternalError : ncclCommFinalize(comm_);
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
+      while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+      }
+      if (state == ncclSuccess) {
         ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
       }
     }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -308,11 +319,13 @@ class NcclBackend final : public Backend {
   void synchronize(const char* what) {
     auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
-      cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) check_cuda(e, what);
+      // A non-blocking communicator may still be enqueueing the call
+      // (ncclInProgress) while the stream looks idle: done needs both.
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
+      cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess && async == ncclSuccess) return;
+      if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, what);
       if (async != ncclSuccess && async != ncclInProgress) {
         abort();
         throw Error(std::string("nccl: ") + what +
