@@ -4,13 +4,18 @@
 # side by side in each repetition. Needs root (CI and the test machine are).
 # Usage: bench/multihost_launch.sh BUILD_DIR [RUNS]
 # Prints the median, over RUNS, of: launch to all 8 workers running, launch to
-# the first barrier passed by all 8 (a TCP barrier on MASTER_ADDR:MASTER_PORT),
-# and launch to both launchers' exit; then torchrun / ddprun for each.
+# the first barrier passed by all 8 (a TCP barrier on MASTER_ADDR, at a port
+# this script reserves: torchrun 2.x's agent store holds MASTER_PORT), and
+# launch to both launchers' exit; then torchrun / ddprun for each. The peer is
+# torchrun 2.x from scripts/install-torch-env.sh's environment (its workers
+# under the same /usr/bin/python3 as ddprun's, PYTHON_EXEC), else Debian's
+# torchrun 1.13.
 set -euo pipefail
 BUILD_DIR=$(cd "${1:-build}" && pwd)
 RUNS=${2:-5}
 DDPRUN="$BUILD_DIR/launcher/ddprun"
 SYSPY=/usr/bin/python3
+TORCHRUN2=${DDP_TORCH_ENV:-/opt/ddprun-torch}/bin/torchrun
 [[ $(id -u) == 0 ]] || { echo "multihost_launch: needs root for network namespaces" >&2; exit 1; }
 [[ -x $DDPRUN ]] || { echo "multihost_launch: $DDPRUN missing: build first" >&2; exit 1; }
 OUT=$(mktemp -d)
@@ -41,11 +46,11 @@ for i in 0 1; do
 done
 
 cat > "$OUT/barrier.py" <<'PY'
-# Prints when it runs, then passes a TCP barrier on MASTER_ADDR:MASTER_PORT.
+# Prints when it runs, then passes a TCP barrier on MASTER_ADDR:BENCH_BARRIER_PORT.
 import os, socket, sys, time
 print("START %.6f" % time.time(), flush=True)
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["BENCH_BARRIER_PORT"])
 if rank == 0:
     srv = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False)
     peers = [srv.accept()[0] for _ in range(world - 1)]
@@ -63,7 +68,7 @@ PY
 
 # One job on both hosts; prints "running barrier exit" seconds after launch.
 run_job() {
-  local kind=$1 port=$2 id=$3
+  local kind=$1 port=$2 id=$3 barrier_port=$4
   local t0 out0=$OUT/$kind.0 out1=$OUT/$kind.1
   t0=$(date +%s.%N)
   for i in 0 1; do
@@ -71,10 +76,14 @@ run_job() {
     if [[ $kind == ddprun ]]; then
       cmd=("$DDPRUN" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$P-h0:$port --rdzv_id="$id"
            --nproc_per_node=4 --no_prefix "$SYSPY" "$OUT/barrier.py")
+    elif [[ -x $TORCHRUN2 ]]; then
+      cmd=(env PYTHON_EXEC=$SYSPY "$TORCHRUN2" --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=$P-h0:$port
+           --rdzv-id="$id" --nproc-per-node=4 --monitor-interval 0.1 "$OUT/barrier.py")
     else
       cmd=(/usr/bin/torchrun --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$P-h0:$port --rdzv_id="$id"
            --nproc_per_node=4 --redirects 9:1 --tee 9:1 --monitor_interval 0.1 "$OUT/barrier.py")
     fi
+    cmd=(env BENCH_BARRIER_PORT="$barrier_port" "${cmd[@]}")
     # A host of its own: network namespace and hostname.
     ip netns exec $P-h$i unshare --uts sh -c 'hostname "$0"; exec timeout -s KILL 120 "$@"' \
       $P-h$i "${cmd[@]}" >"$OUT/$kind.$i" 2>&1 &
@@ -95,16 +104,20 @@ PY
 }
 
 have_torchrun=0
+TORCHRUN_NAME="torchrun 1.13"
 [[ -x /usr/bin/torchrun ]] && have_torchrun=1
+[[ -x $TORCHRUN2 ]] && have_torchrun=1 TORCHRUN_NAME="torchrun 2.x"
 : >"$OUT/ddprun.txt"
 : >"$OUT/torchrun.txt"
 for r in $(seq "$RUNS"); do
-  run_job ddprun $((29400 + 2 * r)) "d$r" >>"$OUT/ddprun.txt"
-  if [[ $have_torchrun == 1 ]]; then run_job torchrun $((29401 + 2 * r)) "t$r" >>"$OUT/torchrun.txt"; fi
+  run_job ddprun $((29400 + 2 * r)) "d$r" $((29300 + 2 * r)) >>"$OUT/ddprun.txt"
+  if [[ $have_torchrun == 1 ]]; then
+    run_job torchrun $((29401 + 2 * r)) "t$r" $((29301 + 2 * r)) >>"$OUT/torchrun.txt"
+  fi
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "2 hosts x 4 workers (trivial Python barrier), median of $RUNS runs, seconds from launch:"
-$SYSPY - "$OUT/ddprun.txt" "$OUT/torchrun.txt" <<'PY'
+$SYSPY - "$OUT/ddprun.txt" "$OUT/torchrun.txt" "$TORCHRUN_NAME" <<'PY'
 import statistics as st, sys
 def med(path):
     rows = [list(map(float, l.split())) for l in open(path) if l.strip()]
@@ -113,8 +126,8 @@ d, t = med(sys.argv[1]), med(sys.argv[2])
 print("%-10s %12s %12s %12s" % ("launcher", "all_running", "1st_barrier", "exit"))
 print("%-10s %12.3f %12.3f %12.3f" % ("ddprun", *d))
 if t:
-    print("%-10s %12.3f %12.3f %12.3f" % ("torchrun", *t))
+    print("%-10s %12.3f %12.3f %12.3f   (%s)" % ("torchrun", *t, sys.argv[3]))
     print("%-10s %11.1fx %11.1fx %11.1fx" % ("ratio", t[0] / d[0], t[1] / d[1], t[2] / d[2]))
 else:
-    print("torchrun: not installed (/usr/bin/torchrun)")
+    print("torchrun: not installed (scripts/install-torch-env.sh, or Debian's python3-torch)")
 PY
