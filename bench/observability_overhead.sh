@@ -11,7 +11,7 @@ ROUNDS=${2:-7}
 STEPS=${3:-10000}
 NPROC=${4:-2}
 DDPRUN="$B/launcher/ddprun"
-TRAIN="$B/worker/examples/train"
+TRAIN="$B/examples/train"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -35,7 +35,7 @@ BUILD_DIR=${1:-build-release}
 REPS=${2:-5}
 STEPS=${STEPS:-60}
 DDPRUN="$BUILD_DIR/launcher/ddprun"
-TRAIN="$BUILD_DIR/worker/examples/train"
+TRAIN="$BUILD_DIR/examples/train"
 ARGS=(--input_dim 1024 --hidden 1024 --layers 3 --output_dim 10 --task classification
       --batch_size 64 --steps "$STEPS" --log_every 100000 --dataset_size 8192
       --optimizer sgd --lr 0.01 --momentum 0.9 --bucket_cap_mb "${BUCKET_MB:-25}")

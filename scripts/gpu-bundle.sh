@@ -86,7 +86,7 @@ built_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt"
 [ "$built_type" = Release ] || note "warning: $BUILD_DIR is a '$built_type' build, not Release"
 
 # What goes into bin/ (executables, and the plugin ddprun dlopens from beside itself) and lib/.
-BIN_FILES=(launcher/ddprun launcher/libddprun_rpc.so worker/examples/train
+BIN_FILES=(launcher/ddprun launcher/libddprun_rpc.so examples/train
            bench/allreduce_bench bench/gradsync_bench
            tests/nccl_tests tests/grad_sync_tests tests/train_integration_tests
            tests/train_fault_worker)
@@ -97,9 +97,9 @@ done
 ldd "$BUILD_DIR/worker/libddp.so" | grep -q 'libnccl\.so' ||
   die "$BUILD_DIR/worker/libddp.so does not load libnccl: the build has no NCCL backend (CUDA 12+/NCCL under /usr/local/cuda?)"
 # train's GPU path loads cuBLAS with dlopen (by soname), so ldd does not show it.
-probe=$("$BUILD_DIR/worker/examples/train" --backend nccl --steps 1 2>&1 || true)
+probe=$("$BUILD_DIR/examples/train" --backend nccl --steps 1 2>&1 || true)
 case "$probe" in *"has no GPU path"*)
-  die "$BUILD_DIR/worker/examples/train was built without its GPU path (nvcc or cuBLAS not found): $probe" ;;
+  die "$BUILD_DIR/examples/train was built without its GPU path (nvcc or cuBLAS not found): $probe" ;;
 esac
 cublas_lib=$(sed -n 's/^CUDA_cublas_LIBRARY:FILEPATH=//p' "$BUILD_DIR/CMakeCache.txt")
 [ -n "$cublas_lib" ] && [ -e "$cublas_lib" ] || die "CUDA_cublas_LIBRARY is not set in $BUILD_DIR/CMakeCache.txt"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The installed copy on its own: `cmake --install` of BUILD_DIR into a fresh
-# prefix, then the smallest libddp program (worker/examples/hello_worker.cc)
+# prefix, then the smallest libddp program (examples/hello_worker.cc)
 # built out of tree against it twice, with find_package(ddp) and with
 # pkg-config, each run on 2 ranks by the installed ddprun (which must find its
 # gRPC half in libexec/). Usage: tests/install_test.sh BUILD_DIR
@@ -16,7 +16,7 @@ for f in bin/ddprun libexec/ddprun/libddprun_rpc.so include/ddp/ddp.h include/dd
 done
 
 mkdir -p "$tmp/app"
-cp "$SRC/worker/examples/hello_worker.cc" "$tmp/app/main.cc"
+cp "$SRC/examples/hello_worker.cc" "$tmp/app/main.cc"
 cat >"$tmp/app/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.25)
 project(uses_ddp CXX)

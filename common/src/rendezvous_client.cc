@@ -91,6 +91,24 @@ RendezvousClient::RendezvousClient(const std::string& endpoint, std::string run_
 
 RendezvousClient::~RendezvousClient() = default;
 
+namespace {
+
+RoundAssignment assignment_of(const v1::JoinResponse& resp) {
+  RoundAssignment a;
+  a.round = resp.round();
+  a.group_rank = resp.group_rank();
+  a.group_world_size = resp.group_world_size();
+  a.world_size = resp.world_size();
+  a.global_rank_offset = resp.global_rank_offset();
+  a.master_addr = resp.master_addr();
+  a.master_port = resp.master_port();
+  a.restart_count = resp.restart_count();
+  a.reason = resp.reason();
+  return a;
+}
+
+}  // namespace
+
 RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::milliseconds timeout,
                                        const JoinWait& wait) {
   v1::JoinRequest req;
@@ -163,17 +181,7 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
                        " s): is the server running and reachable?");
   }
   impl_->check(status, "Join", endpoint_);
-  RoundAssignment a;
-  a.round = resp.round();
-  a.group_rank = resp.group_rank();
-  a.group_world_size = resp.group_world_size();
-  a.world_size = resp.world_size();
-  a.global_rank_offset = resp.global_rank_offset();
-  a.master_addr = resp.master_addr();
-  a.master_port = resp.master_port();
-  a.restart_count = resp.restart_count();
-  a.reason = resp.reason();
-  return a;
+  return assignment_of(resp);
 }
 
 void CallCanceller::cancel() {

@@ -81,12 +81,17 @@ void Observer::worker_exited(const Worker& w) {
   post(e);
 }
 
+EventRecord Observer::record_of(const std::string& name, const WorkerOutcome& rank) const {
+  EventRecord e = record(name);
+  e.global_rank = rank.rank;
+  e.local_rank = rank.local_rank;
+  e.pid = rank.pid;
+  return e;
+}
+
 void Observer::failure(const WorkerOutcome& outcome, const std::string& report) {
   ++counters_.failures;
-  EventRecord e = record("failure");
-  e.global_rank = outcome.rank;
-  e.local_rank = outcome.local_rank;
-  e.pid = outcome.pid;
+  EventRecord e = record_of("failure", outcome);
   e.exit_code = outcome.launcher_exit_code();
   e.message = report;
   post(e);
@@ -112,10 +117,7 @@ void Observer::relaunched(const Worker& w) {
 
 void Observer::hang(const WorkerOutcome& blamed, const std::string& report) {
   ++counters_.hangs;
-  EventRecord e = record("hang");
-  e.global_rank = blamed.rank;
-  e.local_rank = blamed.local_rank;
-  e.pid = blamed.pid;
+  EventRecord e = record_of("hang", blamed);
   e.message = report.substr(0, report.find('\n'));
   post(e);
 }

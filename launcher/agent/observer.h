@@ -49,6 +49,8 @@ class Observer {
 
  private:
   EventRecord record(const std::string& name) const;
+  // The same, naming the rank, its local rank and its pid.
+  EventRecord record_of(const std::string& name, const WorkerOutcome& rank) const;
   void post(const EventRecord& e);
 
   const LaunchSpec& spec_;

@@ -17,6 +17,7 @@
 #include "ddp/common/flag_file.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rpc/status_proto.h"
+#include "rpc/subcommand_args.h"
 
 namespace ddp::launcher {
 namespace {
@@ -136,17 +137,10 @@ int run_status_command(const std::vector<std::string>& argv) {
       ->envname("DDP_RDZV_TOKEN_FILE");
   app.add_option("--rdzv_tls_ca,--rdzv-tls-ca", a.tls_ca, "PEM CA to verify a TLS rendezvous");
   app.add_option("--run_id,--rdzv_id", a.run_id, "The job's run id (default: the server's)");
-  std::vector<std::string> args(argv.begin() + 2, argv.end());
-  std::reverse(args.begin(), args.end());
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddprun status: error: %s\n", e.what());
-    return 2;
-  }
+  const int code = parse_subcommand_args(app, argv, [](const std::string& what) {
+    std::fprintf(stderr, "ddprun status: error: %s\n", what.c_str());
+  });
+  if (code >= 0) return code;
   try {
     const std::vector<RuntimeEntry> jobs = targets(a);
     if (!a.watch) return show_once(jobs, a, false);

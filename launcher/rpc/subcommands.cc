@@ -17,25 +17,16 @@
 #include "ddp/common/launcher_log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/rendezvous_service.h"
+#include "rpc/subcommand_args.h"
 #include "worker_group/process.h"
 
 namespace ddp::launcher {
 namespace {
 
-// Parses with CLI11; returns -1 to go on, else an exit code (help: 0, error: 2).
+// Usage errors as the launcher reports its own.
 int parse(CLI::App& app, const std::vector<std::string>& argv) {
-  std::vector<std::string> args(argv.begin() + 2, argv.end());
-  std::reverse(args.begin(), args.end());
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    launcher_log().error("error: {}", e.what());
-    return 2;
-  }
-  return -1;
+  return parse_subcommand_args(
+      app, argv, [](const std::string& what) { launcher_log().error("error: {}", what); });
 }
 
 std::chrono::milliseconds to_ms(double seconds) {
@@ -68,6 +59,41 @@ std::chrono::milliseconds close_time(const RdzvConf& conf) {
   return to_ms(conf.close_timeout_s.value_or(2 * conf.heartbeat_interval_s + 0.5));
 }
 
+namespace {
+
+// Serves until the job ends (exit 0 on success, 1 on its final failure) or
+// a signal other than SIGCHLD arrives on `signal_fd` (exit 0).
+int serve_until_done(RendezvousServer& server, int signal_fd, const RdzvConf& conf) {
+  auto& log = launcher_log();
+  for (;;) {
+    pollfd p{signal_fd, POLLIN, 0};
+    int ready = poll(&p, 1, 100);
+    if (ready > 0) {
+      signalfd_siginfo info{};
+      bool stop = false;
+      while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo != SIGCHLD) stop = true;
+      }
+      if (stop) {
+        log.info("rendezvous: stopping on {}", signal_name(static_cast<int>(info.ssi_signo)));
+        server.shutdown();
+        return 0;
+      }
+    }
+    auto phase = server.service().phase();
+    if (phase == RendezvousState::Phase::kSucceeded || phase == RendezvousState::Phase::kFailed) {
+      // Let agents read the outcome with their next heartbeats, then stop.
+      std::this_thread::sleep_for(close_time(conf));
+      log.info("rendezvous: job {}",
+               phase == RendezvousState::Phase::kSucceeded ? "succeeded" : "failed");
+      server.shutdown();
+      return phase == RendezvousState::Phase::kSucceeded ? 0 : 1;
+    }
+  }
+}
+
+}  // namespace
+
 int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) {
   CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job",
                "ddprun rendezvous"};
@@ -92,8 +118,7 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     if (token.empty()) {
       log.warn(
           "no --rdzv_token (or DDP_RDZV_TOKEN): the rendezvous is unauthenticated; anyone who can "
-          "reach "
-          "it can join or read its store");
+          "reach it can join or read its store");
     }
     if (port < 0 || port > 65535)
       throw Error("--port=" + std::to_string(port) + " is not a TCP port");
@@ -118,32 +143,7 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     // The port line is what scripts (and tests) read to find an ephemeral port.
     std::printf("rendezvous listening on %s\n", shown.to_string().c_str());
     std::fflush(stdout);
-    // Serve until the job ends (success or final failure) or a signal arrives.
-    for (;;) {
-      pollfd p{signal_fd, POLLIN, 0};
-      int ready = poll(&p, 1, 100);
-      if (ready > 0) {
-        signalfd_siginfo info{};
-        bool stop = false;
-        while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
-          if (info.ssi_signo != SIGCHLD) stop = true;
-        }
-        if (stop) {
-          log.info("rendezvous: stopping on {}", signal_name(static_cast<int>(info.ssi_signo)));
-          server->shutdown();
-          return 0;
-        }
-      }
-      auto phase = server->service().phase();
-      if (phase == RendezvousState::Phase::kSucceeded || phase == RendezvousState::Phase::kFailed) {
-        // Let agents read the outcome with their next heartbeats, then stop.
-        std::this_thread::sleep_for(close_time(conf));
-        log.info("rendezvous: job {}",
-                 phase == RendezvousState::Phase::kSucceeded ? "succeeded" : "failed");
-        server->shutdown();
-        return phase == RendezvousState::Phase::kSucceeded ? 0 : 1;
-      }
-    }
+    return serve_until_done(*server, signal_fd, conf);
   } catch (const Error& e) {
     log.error("error: {}", e.what());
     return 2;

@@ -60,14 +60,7 @@ void WorkerGroup::relaunch(size_t i, const WorkerLaunch& launch) {
   // ended before the new process writes.
   signal_group(w.pid, SIGKILL);
   pump_all(i);
-  for (int s = 0; s < 2; ++s) {
-    if (w.fds[s] < 0) continue;
-    close(w.fds[s]);
-    w.fds[s] = -1;
-    w.tees[s]->flush();
-  }
-  if (w.pid > 0) guard_.forget(w.pid);
-  w.pid = -1;  // the outcome keeps it until the new process starts
+  close_streams(w);  // the outcome keeps the pid until the new process starts
   start(i, launch);
 }
 
@@ -188,16 +181,18 @@ void WorkerGroup::drain() {
     }
     quiet_until = std::min(cap, Clock::now() + std::chrono::milliseconds(500));
   }
-  for (auto& w : workers_) {
-    for (int s = 0; s < 2; ++s) {
-      if (w.fds[s] < 0) continue;
-      close(w.fds[s]);
-      w.fds[s] = -1;
-      w.tees[s]->flush();
-    }
-    if (w.pid > 0) guard_.forget(w.pid);
-    w.pid = -1;  // the outcome keeps it
+  for (auto& w : workers_) close_streams(w);  // the outcomes keep the pids
+}
+
+void WorkerGroup::close_streams(Worker& w) {
+  for (int s = 0; s < 2; ++s) {
+    if (w.fds[s] < 0) continue;
+    close(w.fds[s]);
+    w.fds[s] = -1;
+    w.tees[s]->flush();
   }
+  if (w.pid > 0) guard_.forget(w.pid);
+  w.pid = -1;
 }
 
 void WorkerGroup::stop_adopted() {

@@ -105,6 +105,9 @@ class WorkerGroup {
  private:
   void stop_adopted();  // kills and reaps the workers' descendants ddprun adopted
   void release();       // kill, reap, close: the destructor and a failed spawn
+  // Closes a reaped worker's pipes (its tees end their last line) and
+  // forgets its pid.
+  void close_streams(Worker& w);
   void start(size_t i, const WorkerLaunch& launch);  // spawns worker i's process
   OrphanGuard& guard_;
   std::vector<std::string> command_;

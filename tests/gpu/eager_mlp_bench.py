@@ -3,7 +3,7 @@
 
     python3 tests/gpu/eager_mlp_bench.py --hidden 1024 --layers 4 --batch-size 256 --steps 300
 
-Same shape as `train` (worker/examples/train): input_dim -> `layers` hidden
+Same shape as `train` (examples/train): input_dim -> `layers` hidden
 layers of `hidden` (ReLU) -> output_dim, cross-entropy over output_dim classes,
 SGD with momentum 0.9. One process, no process group, the whole synthetic
 dataset already on the device (so this is eager PyTorch's best case: no

@@ -1,4 +1,4 @@
-// The reference trainer (worker/examples/train) with faults to inject, for the
+// The reference trainer (examples/train) with faults to inject, for the
 // live-recovery tests (tests/integration/heal_train_test.cc). Run it under
 // ddprun --on_failure=heal:
 //

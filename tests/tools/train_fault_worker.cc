@@ -1,4 +1,4 @@
-// The reference trainer (worker/examples/train) with two faults to inject,
+// The reference trainer (examples/train) with two faults to inject,
 // for its restart and hang tests (tests/integration/train_test.cc):
 //
 //   train_fault_worker [--crash_at_step K] [--stall_at_step K] TRAIN_FLAGS...

@@ -18,6 +18,7 @@
 #include "ddp/metrics.h"
 #include "ddp/params.h"
 #include "error_of.h"
+#include "helpers/log_rules.h"
 #include "subprocess.h"
 
 namespace ddp {

@@ -11,6 +11,7 @@
 
 #include "ddp/common/env_contract.h"
 #include "ddp/ddp.h"
+#include "helpers/log_rules.h"
 
 namespace ddp::log {
 namespace {

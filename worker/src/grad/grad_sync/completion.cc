@@ -58,7 +58,30 @@ void GradSync::Impl::finish() {
   }
   inline_finish_ms = inline_ms - inline_before;
 
-  // Wait in launch order; a 16-bit bucket is unpacked while later ones are still in flight.
+  wait_launched_locked(error);
+  const bool global_status = global_status_locked(local_status, error);
+  record_iteration_locked(true, enter, Clock::now());
+  const std::uint64_t number = stats.iterations();
+  std::fill(known_zero.begin(), known_zero.end(), 0);
+  lock.unlock();
+
+  if (error) {
+    log_iteration(stats.last());
+    std::rethrow_exception(error);
+  }
+  if (global_status && !options.find_unused_parameters) {
+    {
+      std::lock_guard<std::mutex> relock(mu);
+      observed_order.clear();  // an incomplete iteration's order is no basis for a rebuild
+    }
+    throw_unmarked(number, unmarked);
+  }
+  maybe_rebuild();
+  log_iteration(stats.last());
+}
+
+void GradSync::Impl::wait_launched_locked(std::exception_ptr& error) {
+  // In launch order; a 16-bit bucket is unpacked while later ones are still in flight.
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     Bucket& bucket = *buckets[b];
     if (!bucket.launched) continue;
@@ -78,34 +101,20 @@ void GradSync::Impl::finish() {
                          options.compression == Compression::kFp16);
     }
   }
-  const bool global_status = global_status_locked(local_status, error);
-  record_iteration_locked(true, enter, Clock::now());
-  const std::uint64_t number = stats.iterations();
-  std::fill(known_zero.begin(), known_zero.end(), 0);
-  lock.unlock();
+}
 
-  if (error) {
-    log_iteration(stats.last());
-    std::rethrow_exception(error);
+void GradSync::Impl::throw_unmarked(std::uint64_t iteration_number,
+                                    const std::vector<std::size_t>& unmarked) const {
+  if (!unmarked.empty()) {
+    throw Error("GradSync: iteration " + std::to_string(iteration_number) +
+                ": parameters never marked ready on rank " + std::to_string(group.rank()) + ": " +
+                params.names(unmarked) +
+                "; mark every parameter that has a gradient, or set find_unused_parameters to "
+                "count them as zero (every rank's gradients of this iteration are invalid)");
   }
-  if (global_status && !options.find_unused_parameters) {
-    {
-      std::lock_guard<std::mutex> relock(mu);
-      observed_order.clear();  // an incomplete iteration's order is no basis for a rebuild
-    }
-    if (!unmarked.empty()) {
-      throw Error("GradSync: iteration " + std::to_string(number) +
-                  ": parameters never marked ready on rank " + std::to_string(group.rank()) + ": " +
-                  params.names(unmarked) +
-                  "; mark every parameter that has a gradient, or set find_unused_parameters to "
-                  "count them as zero (every rank's gradients of this iteration are invalid)");
-    }
-    throw Error("GradSync: iteration " + std::to_string(number) +
-                ": another rank had parameters that were never marked ready (its error names "
-                "them); this rank marked all of them, but the iteration's gradients are invalid");
-  }
-  maybe_rebuild();
-  log_iteration(stats.last());
+  throw Error("GradSync: iteration " + std::to_string(iteration_number) +
+              ": another rank had parameters that were never marked ready (its error names "
+              "them); this rank marked all of them, but the iteration's gradients are invalid");
 }
 
 bool GradSync::Impl::global_status_locked(bool local, std::exception_ptr& error) {

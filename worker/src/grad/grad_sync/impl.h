@@ -97,6 +97,12 @@ struct GradSync::Impl : detail::AveragerState {
                         const std::vector<ElementRange>* needed_ranges);
   // The status words of every rank's last bucket, after the reductions.
   bool global_status_locked(bool local, std::exception_ptr& error);
+  // Waits for every launched bucket; the first error goes to `error`.
+  void wait_launched_locked(std::exception_ptr& error);
+  // The iteration's error when some rank left parameters unmarked (this
+  // rank's `unmarked`, or another's when it is empty).
+  [[noreturn]] void throw_unmarked(std::uint64_t iteration_number,
+                                   const std::vector<std::size_t>& unmarked) const;
 };
 
 }  // namespace ddp

@@ -1,7 +1,7 @@
 // train: the reference data-parallel trainer (trainer.cc).
 //
-//   ddprun --nproc_per_node=4 build/worker/examples/train --steps 300 --lr 0.05
-//   ddprun --nproc_per_node=2 build/worker/examples/train --data digits --epochs 20
+//   ddprun --nproc_per_node=4 build/examples/train --steps 300 --lr 0.05
+//   ddprun --nproc_per_node=2 build/examples/train --data digits --epochs 20
 //
 // See docs/train.md for the flags, the data, the engines and the output.
 

@@ -1,5 +1,5 @@
 // The smallest libddp program: run it under ddprun
-// (`ddprun --nproc_per_node=4 build/worker/examples/hello_worker`). It joins
+// (`ddprun --nproc_per_node=4 build/examples/hello_worker`). It joins
 // the job's process group, passes a barrier with every other rank, sums the
 // ranks with an all-reduce and checks the result.
 

@@ -1,0 +1,16 @@
+#pragma once
+// The command line of a `ddprun SUBCOMMAND ...` (argv[2...]) through CLI11.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher {
+
+// Returns -1 to go on, else the exit code: 0 after printing the help to
+// stdout, 2 after a usage error, handed to `report` (CLI11's message).
+int parse_subcommand_args(CLI::App& app, const std::vector<std::string>& argv,
+                          const std::function<void(const std::string&)>& report);
+
+}  // namespace ddp::launcher
