@@ -377,6 +377,7 @@ RoundStatus RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
+  if (r.members[group_rank].lost) return lost_status(r, group_rank);
   if (r.ended) {
     if (heard_end) r.members[group_rank].informed = true;
     return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
@@ -390,6 +391,7 @@ std::optional<RoundStatus> RendezvousState::round_end(std::int64_t round, int gr
   tick(now);
   try {
     const Round& r = find_member(round, group_rank);
+    if (r.members[group_rank].lost) return lost_status(r, group_rank);
     if (!r.ended) return std::nullopt;
     return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
   } catch (const RpcError& gone) {
@@ -409,7 +411,8 @@ bool RendezvousState::report_failure(const Auth& auth, std::int64_t round, int g
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
-  r.members[group_rank].informed = true;  // the reporter knows
+  if (r.members[group_rank].lost) return false;  // the others went on without it
+  r.members[group_rank].informed = true;         // the reporter knows
   end_round(r, !report.empty() ? report
                                : cat(describe_node(r, group_rank),
                                      " reported a failure, exit code ", exit_code));
@@ -444,6 +447,7 @@ void RendezvousState::expire_heartbeats(TimePoint now) {
     if (silent < 0 || m.last_seen < r.members[silent].last_seen) silent = i;
   }
   if (silent < 0) return;
+  if (config_.heal) return lose_silent_nodes(r, now);
   end_round(r, cat(describe_node(r, silent), " stopped sending heartbeats for ",
                    seconds(now - r.members[silent].last_seen)));
 }
@@ -552,6 +556,10 @@ std::string RendezvousState::broken_invariant() const {
     if (i + 1 < rounds_.size() && !rounds_[i].ended)
       return cat("round ", i + 1, " never ended but a later one formed");
     if (r.succeeded && !r.ended) return cat("round ", i + 1, " succeeded without ending");
+    for (const Member& m : r.members) {
+      if (m.lost && (!m.left || !m.informed || !config_.heal))
+        return cat("round ", i + 1, ": a lost node is not left and informed under heal");
+    }
     for (std::size_t g = 0; g < r.members.size(); ++g) {
       const int explicit_rank = r.members[g].args.node_rank;
       if (explicit_rank >= 0 && explicit_rank != static_cast<int>(g)) {

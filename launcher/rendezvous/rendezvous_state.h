@@ -42,7 +42,11 @@
 //
 // A formed round runs until a node reports a failure, leaves with a non-zero
 // exit code, or stops heartbeating (the first of these is the round's reason),
-// or until every node has left with exit code 0 (the job succeeded). A failed
+// or until every node has left with exit code 0 (the job succeeded). With
+// config.heal a silent node is instead *lost*: left out of the running round,
+// which goes on while at least min_nodes remain (else it ends as above); a
+// lost node that speaks again is told its round ended for it, for good, and
+// its reports change nothing. A failed
 // round uses one restart, job-wide, however many nodes report it, while
 // max_restarts allows; the agents then join again to form the next round,
 // whose restart_count is the number of restarts used. Otherwise the job has
@@ -94,6 +98,10 @@ struct RendezvousConfig {
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
   int max_restarts = 0;  // job-wide
+  // --on_failure=heal: a node silent for heartbeat_timeout is left out of the
+  // running round instead of ending it, which goes on while at least
+  // min_nodes remain (its workers heal without the lost node's ranks).
+  bool heal = false;
   RendezvousLimits limits;
 };
 
@@ -212,6 +220,11 @@ class RendezvousState {
   void on_round_formed(std::function<void(std::int64_t round)> observer) {
     round_observer_ = std::move(observer);
   }
+  // Called with one line naming the node when one is lost (config.heal),
+  // from the call that noticed it, under the caller's lock.
+  void on_node_lost(std::function<void(const std::string& what)> observer) {
+    lost_observer_ = std::move(observer);
+  }
 
   // Throws the refusal (kUnauthenticated, kPermissionDenied) for a request
   // of another run or with a wrong token (the read-only Status call uses it).
@@ -230,6 +243,7 @@ class RendezvousState {
     TimePoint last_seen{};
     bool left = false;
     bool informed = false;  // heard how its round ended, or is gone (nobody to tell)
+    bool lost = false;      // left out of its running round after its heartbeats stopped (heal)
   };
   struct Round {
     std::vector<Member> members;  // indexed by group rank
@@ -263,6 +277,10 @@ class RendezvousState {
   void fail_forming_for(const RpcError& why, const std::string& host);
   void fail_forming(const RpcError& why);
   void expire_heartbeats(TimePoint now);
+  // rendezvous_state_lost.cc: config.heal's answer to silent nodes.
+  void lose_silent_nodes(Round& round, TimePoint now);
+  // What a lost node hears about its round.
+  RoundStatus lost_status(const Round& round, int group_rank) const;
   std::string nnodes_flag() const;
 
   RendezvousConfig config_;
@@ -281,6 +299,7 @@ class RendezvousState {
   KeyValueStore store_{config_.limits};
   Barriers barriers_{config_.limits};
   std::function<void(std::int64_t)> round_observer_;
+  std::function<void(const std::string&)> lost_observer_;
 };
 
 }  // namespace ddp::launcher

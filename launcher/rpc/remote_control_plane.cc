@@ -25,8 +25,10 @@ std::chrono::milliseconds to_ms(double seconds) {
 }
 
 RendezvousConfig server_config(const LaunchSpec& spec, int min_nodes, int max_nodes) {
-  return rendezvous_config(spec.run_id, spec.rdzv_token, min_nodes, max_nodes, spec.max_restarts,
-                           spec.rdzv_conf);
+  RendezvousConfig config = rendezvous_config(spec.run_id, spec.rdzv_token, min_nodes, max_nodes,
+                                              spec.max_restarts, spec.rdzv_conf);
+  config.heal = spec.on_failure == OnFailure::kHeal;
+  return config;
 }
 
 class HeartbeatWatch final : public RoundWatch {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/launcher_log.h"
 
 namespace ddp::launcher {
 namespace {
@@ -85,6 +86,7 @@ class RendezvousService::WaitReactor final : public grpc::ServerUnaryReactor {
 
 RendezvousService::RendezvousService(RendezvousConfig config)
     : state_(std::move(config)), started_(now()) {
+  state_.on_node_lost([](const std::string& what) { launcher_log().warn("{}", what); });
   timer_ = std::thread([this] { timer_loop(); });
 }
 

@@ -98,7 +98,8 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
   CLI::App app{"ddprun rendezvous: the standalone rendezvous daemon for one job",
                "ddprun rendezvous"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string host = "::", run_id, token, nnodes = "1", conf_text, cert, key;
+  std::string host = "::", run_id, token, nnodes = "1", conf_text, cert, key,
+              on_failure = "restart";
   int port = 29400, max_restarts = 0;
   app.add_option("--port", port, "TCP port to listen on (0: any free port, printed)");
   app.add_option("--host", host, "Address to listen on (default: every interface)");
@@ -107,6 +108,11 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
       ->envname("DDP_RDZV_TOKEN");
   app.add_option("--nnodes", nnodes, "Nodes in the job: N or MIN:MAX");
   app.add_option("--max_restarts,--max-restarts", max_restarts, "Job-wide restart budget");
+  app.add_option("--on_failure,--on-failure", on_failure,
+                 "restart | heal: with heal a node whose heartbeats stop is left out of the "
+                 "running round, which goes on while --nnodes' minimum remain (as the agents' "
+                 "--on_failure)")
+      ->check(CLI::IsMember({"restart", "heal"}));
   app.add_option("--rdzv_conf,--rdzv-conf", conf_text,
                  "join_timeout=S,last_call_timeout=S,heartbeat_timeout=S,max_key_bytes=N,...");
   app.add_option("--rdzv_tls_cert,--rdzv-tls-cert", cert, "PEM certificate to serve TLS with");
@@ -127,6 +133,7 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     const NodeRange nodes = parse_nnodes(nnodes);
     RendezvousConfig config =
         rendezvous_config(run_id, token, nodes.min, nodes.max, max_restarts, conf);
+    config.heal = on_failure == "heal";
     ServerOptions options;
     options.max_message_bytes = static_cast<int>(conf.max_message_bytes);
     options.host = host;

@@ -286,6 +286,45 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
       << run.result.err;
 }
 
+// A whole host lost mid-run (its agent and workers SIGKILLed): the
+// rendezvous leaves the node out of the running round (--nnodes=1:2 allows
+// one node), the survivors drop the lost ranks after HealOptions::wait and
+// finish the run on their own, losing no committed step or sample.
+TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
+  NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::vector<std::string> launcher = {
+      "--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
+      "--rdzv_id=heal-lost",
+      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  std::map<std::string, std::string> env = kEnv;
+  env["DDP_HEAL_WAIT_S"] = "2";
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        hosts.on(h, heal_argv(2, launcher, {}, train_args(dir, 4000))), env));
+  }
+  // Both hosts train (rank 0 has logged its first steps), then host 1 is lost.
+  ASSERT_TRUE(
+      wait_until([&] { return nodes[0]->read_out().find("step ") != std::string::npos; }, 60s))
+      << nodes[0]->read_out() << nodes[0]->read_err();
+  hosts.kill_everything_on(1);
+  const ProcessResult lost = nodes[1]->wait(10s);
+  ASSERT_TRUE(lost.exited);
+  EXPECT_TRUE(lost.signaled);
+
+  HealRun run{nodes[0]->wait(120s), dir};
+  expect_healed(run, 2, 4000);
+  EXPECT_TRUE(dropped(run.result.out, 2) && dropped(run.result.out, 3)) << run.result.out;
+  EXPECT_NE(run.result.err.find("stopped sending heartbeats"), std::string::npos) << run.result.err;
+  EXPECT_NE(run.result.err.find("left out of round 1 (--on_failure=heal); 1 node(s) go on"),
+            std::string::npos)
+      << run.result.err;
+  EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
+      << run.result.err;
+  EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
+}
+
 TEST(ElasticPlan, EveryEpochsSamplesAreInExactlyOneSliceWhateverTheWorldSize) {
   train::ElasticPlan plan(kDataset, 32, 2, 7);
   train::Position at;

@@ -108,6 +108,8 @@ void kill_processes_in(const std::string& name) {
 
 }  // namespace
 
+void NetnsHosts::kill_everything_on(int host) const { kill_processes_in(hosts_.at(host)); }
+
 void NetnsHosts::remove_all() {
   for (const auto& host : hosts_) {
     kill_processes_in(host);

@@ -27,6 +27,8 @@ class NetnsHosts {
   std::vector<std::string> on(int host, const std::vector<std::string>& argv) const;
   // Takes the host's link down (a partition) or up again.
   void set_link(int host, bool up) const;
+  // SIGKILLs every process in the host: the machine is lost.
+  void kill_everything_on(int host) const;
   // Host i answers to names[i] on every host, as on a cluster with DNS:
   // writes /etc/netns/<namespace>/hosts, which `ip netns exec` mounts over
   // /etc/hosts for what it starts (removed with the hosts). With
