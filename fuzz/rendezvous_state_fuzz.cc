@@ -50,6 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   config.join_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 2000));
   config.last_call_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
   config.heartbeat_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange(1, 1000));
+  config.heal = in.ConsumeBool();  // silent nodes lost instead of ending the round
   config.limits = small_fuzz_limits();
   RendezvousState state(config);
 
