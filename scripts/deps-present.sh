@@ -6,7 +6,6 @@ cd "$(dirname "$0")/.."
 if ! command -v cmake >/dev/null || ! command -v protoc >/dev/null || ! command -v grpc_cpp_plugin >/dev/null ||
    [[ ! -f /usr/include/CLI/CLI.hpp || ! -d /usr/include/gloo || ! -d /usr/include/spdlog || ! -d /usr/include/gtest ]]; then
   ./scripts/install-deps.sh
-elif ! cmp -s <(sha256sum <scripts/requirements-torch.txt | cut -d' ' -f1) \
-            "${DDP_TORCH_ENV:-/opt/ddprun-torch}/.ddprun-requirements.sha256"; then
+elif ! ./scripts/install-torch-env.sh --check; then
   ./scripts/install-torch-env.sh
 fi

@@ -51,5 +51,5 @@ fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"
-# torch 2.x, Lightning and Accelerate from PyPI, outside the checkout.
+# torch 2.x, Lightning, Accelerate and DeepSpeed from PyPI, outside the checkout.
 $SUDO ./scripts/install-torch-env.sh

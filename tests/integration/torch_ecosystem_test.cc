@@ -1,7 +1,8 @@
 // Unchanged torch 2.x programs under ddprun, as their projects' docs run them
 // under torchrun: examples/torch/train_ddp.py (plain DistributedDataParallel),
 // lightning_ddp.py (a Lightning Trainer with strategy="ddp") and
-// accelerate_ddp.py (Accelerate's prepare/backward loop), CPU and Gloo, tiny
+// accelerate_ddp.py (Accelerate's prepare/backward loop) and deepspeed_ddp.py
+// (DeepSpeed's initialize/backward/step loop, ZeRO), CPU and Gloo, tiny
 // synthetic data. On one node (2 ranks), then on two test hosts (network
 // namespaces, one rank each; needs root). Each rank prints a final line
 // "TAG key=value ..." with its rank, the world size and a checksum of its
@@ -43,6 +44,7 @@ const Program kDdp{"train_ddp.py", "torch", "FINAL_WEIGHTS", "rank", ""};
 const Program kLightning{"lightning_ddp.py", "lightning", "LIGHTNING", "rank", "world"};
 const Program kAccelerate{"accelerate_ddp.py", "accelerate", "ACCELERATE", "process_index",
                           "num_processes"};
+const Program kDeepSpeed{"deepspeed_ddp.py", "deepspeed", "DEEPSPEED", "rank", "world_size"};
 
 using Fields = std::map<std::string, std::string>;
 
@@ -165,6 +167,20 @@ TEST(TorchEcosystem, AccelerateTakesDdprunsTwoRanksAsMultiCpu) {
   EXPECT_TRUE(lines_with_prefix(r.out, "[rank 1] epoch ").empty()) << r.out;
 }
 
+TEST(TorchEcosystem, DeepSpeedZeroStageTwoTakesDdprunsTwoRanks) {
+  if (auto why = skip_reason(kDeepSpeed); !why.empty()) GTEST_SKIP() << why;
+  auto [ddprun_pid, r] = run_on_one_node(kDeepSpeed, {"--zero-stage", "2"});
+  ASSERT_TRUE(r.exited) << "ddprun did not finish in time\n" << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto ranks = expect_ranks_in_sync(kDeepSpeed, r.out, 2);
+  for (const auto& [rank, fields] : ranks) {
+    EXPECT_EQ(field(fields, "zero_stage"), "2") << "rank " << rank << "\n" << r.out;
+  }
+  // DeepSpeed's own report, on rank 0 only.
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] step ").size(), 2u) << r.out;
+  EXPECT_TRUE(lines_with_prefix(r.out, "[rank 1] step ").empty()) << r.out;
+}
+
 // --- two test hosts, one rank each -------------------------------------------
 
 class TorchEcosystemMultiHost : public NetnsTest {
@@ -255,6 +271,12 @@ TEST_F(TorchEcosystemMultiHost, AccelerateC10dFormSameCommandOnBothHosts) {
         << "rank " << rank << "\n"
         << out;
   }
+}
+
+TEST_F(TorchEcosystemMultiHost, DeepSpeedStaticFormZeroStageOne) {
+  if (auto why = skip_reason(kDeepSpeed); !why.empty()) GTEST_SKIP() << why;
+  auto r = run_on_two_hosts(kDeepSpeed, static_form, {"--zero-stage", "1"});
+  expect_ranks_in_sync(kDeepSpeed, both_ok(r), 2);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ std::string torch2_unavailable_reason(const std::string& module) {
 
   const std::string& python = torch2_python();
   const std::string hint =
-      " (scripts/install-torch-env.sh installs torch 2.x, Lightning and Accelerate there;"
+      " (scripts/install-torch-env.sh installs torch 2.x, Lightning, Accelerate and DeepSpeed"
+      " there;"
       " cmake -DDDP_TORCH_PYTHON=... names another interpreter)";
   const std::string imports = module == "torch" ? "torch" : "torch, " + module;
   std::string reason;
