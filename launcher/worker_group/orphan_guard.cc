@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 
 #include "ddp/common/error.h"
@@ -82,9 +84,74 @@ bool any_group_running(const pid_t* groups, int count) {
   return running;
 }
 
+// Whether the environment of process `pid` (its decimal name, relative to
+// `proc`) holds OrphanGuard::kTagVariable with `tag` among its values.
+bool carries_tag(int proc, const char* pid, const char* tag, size_t tag_len) {
+  char path[40];
+  const size_t len = std::strlen(pid);
+  if (len > 20) return false;
+  std::memcpy(path, pid, len);
+  std::memcpy(path + len, "/environ", 9);
+  int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // gone, or another user's
+  static char env[65536];    // the guard is single-threaded
+  size_t have = 0;
+  for (ssize_t n; have < sizeof(env) && (n = read(fd, env + have, sizeof(env) - have)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    have += static_cast<size_t>(n);
+  }
+  close(fd);
+  const size_t name_len = std::strlen(OrphanGuard::kTagVariable);
+  for (size_t at = 0; at < have;) {
+    size_t end = at;
+    while (end < have && env[end] != '\0') ++end;
+    if (end - at > name_len && std::memcmp(env + at, OrphanGuard::kTagVariable, name_len) == 0 &&
+        env[at + name_len] == '=') {
+      for (size_t v = at + name_len + 1; v < end;) {  // ':'-separated tags
+        size_t e = v;
+        while (e < end && env[e] != ':') ++e;
+        if (e - v == tag_len && std::memcmp(env + v, tag, tag_len) == 0) return true;
+        v = e + 1;
+      }
+    }
+    at = end + 1;
+  }
+  return false;
+}
+
+// SIGKILLs every process whose environment carries `tag`; returns how many.
+int kill_tagged(const char* tag) {
+  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return 0;
+  const size_t tag_len = std::strlen(tag);
+  alignas(alignof(struct dirent64)) char buf[8192];
+  int found = 0;
+  for (;;) {
+    ssize_t n = getdents64(proc, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
+      const char* name = entry->d_name;
+      if (name[0] >= '1' && name[0] <= '9' && carries_tag(proc, name, tag, tag_len)) {
+        long pid = 0;
+        for (const char* p = name; *p >= '0' && *p <= '9'; ++p) pid = pid * 10 + (*p - '0');
+        if (pid > 1 && pid != getpid() && kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++found;
+      }
+      if (entry->d_reclen == 0) break;
+      off += entry->d_reclen;
+    }
+  }
+  close(proc);
+  return found;
+}
+
 // Runs in the forked guard: only async-signal-safe calls, no allocation.
 // `shm_prefix`: the run's segment-name prefix, built before the fork.
-[[noreturn]] void guard_main(int read_fd, const char* shm_prefix) {
+[[noreturn]] void guard_main(int read_fd, const char* shm_prefix, const char* tag) {
   // Signals aimed at ddprun's terminal process group must not stop the guard.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP}) {
     signal(sig, SIG_IGN);
@@ -117,6 +184,12 @@ bool any_group_running(const pid_t* groups, int count) {
     }
   }
   for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  // The daemons they left outside their groups: until a scan finds none (a
+  // daemon may fork while the scan runs), ~2 s at most.
+  for (int tick = 0; tick < 200 && kill_tagged(tag) > 0; ++tick) {
+    timespec ten_ms{0, 10 * 1000 * 1000};
+    nanosleep(&ten_ms, nullptr);
+  }
   // A worker inside shm_open when SIGKILL came may still finish creating its
   // segment: sweep once every killed process has died (bounded: ~2 s).
   for (int tick = 0; tick < 200 && any_group_running(groups, count); ++tick) {
@@ -132,6 +205,10 @@ bool any_group_running(const pid_t* groups, int count) {
 OrphanGuard::OrphanGuard(const std::string& run_id) {
   // Built before the fork: the guard must not allocate.
   const std::string shm_prefix = shm_run_prefix(run_id);
+  std::random_device random;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%08x%08x", random(), random());
+  tag_ = hex;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
@@ -143,7 +220,7 @@ OrphanGuard::OrphanGuard(const std::string& run_id) {
   }
   if (pid == 0) {
     close(fds[1]);
-    guard_main(fds[0], shm_prefix.c_str());
+    guard_main(fds[0], shm_prefix.c_str(), tag_.c_str());
   }
   close(fds[0]);
   write_fd_ = fds[1];
@@ -168,6 +245,14 @@ void OrphanGuard::send(int value) {
     p += n;
     left -= static_cast<size_t>(n);
   }
+}
+
+std::string OrphanGuard::tag_entry(const std::vector<std::string>& env) const {
+  const std::string name = std::string(kTagVariable) + "=";
+  for (const auto& entry : env) {
+    if (entry.rfind(name, 0) == 0 && entry.size() > name.size()) return entry + ":" + tag_;
+  }
+  return name + tag_;
 }
 
 void OrphanGuard::watch(pid_t pgid) { send(static_cast<int>(pgid)); }

@@ -9,6 +9,14 @@
 // segments (/dev/shm/ddp-<run>-*, see ddp/common/shm_names.h), which workers
 // killed mid-setup would otherwise leave behind.
 //
+// Daemons a worker started (setsid and a double fork) leave its process
+// group, and once ddprun is gone nobody adopts them for us. Every worker's
+// environment therefore carries this guard's tag (kTagVariable, a list of
+// tags separated by ':' when ddprun runs under another ddprun), which their
+// descendants inherit: when ddprun goes, the guard also SIGKILLs every
+// process whose environment holds its tag (scanning /proc until none is
+// left, ~2 s at most). A process that scrubs its environment escapes.
+//
 // The guard is forked while ddprun is still single-threaded, and after the
 // fork it makes only async-signal-safe calls and never allocates.
 //
@@ -17,6 +25,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace ddp::launcher {
 
@@ -33,8 +42,15 @@ class OrphanGuard {
   void forget(pid_t pgid);  // the group is gone; do not kill the id later
   pid_t pid() const { return guard_pid_; }
 
+  // The variable that carries tags in workers' environments.
+  static constexpr const char* kTagVariable = "DDP_AGENT_TAGS";
+  // "NAME=VALUE" for a worker's environment `env`: this guard's tag after
+  // the tags `env` already carries (an outer ddprun's).
+  std::string tag_entry(const std::vector<std::string>& env) const;
+
  private:
   void send(int value);
+  std::string tag_;  // 16 hex digits, random
   int write_fd_ = -1;
   pid_t guard_pid_ = -1;
 };

@@ -39,7 +39,14 @@ void WorkerGroup::start(size_t i, const WorkerLaunch& launch) {
   Worker& w = workers_[i];
   w.rank = launch.rank;
   w.local_rank = launch.local_rank;
-  SpawnedProcess p = spawn_process(command_, launch.env, launch.cpus, inherit_fd_, launch.stdio);
+  // The guard's tag first (an outer ddprun's kept in it), so that it can
+  // find what this worker leaves behind if ddprun itself is killed.
+  const std::string tag_prefix = std::string(OrphanGuard::kTagVariable) + "=";
+  std::vector<std::string> env = {guard_.tag_entry(launch.env)};
+  for (const auto& entry : launch.env) {
+    if (entry.rfind(tag_prefix, 0) != 0) env.push_back(entry);
+  }
+  SpawnedProcess p = spawn_process(command_, env, launch.cpus, inherit_fd_, launch.stdio);
   guard_.watch(p.pid);
   w.pid = p.pid;
   w.fds[0] = p.stdout_fd;

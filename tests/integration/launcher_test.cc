@@ -310,32 +310,6 @@ TEST(Launcher, RedirectsKeepStreamsOffTheConsoleAndTeeKeepsThemOn) {
   EXPECT_EQ(read_file(run_dir(dir, "r") + "/attempt_0/0/stderr.log"), "err0\n");
 }
 
-// A worker that starts a daemon the usual way (setsid in a child that is
-// left behind: a new session and process group, parent gone) cannot outlive
-// the job: ddprun, its subreaper, adopts and stops it, on success as on failure.
-TEST(Launcher, ADaemonThatLeftTheWorkersSessionIsStoppedWithTheJob) {
-  for (const std::string ending : {"exit 0", "exit 3"}) {
-    const std::string dir = make_temp_dir();
-    // Each rank starts its daemon, waits until both exist, then ends.
-    const std::string script =
-        "( setsid sh -c 'echo $$ > " + dir + "/d$RANK.tmp; mv " + dir + "/d$RANK.tmp " + dir +
-        "/daemon_$RANK; exec sleep 300' & ); until [ -e " + dir + "/daemon_0 ] && [ -e " + dir +
-        "/daemon_1 ]; do sleep 0.01; done; " + ending;
-    auto r = ddprun({"--nproc_per_node=2", "sh", "-c", script});
-    EXPECT_EQ(r.code, ending == "exit 0" ? 0 : 3) << r.err;
-    const std::set<pid_t> daemons = read_pids(dir, "daemon_");
-    ASSERT_EQ(daemons.size(), 2u) << r.err;
-    for (pid_t pid : daemons) {
-      EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 5s))
-          << "daemon " << pid << " outlived the job";
-      kill(pid, SIGKILL);
-    }
-    EXPECT_NE(r.err.find("process(es) the workers left outside their process groups"),
-              std::string::npos)
-        << r.err;
-  }
-}
-
 TEST(Launcher, CrashTearsDownTheRestAndReportsTheFailedRank) {
   auto r = ddprun({"--nproc_per_node=4", "--shutdown_timeout=1", kWorker, "fail", "2", "7"});
   ASSERT_TRUE(r.exited);
