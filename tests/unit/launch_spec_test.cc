@@ -8,8 +8,6 @@
 #include "cli/stream_routing.h"
 #include "ddp/common/error.h"
 #include "parse_launch.h"
-#include "worker_group/failure_report.h"
-#include "worker_group/log_tee.h"
 
 namespace ddp::launcher {
 namespace {
@@ -275,107 +273,6 @@ TEST(StreamRouting, ParsesAllAndPerRankForms) {
   EXPECT_THROW(parse_stream_map("--tee", "4"), Error);
   EXPECT_THROW(parse_stream_map("--tee", "a:1"), Error);
   EXPECT_THROW(parse_stream_map("--tee", "99999999:1"), Error);
-}
-
-TEST(LineSplitter, CutsWholeLinesAndKeepsPartialOnesUntilFlush) {
-  LineSplitter splitter;
-  std::vector<std::string> lines;
-  auto sink = [&](const std::string& l, bool) { lines.push_back(l); };
-  auto no_redraw = [](const std::string& text) { FAIL() << "redrew " << text; };
-  splitter.feed("ab", 2, sink, no_redraw);
-  EXPECT_TRUE(lines.empty());
-  splitter.feed("c\nde\n\nf", 7, sink, no_redraw);
-  EXPECT_EQ(lines, (std::vector<std::string>{"abc", "de", ""}));
-  splitter.flush(sink);
-  EXPECT_EQ(lines.back(), "f");
-  std::string nul_line("x\0y", 3);
-  splitter.feed((nul_line + "\n").data(), 4, sink, no_redraw);
-  EXPECT_EQ(lines.back(), nul_line);
-}
-
-TEST(LineSplitter, CutsOverlongLines) {
-  LineSplitter splitter;
-  std::vector<std::string> lines;
-  std::string big(LineSplitter::kMaxLine * 2 + 10, 'x');
-  splitter.feed(
-      big.data(), big.size(), [&](const std::string& l, bool) { lines.push_back(l); },
-      [](const std::string&) {});
-  splitter.flush([&](const std::string& l, bool) { lines.push_back(l); });
-  ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0].size(), LineSplitter::kMaxLine);
-  EXPECT_EQ(lines[2].size(), 10u);
-}
-
-// What a progress bar (tqdm) writes: "\r" + the bar, one write per update,
-// and "\n" at the end. Each update is shown when it is written.
-TEST(LineSplitter, CarriageReturnUpdatesAreShownAsTheyAreWritten) {
-  LineSplitter splitter;
-  std::vector<std::string> events;
-  auto line = [&](const std::string& l, bool redrawn) {
-    events.push_back((redrawn ? "nl:" : "line:") + l);
-  };
-  auto redraw = [&](const std::string& text) { events.push_back("cr:" + text); };
-  auto feed = [&](const std::string& bytes) {
-    splitter.feed(bytes.data(), bytes.size(), line, redraw);
-  };
-  feed("\r 10%|#");
-  EXPECT_EQ(events, (std::vector<std::string>{"cr: 10%|#"}));
-  feed("\r 50%|#####");
-  feed("\r100%|##########\n");
-  EXPECT_EQ(events,
-            (std::vector<std::string>{"cr: 10%|#", "cr: 50%|#####", "line:100%|##########"}));
-  events.clear();
-  feed("done\r\n");  // a Windows line ending: the text is not overwritten by an empty line
-  EXPECT_EQ(events, (std::vector<std::string>{"cr:done", "nl:done"}));
-  events.clear();
-  feed("a\rb\r");  // a bar left without a newline is ended at the end of the stream
-  splitter.flush(line);
-  EXPECT_EQ(events, (std::vector<std::string>{"cr:a", "cr:b", "nl:b"}));
-  events.clear();
-  feed("plain");  // without "\r" nothing is shown before the line ends
-  EXPECT_TRUE(events.empty());
-  splitter.flush(line);
-  EXPECT_EQ(events, (std::vector<std::string>{"line:plain"}));
-}
-
-TEST(StreamTee, ProgressBarUpdatesReachTheConsoleWithTheRankPrefix) {
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  {
-    TeeTarget target;
-    target.console_fd = fds[1];
-    target.prefix = "[rank 1] ";
-    StreamTee tee(target);
-    const std::string bytes = "\r 50%|#\r100%|##\nnext\n";
-    tee.write(bytes.data(), 8);
-    tee.write(bytes.data() + 8, bytes.size() - 8);
-    tee.flush();
-  }
-  close(fds[1]);
-  char buf[256] = {};
-  std::string out(buf, static_cast<size_t>(read(fds[0], buf, sizeof(buf))));
-  close(fds[0]);
-  EXPECT_EQ(out, "[rank 1]  50%|#\r[rank 1] 100%|##\n[rank 1] next\n");
-}
-
-TEST(FailureReport, NamesRankPidCodeAndLastLines) {
-  WorkerOutcome o;
-  o.rank = 3;
-  o.local_rank = 1;
-  o.pid = 4242;
-  o.code = 9;
-  o.signaled = true;
-  EXPECT_EQ(o.launcher_exit_code(), 137);
-  auto text = format_failure_report(o, {"boom", "bang"}, 0, 2);
-  EXPECT_NE(text.find("rank 3 (local rank 1, pid 4242)"), std::string::npos) << text;
-  EXPECT_NE(text.find("SIGKILL (9)"), std::string::npos);
-  EXPECT_NE(text.find("out-of-memory"), std::string::npos);
-  EXPECT_NE(text.find("| boom\n  | bang"), std::string::npos) << text;
-  EXPECT_NE(text.find("attempt 1 of 3"), std::string::npos) << text;
-  o.signaled = false;
-  o.code = 4;
-  EXPECT_EQ(o.launcher_exit_code(), 4);
-  EXPECT_NE(format_failure_report(o, {}, 0, 0).find("wrote nothing to stderr"), std::string::npos);
 }
 
 }  // namespace
