@@ -22,6 +22,11 @@
 namespace ddp::launcher {
 namespace {
 
+// How long a node whose ranks wait for another node's waits for that node's
+// hang report before sending its own (both find the hang within a sampling
+// interval of each other).
+constexpr std::chrono::seconds kRemoteHangWait{2};
+
 // Whether the workers run Python (ddprun's python, or a python executable
 // named as the program): their hang reports show Python tracebacks.
 bool runs_python(const std::vector<std::string>& command) {
@@ -229,6 +234,15 @@ void Attempt::check_hang() {
   auto blamed = hang_->blamed(*group_);
   std::string report = hang_->report(*group_, round_.restart_count, ctx_.spec.max_restarts);
   ctx_.observer.hang(blamed.front(), report);
+  if (!healer_ && hang_->waits_elsewhere() && round_.group_world_size > 1) {
+    launcher_log().warn(
+        "the ranks of this node wait for a rank on another node: waiting up to {} s for that "
+        "node's report",
+        std::chrono::duration<double>(kRemoteHangWait).count());
+    deferred_hang_ =
+        DeferredHang{blamed.front(), std::move(report), Clock::now() + kRemoteHangWait};
+    return;
+  }
   if (healer_ && healer_->take_hang(*group_, blamed, report)) {
     watch_hangs();
     for (const auto& b : blamed) {  // ended already: a Python rank's traceback dump
@@ -238,6 +252,16 @@ void Attempt::check_hang() {
   } else {
     fail_with(blamed.front(), std::move(report));
   }
+}
+
+// No other node's report within kRemoteHangWait (the culprit's node may not
+// see it as stuck: it spins, or its agent is gone): this node's report.
+void Attempt::fail_with_deferred_hang() {
+  if (!deferred_hang_ || Clock::now() < deferred_hang_->deadline) return;
+  DeferredHang hang = std::move(*deferred_hang_);
+  deferred_hang_.reset();
+  if (result_.first_failure || result_.remote_end || !result_.lost.empty()) return;
+  fail_with(hang.blamed, std::move(hang.report));
 }
 
 // How long the loop may sleep: until the next heartbeat check, hang check,
@@ -250,6 +274,7 @@ int Attempt::poll_timeout() {
   };
   if (hang_ && (!settled() || hang_->found())) shorten_to(hang_->next_wake());
   if (auto deadline = group_->kill_deadline()) shorten_to(*deadline);
+  if (deferred_hang_) shorten_to(deferred_hang_->deadline);
   if (!settled()) shorten_to(ctx_.observer.next_sample());
   return timeout_ms;
 }
@@ -260,7 +285,9 @@ AttemptResult Attempt::run() {
   std::vector<pollfd> pfds;
   std::vector<std::pair<std::size_t, int>> owners;  // (worker, stream) per pollfd after kFixed
   constexpr std::size_t kFixed = 3;  // signalfd, heartbeat eventfd, the terminal typed into
-  while (group_->running() > 0) {
+  // A deferred hang keeps the loop (and the heartbeat's news) going even
+  // once its ranks' traceback dumps have ended them.
+  while (group_->running() > 0 || deferred_hang_) {
     pfds.clear();
     owners.clear();
     pfds.push_back({ctx_.signal_fd, POLLIN, 0});
@@ -279,6 +306,7 @@ AttemptResult Attempt::run() {
     }
     reap();
     check_hang();
+    fail_with_deferred_hang();
     group_->kill_if_overdue();
     ctx_.observer.tick(*group_, board_ ? &*board_ : nullptr, ctx_.control, monitor_.get());
   }

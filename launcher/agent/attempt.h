@@ -81,6 +81,7 @@ class Attempt {
   void worker_failed(std::size_t i);
   void fail_with(const WorkerOutcome& outcome, std::string report);
   void check_hang();
+  void fail_with_deferred_hang();
   bool settled() const;
   void watch_hangs();
 
@@ -96,6 +97,15 @@ class Attempt {
   std::optional<HangWatch> hang_;
   std::unique_ptr<RoundWatch> monitor_;
   AttemptResult result_;
+  // A hang whose culprit is on another node: held for kRemoteHangWait, in
+  // which that node's report (naming the rank, with its stacks) usually ends
+  // the round; sent as this node's failure if none came.
+  struct DeferredHang {
+    WorkerOutcome blamed;
+    std::string report;
+    Clock::time_point deadline;
+  };
+  std::optional<DeferredHang> deferred_hang_;
 };
 
 }  // namespace ddp::launcher

@@ -38,6 +38,10 @@ class HangWatch {
   // A hang was found (its tracebacks may still be on their way): the
   // workers' exits are the dump, not failures.
   bool found() const { return dump_.has_value(); }
+  // Every local rank began the collective the stuck ones wait in: the rank
+  // to blame is on another node (whose agent, if it sees that rank stuck
+  // too, sends the report that names it).
+  bool waits_elsewhere() const { return dump_ && dump_->verdict.waits_elsewhere; }
 
   // The blamed ranks' outcomes (marked hung), the first one first.
   std::vector<WorkerOutcome> blamed(const WorkerGroup& group) const;

@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -153,5 +158,44 @@ TEST(Hang, AMalformedTimeoutIsAnErrorNamingTheFlag) {
   EXPECT_NE(env.err.find("--hang_timeout"), std::string::npos) << env.err;
 }
 
+// Across hosts: rank 1 (on host hang-b) stops itself; rank 0 (hang-a) waits
+// for it in all_reduce #4. Both agents find the hang; hang-a's ranks wait for
+// another node, so it holds its report for hang-b's, which names rank 1 and
+// its host with the stacks collected there: both hosts show that one.
+class HangMultiHost : public NetnsTest {};
+
+TEST_F(HangMultiHost, AStoppedRankOnTheSecondHostIsNamedWithItsHostAndStack) {
+  NetnsHosts hosts(2);
+  const std::vector<std::string> names = {"hang-a", "hang-b"};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    // A host of its own name (UTS namespace), as a real machine has.
+    nodes.push_back(std::make_unique<Subprocess>(
+        hosts.on(h, {"unshare", "--uts", "sh", "-c", "hostname \"$0\"; exec \"$@\"", names[h],
+                     kDdprun, "--nnodes=2", "--node_rank=" + std::to_string(h),
+                     "--master_addr=" + hosts.address(0), "--master_port=29500",
+                     "--nproc_per_node=1", "--hang_timeout=2", kCollectiveWorker, "stop"}),
+        std::map<std::string, std::string>{{"DDP_BACKEND", "gloo"},
+                                           {"GLOO_SOCKET_IFNAME", "eth0"}}));
+  }
+  std::vector<ProcessResult> r;
+  for (auto& node : nodes) r.push_back(node->wait(60s));
+  const std::string named = "rank 1 (local rank 0, pid ";
+  const std::string doing = "rank 1: stopped (SIGSTOP or a debugger), between collectives (3 done)";
+  for (int h = 0; h < 2; ++h) {
+    ASSERT_TRUE(r[h].exited) << names[h] << "\n" << r[h].err;
+    EXPECT_NE(r[h].err.find(doing), std::string::npos) << names[h] << "\n" << r[h].err;
+    EXPECT_NE(r[h].err.find(", host hang-b)"), std::string::npos) << names[h] << "\n" << r[h].err;
+    EXPECT_NE(r[h].err.find("rank 1, native stacks:"), std::string::npos) << names[h] << "\n"
+                                                                          << r[h].err;
+  }
+  EXPECT_EQ(r[1].code, 124) << r[1].err;  // the hang's own exit code, where it was found
+  EXPECT_NE(r[0].code, 0) << r[0].err;
+  // hang-a took that report instead of blaming its own waiting rank (it
+  // found the hang first and waited for it, or the report came first).
+  EXPECT_NE(r[0].err.find("round 1 ended on another node: "), std::string::npos) << r[0].err;
+  EXPECT_EQ(r[0].err.find("rank 0: uses no CPU, in all_reduce #4"), std::string::npos) << r[0].err;
+  EXPECT_LT(r[0].seconds, 30.0) << r[0].err;
+}
 }  // namespace
 }  // namespace ddp::testing
