@@ -19,6 +19,8 @@ echo "== launch under Slurm (bench/slurm_launch_bench: a 2-node test cluster, 2 
 "${BUILD_DIR:-build-release}/bench/slurm_launch_bench" "${BUILD_DIR:-build-release}/launcher/ddprun" "${RUNS_SLURM:-7}"
 echo "== rendezvous (bench/rdzv_bench) =="
 "${BUILD_DIR:-build-release}/bench/rdzv_bench"
+echo "== ddprun status for 1,024 ranks (bench/status_bench: 128 simulated agents x 8 ranks) =="
+"${BUILD_DIR:-build-release}/bench/status_bench" "${BUILD_DIR:-build-release}/launcher/ddprun"
 B="${BUILD_DIR:-build-release}"
 echo "== libddp all_reduce sweep (bench/allreduce_bench): shm with allocated and private buffers, then gloo =="
 for n in 2 4; do
