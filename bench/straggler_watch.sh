@@ -19,7 +19,10 @@ PERIOD_MS=${5:-300}
 OUT=$(mktemp -d)
 JOB=
 cleanup() {
-  [[ -n $JOB ]] && kill "$JOB" 2>/dev/null && wait "$JOB" 2>/dev/null
+  if [[ -n $JOB ]]; then
+    kill "$JOB" 2>/dev/null || true
+    wait "$JOB" 2>/dev/null || true
+  fi
   rm -rf "$OUT"
 }
 trap cleanup EXIT
@@ -30,7 +33,8 @@ export XDG_RUNTIME_DIR=$OUT
 JOB=$!
 status() { "$BUILD/launcher/ddprun" status --json 2>/dev/null || true; }
 pid1=
-for ((i = 0; i < 100 && -z $pid1; ++i)); do
+for ((i = 0; i < 100; ++i)); do
+  [[ -n $pid1 ]] && break
   sleep 0.3
   pid1=$(status | python3 -c '
 import json, sys
@@ -40,28 +44,33 @@ for line in sys.stdin:
             if r["rank"] == 1 and r["libddp"]: print(r["pid"])' || true)
 done
 [[ -n $pid1 ]] || { echo "rank 1 never showed on the board" >&2; cat "$OUT/err" >&2; exit 1; }
-start=$(date +%s.%N)
+start=$(date +%s)
 max=0
-pulsing=0
-while (($(python3 -c "print(int($(date +%s.%N) - $start < $SECONDS_RUN))"))); do
-  if [[ $MODE == pulse ]]; then
-    now=$(python3 -c "print($(date +%s.%N) - $start)")
-    if ((pulsing == 0)) && python3 -c "import sys; sys.exit($now < 10)"; then
-      pulsing=$(date +%s.%N)
-      python3 -c "
+PULSER=
+pulse_ns=0
+stop_all() {
+  if [[ -n $PULSER ]]; then
+    kill "$PULSER" 2>/dev/null || true
+    kill -CONT "$pid1" 2>/dev/null || true
+  fi
+  cleanup
+}
+trap stop_all EXIT
+while (($(date +%s) - start < SECONDS_RUN)); do
+  if [[ $MODE == pulse && -z $PULSER ]] && (($(date +%s) - start >= 10)); then
+    pulse_ns=$(date +%s%N)
+    python3 -c "
 import os, signal, time
 while True:
     os.kill($pid1, signal.SIGSTOP); time.sleep($STOP_MS / 1000)
     os.kill($pid1, signal.SIGCONT); time.sleep(($PERIOD_MS - $STOP_MS) / 1000)" 2>/dev/null &
-      PULSER=$!
-      trap 'kill $PULSER 2>/dev/null; kill -CONT $pid1 2>/dev/null; cleanup' EXIT
-    fi
-    if ((pulsing != 0)) && grep -q 'straggler: rank 1:' "$OUT/err"; then
-      printf 'rank 1 (stopped %s of every %s ms) named %.1f s after the first pulse\n' \
-        "$STOP_MS" "$PERIOD_MS" "$(python3 -c "print($(date +%s.%N) - $pulsing)")"
-      grep 'straggler' "$OUT/err"
-      exit 0
-    fi
+    PULSER=$!
+  fi
+  if [[ -n $PULSER ]] && grep -q 'straggler: rank 1 ' "$OUT/err"; then
+    printf 'rank 1 (stopped %s of every %s ms) named %.1f s after the first pulse\n' \
+      "$STOP_MS" "$PERIOD_MS" "$(((($(date +%s%N) - pulse_ns) / 100000000)))e-1"
+    grep 'straggler' "$OUT/err"
+    exit 0
   fi
   score=$(status | python3 -c '
 import json, sys
