@@ -1,7 +1,8 @@
 // Stragglers named live, end to end: the reference trainer on two ranks, one
 // of them stopped for 20% of the time (SIGSTOP/SIGCONT pulses from the
 // test); ddprun must name that rank in a warning, the event log, the metrics
-// and `ddprun status`, and say when it has recovered once the pulses stop.
+// and `ddprun status`, and say when it has recovered once the pulses stop;
+// on two nodes, `ddprun status` at the rendezvous shows the other node's.
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -12,9 +13,11 @@
 #include <filesystem>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "subprocess.h"
 
@@ -143,6 +146,50 @@ TEST(Stragglers, ARankStoppedTwentyPercentOfTheTimeIsNamedAndRecovers) {
       std::regex("\"name\":\"straggler\"[^\n]*\"global_rank\":1[^\n]*\"state\":\"RECOVERED\"")))
       << log;
   std::filesystem::remove_all(dir);
+}
+
+// Two nodes: the slow rank's own agent names it, and `ddprun status` asked
+// at the rendezvous shows it from the node's report.
+TEST(Stragglers, ASlowRankOnTheOtherNodeIsShownThroughTheRendezvous) {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> token = {{"DDP_RDZV_TOKEN", "strag-secret"}};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int rank = 0; rank < 2; ++rank) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{
+            kDdprun, "--nnodes=2", "--nproc_per_node=2", "--node_rank=" + std::to_string(rank),
+            "--rdzv_backend=c10d", "--rdzv_endpoint=" + ep, "--run_id=strag2",
+            "--rdzv_conf=heartbeat_interval=0.5,heartbeat_timeout=10", "--straggler_window=20",
+            kTrain, "--epochs", "100000", "--log_every", "1000000"},
+        token));
+  }
+  ProcessResult st;
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        st = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
+        victim = pid_of(st.out, 3);
+        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+      },
+      30s))
+      << st.out << st.err;
+  {
+    Pulses pulses(victim, 60ms, 300ms);
+    EXPECT_TRUE(wait_until(
+        [&] {
+          st = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
+          return std::regex_search(st.out, std::regex("\"rank\":3,[^}]*\"straggler\":true"));
+        },
+        60s))
+        << st.out;
+  }
+  const std::regex flag("\"straggler\":true");
+  EXPECT_EQ(std::distance(std::sregex_iterator(st.out.begin(), st.out.end(), flag), {}), 1)
+      << st.out;
+  EXPECT_NE(nodes[1]->read_err().find("straggler: rank 3 arrived last"), std::string::npos)
+      << nodes[1]->read_err();
+  for (auto& n : nodes) kill(n->pid(), SIGTERM);
+  for (auto& n : nodes) n->wait(30s);
 }
 
 }  // namespace
