@@ -39,6 +39,35 @@ ProgressOp progress_op_of(const std::string& name) {
   return ProgressOp::kNone;
 }
 
+void record_arrival(ProgressSlot& slot, std::uint64_t now_ns) {
+  // A sequence lock: odd while the fields change. Collectives of one rank
+  // may begin on several threads; the version's read-modify-writes keep a
+  // reader from taking a half-written pair as whole in that case too.
+  slot.arrival_version.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.begun_ns.store(now_ns, std::memory_order_relaxed);
+  slot.arrival_sum.store(slot.arrival_sum.load(std::memory_order_relaxed) + now_ns,
+                         std::memory_order_relaxed);
+  slot.begun.fetch_add(1, std::memory_order_release);
+  slot.arrival_version.fetch_add(1, std::memory_order_release);
+}
+
+std::optional<ArrivalMark> read_arrivals(const ProgressSlot& slot) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const std::uint64_t v1 = slot.arrival_version.load(std::memory_order_acquire);
+    if (v1 % 2 == 1) continue;
+    ArrivalMark m;
+    m.seq = slot.begun.load(std::memory_order_relaxed);
+    m.sum = slot.arrival_sum.load(std::memory_order_relaxed);
+    m.last_ns = slot.begun_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.arrival_version.load(std::memory_order_relaxed) != v1) continue;
+    if (v1 == 0 || m.seq == 0) return std::nullopt;  // nothing recorded
+    return m;
+  }
+  return std::nullopt;
+}
+
 ProgressBoard ProgressBoard::create(int slots) {
   if (slots <= 0) throw Error("progress board: " + std::to_string(slots) + " slots");
   int fd = memfd_create("ddprun-progress", MFD_CLOEXEC);

@@ -13,7 +13,7 @@ namespace ddp::launcher {
 
 struct EventRecord {
   std::string name;               // round_start, round_end, worker_start, worker_exit, failure,
-                                  // restart, relaunch, hang
+                                  // restart, relaunch, hang, straggler
   std::string source = "AGENT";   // torchelastic's EventSource: AGENT or WORKER
   std::int64_t timestamp_ms = 0;  // wall clock, milliseconds since the epoch
   std::string run_id;
@@ -22,10 +22,12 @@ struct EventRecord {
   std::int64_t round = 0;
   int group_rank = -1;  // the node's rank in the round (-1: before the round is known)
   std::optional<int> global_rank, local_rank, pid;
-  std::string state;  // worker_exit: SUCCEEDED, FAILED; round_end: SUCCEEDED, FAILED, STOPPED
+  std::string state;  // worker_exit: SUCCEEDED, FAILED; round_end: SUCCEEDED, FAILED, STOPPED;
+                      // straggler: NAMED, RECOVERED
   std::optional<int> exit_code, signal;
   std::optional<int> restart_count;
-  std::string message;  // a failure report, a restart's reason, a hang's first line
+  std::string message;  // a failure report, a restart's reason, a hang's first line, a
+                        // straggler's evidence
 };
 
 // The record as one line of JSON (with the trailing newline). Absent

@@ -115,6 +115,13 @@ std::string rank_step(const RankStatus& r) {
   return fmt::format("{} ({} wait)", r.collectives_done, format_age(r.collective_wait_s));
 }
 
+// The share of time the others waited for the rank; "STRAGGLER" once named.
+std::string rank_straggler(const RankStatus& r) {
+  if (!r.libddp) return "-";
+  const std::string score = fmt::format("{:.0f}%", 100.0 * r.straggler_score);
+  return r.straggler ? score + " STRAGGLER" : score;
+}
+
 }  // namespace
 
 std::string format_status_table(const JobStatus& job) {
@@ -131,13 +138,13 @@ std::string format_status_table(const JobStatus& job) {
   }
   out += render_columns(nodes);
   std::vector<std::vector<std::string>> ranks{
-      {"RANK", "NODE", "PID", "STATE", "OUTPUT", "CPU%", "RSS", "COLLECTIVES"}};
+      {"RANK", "NODE", "PID", "STATE", "OUTPUT", "CPU%", "RSS", "COLLECTIVES", "WAITED-FOR"}};
   for (const auto& n : job.nodes) {
     for (const auto& r : n.ranks) {
       ranks.push_back({std::to_string(r.rank), std::to_string(n.node_rank), std::to_string(r.pid),
                        state_text(r), format_age(r.last_output_age_s),
                        fmt::format("{:.0f}", r.cpu_percent), format_bytes(r.rss_bytes),
-                       rank_step(r)});
+                       rank_step(r), rank_straggler(r)});
     }
   }
   out += "\n" + render_columns(ranks);
@@ -181,11 +188,13 @@ std::string rank_json(const RankStatus& r) {
       "{{\"rank\":{},\"local_rank\":{},\"pid\":{},\"state\":\"{}\",\"state_text\":{},"
       "\"collective_op\":{},\"collective_seq\":{},\"in_collective_s\":{:.3f},\"exit_code\":{},"
       "\"exit_signal\":{},\"last_output_age_s\":{:.3f},\"cpu_percent\":{:.1f},\"rss_bytes\":{},"
-      "\"libddp\":{},\"collectives_done\":{},\"collective_wait_s\":{:.3f},\"incarnation\":{}}}",
+      "\"libddp\":{},\"collectives_done\":{},\"collective_wait_s\":{:.3f},\"incarnation\":{},"
+      "\"straggler_score\":{:.3f},\"straggler\":{}}}",
       r.rank, r.local_rank, r.pid, rank_state_name(r.state), json_quote(state_text(r)),
       json_quote(r.collective_op), r.collective_seq, r.in_collective_s, r.exit_code, r.exit_signal,
       r.last_output_age_s, r.cpu_percent, r.rss_bytes, r.libddp ? "true" : "false",
-      r.collectives_done, r.collective_wait_s, r.incarnation);
+      r.collectives_done, r.collective_wait_s, r.incarnation, r.straggler_score,
+      r.straggler ? "true" : "false");
 }
 
 }  // namespace

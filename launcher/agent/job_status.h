@@ -33,6 +33,11 @@ struct RankStatus {
   double collective_wait_s = 0;
   int incarnation = 0;
   bool libddp = false;
+  // libddp ranks: the share of wall time the others waited for this rank
+  // (agent/straggler_detector.h; 0 until enough intervals), and whether it
+  // is named a straggler.
+  double straggler_score = 0;
+  bool straggler = false;
 };
 
 struct NodeStatus {

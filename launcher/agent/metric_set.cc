@@ -65,6 +65,22 @@ const std::vector<MetricDef>& metric_defs() {
        {"rank", "local_rank"},
        "seconds",
        "How long the rank has been inside its current collective (0: outside)"},
+      {"ddprun_rank_straggler_score",
+       T::kGauge,
+       {"rank", "local_rank"},
+       "ratio",
+       "Share of wall time the node's other ranks waited for this rank to arrive at "
+       "collectives (median over --straggler_window; libddp programs)"},
+      {"ddprun_rank_straggler",
+       T::kGauge,
+       {"rank", "local_rank"},
+       "",
+       "1 while the rank is named a straggler"},
+      {"ddprun_stragglers_named_total",
+       T::kCounter,
+       {},
+       "",
+       "Times a rank of this node was named a straggler"},
   };
   return defs;
 }
@@ -107,6 +123,7 @@ std::vector<MetricSample> metric_samples(const NodeStatus& node, const NodeCount
   for (const auto& [state, n] : by_state) add("ddprun_workers", n, {{"state", state}});
   add("ddprun_heartbeat_age_seconds", extras.heartbeat_age_s);
   add("ddprun_events_dropped_total", static_cast<double>(c.events_dropped));
+  add("ddprun_stragglers_named_total", static_cast<double>(c.stragglers_named));
   for (const auto& r : node.ranks) {
     std::vector<std::pair<std::string, std::string>> l = {
         {"rank", std::to_string(r.rank)}, {"local_rank", std::to_string(r.local_rank)}};
@@ -119,6 +136,8 @@ std::vector<MetricSample> metric_samples(const NodeStatus& node, const NodeCount
     add("ddprun_rank_collective_wait_seconds_total", r.collective_wait_s, l);
     add("ddprun_rank_in_collective_seconds",
         r.state == RankState::kInCollective ? r.in_collective_s : 0, l);
+    add("ddprun_rank_straggler_score", r.straggler_score, l);
+    add("ddprun_rank_straggler", r.straggler ? 1 : 0, l);
   }
   return out;
 }

@@ -36,6 +36,7 @@ struct NodeCounters {
   std::map<std::string, std::int64_t> worker_exits;  // by outcome: succeeded, failed, signaled
   std::int64_t failures = 0;
   std::int64_t events_dropped = 0;
+  std::int64_t stragglers_named = 0;
 };
 
 struct MetricSample {

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include "ddp/common/launcher_log.h"
+
 namespace ddp::launcher {
 
 Observer::Observer(const LaunchSpec& spec, const std::string& hostname)
     : spec_(spec),
       hostname_(hostname),
-      next_(spec.status_interval_s > 0 ? Clock::now() : Clock::time_point::max()) {
+      next_(spec.status_interval_s > 0 ? Clock::now() : Clock::time_point::max()),
+      stragglers_(straggler_rule(spec.straggler_window_s, spec.status_interval_s)) {
   if (!spec.events_file.empty()) events_ = std::make_unique<EventLog>(spec.events_file);
   if (spec.metrics_port > 0) {
     metrics_ = std::make_unique<MetricsServer>(
@@ -122,6 +125,44 @@ void Observer::hang(const WorkerOutcome& blamed, const std::string& report) {
   post(e);
 }
 
+void Observer::judge_stragglers(Clock::time_point now, NodeStatus& node) {
+  if (spec_.straggler_window_s <= 0) return;  // --straggler_window=0: off
+  std::vector<StragglerSample> samples;
+  const auto& arrivals = probe_.arrivals();
+  for (std::size_t i = 0; i < node.ranks.size(); ++i) {
+    StragglerSample s;
+    s.rank = node.ranks[i].rank;
+    s.pid = node.ranks[i].pid;
+    if (i < arrivals.size()) s.arrivals = arrivals[i];
+    samples.push_back(s);
+  }
+  for (const auto& change : stragglers_.observe(now, samples)) {
+    const RankStatus* r = nullptr;
+    for (const auto& x : node.ranks) {
+      if (x.rank == change.rank) r = &x;
+    }
+    if (change.named) {
+      ++counters_.stragglers_named;
+      launcher_log().warn("straggler: {}", change.evidence);
+    } else {
+      launcher_log().info("straggler recovered: {}", change.evidence);
+    }
+    EventRecord e = record("straggler");
+    e.global_rank = change.rank;
+    if (r) {
+      e.local_rank = r->local_rank;
+      e.pid = r->pid;
+    }
+    e.state = change.named ? "NAMED" : "RECOVERED";
+    e.message = change.evidence;
+    post(e);
+  }
+  for (auto& r : node.ranks) {
+    r.straggler_score = stragglers_.score(r.rank);
+    r.straggler = stragglers_.named(r.rank);
+  }
+}
+
 void Observer::tick(const WorkerGroup& group, const ProgressBoard* board, ControlPlane& control,
                     RoundWatch* watch) {
   const auto now = Clock::now();
@@ -140,6 +181,7 @@ void Observer::tick(const WorkerGroup& group, const ProgressBoard* board, Contro
   }
   node.relaunches = static_cast<int>(counters_.relaunches);
   node = probe_.sample(node, group, board);
+  judge_stragglers(now, node);
   control.publish(node);
   if (!metrics_) return;
   if (events_) counters_.events_dropped = static_cast<std::int64_t>(events_->dropped());

@@ -18,6 +18,7 @@
 #include "agent/metric_set.h"
 #include "agent/metrics_server.h"
 #include "agent/status_probe.h"
+#include "agent/straggler_detector.h"
 #include "cli/launch_spec.h"
 #include "worker_group/worker_group.h"
 
@@ -52,6 +53,9 @@ class Observer {
   // The same, naming the rank, its local rank and its pid.
   EventRecord record_of(const std::string& name, const WorkerOutcome& rank) const;
   void post(const EventRecord& e);
+  // Judges the sample's ranks (StragglerDetector) and marks them in `node`;
+  // says each rank named or cleared in the log and the event log.
+  void judge_stragglers(Clock::time_point now, NodeStatus& node);
 
   const LaunchSpec& spec_;
   std::string hostname_;
@@ -61,6 +65,7 @@ class Observer {
   int restarts_ = 0;
   NodeCounters counters_;
   StatusProbe probe_;
+  StragglerDetector stragglers_;
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<MetricsServer> metrics_;
 };

@@ -60,6 +60,7 @@ NodeStatus StatusProbe::sample(const NodeStatus& node, const WorkerGroup& group,
   const std::vector<GroupUsage> usage = process_group_usage(pgids);
   const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
   std::map<pid_t, Seen> next;
+  arrivals_.assign(group.size(), std::nullopt);
   for (size_t i = 0; i < group.size(); ++i) {
     const Worker& w = group[i];
     RankStatus r;
@@ -75,6 +76,7 @@ NodeStatus StatusProbe::sample(const NodeStatus& node, const WorkerGroup& group,
     o.since_start_s = std::chrono::duration<double>(now - seen.started).count();
     if (board != nullptr && static_cast<int>(i) < board->slots()) {
       read_slot(board->slot(static_cast<int>(i)), o, r);
+      if (w.running && o.attached) arrivals_[i] = read_arrivals(board->slot(static_cast<int>(i)));
     }
     Clock::time_point last{};
     for (const auto& tee : w.tees) {

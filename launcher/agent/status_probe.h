@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "agent/job_status.h"
 #include "ddp/common/progress_board.h"
@@ -23,6 +24,9 @@ class StatusProbe {
   // `node`: the node's fields (rank, host, round, restarts...); its ranks are
   // replaced by the sample.
   NodeStatus sample(const NodeStatus& node, const WorkerGroup& group, const ProgressBoard* board);
+  // Each rank's arrivals at that sample (read_arrivals), in the ranks'
+  // order: nullopt for a rank without (no board, no libddp, exited).
+  const std::vector<std::optional<ArrivalMark>>& arrivals() const { return arrivals_; }
 
  private:
   struct Seen {
@@ -31,6 +35,7 @@ class StatusProbe {
     Clock::time_point at;       // time of the previous sample
   };
   std::map<pid_t, Seen> seen_;
+  std::vector<std::optional<ArrivalMark>> arrivals_;
 };
 
 // The resident set of `pid` in bytes (0 when it is gone).

@@ -100,12 +100,16 @@ void declare_output(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
       ->envname("PET_METRICS_PORT");
   app.add_option("--events_file,--events-file", spec.events_file,
                  "Append the job's events (rounds, worker starts and exits, failures, restarts, "
-                 "relaunches, hangs) to this file as JSON lines")
+                 "relaunches, hangs, stragglers) to this file as JSON lines")
       ->envname("PET_EVENTS_FILE");
   app.add_option("--status_interval,--status-interval", spec.status_interval_s,
                  "Seconds between samples of the workers' state for ddprun status and the "
                  "metrics (default 1); 0: off")
       ->envname("PET_STATUS_INTERVAL");
+  app.add_option("--straggler_window,--straggler-window", spec.straggler_window_s,
+                 "Seconds of samples over which a libddp rank the others wait for is judged a "
+                 "straggler (default 40); 0: off")
+      ->envname("PET_STRAGGLER_WINDOW");
   app.add_option("-r,--redirects", text.redirects,
                  "Send streams only to the log files: 0 none, 1 stdout, 2 stderr, 3 both; or "
                  "LOCAL_RANK:BITS,...")

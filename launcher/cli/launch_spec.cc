@@ -381,14 +381,6 @@ void apply_shutdown_default(LaunchSpec& spec, bool given) {
     throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
                 " is not a number of seconds");
   }
-  if (spec.metrics_port < 0 || spec.metrics_port > 65535) {
-    throw Error("--metrics_port=" + std::to_string(spec.metrics_port) +
-                " must be 0 (off) or a TCP port (1-65535)");
-  }
-  if (!(spec.status_interval_s == 0 ||
-        (spec.status_interval_s >= 0.05 && spec.status_interval_s <= 3600))) {
-    throw Error("--status_interval must be 0 (off) or in [0.05, 3600] seconds");
-  }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
     throw Error(std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + text +
                 " must be in [0, 86400] seconds");
@@ -408,6 +400,22 @@ void check_ranges(const LaunchSpec& spec) {
   }
   if (!(spec.shutdown_timeout_s >= 0 && spec.shutdown_timeout_s <= 86400)) {
     throw Error("--shutdown_timeout must be in [0, 86400] seconds");
+  }
+  if (spec.metrics_port < 0 || spec.metrics_port > 65535) {
+    throw Error("--metrics_port=" + std::to_string(spec.metrics_port) +
+                " must be 0 (off) or a TCP port (1-65535)");
+  }
+  if (!(spec.status_interval_s == 0 ||
+        (spec.status_interval_s >= 0.05 && spec.status_interval_s <= 3600))) {
+    throw Error("--status_interval must be 0 (off) or in [0.05, 3600] seconds");
+  }
+  if (!(spec.straggler_window_s == 0 ||
+        (spec.straggler_window_s >= 2 && spec.straggler_window_s <= 86400))) {
+    throw Error("--straggler_window must be 0 (off) or in [2, 86400] seconds");
+  }
+  if (spec.straggler_window_s > 0 && spec.status_interval_s > 0 &&
+      spec.straggler_window_s < 4 * spec.status_interval_s) {
+    throw Error("--straggler_window must be 0 (off) or at least 4 samples (4 x --status_interval)");
   }
   if (spec.module && spec.no_python) throw Error("-m/--module and --no_python cannot be combined");
 }

@@ -32,6 +32,8 @@ v1::NodeState to_proto(const NodeStatus& n) {
     p->set_collective_wait_s(r.collective_wait_s);
     p->set_incarnation(r.incarnation);
     p->set_libddp(r.libddp);
+    p->set_straggler_score(r.straggler_score);
+    p->set_straggler(r.straggler);
   }
   return s;
 }
@@ -64,6 +66,8 @@ NodeStatus from_proto(const v1::NodeState& s) {
     r.collective_wait_s = p.collective_wait_s();
     r.incarnation = p.incarnation();
     r.libddp = p.libddp();
+    r.straggler_score = p.straggler_score();
+    r.straggler = p.straggler();
     n.ranks.push_back(std::move(r));
   }
   return n;

@@ -47,6 +47,28 @@ TEST(LaunchSpec, PythonProgramsRunUnderPython) {
   EXPECT_EQ(parse({"--no_python", "train.py"}).command(), (std::vector<std::string>{"train.py"}));
 }
 
+TEST(LaunchSpec, StragglerWindowIsCheckedAndNamed) {
+  EXPECT_DOUBLE_EQ(parse({"prog"}).straggler_window_s, 40);
+  EXPECT_DOUBLE_EQ(parse({"--straggler-window=0", "prog"}).straggler_window_s, 0);
+  setenv("PET_STRAGGLER_WINDOW", "12", 1);
+  const double from_env = parse({"prog"}).straggler_window_s;
+  unsetenv("PET_STRAGGLER_WINDOW");
+  EXPECT_DOUBLE_EQ(from_env, 12);
+  EXPECT_NE(error_of({"--straggler_window=1", "prog"})
+                .find("--straggler_window must be 0 (off) or in [2, 86400] seconds"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--straggler_window=-3", "prog"}).find("--straggler_window"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--straggler_window=10", "--status_interval=5", "prog"})
+                .find("at least 4 samples (4 x --status_interval)"),
+            std::string::npos);
+  // The observability ranges are checked whatever TORCH_ELASTIC_SHUTDOWN_TIMEOUT says.
+  EXPECT_NE(error_of({"--status_interval=-1", "prog"}).find("--status_interval must be"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--metrics_port=70000", "prog"}).find("--metrics_port=70000"),
+            std::string::npos);
+}
+
 TEST(LaunchSpec, PetEnvironmentFallbacks) {
   setenv("PET_NPROC_PER_NODE", "5", 1);
   setenv("PET_MAX_RESTARTS", "4", 1);

@@ -46,8 +46,7 @@ std::uint64_t monotonic_ns() {
 void collective_begun(const char* name) {
   if (ProgressSlot* s = my_slot()) {
     s->op.store(static_cast<std::uint32_t>(progress_op_of(name)), std::memory_order_relaxed);
-    s->begun_ns.store(monotonic_ns(), std::memory_order_relaxed);
-    s->begun.fetch_add(1, std::memory_order_release);
+    record_arrival(*s, monotonic_ns());  // begun, begun_ns and the arrival sum
   }
 }
 

@@ -45,8 +45,32 @@ struct alignas(64) ProgressSlot {
   // inside collectives (metrics: collective wait).
   std::atomic<std::uint64_t> begun_ns{0};
   std::atomic<std::uint64_t> wait_ns{0};
+  // Straggler detection: the sum of the CLOCK_MONOTONIC nanoseconds at which
+  // this rank began each of its collectives (wrapping; only differences
+  // between ranks over the same collectives mean anything), and a sequence
+  // word that makes begun, begun_ns and arrival_sum one consistent read (odd
+  // while libddp updates them). Both stay 0 with a libddp older than them.
+  std::atomic<std::uint64_t> arrival_sum{0};
+  std::atomic<std::uint64_t> arrival_version{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+// One cache line, as before the arrival fields: a libddp and a ddprun of
+// different versions still agree where each rank's slot is.
+static_assert(sizeof(ProgressSlot) == 64);
+
+// A consistent view of one rank's arrivals: it began `seq` collectives, the
+// last at `last_ns`, and the sum of all their beginning times is `sum`.
+struct ArrivalMark {
+  std::uint64_t seq = 0;
+  std::uint64_t sum = 0;
+  std::uint64_t last_ns = 0;
+};
+// Records the beginning of a collective at `now_ns` in `slot` (libddp).
+void record_arrival(ProgressSlot& slot, std::uint64_t now_ns);
+// The slot's arrivals, read consistently; nullopt when the slot has none
+// (not attached, no collective yet, an older libddp) or libddp kept
+// updating it while read (read again at the next sample).
+std::optional<ArrivalMark> read_arrivals(const ProgressSlot& slot);
 
 class ProgressBoard {
  public:

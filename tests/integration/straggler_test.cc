@@ -1,0 +1,196 @@
+// Stragglers named live, end to end: the reference trainer on two ranks, one
+// of them stopped for 20% of the time (SIGSTOP/SIGCONT pulses from the
+// test); ddprun must name that rank in a warning, the event log, the metrics
+// and `ddprun status`, and say when it has recovered once the pulses stop;
+// on two nodes, `ddprun status` at the rendezvous shows the other node's.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "subprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kTrain = TRAIN_PATH;
+
+// GET http://127.0.0.1:port/metrics; the response, or "" when nothing answered.
+std::string scrape(int port) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "";
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string resp;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return resp;
+}
+
+// The pid of `rank` in `ddprun status --json`, or -1.
+pid_t pid_of(const std::string& json, int rank) {
+  std::smatch m;
+  const std::regex re("\"rank\":" + std::to_string(rank) + ",\"local_rank\":\\d+,\"pid\":(\\d+)");
+  return std::regex_search(json, m, re) ? std::stoi(m[1]) : -1;
+}
+
+// Stops `pid` for `stop` out of every `period` until destroyed.
+class Pulses {
+ public:
+  Pulses(pid_t pid, std::chrono::milliseconds stop, std::chrono::milliseconds period)
+      : thread_([=, this] {
+          while (!done_) {
+            kill(pid, SIGSTOP);
+            std::this_thread::sleep_for(stop);
+            kill(pid, SIGCONT);
+            std::this_thread::sleep_for(period - stop);
+          }
+        }) {}
+  ~Pulses() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+TEST(Stragglers, ARankStoppedTwentyPercentOfTheTimeIsNamedAndRecovers) {
+  const std::string dir = make_temp_dir();
+  const std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", dir}};
+  const std::string events = dir + "/events.jsonl";
+  const int port = free_port();
+  Subprocess job({kDdprun, "--nproc_per_node=2", "--run_id=strag", "--events_file=" + events,
+                  "--metrics_port=" + std::to_string(port), "--straggler_window=20", kTrain,
+                  "--epochs", "100000", "--log_every", "1000000"},
+                 env);
+  ProcessResult st;
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        st = run_process({kDdprun, "status", "--json"}, env, 10s);
+        victim = pid_of(st.out, 1);
+        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+      },
+      30s))
+      << st.out << st.err;
+  {
+    Pulses pulses(victim, 60ms, 300ms);
+    // Named within the target (60 s); a 20 s window needs 10 s of samples.
+    ASSERT_TRUE(wait_until(
+        [&] { return job.read_err().find("straggler: rank 1 arrived last") != std::string::npos; },
+        60s))
+        << job.read_err();
+    st = run_process({kDdprun, "status", "--json"}, env, 10s);
+    EXPECT_NE(st.out.find("\"rank\":1,\"local_rank\":1,\"pid\":" + std::to_string(victim)),
+              std::string::npos);
+    // Rank 1 and only it.
+    const std::regex flag("\"straggler\":true");
+    const auto flagged =
+        std::distance(std::sregex_iterator(st.out.begin(), st.out.end(), flag), {});
+    EXPECT_EQ(flagged, 1) << st.out;
+    EXPECT_TRUE(std::regex_search(
+        st.out, std::regex("\"rank\":1,[^}]*\"straggler_score\":0\\.[0-9]+,\"straggler\":true")))
+        << st.out;
+    ProcessResult table = run_process({kDdprun, "status"}, env, 10s);
+    const auto rank1 = lines_with_prefix(table.out, "  1 ");
+    ASSERT_EQ(rank1.size(), 1u) << table.out;
+    EXPECT_NE(rank1[0].find("% STRAGGLER"), std::string::npos) << table.out;
+    for (const auto& line : lines_with_prefix(table.out, "  0 ")) {
+      EXPECT_EQ(line.find("STRAGGLER"), std::string::npos) << table.out;
+    }
+    const std::string metrics = scrape(port);
+    EXPECT_TRUE(std::regex_search(
+        metrics, std::regex("ddprun_rank_straggler\\{[^}]*rank=\"1\"[^}]*\\} 1\n")))
+        << metrics;
+    EXPECT_TRUE(std::regex_search(
+        metrics, std::regex("ddprun_rank_straggler_score\\{[^}]*rank=\"1\"[^}]*\\} 0\\.[0-9]")))
+        << metrics;
+    EXPECT_NE(metrics.find("ddprun_stragglers_named_total{"), std::string::npos) << metrics;
+  }
+  EXPECT_EQ(job.read_err().find("straggler: rank 0 "), std::string::npos) << job.read_err();
+  // The pulses have stopped: the verdict is withdrawn about a window later.
+  EXPECT_TRUE(wait_until(
+      [&] { return job.read_err().find("straggler recovered: rank 1 ") != std::string::npos; },
+      40s))
+      << job.read_err();
+  kill(job.pid(), SIGTERM);
+  job.wait(30s);
+  const std::string log = read_file(events);
+  EXPECT_TRUE(std::regex_search(
+      log, std::regex("\"name\":\"straggler\"[^\n]*\"global_rank\":1[^\n]*\"state\":\"NAMED\"[^\n]*"
+                      "\"message\":\"rank 1 arrived last in")))
+      << log;
+  EXPECT_TRUE(std::regex_search(
+      log,
+      std::regex("\"name\":\"straggler\"[^\n]*\"global_rank\":1[^\n]*\"state\":\"RECOVERED\"")))
+      << log;
+  std::filesystem::remove_all(dir);
+}
+
+// Two nodes: the slow rank's own agent names it, and `ddprun status` asked
+// at the rendezvous shows it from the node's report.
+TEST(Stragglers, ASlowRankOnTheOtherNodeIsShownThroughTheRendezvous) {
+  const std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> token = {{"DDP_RDZV_TOKEN", "strag-secret"}};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int rank = 0; rank < 2; ++rank) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{
+            kDdprun, "--nnodes=2", "--nproc_per_node=2", "--node_rank=" + std::to_string(rank),
+            "--rdzv_backend=c10d", "--rdzv_endpoint=" + ep, "--run_id=strag2",
+            "--rdzv_conf=heartbeat_interval=0.5,heartbeat_timeout=10", "--straggler_window=20",
+            kTrain, "--epochs", "100000", "--log_every", "1000000"},
+        token));
+  }
+  ProcessResult st;
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        st = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
+        victim = pid_of(st.out, 3);
+        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+      },
+      30s))
+      << st.out << st.err;
+  {
+    Pulses pulses(victim, 60ms, 300ms);
+    EXPECT_TRUE(wait_until(
+        [&] {
+          st = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
+          return std::regex_search(st.out, std::regex("\"rank\":3,[^}]*\"straggler\":true"));
+        },
+        60s))
+        << st.out;
+  }
+  const std::regex flag("\"straggler\":true");
+  EXPECT_EQ(std::distance(std::sregex_iterator(st.out.begin(), st.out.end(), flag), {}), 1)
+      << st.out;
+  EXPECT_NE(nodes[1]->read_err().find("straggler: rank 3 arrived last"), std::string::npos)
+      << nodes[1]->read_err();
+  for (auto& n : nodes) kill(n->pid(), SIGTERM);
+  for (auto& n : nodes) n->wait(30s);
+}
+
+}  // namespace
+}  // namespace ddp::testing
