@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,18 @@ namespace {
 using namespace std::chrono_literals;
 
 using ::ddp::testing::visible_gpus;
+
+#ifdef DDP_HAVE_NCCL
+// A NCCL communicator of one on device 0 (its id through a store in memory).
+std::unique_ptr<Backend> nccl_backend_of_one() {
+  BackendConfig config;
+  config.rank = 0;
+  config.size = 1;
+  config.store = make_memory_store();
+  config.timeout = 60s;
+  return make_nccl_backend(config);
+}
+#endif
 
 TEST(Nccl, UniqueIdIsSharedThroughTheStoreWithoutAGpu) {
   if (!nccl_available())
@@ -74,12 +87,7 @@ TEST(Nccl, CommunicatorAndAllReduceOnAGpu) {
     GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
 #ifdef DDP_HAVE_NCCL
-  BackendConfig config;
-  config.rank = 0;
-  config.size = 1;
-  config.store = make_memory_store();
-  config.timeout = 60s;
-  auto backend = make_nccl_backend(config);
+  auto backend = nccl_backend_of_one();
   auto buffer = backend->allocate(4 * sizeof(float));
   std::vector<float> host = {1, 2, 3, 4};
   ASSERT_EQ(cudaMemcpy(buffer.get(), host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
@@ -155,12 +163,7 @@ TEST(Nccl, CommunicatorsMadeOneAfterAnotherInOneProcessEachWork) {
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
 #ifdef DDP_HAVE_NCCL
   for (int round = 0; round < 3; ++round) {
-    BackendConfig config;
-    config.rank = 0;
-    config.size = 1;
-    config.store = make_memory_store();
-    config.timeout = 60s;
-    auto backend = make_nccl_backend(config);
+    auto backend = nccl_backend_of_one();
     auto buffer = backend->allocate(4 * sizeof(float));
     std::vector<float> host = {1, 2, 3, static_cast<float>(round)}, back(4);
     ASSERT_EQ(cudaMemcpy(buffer.get(), host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
@@ -180,12 +183,7 @@ TEST(Nccl, EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu) {
     GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
 #ifdef DDP_HAVE_NCCL
-  BackendConfig config;
-  config.rank = 0;
-  config.size = 1;
-  config.store = make_memory_store();
-  config.timeout = 60s;
-  auto backend = make_nccl_backend(config);
+  auto backend = nccl_backend_of_one();
   constexpr std::size_t kCount = 1000;
   auto in = backend->allocate(kCount * 8);
   auto out = backend->allocate(kCount * 8);
