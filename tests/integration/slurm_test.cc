@@ -129,7 +129,9 @@ TEST_F(Slurm, ScancelOfABatchJobLeavesNoWorkerAndNoSharedMemory) {
   }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
-  EXPECT_LT(took, 5.0 + 2.0) << "within ddprun's 5 s grace period";
+  // The workers end on SIGTERM; what they left (a child ignoring SIGTERM) is
+  // killed by ddprun as soon as they are gone, long before Slurm's KillWait.
+  EXPECT_LT(took, 7.0);
   // No segment of the job's run is left in /dev/shm (its names carry the run id).
   const std::string run = "slurm-" + job + ".0";
   EXPECT_TRUE(wait_until(

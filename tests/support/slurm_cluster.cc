@@ -275,7 +275,9 @@ void SlurmCluster::write_config(int cpus_per_node) const {
     << "ReturnToService=2\n"
     // The nodes have the CPUs written here, whatever the machine has.
     << "SlurmdParameters=config_overrides\n"
-    << "KillWait=2\nMessageTimeout=5\nTCPTimeout=2\n"
+    // Slurm's default KillWait: what ends a cancelled job's processes within
+    // seconds is ddprun, not the SIGKILL that follows the wait.
+    << "KillWait=30\nMessageTimeout=5\nTCPTimeout=2\n"
     << "SlurmctldTimeout=10\nSlurmdTimeout=10\nInactiveLimit=0\nMinJobAge=2\n"
     << "MailProg=/bin/true\n";
   for (int i = 0; i < nodes_; ++i) {
