@@ -14,6 +14,7 @@ to see how the launcher reports a failed worker.
 """
 
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -80,6 +81,13 @@ def main():
         total_sum = sum(p.sum().item() for p in params)
         abs_sum = sum(p.abs().sum().item() for p in params)
     print(f"FINAL_WEIGHTS rank={rank} sum={total_sum:.17g} abs_sum={abs_sum:.17g}", flush=True)
+    # DDP holds the process group: drop it first, so that destroy_process_group
+    # ends Gloo's threads while `total` is still referenced here. Otherwise a
+    # Gloo thread descheduled on a busy machine may release the last
+    # all_reduce's tensor during interpreter shutdown, which aborts the process
+    # ("terminate called without an active exception").
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
