@@ -57,31 +57,37 @@ bool running_in(int proc, const char* pid, const pid_t* groups, int count) {
   return false;
 }
 
-// True while a process of one of `groups` still runs. Zombies do not count:
-// they can create no segment, and their new parent may be slow to reap them.
-// Lists /proc with getdents64 (opendir allocates); when /proc cannot be read,
-// says false (no waiting).
-bool any_group_running(const pid_t* groups, int count) {
-  if (count == 0) return false;
+// Calls `visit(proc, name)` for every process in /proc (`proc`: the open
+// /proc, `name`: the pid in decimal) until it returns true; says whether one
+// did. Lists /proc with getdents64 (opendir allocates); says false when /proc
+// cannot be read.
+template <typename Visit>
+bool any_process(Visit visit) {
   int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (proc < 0) return false;
   alignas(alignof(struct dirent64)) char buf[8192];
-  bool running = false;
-  while (!running) {
+  bool stopped = false;
+  while (!stopped) {
     ssize_t n = getdents64(proc, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    for (ssize_t off = 0; off < n && !running;) {
+    for (ssize_t off = 0; off < n && !stopped;) {
       const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
-      if (entry->d_name[0] >= '1' && entry->d_name[0] <= '9') {
-        running = running_in(proc, entry->d_name, groups, count);
-      }
+      if (entry->d_name[0] >= '1' && entry->d_name[0] <= '9') stopped = visit(proc, entry->d_name);
       if (entry->d_reclen == 0) break;
       off += entry->d_reclen;
     }
   }
   close(proc);
-  return running;
+  return stopped;
+}
+
+// True while a process of one of `groups` still runs. Zombies do not count:
+// they can create no segment, and their new parent may be slow to reap them.
+bool any_group_running(const pid_t* groups, int count) {
+  if (count == 0) return false;
+  return any_process(
+      [&](int proc, const char* name) { return running_in(proc, name, groups, count); });
 }
 
 // Whether the environment of process `pid` (its decimal name, relative to
@@ -124,28 +130,15 @@ bool carries_tag(int proc, const char* pid, const char* tag, size_t tag_len) {
 
 // SIGKILLs every process whose environment carries `tag`; returns how many.
 int kill_tagged(const char* tag) {
-  int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (proc < 0) return 0;
   const size_t tag_len = std::strlen(tag);
-  alignas(alignof(struct dirent64)) char buf[8192];
   int found = 0;
-  for (;;) {
-    ssize_t n = getdents64(proc, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    for (ssize_t off = 0; off < n;) {
-      const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
-      const char* name = entry->d_name;
-      if (name[0] >= '1' && name[0] <= '9' && carries_tag(proc, name, tag, tag_len)) {
-        long pid = 0;
-        for (const char* p = name; *p >= '0' && *p <= '9'; ++p) pid = pid * 10 + (*p - '0');
-        if (pid > 1 && pid != getpid() && kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++found;
-      }
-      if (entry->d_reclen == 0) break;
-      off += entry->d_reclen;
-    }
-  }
-  close(proc);
+  any_process([&](int proc, const char* name) {
+    if (!carries_tag(proc, name, tag, tag_len)) return false;
+    long pid = 0;
+    for (const char* p = name; *p >= '0' && *p <= '9'; ++p) pid = pid * 10 + (*p - '0');
+    if (pid > 1 && pid != getpid() && kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++found;
+    return false;  // every process is looked at
+  });
   return found;
 }
 

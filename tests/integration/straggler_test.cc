@@ -28,24 +28,6 @@ using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
 const std::string kTrain = TRAIN_PATH;
 
-// GET http://127.0.0.1:port/metrics; the response, or "" when nothing answered.
-std::string scrape(int port) {
-  const int fd = connect_loopback(port);
-  if (fd < 0) return "";
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string resp;
-  char buf[8192];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return resp;
-}
-
 // The pid of `rank` in `ddprun status --json`, or -1.
 pid_t pid_of(const std::string& json, int rank) {
   std::smatch m;
@@ -119,7 +101,7 @@ TEST(Stragglers, ARankStoppedTwentyPercentOfTheTimeIsNamedAndRecovers) {
     for (const auto& line : lines_with_prefix(table.out, "  0 ")) {
       EXPECT_EQ(line.find("STRAGGLER"), std::string::npos) << table.out;
     }
-    const std::string metrics = scrape(port);
+    const std::string metrics = http_get(port, "/metrics");
     EXPECT_TRUE(std::regex_search(
         metrics, std::regex("ddprun_rank_straggler\\{[^}]*rank=\"1\"[^}]*\\} 1\n")))
         << metrics;

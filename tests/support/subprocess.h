@@ -66,6 +66,9 @@ int free_port(int family = AF_INET);
 
 // A TCP connection to 127.0.0.1:`port`, or -1 when refused.
 int connect_loopback(int port);
+// GET http://127.0.0.1:`port``path` (HTTP/1.0, 5 s read timeout): the body,
+// or "" when nothing answered.
+std::string http_get(int port, const std::string& path);
 std::string read_file(const std::string& path);
 // The pids in the files of `dir` whose names start with `prefix` ("" for
 // all), skipping NAME.tmp files: test workers write NAME.tmp, then rename it

@@ -135,6 +135,53 @@ void SharedSum::pause(Clock::time_point since) const {
   }
 }
 
+// Waits until one of `param`'s blocks not yet `done` is free; throws
+// SharedSumTimeout naming the holder if it exited or held one too long.
+double SharedSum::wait_for_a_free_block(std::size_t param, const std::vector<std::size_t>& ids,
+                                        const std::vector<char>& done) {
+  const std::size_t m = ids.size();
+  const auto since = Clock::now();
+  auto checked = since;
+  for (;;) {
+    bool free_block = false;
+    std::size_t held = m;
+    std::uint64_t holder = 0;
+    for (std::size_t k = 0; k < m; ++k) {
+      if (done[k]) continue;
+      const std::uint64_t v = state(ids[k]).load(std::memory_order_relaxed);
+      if ((v & kHolderMask) == 0) {
+        free_block = true;
+        break;
+      }
+      held = k;
+      holder = v & kHolderMask;
+    }
+    if (free_block) break;
+    const int holder_rank = static_cast<int>(holder) - 1;
+    if (exited(holder_rank, since, checked)) {
+      const SumBlock& b = layout_.blocks[ids[held]];
+      throw SharedSumTimeout(
+          "GradSync (shared sum): rank " + std::to_string(holder_rank) + " (pid " +
+          std::to_string(pid_of(holder_rank).load()) + ", same node) exited while it held rows [" +
+          std::to_string(b.row_begin) + ", " + std::to_string(b.row_begin + b.rows) +
+          ") of parameter " + name_(param) + "; rank " + std::to_string(rank_) +
+          " was waiting to add its gradient");
+    }
+    if (Clock::now() - since > timeout_) {
+      const SumBlock& b = layout_.blocks[ids[held]];
+      throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder_rank) +
+                             " held rows [" + std::to_string(b.row_begin) + ", " +
+                             std::to_string(b.row_begin + b.rows) + ") of parameter " +
+                             name_(param) + " for longer than the group's timeout of " +
+                             std::to_string(timeout_.count()) + " ms while rank " +
+                             std::to_string(rank_) + " waited to add its gradient (is rank " +
+                             std::to_string(holder_rank) + " stopped or dead?)");
+    }
+    pause(since);
+  }
+  return ms(Clock::now() - since);
+}
+
 double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint64_t window_round,
                              const std::function<void(const BlockWrite&)>& write) {
   const std::vector<std::size_t>& ids = layout_.blocks_of.at(param);
@@ -179,46 +226,7 @@ double SharedSum::contribute(std::size_t param, std::uint64_t window, std::uint6
     }
     if (left == 0 || progressed) continue;
     // Every block still to do is held by another rank.
-    const auto since = Clock::now();
-    auto checked = since;
-    for (;;) {
-      bool free_block = false;
-      std::size_t held = m;
-      std::uint64_t holder = 0;
-      for (std::size_t k = 0; k < m; ++k) {
-        if (done[k]) continue;
-        const std::uint64_t v = state(ids[k]).load(std::memory_order_relaxed);
-        if ((v & kHolderMask) == 0) {
-          free_block = true;
-          break;
-        }
-        held = k;
-        holder = v & kHolderMask;
-      }
-      if (free_block) break;
-      const int holder_rank = static_cast<int>(holder) - 1;
-      if (exited(holder_rank, since, checked)) {
-        const SumBlock& b = layout_.blocks[ids[held]];
-        throw SharedSumTimeout(
-            "GradSync (shared sum): rank " + std::to_string(holder_rank) + " (pid " +
-            std::to_string(pid_of(holder_rank).load()) +
-            ", same node) exited while it held rows [" + std::to_string(b.row_begin) + ", " +
-            std::to_string(b.row_begin + b.rows) + ") of parameter " + name_(param) + "; rank " +
-            std::to_string(rank_) + " was waiting to add its gradient");
-      }
-      if (Clock::now() - since > timeout_) {
-        const SumBlock& b = layout_.blocks[ids[held]];
-        throw SharedSumTimeout("GradSync (shared sum): rank " + std::to_string(holder - 1) +
-                               " held rows [" + std::to_string(b.row_begin) + ", " +
-                               std::to_string(b.row_begin + b.rows) + ") of parameter " +
-                               name_(param) + " for longer than the group's timeout of " +
-                               std::to_string(timeout_.count()) + " ms while rank " +
-                               std::to_string(rank_) + " waited to add its gradient (is rank " +
-                               std::to_string(holder - 1) + " stopped or dead?)");
-      }
-      pause(since);
-    }
-    waited += ms(Clock::now() - since);
+    waited += wait_for_a_free_block(param, ids, done);
   }
   if (failed) {
     flag_missing(param, window);

@@ -135,6 +135,9 @@ class SharedSum {
 
  private:
   std::atomic<std::uint64_t>& state(std::size_t block) const;
+  // Milliseconds waited until a block of `param` not yet `done` was free.
+  double wait_for_a_free_block(std::size_t param, const std::vector<std::size_t>& ids,
+                               const std::vector<char>& done);
   std::atomic<std::uint64_t>& rounds_of(int rank) const;
   std::atomic<std::int64_t>& pid_of(int rank) const;
   // Whether `rank`'s process has exited (checked only once a wait that began

@@ -58,6 +58,32 @@ const char* ShmBackend::source_name(Source s) {
   return "?";
 }
 
+namespace {
+
+// One debug line per timed choice: the candidates' times and the winner.
+void log_timed_choice(Collective c, std::size_t bytes, int local_size, std::size_t block,
+                      const std::vector<Algorithm>& candidates, const std::vector<double>& slowest,
+                      Algorithm chosen, Clock::duration took) {
+  std::string times;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    times += fmt::format("{}{} {:.1f} us", i ? ", " : "", shm::algorithm_name(candidates[i]),
+                         slowest[i] * 1e6);
+  }
+  const int cls = shm::size_class(bytes);
+  log::write(
+      log::Level::kDebug, false,
+      fmt::format("shm: {} calls {} on {} local ranks, timed at {} bytes per rank: {} (slowest "
+                  "rank's best) -> {}; timing took {:.1f} ms",
+                  shm::collective_name(c),
+                  cls == shm::kLastClass
+                      ? "over 16 MiB"
+                      : "up to " + std::to_string(shm::class_limit(cls)) + " bytes",
+                  local_size, block, times, shm::algorithm_name(chosen),
+                  std::chrono::duration<double, std::milli>(took).count()));
+}
+
+}  // namespace
+
 std::pair<Algorithm, bool> ShmBackend::choose_by_timing(Collective c, std::size_t bytes,
                                                         DType dtype, std::int32_t op, int root) {
   const auto started = Clock::now();
@@ -120,22 +146,8 @@ std::pair<Algorithm, bool> ShmBackend::choose_by_timing(Collective c, std::size_
   // The slowest rank's runs: the same sum on every rank.
   for (double t : slowest) timing_spent_ms_ += t * (reps + 1) * 1e3;
   if (log::enabled(log::Level::kDebug)) {
-    std::string times;
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      times += fmt::format("{}{} {:.1f} us", i ? ", " : "", shm::algorithm_name(candidates[i]),
-                           slowest[i] * 1e6);
-    }
-    const int cls = shm::size_class(bytes);
-    log::write(
-        log::Level::kDebug, false,
-        fmt::format(
-            "shm: {} calls {} on {} local ranks, timed at {} bytes per rank: {} (slowest rank's "
-            "best) -> {}; timing took {:.1f} ms",
-            shm::collective_name(c),
-            cls == shm::kLastClass ? "over 16 MiB"
-                                   : "up to " + std::to_string(shm::class_limit(cls)) + " bytes",
-            local_size_, block, times, shm::algorithm_name(chosen),
-            std::chrono::duration<double, std::milli>(Clock::now() - started).count()));
+    log_timed_choice(c, bytes, local_size_, block, candidates, slowest, chosen,
+                     Clock::now() - started);
   }
   return {chosen, true};
 }
