@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -55,9 +56,11 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-// This process's TCP sockets, by descriptor.
-std::set<int> socket_fds() {
-  std::set<int> fds;
+// This process's TCP sockets: descriptor and inode. The inode tells a new
+// socket from an old one whose descriptor number was closed and reused
+// meanwhile (another thread's connection), which the number alone would miss.
+std::set<std::pair<int, ino_t>> tcp_sockets() {
+  std::set<std::pair<int, ino_t>> fds;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     char* end = nullptr;
@@ -69,7 +72,7 @@ std::set<int> socket_fds() {
     if (*end == '\0' && ::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode) &&
         ::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 &&
         protocol == IPPROTO_TCP) {
-      fds.insert(static_cast<int>(fd));
+      fds.emplace(static_cast<int>(fd), st.st_ino);
     }
   }
   return fds;
@@ -103,7 +106,7 @@ class GlooBackend final : public Backend {
     } else {
       attr.hostname = config.host;
     }
-    const std::set<int> before = socket_fds();
+    const auto before = tcp_sockets();
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
@@ -111,8 +114,8 @@ class GlooBackend final : public Backend {
       GlooStoreAdapter store(config.store, timeout_);
       context->connectFullMesh(store, device);
       context_ = context;
-      for (int fd : socket_fds()) {
-        if (!before.count(fd)) sockets_.push_back(fd);
+      for (const auto& socket : tcp_sockets()) {
+        if (!before.count(socket)) sockets_.push_back(socket.first);
       }
       // connectFullMesh can return on one rank while a peer is still finishing
       // its handshakes; the group exists once every rank is through, so a rank
