@@ -58,6 +58,12 @@ std::string format_age(double s) {
   return fmt::format("{} h {:02} m", whole / 3600, (whole % 3600) / 60);
 }
 
+std::string format_duration(double s) {
+  if (s < 1e-3) return fmt::format("{:.0f} us", s * 1e6);
+  if (s < 1) return fmt::format("{:.1f} ms", s * 1e3);
+  return format_age(s);
+}
+
 std::string format_bytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -110,9 +116,17 @@ std::string render_columns(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string rank_step(const RankStatus& r) {
+std::string rank_collectives(const RankStatus& r) {
   if (!r.libddp) return "-";
   return fmt::format("{} ({} wait)", r.collectives_done, format_age(r.collective_wait_s));
+}
+
+// "120 (45ms, p99 60ms)": steps, and their median and 99th percentile time.
+std::string rank_steps(const RankStatus& r) {
+  if (!r.libddp || r.steps == 0) return "-";
+  if (r.step_median_s <= 0) return std::to_string(r.steps);
+  return fmt::format("{} ({}, p99 {})", r.steps, format_duration(r.step_median_s),
+                     format_duration(r.step_p99_s));
 }
 
 // The share of time the others waited for the rank; "STRAGGLER" once named.
@@ -137,14 +151,14 @@ std::string format_status_table(const JobStatus& job) {
                      std::to_string(n.ranks.size())});
   }
   out += render_columns(nodes);
-  std::vector<std::vector<std::string>> ranks{
-      {"RANK", "NODE", "PID", "STATE", "OUTPUT", "CPU%", "RSS", "COLLECTIVES", "WAITED-FOR"}};
+  std::vector<std::vector<std::string>> ranks{{"RANK", "NODE", "PID", "STATE", "OUTPUT", "CPU%",
+                                               "RSS", "STEPS", "COLLECTIVES", "WAITED-FOR"}};
   for (const auto& n : job.nodes) {
     for (const auto& r : n.ranks) {
       ranks.push_back({std::to_string(r.rank), std::to_string(n.node_rank), std::to_string(r.pid),
                        state_text(r), format_age(r.last_output_age_s),
                        fmt::format("{:.0f}", r.cpu_percent), format_bytes(r.rss_bytes),
-                       rank_step(r), rank_straggler(r)});
+                       rank_steps(r), rank_collectives(r), rank_straggler(r)});
     }
   }
   out += "\n" + render_columns(ranks);
@@ -189,12 +203,13 @@ std::string rank_json(const RankStatus& r) {
       "\"collective_op\":{},\"collective_seq\":{},\"in_collective_s\":{:.3f},\"exit_code\":{},"
       "\"exit_signal\":{},\"last_output_age_s\":{:.3f},\"cpu_percent\":{:.1f},\"rss_bytes\":{},"
       "\"libddp\":{},\"collectives_done\":{},\"collective_wait_s\":{:.3f},\"incarnation\":{},"
-      "\"straggler_score\":{:.3f},\"straggler\":{}}}",
+      "\"straggler_score\":{:.3f},\"straggler\":{},\"steps\":{},\"step_median_s\":{:.6f},"
+      "\"step_p99_s\":{:.6f}}}",
       r.rank, r.local_rank, r.pid, rank_state_name(r.state), json_quote(state_text(r)),
       json_quote(r.collective_op), r.collective_seq, r.in_collective_s, r.exit_code, r.exit_signal,
       r.last_output_age_s, r.cpu_percent, r.rss_bytes, r.libddp ? "true" : "false",
       r.collectives_done, r.collective_wait_s, r.incarnation, r.straggler_score,
-      r.straggler ? "true" : "false");
+      r.straggler ? "true" : "false", r.steps, r.step_median_s, r.step_p99_s);
 }
 
 }  // namespace

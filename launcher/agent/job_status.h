@@ -38,6 +38,13 @@ struct RankStatus {
   // is named a straggler.
   double straggler_score = 0;
   bool straggler = false;
+  // libddp ranks: training steps finished (synchronising GradSync or
+  // SharedGradSum finish calls), and the time from one step's end to the
+  // next's: median and 99th percentile of the last 128 steps (0 until two
+  // steps ended).
+  std::uint64_t steps = 0;
+  double step_median_s = 0;
+  double step_p99_s = 0;
 };
 
 struct NodeStatus {
@@ -79,6 +86,8 @@ inline constexpr double kStartingWindowS = 5.0;
 
 // "1.2 s", "3 m 04 s", "2 h 01 m"; "-" for a negative age.
 std::string format_age(double seconds);
+// A step's time: "850 us", "45.3 ms", else as format_age ("1.2 s").
+std::string format_duration(double seconds);
 // "512 KiB", "1.5 GiB".
 std::string format_bytes(std::uint64_t bytes);
 // The state column: "running", "in all_reduce #57 for 3.0 s", "exited 1",

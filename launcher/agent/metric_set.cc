@@ -60,6 +60,23 @@ const std::vector<MetricDef>& metric_defs() {
        {"rank", "local_rank"},
        "seconds",
        "Time the rank spent inside collectives (libddp programs)"},
+      {"ddprun_rank_steps_total",
+       T::kCounter,
+       {"rank", "local_rank"},
+       "",
+       "Training steps the rank finished: synchronising GradSync or SharedGradSum finish "
+       "calls (libddp programs)"},
+      {"ddprun_rank_step_median_seconds",
+       T::kGauge,
+       {"rank", "local_rank"},
+       "seconds",
+       "Median time from one step's end to the next's, over the rank's last 128 steps (libddp "
+       "programs; 0 until two steps ended)"},
+      {"ddprun_rank_step_p99_seconds",
+       T::kGauge,
+       {"rank", "local_rank"},
+       "seconds",
+       "99th percentile (nearest rank) of the same step times"},
       {"ddprun_rank_in_collective_seconds",
        T::kGauge,
        {"rank", "local_rank"},
@@ -134,6 +151,9 @@ std::vector<MetricSample> metric_samples(const NodeStatus& node, const NodeCount
     add("ddprun_rank_last_output_age_seconds", r.last_output_age_s, l);
     add("ddprun_rank_collectives_total", static_cast<double>(r.collectives_done), l);
     add("ddprun_rank_collective_wait_seconds_total", r.collective_wait_s, l);
+    add("ddprun_rank_steps_total", static_cast<double>(r.steps), l);
+    add("ddprun_rank_step_median_seconds", r.step_median_s, l);
+    add("ddprun_rank_step_p99_seconds", r.step_p99_s, l);
     add("ddprun_rank_in_collective_seconds",
         r.state == RankState::kInCollective ? r.in_collective_s : 0, l);
     add("ddprun_rank_straggler_score", r.straggler_score, l);

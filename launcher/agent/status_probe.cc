@@ -31,6 +31,14 @@ std::uint64_t monotonic_ns() {
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// The rank's steps and their time (a board of an older ddprun has none).
+void read_steps(const StepSlot* slot, RankStatus& r) {
+  if (slot == nullptr) return;
+  r.steps = slot->steps.load(std::memory_order_acquire);
+  r.step_median_s = static_cast<double>(slot->median_ns.load(std::memory_order_relaxed)) / 1e9;
+  r.step_p99_s = static_cast<double>(slot->p99_ns.load(std::memory_order_relaxed)) / 1e9;
+}
+
 // The board's view of one rank: its collectives, and the one it is in.
 void read_slot(const ProgressSlot& slot, RankObservation& o, RankStatus& r) {
   o.attached = slot.attached.load(std::memory_order_relaxed) != 0;
@@ -76,6 +84,7 @@ NodeStatus StatusProbe::sample(const NodeStatus& node, const WorkerGroup& group,
     o.since_start_s = std::chrono::duration<double>(now - seen.started).count();
     if (board != nullptr && static_cast<int>(i) < board->slots()) {
       read_slot(board->slot(static_cast<int>(i)), o, r);
+      read_steps(board->step_slot(static_cast<int>(i)), r);
       if (w.running && o.attached) arrivals_[i] = read_arrivals(board->slot(static_cast<int>(i)));
     }
     Clock::time_point last{};

@@ -34,6 +34,9 @@ v1::NodeState to_proto(const NodeStatus& n) {
     p->set_libddp(r.libddp);
     p->set_straggler_score(r.straggler_score);
     p->set_straggler(r.straggler);
+    p->set_steps(r.steps);
+    p->set_step_median_s(r.step_median_s);
+    p->set_step_p99_s(r.step_p99_s);
   }
   return s;
 }
@@ -68,6 +71,9 @@ NodeStatus from_proto(const v1::NodeState& s) {
     r.libddp = p.libddp();
     r.straggler_score = p.straggler_score();
     r.straggler = p.straggler();
+    r.steps = p.steps();
+    r.step_median_s = p.step_median_s();
+    r.step_p99_s = p.step_p99_s();
     n.ranks.push_back(std::move(r));
   }
   return n;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -29,25 +30,6 @@ const std::string kTrain = TRAIN_PATH;
 // A long enough training run (stopped by the test).
 std::vector<std::string> train_args() {
   return {kTrain, "--epochs", "100000", "--log_every", "50"};
-}
-
-// GET http://127.0.0.1:port/path; the body, or "" when nothing answered.
-std::string http_get(int port, const std::string& path) {
-  const int fd = connect_loopback(port);
-  if (fd < 0) return "";
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string resp;
-  char buf[8192];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
 std::string find_tool(const std::string& tool) {
@@ -85,9 +67,26 @@ TEST(Status, LocalJobShowsEveryRankThroughTheRuntimeDirectory) {
   EXPECT_NE(r.out.find("\"run_id\":\"obs-local\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"world_size\":2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"libddp\":true"), std::string::npos) << r.out;
+  // The trainer's steps (GradSync finish calls), timed by libddp.
+  std::smatch m;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        r = run_process({kDdprun, "status", "--json"}, env, 10s);
+        return std::regex_search(r.out, m,
+                                 std::regex("\"steps\":([1-9][0-9]*),\"step_median_s\":([0-9.]+),"
+                                            "\"step_p99_s\":([0-9.]+)")) &&
+               std::stod(m[2]) > 0;
+      },
+      30s))
+      << r.out;
+  EXPECT_GE(std::stod(m[3]), std::stod(m[2])) << r.out;
+  EXPECT_LT(std::stod(m[2]), 5.0) << "a step of the reference trainer takes milliseconds\n"
+                                  << r.out;
   ProcessResult table = run_process({kDdprun, "status"}, env, 10s);
   EXPECT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("RANK"), std::string::npos) << table.out;
+  EXPECT_TRUE(std::regex_search(table.out, std::regex("  0 .* [0-9]+ \\([0-9.]+ (us|ms), p99 ")))
+      << table.out;
   kill(job.pid(), SIGTERM);
   job.wait(30s);
   // The entry is gone with the job.
@@ -119,6 +118,14 @@ TEST(Status, TwoNodesAreSeenFromTheRendezvousAndBadTokensAreNamed) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("\"node_rank\":1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"rank\":3"), std::string::npos) << r.out;
+  // Steps travel with the rest of each node's report.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        r = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
+        return std::regex_search(r.out, std::regex("\"rank\":3,[^}]*\"steps\":[1-9]"));
+      },
+      30s))
+      << r.out;
 
   ProcessResult wrong = run_process({kDdprun, "status", ep}, {{"DDP_RDZV_TOKEN", "nope"}}, 10s);
   EXPECT_EQ(wrong.code, 1);

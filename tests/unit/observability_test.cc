@@ -35,6 +35,9 @@ JobStatus two_rank_job() {
   r0.collective_seq = 57;
   r0.in_collective_s = 3;
   r0.libddp = true;
+  r0.steps = 120;
+  r0.step_median_s = 0.0453;
+  r0.step_p99_s = 1.5;
   RankStatus r1;
   r1.rank = 1;
   r1.local_rank = 1;
@@ -76,6 +79,9 @@ TEST(JobStatus, StateTextAndAges) {
   EXPECT_EQ(format_age(-1), "-");
   EXPECT_EQ(format_age(125), "2 m 05 s");
   EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_duration(0.00085), "850 us");
+  EXPECT_EQ(format_duration(0.0453), "45.3 ms");
+  EXPECT_EQ(format_duration(1.25), "1.2 s");
 }
 
 TEST(JobStatus, TableNamesEveryRankAndNode) {
@@ -85,6 +91,9 @@ TEST(JobStatus, TableNamesEveryRankAndNode) {
   EXPECT_NE(table.find("node0"), std::string::npos) << table;
   EXPECT_NE(table.find("in all_reduce #57"), std::string::npos) << table;
   EXPECT_NE(table.find("exited SIGKILL"), std::string::npos) << table;
+  // Steps and their time for a libddp rank; "-" for one that never timed a step.
+  EXPECT_NE(table.find("120 (45.3 ms, p99 1.5 s)"), std::string::npos) << table;
+  EXPECT_NE(table.find("STEPS"), std::string::npos) << table;
 }
 
 TEST(JobStatus, JsonIsOneObjectWithEscapes) {
@@ -96,6 +105,9 @@ TEST(JobStatus, JsonIsOneObjectWithEscapes) {
   EXPECT_NE(json.find("\"run_id\":\"a\\\"b\\n\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"world_size\":2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"state\":\"in_collective\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"steps\":120,\"step_median_s\":0.045300,\"step_p99_s\":1.500000"),
+            std::string::npos)
+      << json;
   EXPECT_EQ(json_quote(std::string("\x01", 1)), "\"\\u0001\"");
 }
 

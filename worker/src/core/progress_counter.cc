@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 
 #include "ddp/common/env_contract.h"
@@ -12,27 +13,34 @@
 namespace ddp::detail {
 namespace {
 
-ProgressSlot* my_slot() {
-  static ProgressSlot* const slot = []() -> ProgressSlot* {
+struct MySlots {
+  ProgressSlot* progress = nullptr;
+  StepSlot* steps = nullptr;
+};
+
+const MySlots& my_slots() {
+  static const MySlots slots = []() -> MySlots {
     // The contract's one parser: a malformed LOCAL_RANK was already refused
     // by init(); a process outside ddprun has no board.
     std::optional<WorkerEnv> env;
     try {
       env = WorkerEnv::from_process_env();
     } catch (const Error&) {
-      return nullptr;
+      return {};
     }
-    if (!env) return nullptr;
+    if (!env) return {};
     // This process's mapping of the board, for the rest of its life.
     static std::optional<ProgressBoard> board =
-        ProgressBoard::attach(env->progress_fd, env->local_rank);
-    if (!board) return nullptr;
+        ProgressBoard::attach(env->progress_fd, env->local_rank, env->local_world_size);
+    if (!board) return {};
     ProgressSlot* s = &board->slot(env->local_rank);
     s->attached.store(1, std::memory_order_relaxed);
-    return s;
+    return {s, board->step_slot(env->local_rank)};
   }();
-  return slot;
+  return slots;
 }
+
+ProgressSlot* my_slot() { return my_slots().progress; }
 
 std::uint64_t monotonic_ns() {
   timespec ts{};
@@ -57,6 +65,15 @@ void collective_ended() {
     if (began != 0 && now > began) s->wait_ns.fetch_add(now - began, std::memory_order_relaxed);
     s->completed.fetch_add(1, std::memory_order_release);
   }
+}
+
+void step_finished() {
+  StepSlot* s = my_slots().steps;
+  if (s == nullptr) return;
+  static std::mutex mu;
+  static StepTimer timer;
+  std::lock_guard<std::mutex> lock(mu);
+  timer.step_ended(*s, monotonic_ns());
 }
 
 }  // namespace ddp::detail

@@ -10,7 +10,9 @@
 // readers (ddprun) read every slot. Counters are atomics, so a reader sees
 // each value whole; a slot's fields may come from slightly different moments.
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,6 +60,57 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 // different versions still agree where each rank's slot is.
 static_assert(sizeof(ProgressSlot) == 64);
 
+// Steps: after the progress slots, a second array with one slot per local
+// rank, in which libddp times the rank's training steps (each synchronising
+// finish() of a GradSync or SharedGradSum ends one). Apart from ProgressSlot,
+// so that slots stay where a ddprun or libddp of another version expects
+// them: a board made by an older ddprun has no step slots (libddp then times
+// nothing), and an older libddp leaves them zero.
+struct alignas(64) StepSlot {
+  std::atomic<std::uint64_t> steps{0};  // steps finished
+  // Nanoseconds from one step's end to the next's: the last step's, and the
+  // median and 99th percentile (nearest rank) of the last `window` steps.
+  std::atomic<std::uint64_t> last_ns{0};
+  std::atomic<std::uint64_t> median_ns{0};
+  std::atomic<std::uint64_t> p99_ns{0};
+  std::atomic<std::uint64_t> window{0};
+};
+static_assert(sizeof(StepSlot) == 64);
+
+// The durations of a rank's last kCapacity steps, and their median and 99th
+// percentile (nearest rank: the smallest duration at least 99% of the window
+// does not exceed). Not thread-safe.
+class StepWindow {
+ public:
+  static constexpr std::size_t kCapacity = 128;
+  void add(std::uint64_t ns);
+  std::size_t size() const { return count_; }
+  // 0 for an empty window.
+  std::uint64_t percentile(double q) const;
+
+ private:
+  std::array<std::uint64_t, kCapacity> ring_{};
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+};
+// Times one rank's steps into its slot (libddp): each step is counted and
+// its duration kept in the window; the median and p99 in the slot are
+// recomputed at most every `publish_every_ns` (sorting the window at every
+// step would cost a short step of the reference trainer over 1%), and at
+// once while the window is filling. Not thread-safe.
+class StepTimer {
+ public:
+  explicit StepTimer(std::uint64_t publish_every_ns = 10'000'000) : every_(publish_every_ns) {}
+  // A step ended at `now_ns` (CLOCK_MONOTONIC); the first one has no duration.
+  void step_ended(StepSlot& slot, std::uint64_t now_ns);
+
+ private:
+  StepWindow window_;
+  std::uint64_t every_;
+  std::uint64_t previous_end_ = 0;
+  std::uint64_t published_ = 0;
+};
+
 // A consistent view of one rank's arrivals: it began `seq` collectives, the
 // last at `last_ns`, and the sum of all their beginning times is `sum`.
 struct ArrivalMark {
@@ -74,14 +127,17 @@ std::optional<ArrivalMark> read_arrivals(const ProgressSlot& slot);
 
 class ProgressBoard {
  public:
-  // A new board of `slots` slots, all zero. Throws ddp::Error when the
-  // memory cannot be created or mapped. The descriptor is close-on-exec:
-  // the spawner makes it inheritable in the child.
+  // A new board of `slots` progress slots and as many step slots, all zero.
+  // Throws ddp::Error when the memory cannot be created or mapped. The
+  // descriptor is close-on-exec: the spawner makes it inheritable in the child.
   static ProgressBoard create(int slots);
   // The board behind descriptor `fd` (the contract's DDP_PROGRESS_FD), or
   // nullopt when `fd` is negative or names no board with a slot `slot` (then
   // libddp counts nothing; the job runs as without --hang_timeout).
-  static std::optional<ProgressBoard> attach(int fd, int slot);
+  // `local_world_size`: the board's slots as the worker's contract says
+  // (LOCAL_WORLD_SIZE), which tells where the step slots begin; a board
+  // without them (an older ddprun) has step_slot() null.
+  static std::optional<ProgressBoard> attach(int fd, int slot, int local_world_size);
 
   ProgressBoard(ProgressBoard&& other) noexcept;
   ProgressBoard& operator=(ProgressBoard&& other) noexcept;
@@ -93,11 +149,16 @@ class ProgressBoard {
   int slots() const { return slots_; }
   ProgressSlot& slot(int i) { return base_[i]; }
   const ProgressSlot& slot(int i) const { return base_[i]; }
+  // Slot `i`'s steps; null when the board has no step slots.
+  StepSlot* step_slot(int i) { return steps_ == nullptr ? nullptr : &steps_[i]; }
+  const StepSlot* step_slot(int i) const { return steps_ == nullptr ? nullptr : &steps_[i]; }
 
  private:
-  ProgressBoard(int fd, ProgressSlot* base, int slots) : fd_(fd), base_(base), slots_(slots) {}
+  ProgressBoard(int fd, void* base, std::size_t bytes, int slots, bool with_steps);
   int fd_ = -1;  // -1 for an attached board (the worker's descriptor stays open, unowned)
   ProgressSlot* base_ = nullptr;
+  StepSlot* steps_ = nullptr;
+  std::size_t bytes_ = 0;  // mapped
   int slots_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/progress_counter.h"
 #include "ddp/grad_averager.h"
 #include "grad/grad_sync/iteration.h"
 #include "grad/grad_sync/param_list.h"
@@ -50,6 +51,7 @@ struct AveragerState {
   void record_locked(const IterationStats& s) {
     stats.record(s);
     iteration.end(s.synced);
+    if (s.synced) step_finished();  // ddprun status: the rank's steps and their time
   }
   // Whether rank 0 logs a synced `s` now (the caller's line); logs a no_sync
   // one itself and returns false.
