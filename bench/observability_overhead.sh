@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The cost of ddprun's observability (docs/observability.md) on the reference
 # trainer: steady samples/s with status sampling, metrics and the event log
-# on, against all of them off (--status_interval=0, no --metrics_port, no
-# --events_file), in alternating runs of the same build, same machine, same
+# on (straggler tracking and libddp's step timing with them), against all of
+# them off (--status_interval=0, no --metrics_port, no --events_file: no
+# progress board either), in alternating runs of the same build, same machine, same
 # command; prints each run and the medians.
 # Usage: bench/observability_overhead.sh [BUILD_DIR] [ROUNDS] [STEPS] [NPROC]
 set -euo pipefail
@@ -38,7 +39,11 @@ echo "  on:  --status_interval=1 --metrics_port=P --events_file=F"
 : > "$TMP/off"
 : > "$TMP/on"
 for ((i = 1; i <= ROUNDS; i++)); do
-  for mode in off on; do
+  # Which mode runs first alternates: a drift of the machine within a round
+  # (another tenant, the frequency) does not favour one mode.
+  order=(off on)
+  ((i % 2 == 0)) && order=(on off)
+  for mode in "${order[@]}"; do
     v=$(run "$mode")
     echo "$v" >> "$TMP/$mode"
     printf 'round %d %-3s %s samples/s\n' "$i" "$mode" "$v"
