@@ -13,11 +13,11 @@
 // the interval), and its share of the interval is lateness / dt: the share
 // of the time the others spent waiting for it to arrive.
 //
-// The rule. A rank's score is the median of its shares over the last
-// `window` intervals (at least `min_intervals` of them): one noisy interval,
-// or a few, moves a median by nothing. A rank is named when its score
-// reaches `name_share` and it arrived last in `last_fraction` of those
-// intervals, and cleared when its score falls below `clear_share`
+// The rule (straggler_judge.h). A rank's score is the median of its shares
+// over the last `window` intervals (at least `min_intervals` of them): one
+// noisy interval, or a few, moves a median by nothing. A rank is named when
+// its score reaches `name_share` and it arrived last in `last_fraction` of
+// those intervals, and cleared when its score falls below `clear_share`
 // (hysteresis: a score hovering at the threshold does not flap).
 
 #include <chrono>
@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/straggler_judge.h"
 #include "ddp/common/progress_board.h"
 
 namespace ddp::launcher {
@@ -51,20 +52,6 @@ struct CommonArrivals {
 };
 std::optional<CommonArrivals> common_arrivals(const std::vector<StragglerSample>& ranks);
 
-struct StragglerRule {
-  int window = 40;         // intervals the score is the median of
-  int min_intervals = 20;  // no score (and no verdict) with fewer
-  double name_share = 0.05;
-  double clear_share = 0.025;
-  // Naming also needs the rank to have arrived last (a positive share) in
-  // this fraction of the window's intervals: a trend, not a few bursts.
-  double last_fraction = 0.8;
-};
-// The rule for a window of `window_s` seconds sampled every `interval_s`
-// (--straggler_window, --status_interval): the window in intervals (at
-// least 4), half of it before any score.
-StragglerRule straggler_rule(double window_s, double interval_s);
-
 // A rank named, or one that recovered.
 struct StragglerChange {
   int rank = 0;
@@ -79,7 +66,7 @@ struct StragglerChange {
 class StragglerDetector {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit StragglerDetector(StragglerRule rule = {}) : rule_(rule) {}
+  explicit StragglerDetector(StragglerRule rule = {}) : judge_(rule) {}
 
   // Takes one sample of this node's ranks (in the same order each time).
   // Returns the ranks named or cleared by it.
@@ -89,15 +76,9 @@ class StragglerDetector {
   // The rank's score (a share of wall time, 0 to 1), 0 without enough
   // intervals or for an unknown rank.
   double score(int rank) const;
-  bool named(int rank) const { return named_.count(rank) != 0; }
+  bool named(int rank) const { return judge_.named(rank); }
 
  private:
-  struct Interval {
-    double dt = 0;
-    std::vector<double> share;       // per rank, in the samples' order
-    std::vector<double> lateness_s;  // per rank
-    std::uint64_t collectives = 0;
-  };
   struct Point {
     Clock::time_point at;
     CommonArrivals arrivals;
@@ -106,15 +87,11 @@ class StragglerDetector {
   void add_interval(const Point& next);
   std::vector<StragglerChange> reset(const std::string& why);
   std::vector<StragglerChange> judge();
-  std::string evidence(std::size_t i, double score) const;
-  int intervals_last(std::size_t i) const;  // intervals in which rank i arrived last
+  std::string evidence(std::size_t i) const;
 
-  StragglerRule rule_;
+  StragglerJudge judge_;
   std::vector<StragglerSample> last_;  // the ranks of the previous sample
   std::optional<Point> point_;         // the previous sample with common arrivals
-  std::deque<Interval> intervals_;
-  std::vector<double> scores_;   // per rank, in the samples' order
-  std::map<int, double> named_;  // rank -> score when named
 };
 
 }  // namespace ddp::launcher
