@@ -136,6 +136,14 @@ std::string rank_straggler(const RankStatus& r) {
   return r.straggler ? score + " STRAGGLER" : score;
 }
 
+// The share of time the other nodes waited for the node ("0%" too until the
+// rendezvous has judged enough intervals); "-" for a job of one node.
+std::string node_straggler(const JobStatus& job, const NodeStatus& n) {
+  if (job.nodes.size() < 2) return "-";
+  const std::string score = fmt::format("{:.0f}%", 100.0 * n.straggler_score);
+  return n.straggler ? score + " STRAGGLER" : score;
+}
+
 }  // namespace
 
 std::string format_status_table(const JobStatus& job) {
@@ -144,11 +152,11 @@ std::string format_status_table(const JobStatus& job) {
                   job.run_id.empty() ? "?" : job.run_id, job.round, format_age(job.age_s),
                   job.restarts, job.world_size(), job.endpoint);
   std::vector<std::vector<std::string>> nodes{
-      {"NODE", "HOST", "HEARTBEAT", "RESTARTS", "RELAUNCHES", "RANKS"}};
+      {"NODE", "HOST", "HEARTBEAT", "RESTARTS", "RELAUNCHES", "RANKS", "WAITED-FOR"}};
   for (const auto& n : job.nodes) {
     nodes.push_back({std::to_string(n.node_rank), n.host, format_age(n.heartbeat_age_s),
                      std::to_string(n.restarts), std::to_string(n.relaunches),
-                     std::to_string(n.ranks.size())});
+                     std::to_string(n.ranks.size()), node_straggler(job, n)});
   }
   out += render_columns(nodes);
   std::vector<std::vector<std::string>> ranks{{"RANK", "NODE", "PID", "STATE", "OUTPUT", "CPU%",
@@ -224,9 +232,10 @@ std::string status_json(const JobStatus& job) {
     const auto& n = job.nodes[i];
     out += fmt::format(
         "{}{{\"node_rank\":{},\"host\":{},\"round\":{},\"heartbeat_age_s\":{:.3f},\"restarts\":{},"
-        "\"relaunches\":{},\"age_s\":{:.3f},\"ranks\":[",
+        "\"relaunches\":{},\"age_s\":{:.3f},\"straggler_score\":{:.3f},\"straggler\":{},"
+        "\"ranks\":[",
         i ? "," : "", n.node_rank, json_quote(n.host), n.round, n.heartbeat_age_s, n.restarts,
-        n.relaunches, n.age_s);
+        n.relaunches, n.age_s, n.straggler_score, n.straggler ? "true" : "false");
     for (std::size_t k = 0; k < n.ranks.size(); ++k) {
       out += (k ? "," : "") + rank_json(n.ranks[k]);
     }

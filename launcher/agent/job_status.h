@@ -57,6 +57,11 @@ struct NodeStatus {
   std::string run_id;
   int world_size = 0;
   double heartbeat_age_s = -1;  // -1: unknown (the node's own view)
+  // Judged at the rendezvous across nodes (agent/node_straggler_detector.h):
+  // the share of time the other nodes waited for this one, and whether it
+  // is named a straggler; 0 and false in a node's own view.
+  double straggler_score = 0;
+  bool straggler = false;
   std::vector<RankStatus> ranks;
 };
 

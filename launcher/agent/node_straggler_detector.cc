@@ -85,7 +85,7 @@ void NodeStragglerDetector::add_interval() {
       rates.push_back(c / seconds);
       counts.push_back(c);
     }
-    wait.push_back(median_of(waits));
+    wait.push_back(*std::max_element(waits.begin(), waits.end()));  // its earliest rank's
     rate.push_back(median_of(rates));
     done.push_back(static_cast<std::uint64_t>(median_of(counts)));
     dt.push_back(seconds);

@@ -9,10 +9,13 @@
 // for all its ranks at about the same moment, so the time a rank spends
 // inside a collective is how much earlier than the last rank it arrived.
 // Over an interval (between two reports of a node), a node's wait per
-// collective is the median over its libddp ranks of their wait's growth over
-// their collectives'; a node's lateness per collective is the median of the
-// other nodes' waits less its own, and its share is that lateness times its
-// collectives per second: the share of time the other nodes waited for it.
+// collective is the largest of its libddp ranks' (their wait's growth over
+// their collectives'): that of its earliest rank, so a node is late only
+// when all its ranks are (one slow rank among others on its node makes them
+// wait like everyone else, and is the node's own detector's to name). A
+// node's lateness per collective is the median of the other nodes' waits
+// less its own, and its share is that lateness times its collectives per
+// second: the share of time the other nodes waited for it.
 // An interval is complete once every node reported since the previous one;
 // the verdict is straggler_judge.h's.
 

@@ -20,6 +20,14 @@
 namespace ddp::launcher {
 namespace {
 
+// Nodes report with their heartbeats, with what they sampled last: an
+// interval is the longer of the two periods. nullopt: --straggler_window=0.
+std::optional<StragglerRule> node_straggler_rule(const LaunchSpec& spec) {
+  if (spec.straggler_window_s <= 0) return std::nullopt;
+  return straggler_rule(spec.straggler_window_s,
+                        std::max(spec.rdzv_conf.heartbeat_interval_s, spec.status_interval_s));
+}
+
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
@@ -55,6 +63,7 @@ class RemoteControlPlane final : public ControlPlane {
     if (spec.hosts_rendezvous() || guessed) {
       try {
         server_ = start_server(spec);
+        server_->service().judge_node_stragglers(node_straggler_rule(spec));
         endpoint.port = server_->port();
         log.info(
             "hosting the rendezvous on port {} ({}; run id '{}'){}", endpoint.port,
@@ -193,6 +202,7 @@ class WorkerServer final : public WorkerRendezvous {
     options.port = port;
     options.max_message_bytes = static_cast<int>(spec.rdzv_conf.max_message_bytes);
     server_ = std::make_unique<RendezvousServer>(server_config(spec, 1, 1), options);
+    server_->service().judge_node_stragglers(std::nullopt);  // one node: nothing to compare
   }
   void publish(const NodeStatus& node) override {
     server_->service().publish_local(to_proto(node));

@@ -5,6 +5,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
 #include "rpc/service_calls.h"
+#include "rpc/status_proto.h"
 
 namespace ddp::launcher {
 
@@ -280,9 +281,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
     reply = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(),
                              req->heard_end());
   });
-  if (status.ok() && req->has_node_state()) {
-    reported_[req->group_rank()] = {req->node_state(), now()};
-  }
+  if (status.ok() && req->has_node_state()) record_report_locked(req->node_state(), now());
   auto fill = [resp](const RoundStatus& reply) {
     resp->set_round_ended(reply.round_ended);
     resp->set_reason(reply.reason);
@@ -336,7 +335,25 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
 
 void RendezvousService::publish_local(const v1::NodeState& state) {
   std::lock_guard<std::mutex> lock(mu_);
-  reported_[state.node_rank()] = {state, now()};
+  record_report_locked(state, now());
+}
+
+void RendezvousService::judge_node_stragglers(std::optional<StragglerRule> rule) {
+  std::lock_guard<std::mutex> lock(mu_);
+  node_stragglers_.reset();
+  if (rule) node_stragglers_.emplace(*rule);
+}
+
+void RendezvousService::record_report_locked(const v1::NodeState& state, TimePoint at) {
+  reported_[state.node_rank()] = {state, at};
+  if (!node_stragglers_) return;
+  for (const auto& change : node_stragglers_->observe(at, from_proto(state))) {
+    if (change.named) {
+      launcher_log().warn("straggler: {}", change.evidence);
+    } else {
+      launcher_log().info("straggler recovered: {}", change.evidence);
+    }
+  }
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,
@@ -360,6 +377,10 @@ grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext*
       v1::NodeStatus* node = resp->add_nodes();
       *node->mutable_state() = reported.state;
       node->set_heartbeat_age_s(std::chrono::duration<double>(at - reported.at).count());
+      if (node_stragglers_) {
+        node->set_straggler_score(node_stragglers_->score(rank));
+        node->set_straggler(node_stragglers_->named(rank));
+      }
     }
   }
   lock.unlock();

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/node_straggler_detector.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_state.h"
 #include "rpc/connection_acceptor.h"
@@ -46,6 +47,12 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   std::size_t pending_waits();     // requests held now
   // See RendezvousState::on_round_formed (called under the service's mutex).
   void on_round_formed(std::function<void(std::int64_t round)> observer);
+  // Stragglers across nodes (agent/node_straggler_detector.h), judged from
+  // the nodes' reports: `rule` (straggler_rule of --straggler_window and
+  // the heartbeat interval), or nullopt for none (--straggler_window=0).
+  // Verdicts are logged here and shown by ddprun status. Default: the
+  // default rule.
+  void judge_node_stragglers(std::optional<StragglerRule> rule);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*,
                                  v1::JoinResponse*) override;
@@ -76,6 +83,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
                                    v1::StatusResponse*) override;
   // A single node's status, handed over in-process (no heartbeats there).
   void publish_local(const v1::NodeState& state);
+  // Records a node's report and judges stragglers with it. Called with mu_ held.
+  void record_report_locked(const v1::NodeState& state, TimePoint at);
 
  private:
   class WaitReactor;
@@ -117,6 +126,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     TimePoint at;
   };
   std::map<int, Reported> reported_;  // by group rank: the last status each node sent
+  std::optional<NodeStragglerDetector> node_stragglers_{std::in_place};
   TimePoint started_;
   WaiterList waiters_;
   std::multimap<std::string, WaiterList::iterator> by_topic_;

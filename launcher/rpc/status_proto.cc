@@ -89,6 +89,8 @@ JobStatus job_from_proto(const v1::StatusResponse& resp, const std::string& endp
   for (const auto& node : resp.nodes()) {
     NodeStatus n = from_proto(node.state());
     n.heartbeat_age_s = node.heartbeat_age_s();
+    n.straggler_score = node.straggler_score();
+    n.straggler = node.straggler();
     // A single node's server forms no rounds: the node's own view says.
     job.round = std::max(job.round, n.round);
     job.restarts = std::max(job.restarts, n.restarts);

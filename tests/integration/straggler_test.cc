@@ -2,7 +2,9 @@
 // of them stopped for 20% of the time (SIGSTOP/SIGCONT pulses from the
 // test); ddprun must name that rank in a warning, the event log, the metrics
 // and `ddprun status`, and say when it has recovered once the pulses stop;
-// on two nodes, `ddprun status` at the rendezvous shows the other node's.
+// on two nodes, `ddprun status` at the rendezvous shows the other node's;
+// on two hosts of one rank each (network namespaces; root, else skipped),
+// the rendezvous names the slow host's node, which no agent alone can.
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -19,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "netns_hosts.h"
+#include "netns_test.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -170,6 +174,58 @@ TEST(Stragglers, ASlowRankOnTheOtherNodeIsShownThroughTheRendezvous) {
       << st.out;
   EXPECT_NE(nodes[1]->read_err().find("straggler: rank 3 arrived last"), std::string::npos)
       << nodes[1]->read_err();
+  for (auto& n : nodes) kill(n->pid(), SIGTERM);
+  for (auto& n : nodes) n->wait(30s);
+}
+
+class StragglerMultiHost : public NetnsTest {};
+
+TEST_F(StragglerMultiHost, TheOnlyRankOfASlowHostIsNamedAtTheRendezvous) {
+  NetnsHosts hosts(2);
+  const std::string ep = hosts.address(0) + ":29500";
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        hosts.on(h,
+                 {kDdprun, "--nnodes=2", "--node_rank=" + std::to_string(h),
+                  "--master_addr=" + hosts.address(0), "--master_port=29500", "--nproc_per_node=1",
+                  "--straggler_window=20", kTrain, "--epochs", "100000", "--log_every", "1000000"}),
+        std::map<std::string, std::string>{{"DDP_BACKEND", "gloo"},
+                                           {"GLOO_SOCKET_IFNAME", "eth0"}}));
+  }
+  auto status = [&] {
+    return run_process(hosts.on(0, {kDdprun, "status", ep, "--json"}), {}, 10s);
+  };
+  ProcessResult st;
+  pid_t victim = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        st = status();
+        victim = pid_of(st.out, 1);
+        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+      },
+      30s))
+      << st.out << st.err << nodes[0]->read_err();
+  {
+    Pulses pulses(victim, 60ms, 300ms);
+    // Named within the target (60 s); a 20 s window needs 10 s of intervals.
+    EXPECT_TRUE(wait_until(
+        [&] {
+          st = status();
+          return std::regex_search(st.out, std::regex("\"node_rank\":1,[^\\[]*\"straggler\":true"));
+        },
+        60s))
+        << st.out << nodes[0]->read_err();
+  }
+  EXPECT_TRUE(std::regex_search(st.out, std::regex("\"node_rank\":0,[^\\[]*\"straggler\":false")))
+      << st.out;
+  // The host of the rendezvous says which node, host and rank, and why.
+  const std::string log = nodes[0]->read_err();
+  EXPECT_TRUE(std::regex_search(log, std::regex("straggler: node 1 \\(host [^,]+, ranks 1\\) "
+                                                "arrived last in [0-9]+ of the last [0-9]+ "
+                                                "intervals")))
+      << log;
+  EXPECT_EQ(log.find("straggler: node 0"), std::string::npos) << log;
   for (auto& n : nodes) kill(n->pid(), SIGTERM);
   for (auto& n : nodes) n->wait(30s);
 }

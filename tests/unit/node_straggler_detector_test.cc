@@ -42,17 +42,29 @@ class Job {
       nodes_.push_back(s);
     }
   }
-  // One second: every node reports once, node n `n` x 100 ms into it.
+  // One second: every node reports once, node n `n` x 100 ms into it;
+  // `late`: per node, as every rank of it.
   std::vector<NodeStragglerChange> second(NodeStragglerDetector& d, const std::vector<double>& late,
                                           double noise = 0.02) {
+    std::vector<double> by_rank;
+    for (std::size_t n = 0; n < nodes_.size(); ++n) {
+      for (std::size_t l = 0; l < nodes_[n].ranks.size(); ++l) {
+        by_rank.push_back(n < late.size() ? late[n] : 0);
+      }
+    }
+    return second_by_rank(d, by_rank, noise);
+  }
+  // The same with `late` per global rank.
+  std::vector<NodeStragglerChange> second_by_rank(NodeStragglerDetector& d,
+                                                  const std::vector<double>& late, double noise) {
     std::uniform_real_distribution<double> u(0, noise);
     std::vector<NodeStragglerChange> out;
     now_ += 1s;
     double latest = 0;
     for (double l : late) latest = std::max(latest, l);
     for (std::size_t n = 0; n < nodes_.size(); ++n) {
-      const double own = n < late.size() ? late[n] : 0;
       for (auto& r : nodes_[n].ranks) {
+        const double own = static_cast<std::size_t>(r.rank) < late.size() ? late[r.rank] : 0;
         r.collectives_done += 1000;
         r.collective_wait_s += 0.1 + (latest - own) + u(rng_);
       }
@@ -110,6 +122,15 @@ TEST(NodeStragglerDetector, AWholeSlowNodeOfSeveralRanksIsNamedAndTheOthersAreNo
   bool cleared = false;
   for (int s = 0; s < 40 && !cleared; ++s) cleared = changes_of(job.second(d, {}), 2, false) == 1;
   EXPECT_TRUE(cleared);
+}
+
+TEST(NodeStragglerDetector, OneSlowRankAmongOthersOnItsNodeIsLeftToThatNode) {
+  NodeStragglerDetector d;
+  Job job(2, 2);  // ranks 0-1 on node 0, 2-3 on node 1
+  for (int s = 0; s < 60; ++s) {
+    for (const auto& c : job.second_by_rank(d, {0, 0, 0, 0.2}, 0.02)) ADD_FAILURE() << c.evidence;
+  }
+  EXPECT_LT(d.score(1), 0.05);
 }
 
 TEST(NodeStragglerDetector, NoiseNamesNobody) {
