@@ -9,8 +9,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "agent/job_status.h"
+#include "agent/node_straggler_detector.h"
 #include "ddp/common/rendezvous_types.h"
 
 namespace ddp::launcher {
@@ -65,6 +67,11 @@ class ControlPlane {
   // rendezvous server (sent with the next heartbeat, or handed to a
   // single node's server). Never blocks.
   virtual void publish(const NodeStatus& node) { (void)node; }
+  // Where this node hosts the rendezvous: the verdicts on other nodes as
+  // stragglers that changed since the last call, and every node's standing
+  // (agent/node_straggler_detector.h). Elsewhere none.
+  virtual std::vector<NodeStragglerChange> take_node_straggler_changes() { return {}; }
+  virtual std::vector<NodeStragglerScore> node_straggler_scores() const { return {}; }
 };
 
 }  // namespace ddp::launcher

@@ -93,6 +93,17 @@ const std::vector<MetricDef>& metric_defs() {
        {"rank", "local_rank"},
        "",
        "1 while the rank is named a straggler"},
+      {"ddprun_node_straggler_score",
+       T::kGauge,
+       {"node", "host"},
+       "ratio",
+       "Share of wall time the other nodes waited for this node's ranks (judged at the "
+       "rendezvous: exported by the node that hosts it; libddp programs)"},
+      {"ddprun_node_straggler",
+       T::kGauge,
+       {"node", "host"},
+       "",
+       "1 while the node is named a straggler at the rendezvous"},
       {"ddprun_stragglers_named_total",
        T::kCounter,
        {},
@@ -141,6 +152,12 @@ std::vector<MetricSample> metric_samples(const NodeStatus& node, const NodeCount
   add("ddprun_heartbeat_age_seconds", extras.heartbeat_age_s);
   add("ddprun_events_dropped_total", static_cast<double>(c.events_dropped));
   add("ddprun_stragglers_named_total", static_cast<double>(c.stragglers_named));
+  for (const auto& n : extras.node_stragglers) {
+    const std::vector<std::pair<std::string, std::string>> l = {{"node", std::to_string(n.node)},
+                                                                {"host", n.host}};
+    add("ddprun_node_straggler_score", n.score, l);
+    add("ddprun_node_straggler", n.named ? 1 : 0, l);
+  }
   for (const auto& r : node.ranks) {
     std::vector<std::pair<std::string, std::string>> l = {
         {"rank", std::to_string(r.rank)}, {"local_rank", std::to_string(r.local_rank)}};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/job_status.h"
+#include "agent/node_straggler_detector.h"
 
 namespace ddp::launcher {
 
@@ -49,6 +50,8 @@ struct NodeExtras {
   int nodes = 1;  // in the round
   int max_restarts = 0;
   double heartbeat_age_s = 0;  // since the last answered heartbeat (0 on a single node)
+  // Where this node hosts the rendezvous: every node's standing as a straggler.
+  std::vector<NodeStragglerScore> node_stragglers;
 };
 
 // Every sample of the set for this node now.

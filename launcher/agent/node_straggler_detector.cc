@@ -130,6 +130,12 @@ std::string NodeStragglerDetector::evidence(std::size_t index, int node) const {
       t.collectives);
 }
 
+std::vector<NodeStragglerScore> NodeStragglerDetector::scores() const {
+  std::vector<NodeStragglerScore> out;
+  for (const auto& [rank, n] : nodes_) out.push_back({rank, n.host, score(rank), named(rank)});
+  return out;
+}
+
 double NodeStragglerDetector::score(int node) const {
   std::size_t i = 0;
   for (const auto& [rank, n] : nodes_) {

@@ -42,6 +42,14 @@ struct NodeStragglerChange {
   std::string evidence;
 };
 
+// A node's standing: its score and whether it is named.
+struct NodeStragglerScore {
+  int node = 0;
+  std::string host;
+  double score = 0;
+  bool named = false;
+};
+
 class NodeStragglerDetector {
  public:
   using Clock = std::chrono::steady_clock;
@@ -53,6 +61,8 @@ class NodeStragglerDetector {
 
   double score(int node) const;
   bool named(int node) const { return judge_.named(node); }
+  // Every node reported in the current round, by group rank.
+  std::vector<NodeStragglerScore> scores() const;
 
  private:
   struct Mark {

@@ -163,6 +163,17 @@ void Observer::judge_stragglers(Clock::time_point now, NodeStatus& node) {
   }
 }
 
+void Observer::post_node_stragglers(ControlPlane& control) {
+  // The rendezvous logged them; the event log of the node that hosts it
+  // records them (the straggler's node in `message`).
+  for (const auto& change : control.take_node_straggler_changes()) {
+    EventRecord e = record("straggler");
+    e.state = change.named ? "NAMED" : "RECOVERED";
+    e.message = change.evidence;
+    post(e);
+  }
+}
+
 void Observer::tick(const WorkerGroup& group, const ProgressBoard* board, ControlPlane& control,
                     RoundWatch* watch) {
   const auto now = Clock::now();
@@ -183,12 +194,14 @@ void Observer::tick(const WorkerGroup& group, const ProgressBoard* board, Contro
   node = probe_.sample(node, group, board);
   judge_stragglers(now, node);
   control.publish(node);
+  post_node_stragglers(control);
   if (!metrics_) return;
   if (events_) counters_.events_dropped = static_cast<std::int64_t>(events_->dropped());
   NodeExtras extras;
   extras.nodes = round_ ? round_->group_world_size : 1;
   extras.max_restarts = spec_.max_restarts;
   extras.heartbeat_age_s = watch ? std::max(0.0, watch->heartbeat_age_s()) : 0;
+  extras.node_stragglers = control.node_straggler_scores();
   metrics_->update(metric_samples(node, counters_, extras));
 }
 

@@ -53,6 +53,8 @@ class Observer {
   // The same, naming the rank, its local rank and its pid.
   EventRecord record_of(const std::string& name, const WorkerOutcome& rank) const;
   void post(const EventRecord& e);
+  // Events for the verdicts on nodes the rendezvous hosted here reached.
+  void post_node_stragglers(ControlPlane& control);
   // Judges the sample's ranks (StragglerDetector) and marks them in `node`;
   // says each rank named or cleared in the log and the event log.
   void judge_stragglers(Clock::time_point now, NodeStatus& node);

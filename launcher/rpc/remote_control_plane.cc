@@ -136,6 +136,14 @@ class RemoteControlPlane final : public ControlPlane {
     std::lock_guard<std::mutex> lock(status_->mu);
     status_->bytes = std::move(bytes);
   }
+  std::vector<NodeStragglerChange> take_node_straggler_changes() override {
+    if (!server_) return {};
+    return server_->service().take_node_straggler_changes();
+  }
+  std::vector<NodeStragglerScore> node_straggler_scores() const override {
+    if (!server_) return {};
+    return server_->service().node_straggler_scores();
+  }
   // --on_failure=heal across nodes: relaunches of single ranks spend a
   // job-wide budget of --max_restarts kept as a counter in the rendezvous's
   // store (atomic across the agents), apart from the server's count of

@@ -353,7 +353,22 @@ void RendezvousService::record_report_locked(const v1::NodeState& state, TimePoi
     } else {
       launcher_log().info("straggler recovered: {}", change.evidence);
     }
+    // Bounded: a host that never takes them (ddprun rendezvous) keeps the latest.
+    if (node_straggler_changes_.size() >= 256) {
+      node_straggler_changes_.erase(node_straggler_changes_.begin());
+    }
+    node_straggler_changes_.push_back(change);
   }
+}
+
+std::vector<NodeStragglerChange> RendezvousService::take_node_straggler_changes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(node_straggler_changes_, {});
+}
+
+std::vector<NodeStragglerScore> RendezvousService::node_straggler_scores() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_stragglers_ ? node_stragglers_->scores() : std::vector<NodeStragglerScore>{};
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(grpc::CallbackServerContext* ctx,

@@ -53,6 +53,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Verdicts are logged here and shown by ddprun status. Default: the
   // default rule.
   void judge_node_stragglers(std::optional<StragglerRule> rule);
+  // The node verdicts that changed since the last call (for the host's
+  // events and metrics), and every node's standing now.
+  std::vector<NodeStragglerChange> take_node_straggler_changes();
+  std::vector<NodeStragglerScore> node_straggler_scores();
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*,
                                  v1::JoinResponse*) override;
@@ -127,6 +131,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   };
   std::map<int, Reported> reported_;  // by group rank: the last status each node sent
   std::optional<NodeStragglerDetector> node_stragglers_{std::in_place};
+  std::vector<NodeStragglerChange> node_straggler_changes_;  // not yet taken
   TimePoint started_;
   WaiterList waiters_;
   std::multimap<std::string, WaiterList::iterator> by_topic_;

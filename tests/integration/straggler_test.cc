@@ -182,6 +182,8 @@ class StragglerMultiHost : public NetnsTest {};
 
 TEST_F(StragglerMultiHost, TheOnlyRankOfASlowHostIsNamedAtTheRendezvous) {
   NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::string events = dir + "/events.jsonl";
   const std::string ep = hosts.address(0) + ":29500";
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int h = 0; h < 2; ++h) {
@@ -189,7 +191,8 @@ TEST_F(StragglerMultiHost, TheOnlyRankOfASlowHostIsNamedAtTheRendezvous) {
         hosts.on(h,
                  {kDdprun, "--nnodes=2", "--node_rank=" + std::to_string(h),
                   "--master_addr=" + hosts.address(0), "--master_port=29500", "--nproc_per_node=1",
-                  "--straggler_window=20", kTrain, "--epochs", "100000", "--log_every", "1000000"}),
+                  "--straggler_window=20", "--events_file=" + events + std::to_string(h), kTrain,
+                  "--batch_size", "2048", "--epochs", "100000", "--log_every", "1000000"}),
         std::map<std::string, std::string>{{"DDP_BACKEND", "gloo"},
                                            {"GLOO_SOCKET_IFNAME", "eth0"}}));
   }
@@ -226,8 +229,20 @@ TEST_F(StragglerMultiHost, TheOnlyRankOfASlowHostIsNamedAtTheRendezvous) {
                                                 "intervals")))
       << log;
   EXPECT_EQ(log.find("straggler: node 0"), std::string::npos) << log;
+  // The host of the rendezvous records it as an event (at its next sample).
+  std::string recorded;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        recorded = read_file(events + "0");
+        return std::regex_search(recorded,
+                                 std::regex("\"name\":\"straggler\"[^\n]*\"state\":\"NAMED\"[^\n]*"
+                                            "\"message\":\"node 1 \\(host "));
+      },
+      10s))
+      << recorded;
   for (auto& n : nodes) kill(n->pid(), SIGTERM);
   for (auto& n : nodes) n->wait(30s);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -141,8 +141,10 @@ TEST(MetricSet, AtLeastFifteenUniqueSeriesEachSampled) {
   node.world_size = 2;
   NodeCounters c;
   c.restarts["hang"] = 2;
+  NodeExtras extras;  // as on the node that hosts the rendezvous
+  extras.node_stragglers = {{0, "node0", 0.0, false}, {1, "node1", 0.12, true}};
   std::set<std::string> sampled;
-  for (const auto& s : metric_samples(node, c, {})) {
+  for (const auto& s : metric_samples(node, c, extras)) {
     EXPECT_TRUE(names.count(s.name)) << s.name;
     sampled.insert(s.name);
     if (s.name == "ddprun_world_size") {
@@ -153,6 +155,12 @@ TEST(MetricSet, AtLeastFifteenUniqueSeriesEachSampled) {
     }
     if (s.name == "ddprun_workers" && s.labels[0].second == "exited") {
       EXPECT_EQ(s.value, 1);
+    }
+    if (s.name == "ddprun_node_straggler" || s.name == "ddprun_node_straggler_score") {
+      ASSERT_EQ(s.labels.size(), 2u);
+      const bool slow = s.labels[0].second == "1";
+      EXPECT_EQ(s.labels[1].second, slow ? "node1" : "node0");
+      EXPECT_EQ(s.value, s.name == "ddprun_node_straggler" ? (slow ? 1 : 0) : (slow ? 0.12 : 0));
     }
   }
   EXPECT_EQ(sampled, names);
