@@ -116,9 +116,11 @@ class Healer {
 
   // Collective on group(), after construction and after every reform():
   // when members hold different committed step counts (or a member joined
-  // late), the lowest-ranked member with the highest count broadcasts
-  // `state` (its buffers, the same layout on every member) and its count
-  // goes into `committed` everywhere. `committed` < 0 means "holds nothing"
+  // late), the lowest-ranked member with the highest count sends `state`
+  // (its buffers, the same layout on every member) to the members behind
+  // (in a group of their own, made for it: the members that hold it already
+  // return once the counts are compared) and its count goes into
+  // `committed` everywhere. `committed` < 0 means "holds nothing"
   // (a process that just joined). Throws as a collective does, and HealError
   // when no member holds anything.
   HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);

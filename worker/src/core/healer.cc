@@ -318,9 +318,26 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
   }
   report.moved = true;
   report.donor = static_cast<int>(most - all.begin());
-  for (const ParamBuffer& b : state) {
-    group_->broadcast(b.data, b.count, b.dtype, report.donor);
-    report.bytes += b.count * dtype_size(b.dtype);
+  for (const ParamBuffer& b : state) report.bytes += b.count * dtype_size(b.dtype);
+  // Only the members behind need the state: the donor sends it to them in a
+  // group of their own, so the members that hold it already neither copy it
+  // again nor take the cores the copy needs.
+  const MemberSet& members = group_->members();
+  MemberSet transfer{members.epoch, {}};
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (static_cast<int>(i) == report.donor || all[i] != *most) {
+      transfer.members.push_back(members.members[i]);
+    }
+  }
+  if (transfer.size() == group_->size() || !impl_->group_store) {
+    for (const ParamBuffer& b : state) group_->broadcast(b.data, b.count, b.dtype, report.donor);
+  } else if (transfer.rank_of(id_) >= 0) {
+    ProcessGroupOptions options = impl_->options;
+    options.group_name += "-sync";
+    const auto carrier =
+        ProcessGroup::create(transfer, id_, make_prefix_store(impl_->group_store, "sync"), options);
+    const int root = transfer.rank_of(members.members[static_cast<std::size_t>(report.donor)].id);
+    for (const ParamBuffer& b : state) carrier->broadcast(b.data, b.count, b.dtype, root);
   }
   committed = report.committed;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
