@@ -34,17 +34,51 @@ int parse_count(const std::string& text) {
 }
 
 // Why `name` cannot be a host for ssh ("" when it can): letters, digits and
-// ".-_" with an optional "USER@"; not starting with '-' (ssh would read an option).
+// ".-_" with an optional "USER@", or an IPv6 literal (hex digits, ':' and
+// '.'); not starting with '-' (ssh would read an option).
 std::string bad_host_name(const std::string& name) {
   if (name.empty()) return "a host name is missing";
   if (name[0] == '-') return "host '" + name + "' starts with '-'";
   if (std::count(name.begin(), name.end(), '@') > 1) return "host '" + name + "' has two '@'";
+  const std::string host = name.substr(name.find('@') + 1);
+  const bool ipv6 = host.find(':') != std::string::npos;
+  if (ipv6 && host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
+    return "host '" + name + "' is not an IPv6 address";
+  }
   for (char c : name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
-          c == '@')) {
+          c == '@' || (ipv6 && c == ':'))) {
       return "host '" + name + "' contains '" + std::string(1, c) + "'";
     }
   }
+  return "";
+}
+
+// Splits "HOST", "HOST:N", "[IPV6]", "[IPV6]:N", "USER@[IPV6]:N" or a bare
+// IPv6 literal ("fd00::2": two colons or more, no slot count) into the host
+// as ssh takes it (no brackets) and the slot count's text ("" when absent).
+// Returns the problem ("" when fine).
+std::string split_host(const std::string& word, std::string& host, std::string& slots_text) {
+  const auto open = word.find('[');
+  if (open != std::string::npos) {
+    const auto close = word.find(']', open);
+    if (close == std::string::npos) return "host '" + word + "' has '[' without ']'";
+    host = word.substr(0, open) + word.substr(open + 1, close - open - 1);
+    const std::string rest = word.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') return "'" + rest + "' follows host '" + host + "'";
+    slots_text = rest.empty() ? "" : rest.substr(1);
+    if (host.find(':') == std::string::npos) return "'[" + host + "]' is not an IPv6 address";
+    return "";
+  }
+  const std::string after_user = word.substr(word.find('@') + 1);
+  if (std::count(after_user.begin(), after_user.end(), ':') >= 2) {
+    host = word;  // a bare IPv6 literal: "HOST:N" would be ambiguous, so it has none
+    slots_text.clear();
+    return "";
+  }
+  const auto colon = word.find(':');
+  host = word.substr(0, colon);
+  slots_text = colon == std::string::npos ? "" : word.substr(colon + 1);
   return "";
 }
 
@@ -52,13 +86,10 @@ std::string bad_host_name(const std::string& name) {
 // Returns the problem ("" when fine).
 std::string parse_line(const std::string& line, HostSlots& host) {
   std::istringstream words(line);
-  std::string first, word;
-  words >> first;
-  std::string slots_text;
-  if (const auto colon = first.find(':'); colon != std::string::npos) {
-    slots_text = first.substr(colon + 1);
-    first = first.substr(0, colon);
-  }
+  std::string word, first, slots_text;
+  words >> word;
+  if (std::string why = split_host(word, first, slots_text); !why.empty()) return why;
+  const bool counted = word.size() > first.size() + (word.find('[') != std::string::npos ? 2 : 0);
   if (std::string why = bad_host_name(first); !why.empty()) return why;
   host.name = first;
   host.slots = 1;
@@ -72,7 +103,7 @@ std::string parse_line(const std::string& line, HostSlots& host) {
     if (!slots_text.empty()) return "slots given twice for host '" + first + "'";
     slots_text = word.substr(eq + 1);
   }
-  if (!slots_text.empty() || line.find(':') != std::string::npos) {
+  if (!slots_text.empty() || counted) {
     host.slots = parse_count(slots_text);
     if (host.slots < 0) return "slots '" + slots_text + "' is not a number";
   }
@@ -94,13 +125,15 @@ std::map<std::string, std::set<int>> parse_selection(const std::string& flag,
                                                      const std::string& text) {
   std::map<std::string, std::set<int>> picked;
   for (const auto& item : split(text, '@')) {
-    const auto colon = item.find(':');
-    const std::string name = item.substr(0, colon);
+    std::string name, indices;
+    if (std::string why = split_host(item, name, indices); !why.empty()) {
+      throw Error(flag + "=" + text + ": " + why);
+    }
     if (name.empty()) throw Error(flag + "=" + text + ": a host name is missing");
     if (picked.count(name) > 0) throw Error(flag + "=" + text + ": host '" + name + "' twice");
     auto& slots = picked[name];
-    if (colon == std::string::npos) continue;
-    for (const auto& index : split(item.substr(colon + 1), ',')) {
+    if (indices.empty()) continue;
+    for (const auto& index : split(indices, ',')) {
       const int i = parse_count(index);
       if (i < 0) throw Error(flag + "=" + text + ": '" + index + "' is not a slot index");
       slots.insert(i);

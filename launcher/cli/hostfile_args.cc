@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/launch_options.h"
+#include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 
 namespace ddp::launcher {
@@ -157,7 +158,7 @@ std::vector<std::string> agent_args(const FrontEndArgs& args, const std::vector<
       "--nnodes=" + std::to_string(hosts.size()),
       "--nproc_per_node=" + (args.nproc.empty() ? std::to_string(host.workers()) : args.nproc),
       "--rdzv_backend=c10d",
-      "--rdzv_endpoint=" + host_address(hosts.front().name) + ":29400",
+      "--rdzv_endpoint=" + Endpoint{host_address(hosts.front().name), 29400}.to_string(),
       "--rdzv_id=" + run_id,
       "--rdzv_conf=" + args.rdzv_conf + (args.rdzv_conf.empty() ? "" : ",") +
           "is_host=" + (index == 0 ? "1" : "0")};

@@ -21,6 +21,7 @@
 
 #include "cli/job_env.h"
 #include "cli/remote_command.h"
+#include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/launcher_log.h"
@@ -334,7 +335,7 @@ int FrontEnd::launch() {
 int FrontEnd::supervise() {
   auto& log = launcher_log();
   const std::string endpoint =
-      host_address(plan_.hosts.front().name) + ":" + std::to_string(rdzv_port_);
+      Endpoint{host_address(plan_.hosts.front().name), rdzv_port_}.to_string();
   send_all(go_line(endpoint, plan_.token));
   const auto grace = std::chrono::milliseconds(static_cast<long>(args_.shutdown_timeout_s * 1000));
   int signal = 0;

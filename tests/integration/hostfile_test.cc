@@ -171,6 +171,24 @@ TEST_F(Hostfile, HostsFlagAndIncludePickHostsAndDevices) {
       << r.out;
 }
 
+// Hosts given by their IPv6 addresses, bare and in brackets: ssh reaches
+// them, the rendezvous runs on the first one's ([2001:2::2]:29400) and every
+// node advertises its IPv6 address.
+TEST_F(Hostfile, Ipv6AddressesLaunchAndFormTheRendezvous) {
+  start_hosts(2);
+  const std::string hosts =
+      hostfile(net_->address6(1) + " slots=2\n[" + net_->address6(2) + "]:1\n");
+  auto r = front(Args{"--hostfile", hosts} + kWhere)->wait(40s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string a = net_->address6(1), b = net_->address6(2);
+  EXPECT_EQ(where_lines(r.out), (std::multiset<std::string>{
+                                    "0 " + a + " all 3", "1 " + a + " all 3", "2 " + b + " all 3"}))
+      << r.out << r.err;
+  EXPECT_NE(r.err.find("[ddprun " + a + "] round 1: 2 node(s), world size 3"), std::string::npos)
+      << r.err;
+}
+
 // Long lines from every host at once come back whole: each is one line of the
 // front end's output, never cut or mixed with another host's.
 TEST_F(Hostfile, EveryHostsLinesComeBackWhole) {

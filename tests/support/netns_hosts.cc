@@ -82,6 +82,8 @@ NetnsHosts::NetnsHosts(int count) {
             host});
       must({"-n", switch_, "link", "set", port, "master", "br0", "up"});
       must({"-n", host, "addr", "add", address(i) + "/24", "dev", "eth0"});
+      // nodad: usable at once, not after duplicate address detection.
+      must({"-n", host, "addr", "add", address6(i) + "/64", "dev", "eth0", "nodad"});
       must({"-n", host, "link", "set", "eth0", "up"});
       must({"-n", host, "link", "set", "lo", "up"});
     }
@@ -123,6 +125,7 @@ void NetnsHosts::remove_all() {
 }
 
 std::string NetnsHosts::address(int host) const { return "198.18.0." + std::to_string(host + 1); }
+std::string NetnsHosts::address6(int host) const { return "2001:2::" + std::to_string(host + 1); }
 
 std::vector<std::string> NetnsHosts::on(int host, const std::vector<std::string>& argv) const {
   std::vector<std::string> full = {"ip", "netns", "exec", hosts_.at(static_cast<size_t>(host))};

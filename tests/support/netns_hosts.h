@@ -23,6 +23,9 @@ class NetnsHosts {
 
   int size() const { return static_cast<int>(hosts_.size()); }
   std::string address(int host) const;  // "198.18.0.<host+1>"
+  // Its IPv6 address, "2001:2::<host+1>" (RFC 5180's benchmarking range, as
+  // 198.18.0.0/15 is for IPv4), on the same link.
+  std::string address6(int host) const;
   // argv run inside the host's namespace (`ip netns exec NAME argv...`).
   std::vector<std::string> on(int host, const std::vector<std::string>& argv) const;
   // Takes the host's link down (a partition) or up again.

@@ -22,9 +22,11 @@ void must_run(const std::vector<std::string>& argv) {
   }
 }
 
-std::string sshd_config(const std::string& dir, const std::string& address, bool refuse) {
-  return "ListenAddress " + address + "\nPort 22\nHostKey " + dir + "/host_key\nPidFile none\n" +
-         "AuthorizedKeysFile " + dir + (refuse ? "/no_keys" : "/authorized_keys") + "\n" +
+std::string sshd_config(const std::string& dir, const std::string& address,
+                        const std::string& address6, bool refuse) {
+  return "ListenAddress " + address + "\nListenAddress " + address6 + "\nPort 22\nHostKey " + dir +
+         "/host_key\nPidFile none\n" + "AuthorizedKeysFile " + dir +
+         (refuse ? "/no_keys" : "/authorized_keys") + "\n" +
          "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
          "PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\nUseDNS no\n"
          "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n";
@@ -53,7 +55,8 @@ SshHosts::SshHosts(const NetnsHosts& hosts, const std::vector<std::string>& name
   host_key = host_key.substr(0, host_key.find(' ', host_key.find(' ') + 1));  // "type base64"
   std::string known;
   for (int i = 0; i < hosts.size(); ++i) {
-    known += names.at(static_cast<size_t>(i)) + "," + hosts.address(i) + " " + host_key + "\n";
+    known += names.at(static_cast<size_t>(i)) + "," + hosts.address(i) + "," + hosts.address6(i) +
+             " " + host_key + "\n";
   }
   write_file(dir_ + "/known_hosts", known);
   write_file(dir_ + "/ssh_config",
@@ -65,7 +68,7 @@ SshHosts::SshHosts(const NetnsHosts& hosts, const std::vector<std::string>& name
   for (int i : which) {
     const bool refuse = std::find(refuse_keys.begin(), refuse_keys.end(), i) != refuse_keys.end();
     const std::string config = dir_ + "/sshd_config_" + std::to_string(i);
-    write_file(config, sshd_config(dir_, hosts.address(i), refuse));
+    write_file(config, sshd_config(dir_, hosts.address(i), hosts.address6(i), refuse));
     // setpriv: an sshd dies with this test process, even when it is killed
     // (its namespaces are then removed by the next test's NetnsHosts).
     std::vector<std::string> argv = {kSshd, "-D", "-e", "-f", config};

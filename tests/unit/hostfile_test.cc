@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <map>
 
 #include "cli/hostfile.h"
@@ -42,6 +43,27 @@ TEST(Hostfile, DeepSpeedAndOpenMpiSpellings) {
   EXPECT_EQ(names(hosts), "worker-0:4 worker-1:2 w2:3 bob@w3:1");
   EXPECT_EQ(hosts[1].line, 4);
   EXPECT_EQ(names(parse_host_list("a:4,b:2,c")), "a:4 b:2 c:1");
+}
+
+TEST(Hostfile, Ipv6LiteralsBareOrInBrackets) {
+  // ssh takes the address bare: the brackets only set a slot count apart.
+  const auto hosts = parse_hostfile(
+      "fd00::2 slots=4\n[fd00::3]:2\n[fd00::4]\nbob@[fd00::5]:3\nfd00::6\n", "hosts");
+  EXPECT_EQ(names(hosts), "fd00::2:4 fd00::3:2 fd00::4:1 bob@fd00::5:3 fd00::6:1");
+  EXPECT_EQ(names(parse_host_list("[fd00::2]:4,[::1]")), "fd00::2:4 ::1:1");
+  EXPECT_EQ(names(select_hosts(hosts, "[fd00::3]:1@fd00::6", "", "hosts")),
+            "fd00::3:1[1] fd00::6:1");
+  // The rendezvous on the first host: an endpoint in brackets.
+  FrontEndArgs args;
+  args.program = {"train"};
+  const auto argv = agent_args(args, hosts, 1, "run", 10);
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--rdzv_endpoint=[fd00::2]:29400"), argv.end());
+  auto bad = [](const std::string& text) { return error_of([&] { parse_hostfile(text, "hf"); }); };
+  EXPECT_EQ(bad("[fd00::2 slots=1\n"), "hf:1: host '[fd00::2' has '[' without ']'");
+  EXPECT_EQ(bad("[fd00::2]x\n"), "hf:1: 'x' follows host 'fd00::2'");
+  EXPECT_EQ(bad("[node1]:2\n"), "hf:1: '[node1]' is not an IPv6 address");
+  EXPECT_EQ(bad("fd00::zz slots=1\n"), "hf:1: host 'fd00::zz' is not an IPv6 address");
+  EXPECT_EQ(bad("[fd00::2]:\n"), "hf:1: slots '' is not a number");
 }
 
 TEST(Hostfile, BadLinesNameTheFileAndLine) {
