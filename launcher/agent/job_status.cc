@@ -129,19 +129,21 @@ std::string rank_steps(const RankStatus& r) {
                      format_duration(r.step_p99_s));
 }
 
-// The share of time the others waited for the rank; "STRAGGLER" once named.
+// A straggler score as a percentage, "STRAGGLER" after it once named.
+std::string straggler_text(double score, bool named) {
+  const std::string percent = fmt::format("{:.0f}%", 100.0 * score);
+  return named ? percent + " STRAGGLER" : percent;
+}
+
+// The share of time the others waited for the rank.
 std::string rank_straggler(const RankStatus& r) {
-  if (!r.libddp) return "-";
-  const std::string score = fmt::format("{:.0f}%", 100.0 * r.straggler_score);
-  return r.straggler ? score + " STRAGGLER" : score;
+  return r.libddp ? straggler_text(r.straggler_score, r.straggler) : "-";
 }
 
 // The share of time the other nodes waited for the node ("0%" too until the
 // rendezvous has judged enough intervals); "-" for a job of one node.
 std::string node_straggler(const JobStatus& job, const NodeStatus& n) {
-  if (job.nodes.size() < 2) return "-";
-  const std::string score = fmt::format("{:.0f}%", 100.0 * n.straggler_score);
-  return n.straggler ? score + " STRAGGLER" : score;
+  return job.nodes.size() < 2 ? "-" : straggler_text(n.straggler_score, n.straggler);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -37,6 +38,20 @@ pid_t pid_of(const std::string& json, int rank) {
   std::smatch m;
   const std::regex re("\"rank\":" + std::to_string(rank) + ",\"local_rank\":\\d+,\"pid\":(\\d+)");
   return std::regex_search(json, m, re) ? std::stoi(m[1]) : -1;
+}
+
+// Polls `status` (one `ddprun status --json`) until `rank` shows as a libddp
+// rank; its pid, or -1 after 30 s. `last`: the last answer.
+pid_t libddp_rank_pid(const std::function<ProcessResult()>& status, int rank, ProcessResult& last) {
+  pid_t pid = -1;
+  const bool seen = wait_until(
+      [&] {
+        last = status();
+        pid = pid_of(last.out, rank);
+        return last.code == 0 && pid > 0 && last.out.find("\"libddp\":true") != std::string::npos;
+      },
+      30s);
+  return seen ? pid : -1;
 }
 
 // Stops `pid` for `stop` out of every `period` until destroyed.
@@ -71,15 +86,12 @@ TEST(Stragglers, ARankStoppedTwentyPercentOfTheTimeIsNamedAndRecovers) {
                   "--epochs", "100000", "--log_every", "1000000"},
                  env);
   ProcessResult st;
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
+  const pid_t victim = libddp_rank_pid(
       [&] {
-        st = run_process({kDdprun, "status", "--json"}, env, 10s);
-        victim = pid_of(st.out, 1);
-        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+        return run_process({kDdprun, "status", "--json"}, env, 10s);
       },
-      30s))
-      << st.out << st.err;
+      1, st);
+  ASSERT_GT(victim, 0) << st.out << st.err;
   {
     Pulses pulses(victim, 60ms, 300ms);
     // Named within the target (60 s); a 20 s window needs 10 s of samples.
@@ -150,15 +162,12 @@ TEST(Stragglers, ASlowRankOnTheOtherNodeIsShownThroughTheRendezvous) {
         token));
   }
   ProcessResult st;
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
+  const pid_t victim = libddp_rank_pid(
       [&] {
-        st = run_process({kDdprun, "status", ep, "--json"}, token, 10s);
-        victim = pid_of(st.out, 3);
-        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
+        return run_process({kDdprun, "status", ep, "--json"}, token, 10s);
       },
-      30s))
-      << st.out << st.err;
+      3, st);
+  ASSERT_GT(victim, 0) << st.out << st.err;
   {
     Pulses pulses(victim, 60ms, 300ms);
     EXPECT_TRUE(wait_until(
@@ -200,15 +209,8 @@ TEST_F(StragglerMultiHost, TheOnlyRankOfASlowHostIsNamedAtTheRendezvous) {
     return run_process(hosts.on(0, {kDdprun, "status", ep, "--json"}), {}, 10s);
   };
   ProcessResult st;
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        st = status();
-        victim = pid_of(st.out, 1);
-        return st.code == 0 && victim > 0 && st.out.find("\"libddp\":true") != std::string::npos;
-      },
-      30s))
-      << st.out << st.err << nodes[0]->read_err();
+  const pid_t victim = libddp_rank_pid(status, 1, st);
+  ASSERT_GT(victim, 0) << st.out << st.err << nodes[0]->read_err();
   {
     Pulses pulses(victim, 60ms, 300ms);
     // Named within the target (60 s); a 20 s window needs 10 s of intervals.
