@@ -19,6 +19,7 @@ optimizer state are about 1 GiB per rank, for the heal's bandwidth.
 """
 
 import argparse
+import atexit
 import os
 import random
 import re
@@ -32,12 +33,31 @@ import time
 
 
 def children(pid):
-    """The workers: ddprun's child processes."""
+    """The workers: ddprun's child processes but its orphan guard (ddprun-guard)."""
     try:
         out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     except OSError:
         return []
-    return [int(p) for p in out.split()]
+    workers = []
+    for child in map(int, out.split()):
+        try:
+            with open("/proc/%d/comm" % child) as f:
+                if f.read().strip() != "ddprun-guard":
+                    workers.append(child)
+        except OSError:
+            pass  # gone meanwhile
+    return workers
+
+
+RUNNING = []  # the jobs to stop if this script ends early
+
+
+def stop_running(*_):
+    for run in RUNNING:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+    if _:
+        sys.exit(1)
 
 
 class Run:
@@ -49,6 +69,7 @@ class Run:
                                      env=env, text=True, bufsize=1, start_new_session=True)
         self.lines = []  # (time, line)
         self.kills = []  # times
+        RUNNING.append(self)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -133,7 +154,10 @@ def main():
     args = ap.parse_args()
 
     ddprun = os.path.join(args.build_dir, "launcher", "ddprun")
-    train = os.path.join(args.build_dir, "worker", "examples", "train")
+    train = os.path.join(args.build_dir, "examples", "train")
+    for path in (ddprun, train):
+        if not os.access(path, os.X_OK):
+            sys.exit("heal_chaos: %s is missing: build first" % path)
     env = dict(os.environ, DDP_TIMEOUT_S="60", OPENBLAS_NUM_THREADS="1")
     env.pop("DDP_BACKEND", None)
     batch = 32
@@ -182,6 +206,9 @@ def big_heal(launcher, train, env):
         run = Run(launcher + ["--on_failure=heal", train] + big, env)
         deadline = time.time() + 600
         while time.time() < deadline and not any("step 3" in l for _, l in run.lines):
+            if run.proc.poll() is not None:
+                sys.exit("heal_chaos: the 1 GiB run ended before step 3:\n" +
+                         "\n".join(l for _, l in run.lines[-20:]))
             time.sleep(0.2)
         run.kill_one()
         while time.time() < deadline and not any("joined epoch" in l for t, l in run.lines
@@ -197,4 +224,7 @@ def big_heal(launcher, train, env):
 
 
 if __name__ == "__main__":
+    atexit.register(stop_running)
+    signal.signal(signal.SIGTERM, stop_running)
+    signal.signal(signal.SIGINT, stop_running)
     sys.exit(main())

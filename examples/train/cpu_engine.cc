@@ -11,8 +11,8 @@ namespace {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const Config& c, const std::vector<int>& dims)
-      : config_(c), model_(dims, c.seed), opt_(c, param_counts(model_)) {
+  CpuEngine(const Config& c, const std::vector<int>& dims, bool draw_weights)
+      : config_(c), model_(dims, c.seed, draw_weights), opt_(c, param_counts(model_)) {
     openblas_set_num_threads(1);
   }
 
@@ -83,8 +83,9 @@ class CpuEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims) {
-  return std::make_unique<CpuEngine>(config, dims);
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims,
+                                        bool draw_weights) {
+  return std::make_unique<CpuEngine>(config, dims, draw_weights);
 }
 
 }  // namespace train

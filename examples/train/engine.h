@@ -86,7 +86,10 @@ std::vector<ddp::ParamBuffer> model_and_optimizer_state(Model& model, Opt& opt) 
   return buffers;
 }
 
-std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims);
+// `draw_weights` false: the weights start at zero (they are about to be
+// received, as in a rank relaunched under --on_failure=heal).
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims,
+                                        bool draw_weights = true);
 
 // The GPU engine (--backend nccl), compiled only when the build found CUDA,
 // cuBLAS and NCCL (see flags.h's gpu_path_missing()).

@@ -77,8 +77,9 @@ class HealingTrainer {
         model_(fmt::format("{}", fmt::join(dims, "-"))),
         plan_(data.train.size(), c.batch_size, c.accumulate, c.seed),
         // Before joining: a relaunched rank's model is ready by the time it is
-        // admitted, so the survivors do not wait for its allocation.
-        engine_(make_cpu_engine(c, dims)),
+        // admitted, so the survivors do not wait for its allocation. Its
+        // values come from a live peer, so it draws none.
+        engine_(make_cpu_engine(c, dims, !ddp::Healer::relaunched())),
         healer_(init_options(backend)),
         log_(c.sample_log, healer_.id()) {
     committed_ = healer_.joined_late() ? -1 : 0;
@@ -97,7 +98,7 @@ class HealingTrainer {
   bool done() const {
     return c_.steps > 0 ? committed_ >= c_.steps : position_.epoch >= std::max<long>(c_.epochs, 1);
   }
-  void settle();
+  bool settle();
   void train_step();
   std::vector<ddp::ParamBuffer> state();
   CheckpointMeta describe() const;
@@ -128,8 +129,11 @@ class HealingTrainer {
 };
 
 // After construction and after every reform: everyone takes the most
-// advanced member's state, then a new GradSync over the new group.
-void HealingTrainer::settle() {
+// advanced member's state, then a new GradSync over the new group. False
+// when processes wait to be admitted by then (a relaunch that arrived while
+// the survivors shrank the group): the caller reforms again at once, before
+// building a GradSync that reform would throw away.
+bool HealingTrainer::settle() {
   const std::int64_t mine = committed_;
   const Position was = position_;
   const ddp::HealReport report = healer_.sync_state(committed_, state());
@@ -145,7 +149,10 @@ void HealingTrainer::settle() {
     throw ddp::Error("heal: this rank is " + std::to_string(committed_ - mine) +
                      " steps behind the donor (at most 1 is possible)");
   }
-  sync_ = ddp::make_grad_averager(healer_.group(), engine_->grad_params(), grad_sync_options(c_));
+  const bool admit_more = healer_.arrivals_waiting();
+  if (!admit_more) {
+    sync_ = ddp::make_grad_averager(healer_.group(), engine_->grad_params(), grad_sync_options(c_));
+  }
   const ddp::ProcessGroup& g = *healer_.group();
   const double mb = static_cast<double>(report.bytes) / 1e6;
   if (before_) {
@@ -165,6 +172,7 @@ void HealingTrainer::settle() {
         "in {:.1f} ms",
         g.epoch(), g.rank(), g.size(), mb, committed_, report.seconds * 1e3);
   }
+  return !admit_more;
 }
 
 void HealingTrainer::train_step() {
@@ -220,10 +228,11 @@ int HealingTrainer::run(const HealHooks& hooks) {
   bool settled = false;
   for (;;) {
     try {
-      if (!settled) {
-        settle();
-        settled = true;
+      if (!settled && !settle()) {
+        reform();
+        continue;
       }
+      settled = true;
       if (done()) {
         // Every rank past its last step before anyone stops: a rank that
         // fails now redoes nothing (all committed), but must not be waited for.

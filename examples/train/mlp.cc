@@ -18,14 +18,16 @@ constexpr std::uint64_t kInitStream = 4;  // Random stream of the initial weight
 
 }  // namespace
 
-Mlp::Mlp(std::vector<int> dims, std::uint64_t seed) : dims_(std::move(dims)) {
+Mlp::Mlp(std::vector<int> dims, std::uint64_t seed, bool draw) : dims_(std::move(dims)) {
   Random rng(seed, kInitStream);
   for (int l = 0; l < num_layers(); ++l) {
     const int in = dims_[l], out = dims_[l + 1];
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
     std::vector<float> w(static_cast<std::size_t>(out) * in), b(static_cast<std::size_t>(out));
-    for (auto& v : w) v = rng.uniform(-bound, bound);
-    for (auto& v : b) v = rng.uniform(-bound, bound);
+    if (draw) {
+      for (auto& v : w) v = rng.uniform(-bound, bound);
+      for (auto& v : b) v = rng.uniform(-bound, bound);
+    }
     tensors_.push_back(std::move(w));
     tensors_.push_back(std::move(b));
   }

@@ -22,8 +22,9 @@ class Mlp {
  public:
   // dims = {input, hidden..., output}: at least two entries, each >= 1 (the
   // flags are checked so). Weights and biases start uniform in
-  // +-1/sqrt(fan_in), as torch's nn.Linear does, drawn from `seed`.
-  Mlp(std::vector<int> dims, std::uint64_t seed);
+  // +-1/sqrt(fan_in), as torch's nn.Linear does, drawn from `seed`; zero
+  // when `draw` is false (a model whose values are about to be received).
+  Mlp(std::vector<int> dims, std::uint64_t seed, bool draw = true);
 
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
   const std::vector<int>& dims() const { return dims_; }

@@ -2,23 +2,28 @@
 // live-recovery tests (tests/integration/heal_train_test.cc). Run it under
 // ddprun --on_failure=heal:
 //
-//   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID] TRAIN_FLAGS...
+//   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID]
+//                     [--linger_after_reform MS] [--relaunch_delay MS] TRAIN_FLAGS...
 //
 // --kill: the rank launched as ID SIGKILLs itself after committing step
 // STEP (between steps; several ranks may die at the same step). --stop: it
 // SIGSTOPs itself there (alive but silent, as a hung rank is). --die_in_heal:
 // it SIGKILLs itself right after its first reform, while the survivors
-// exchange state. Each fault fires in a rank's first launch only
-// (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a
-// restarted group, trains normally.
+// exchange state. --linger_after_reform: every rank sleeps MS ms after its
+// first reform, before it settles into the new group. Each fault fires in a
+// rank's first launch only (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT
+// 0), so a relaunch, or a restarted group, trains normally; but
+// --relaunch_delay: a relaunched process sleeps MS ms before it starts.
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/ddp.h"
@@ -45,6 +50,7 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 int main(int argc, char** argv) {
   std::multimap<int, std::int64_t> kills, stops;
   int die_in_heal = -1;
+  long linger_ms = 0, relaunch_delay_ms = 0;
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -52,6 +58,10 @@ int main(int argc, char** argv) {
       (arg == "--kill" ? kills : stops).insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--die_in_heal" && i + 1 < argc) {
       die_in_heal = std::atoi(argv[++i]);
+    } else if (arg == "--linger_after_reform" && i + 1 < argc) {
+      linger_ms = std::atol(argv[++i]);
+    } else if (arg == "--relaunch_delay" && i + 1 < argc) {
+      relaunch_delay_ms = std::atol(argv[++i]);
     } else {
       args.push_back(arg);
     }
@@ -62,6 +72,9 @@ int main(int argc, char** argv) {
   };
   const bool first_launch =
       zero_or_unset("DDP_INCARNATION") && zero_or_unset("TORCHELASTIC_RESTART_COUNT");
+  if (!zero_or_unset("DDP_INCARNATION")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(relaunch_delay_ms));
+  }
   const int id = ddp::rank();
   auto fires = [&](const std::multimap<int, std::int64_t>& faults, std::int64_t step) {
     auto [from, to] = faults.equal_range(id);
@@ -87,6 +100,9 @@ int main(int argc, char** argv) {
         if (id == die_in_heal && first_launch && !reformed) {
           ddp::log::warn("--die_in_heal {}: killing this rank during the heal (SIGKILL)", id);
           ::kill(::getpid(), SIGKILL);
+        }
+        if (first_launch && !reformed) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
         }
         reformed = true;
       });

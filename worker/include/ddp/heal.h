@@ -80,6 +80,11 @@ class Healer {
  public:
   // Whether this process runs under ddprun --on_failure=heal.
   static bool requested();
+  // Whether this process was relaunched in place of a dead one
+  // (DDP_INCARNATION > 0 under heal): its Healer joins the running group and
+  // sync_state() then overwrites every buffer of its state, so the program
+  // need not initialise them (a large model starts that much sooner).
+  static bool relaunched();
 
   // Forms epoch 0 with the launch's ranks or, in a relaunched process
   // (DDP_INCARNATION > 0), waits to be admitted into the running group

@@ -216,6 +216,11 @@ bool Healer::requested() {
   return env && env->heal && env->world_size > 1;
 }
 
+bool Healer::relaunched() {
+  const auto& env = detail::worker_env();
+  return requested() && env->incarnation > 0;
+}
+
 Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::make_unique<Impl>()) {
   const auto& env = detail::worker_env();
   id_ = env ? env->rank : 0;
