@@ -227,6 +227,16 @@ void Attempt::on_signals() {
   }
 }
 
+void Attempt::stop_if_console_closed() {
+  if (result_.signal != 0 || group_->stopping() || !group_->console_closed()) return;
+  // As torchrun's workers, which write to its stdout themselves, end on
+  // EPIPE; ddprun exits 141 (128 + SIGPIPE), as a program killed by it does.
+  launcher_log().warn(
+      "the console was closed (the reader of ddprun's output exited): stopping the workers");
+  result_.signal = SIGPIPE;
+  group_->stop(SIGTERM, grace_);
+}
+
 void Attempt::check_hang() {
   if (!hang_ || result_.first_failure || (settled() && !hang_->found()) || !hang_->tick(*group_)) {
     return;
@@ -305,6 +315,7 @@ AttemptResult Attempt::run() {
       if (pfds[0].revents & POLLIN) on_signals();
     }
     reap();
+    stop_if_console_closed();
     check_hang();
     fail_with_deferred_hang();
     group_->kill_if_overdue();

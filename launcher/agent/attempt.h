@@ -81,6 +81,9 @@ class Attempt {
   void worker_failed(std::size_t i);
   void fail_with(const WorkerOutcome& outcome, std::string report);
   void check_hang();
+  // The console closed (`ddprun ... | head` after head exited): stop the
+  // workers as for a stop signal, since their output has nowhere to go.
+  void stop_if_console_closed();
   void fail_with_deferred_hang();
   bool settled() const;
   void watch_hangs();

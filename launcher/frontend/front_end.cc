@@ -110,15 +110,18 @@ std::vector<std::string> host_argv(const FrontEndArgs& args, const Plan& plan, s
   return ssh_argv(host.name, ssh, remote_command(job));
 }
 
-void write_line(int fd, const std::string& line) {
+// False when the console is gone (EPIPE: its reader exited).
+bool write_line(int fd, const std::string& line) {
   const std::string text = line + "\n";
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed console: the job goes on
+    if (n < 0 && errno == EPIPE) return false;
+    if (n <= 0) return true;  // another error (a full disk): the job goes on
     done += static_cast<size_t>(n);
   }
+  return true;
 }
 
 int ms_until(Clock::time_point t) {
@@ -198,6 +201,7 @@ class FrontEnd {
   int tstp_fd_ = -1;
   std::vector<std::unique_ptr<SshSession>> sessions_;
   std::vector<bool> ready_;
+  bool console_closed_ = false;  // a write to stdout or stderr failed with EPIPE
   std::vector<HostEnd> ends_;
   std::vector<ReportCatcher> reports_;
   long ended_ = 0, reported_ = 0;
@@ -267,7 +271,10 @@ void FrontEnd::on_line(size_t h, int stream, const std::string& line) {
   } else if (stream == 2 && ends_[h].reported_at >= 0) {
     ends_[h].report = reports_[h].report();
   }
-  write_line(stream == 1 ? STDOUT_FILENO : STDERR_FILENO, label_line(line, plan_.hosts[h].name));
+  if (!console_closed_ && !write_line(stream == 1 ? STDOUT_FILENO : STDERR_FILENO,
+                                      label_line(line, plan_.hosts[h].name))) {
+    console_closed_ = true;
+  }
 }
 
 bool FrontEnd::all_ended() const {
@@ -346,7 +353,16 @@ int FrontEnd::supervise() {
     for (const auto& t : {stop_at, kill_at})
       if (t) wake = std::min(wake, *t);
     const int sig = poll_once(ms_until(wake));
-    if (sig != 0 && signal == 0) {
+    if (sig == 0 && console_closed_ && signal == 0) {
+      // As a local job: the lines have nowhere to go (see docs/cli.md).
+      signal = SIGPIPE;
+      log.warn(
+          "the console was closed (the reader of ddprun's output exited): stopping the workers on "
+          "every host");
+      send_all(signal_line(SIGTERM));
+      stop_at.reset();
+      kill_at = Clock::now() + grace + 15s;
+    } else if (sig != 0 && signal == 0) {
       signal = sig;
       log.warn("received {}: stopping the workers on every host", signal_name(sig));
       send_all(signal_line(sig));

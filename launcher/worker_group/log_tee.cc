@@ -57,6 +57,11 @@ void StreamTee::flush() {
   splitter_.flush([this](const std::string& line, bool redrawn) { emit(line, redrawn); });
 }
 
+void StreamTee::to_console(const std::string& text) {
+  if (target_.console_fd < 0 || console_closed_) return;
+  if (write_all(target_.console_fd, text.data(), text.size()) == EPIPE) console_closed_ = true;
+}
+
 void StreamTee::redraw(const std::string& text) {
   if (target_.console_fd < 0) return;
   std::string out;
@@ -64,19 +69,19 @@ void StreamTee::redraw(const std::string& text) {
   out += target_.prefix;
   out += text;
   out += '\r';
-  write_all(target_.console_fd, out.data(), out.size());
+  to_console(out);
 }
 
 void StreamTee::emit(const std::string& line, bool redrawn) {
   if (redrawn && target_.console_fd >= 0) {
-    write_all(target_.console_fd, "\n", 1);  // the line is on the console already
+    to_console("\n");  // the line is on the console already
   } else if (target_.console_fd >= 0) {
     std::string out;
     out.reserve(target_.prefix.size() + line.size() + 1);
     out += target_.prefix;
     out += line;
     out += '\n';
-    write_all(target_.console_fd, out.data(), out.size());
+    to_console(out);
   }
   if (target_.keep_last_lines > 0) {
     last_lines_.push_back(line);

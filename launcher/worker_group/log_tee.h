@@ -64,12 +64,17 @@ class StreamTee {
   const std::deque<std::string>& last_lines() const { return last_lines_; }
   // When write() last received bytes (ddprun status); the epoch: never.
   std::chrono::steady_clock::time_point last_output() const { return last_output_; }
+  // Whether the console is gone (EPIPE: the reader of ddprun's output, such
+  // as `head`, exited). Nothing more is written to it then.
+  bool console_closed() const { return console_closed_; }
 
  private:
   void emit(const std::string& line, bool redrawn);
   void redraw(const std::string& text);
+  void to_console(const std::string& text);
   TeeTarget target_;
   bool file_failed_ = false;
+  bool console_closed_ = false;
   LineSplitter splitter_;
   std::deque<std::string> last_lines_;
   std::chrono::steady_clock::time_point last_output_{};

@@ -164,6 +164,12 @@ bool WorkerGroup::stop(int sig, std::chrono::duration<double> grace) {
   return true;
 }
 
+bool WorkerGroup::console_closed() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+    return (w.tees[0] && w.tees[0]->console_closed()) || (w.tees[1] && w.tees[1]->console_closed());
+  });
+}
+
 void WorkerGroup::kill_if_overdue() {
   if (kill_deadline_ && Clock::now() >= *kill_deadline_) signal_groups(SIGKILL);
 }

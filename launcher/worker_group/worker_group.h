@@ -61,6 +61,9 @@ class WorkerGroup {
   Worker& operator[](size_t i) { return workers_[i]; }
   const Worker& operator[](size_t i) const { return workers_[i]; }
   int running() const;
+  // Whether writing a worker's line to ddprun's stdout or stderr failed
+  // with EPIPE (the reader of the pipe exited).
+  bool console_closed() const;
 
   // Appends the open pipes to `fds`, and (worker, stream) for each to `owners`.
   void add_pipes(std::vector<pollfd>& fds, std::vector<std::pair<size_t, int>>& owners) const;

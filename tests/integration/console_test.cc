@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "subprocess.h"
@@ -102,6 +103,27 @@ TEST(Console, ProgressBarUpdatesReachTheConsoleWhileTheWorkerRuns) {
   EXPECT_NE(p.read_out().find("[rank 0]  10%|#\r"), std::string::npos) << p.read_out();
   kill(p.pid(), SIGTERM);
   p.wait(10s);
+}
+
+TEST(Console, WhenTheReaderOfTheOutputExitsTheWorkersAreStoppedAndDdprunExits141) {
+  // `ddprun ... | head -n 2`: once head has exited, the workers' lines have
+  // nowhere to go. torchrun's workers end on EPIPE themselves; ddprun, which
+  // writes their lines, stops them and exits as a program killed by SIGPIPE.
+  const std::string dir = make_temp_dir();
+  auto r = run_process({"bash", "-c",
+                        kDdprun + " --nproc_per_node=2 sh -c 'echo $$ >>" + dir +
+                            "/pids; while :; do echo line; sleep 0.05; done' 2>" + dir +
+                            "/err | head -n 2; echo \"ddprun exit ${PIPESTATUS[0]}\""},
+                       {}, 30s);
+  ASSERT_TRUE(r.exited) << "ddprun did not stop after its reader exited\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("ddprun exit 141"), std::string::npos) << r.out;
+  const std::string err = read_file(dir + "/err");
+  EXPECT_NE(err.find("the console was closed"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped workers after SIGPIPE"), std::string::npos) << err;
+  std::istringstream pids(read_file(dir + "/pids"));
+  int count = 0;
+  for (pid_t pid; pids >> pid; ++count) EXPECT_FALSE(process_alive(pid)) << "worker " << pid;
+  EXPECT_EQ(count, 2);
 }
 
 }  // namespace

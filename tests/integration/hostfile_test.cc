@@ -314,6 +314,29 @@ TEST_F(Hostfile, CtrlCStopsEveryWorkerOnEveryHost) {
       << r.err;
 }
 
+// `ddprun --hostfile ... | head`: once head exits, the front end stops every
+// host's workers, as a local job does, and exits 141 (128+SIGPIPE).
+TEST_F(Hostfile, TheConsolesReaderExitingStopsEveryHostsWorkers) {
+  start_hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::string hosts = hostfile("node1 slots=1\nnode2 slots=1\n");
+  const std::string job = kDdprun + " '--ssh_opts=-F " + ssh_->config() + "' --hostfile " + hosts +
+                          " --no_python sh -c 'echo $$ >" + dir +
+                          "/pid_$RANK; while :; do echo line; sleep 0.05; done' 2>" + dir + "/err";
+  auto r = Subprocess(net_->on(0, {"bash", "-c",
+                                   "cd " + work_ + " && " + job +
+                                       " | head -n 3 >/dev/null; echo \"exit ${PIPESTATUS[0]}\""}),
+                      {{"HOME", home_}})
+               .wait(60s);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.out, "exit 141\n") << read_file(dir + "/err");
+  const auto pids = read_pids(dir, "pid_");
+  EXPECT_EQ(pids.size(), 2u);
+  EXPECT_TRUE(wait_until([&] { return all_gone(pids); }, 5s));
+  EXPECT_NE(read_file(dir + "/err").find("the console was closed"), std::string::npos)
+      << read_file(dir + "/err");
+}
+
 // SIGUSR1 at the front end (a scheduler's preemption notice) reaches every
 // host's workers, and the job goes on to its end.
 TEST_F(Hostfile, Sigusr1AtTheFrontEndReachesEveryWorker) {
