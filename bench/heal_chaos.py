@@ -2,7 +2,8 @@
 """Live recovery under a fault schedule (docs/PERFORMANCE.md, "Live recovery").
 
 Runs the reference trainer with 4 ranks on this machine three ways, one
-after the other, each for --duration seconds:
+after the other, each for --duration seconds (--rounds times, in rotating
+order, for medians):
 
   heal     ddprun --on_failure=heal, a random worker SIGKILLed every --kill-every s
   clean    the same, no faults
@@ -14,8 +15,10 @@ for heal, per kill: the time from the kill to the survivors' first
 committed step, and to the relaunched rank holding the live state again
 (its "joined" line). --big adds one kill in a run whose parameters plus
 optimizer state are about 1 GiB per rank, for the heal's bandwidth.
+--hosts 2 (root) runs the ranks on two test hosts (network namespaces on a
+bridge, 198.18.0.1-2) with one ddprun each, the rendezvous on the first.
 
-  python3 bench/heal_chaos.py BUILD_DIR [--duration 300] [--kill-every 30] [--big]
+  python3 bench/heal_chaos.py BUILD_DIR [--duration 300] [--kill-every 30] [--rounds 1] [--hosts 1|2] [--big]
 """
 
 import argparse
@@ -50,35 +53,70 @@ def children(pid):
 
 
 RUNNING = []  # the jobs to stop if this script ends early
+NAMESPACES = []  # the test hosts (--hosts 2), removed at exit
 
 
 def stop_running(*_):
     for run in RUNNING:
-        if run.proc.poll() is None:
-            os.killpg(run.proc.pid, signal.SIGKILL)
+        for proc in run.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    for ns in NAMESPACES:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
     if _:
         sys.exit(1)
 
 
-class Run:
-    """One ddprun job whose output lines are timestamped as they arrive."""
+def make_hosts(n):
+    """n network namespaces on one bridge, 198.18.0.1.. (RFC 2544's benchmarking range)."""
+    prefix = "ddpch%d" % os.getpid()
+    switch = prefix + "-sw"
+    NAMESPACES.append(switch)
+    run = lambda *cmd: subprocess.run(cmd, check=True)
+    run("ip", "netns", "add", switch)
+    run("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+    run("ip", "-n", switch, "link", "set", "br0", "up")
+    hosts = []
+    for i in range(n):
+        ns = "%s-h%d" % (prefix, i)
+        NAMESPACES.append(ns)
+        run("ip", "netns", "add", ns)
+        run("ip", "-n", switch, "link", "add", "p%d" % i, "type", "veth", "peer", "name", "eth0",
+            "netns", ns)
+        run("ip", "-n", switch, "link", "set", "p%d" % i, "master", "br0", "up")
+        run("ip", "-n", ns, "addr", "add", "198.18.0.%d/24" % (i + 1), "dev", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        run("ip", "-n", ns, "link", "set", "lo", "up")
+        hosts.append(ns)
+    return hosts
 
-    def __init__(self, argv, env):
+
+class Run:
+    """One ddprun job (one ddprun per host) whose output lines are timestamped as they arrive."""
+
+    def __init__(self, argvs, env):
         self.start = time.time()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=env, text=True, bufsize=1, start_new_session=True)
+        self.procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       env=env, text=True, bufsize=1, start_new_session=True)
+                      for argv in argvs]
+        self.proc = self.procs[0]
         self.lines = []  # (time, line)
         self.kills = []  # times
         RUNNING.append(self)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.readers = [threading.Thread(target=self._read, args=(p,), daemon=True)
+                        for p in self.procs]
+        for reader in self.readers:
+            reader.start()
 
-    def _read(self):
-        for line in self.proc.stdout:
+    def _read(self, proc):
+        for line in proc.stdout:
             self.lines.append((time.time(), line.rstrip("\n")))
 
+    def running(self):
+        return all(p.poll() is None for p in self.procs)
+
     def kill_one(self):
-        workers = children(self.proc.pid)
+        workers = [w for p in self.procs for w in children(p.pid)]
         if not workers:
             return
         victim = random.choice(workers)
@@ -86,21 +124,24 @@ class Run:
         os.kill(victim, signal.SIGKILL)
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.reader.join(timeout=5)
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for reader in self.readers:
+            reader.join(timeout=5)
 
 
-def drive(argv, env, duration, kill_every):
-    run = Run(argv, env)
+def drive(argvs, env, duration, kill_every):
+    run = Run(argvs, env)
     next_kill = run.start + kill_every if kill_every > 0 else None
     end = run.start + duration
-    while time.time() < end and run.proc.poll() is None:
+    while time.time() < end and run.running():
         if next_kill is not None and time.time() >= next_kill:
             run.kill_one()
             next_kill += kill_every
@@ -149,6 +190,10 @@ def main():
     ap.add_argument("--kill-every", type=float, default=30)
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the three runs, in rotating order; goodput is the median")
+    ap.add_argument("--hosts", type=int, default=1, choices=(1, 2),
+                    help="2: two network-namespace test hosts of --nproc/2 ranks each (root)")
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--only-big", action="store_true", help="skip the three goodput runs")
     args = ap.parse_args()
@@ -163,13 +208,27 @@ def main():
     batch = 32
     model = ["--hidden", str(args.hidden), "--layers", "3", "--batch_size", str(batch),
              "--steps", "100000000", "--log_every", "100"]
-    launcher = [ddprun, "--nproc_per_node=%d" % args.nproc, "--max_restarts=1000"]
+    # One ddprun per host: its command line before --on_failure and the program.
+    if args.hosts == 1:
+        launcher = [[ddprun, "--nproc_per_node=%d" % args.nproc, "--max_restarts=1000"]]
+    else:
+        if os.geteuid() != 0:
+            sys.exit("heal_chaos: --hosts needs root (network namespaces)")
+        if args.nproc % args.hosts:
+            sys.exit("heal_chaos: --nproc must be a multiple of --hosts")
+        launcher = [["ip", "netns", "exec", ns, ddprun, "--nnodes=%d" % args.hosts,
+                     "--nproc_per_node=%d" % (args.nproc // args.hosts), "--max_restarts=1000",
+                     "--rdzv_backend=c10d", "--rdzv_endpoint=198.18.0.1:29400",
+                     "--rdzv_id=heal-chaos",
+                     "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=30"]
+                    for ns in make_hosts(args.hosts)]
     ckpt = tempfile.mkdtemp(prefix="heal-chaos-")
     cpu = open("/proc/cpuinfo").read()
     cpu_model = re.search(r"model name\s*:\s*(.*)", cpu).group(1)
-    print("heal_chaos: %d ranks, MLP hidden %d x 3, batch %d per rank, %.0f s per run, a kill "
-          "every %.0f s; %s, %d CPUs" % (args.nproc, args.hidden, batch, args.duration,
-                                         args.kill_every, cpu_model, os.cpu_count()))
+    print("heal_chaos: %d ranks on %d host(s), MLP hidden %d x 3, batch %d per rank, %.0f s per "
+          "run, a kill every %.0f s; %s, %d CPUs" % (args.nproc, args.hosts, args.hidden, batch,
+                                                     args.duration, args.kill_every, cpu_model,
+                                                     os.cpu_count()))
 
     if not args.only_big:
         trio(args, launcher, train, model, env, batch, ckpt)
@@ -178,24 +237,35 @@ def main():
 
 
 def trio(args, launcher, train, model, env, batch, ckpt):
-    heal = drive(launcher + ["--on_failure=heal", train] + model, env, args.duration,
-                 args.kill_every)
-    clean = drive(launcher + ["--on_failure=heal", train] + model, env, args.duration, 0)
-    restart = drive(launcher + ["--on_failure=restart", train] + model +
-                    ["--checkpoint", os.path.join(ckpt, "ckpt"), "--checkpoint_every", "100",
-                     "--resume", "auto"], env, args.duration, args.kill_every)
-
-    g = {name: goodput(r, batch * args.nproc) for name, r in
-         (("clean", clean), ("heal", heal), ("restart", restart))}
-    print("| run | goodput (samples/s) | vs clean |")
-    print("|---|---:|---:|")
-    for name in ("clean", "heal", "restart"):
-        print("| %s | %.0f | %.1f%% |" % (name, g[name], 100 * g[name] / max(g["clean"], 1e-9)))
+    """The three runs, --rounds times, each round in another order."""
+    argv = {
+        "heal": ([l + ["--on_failure=heal", train] + model for l in launcher], args.kill_every),
+        "clean": ([l + ["--on_failure=heal", train] + model for l in launcher], 0),
+        "restart": ([l + [train] + model +
+                     ["--checkpoint", os.path.join(ckpt, "ckpt"), "--checkpoint_every", "100",
+                      "--resume", "auto"] for l in launcher], args.kill_every),
+    }
+    order = ["heal", "clean", "restart"]
+    g = {name: [] for name in order}
+    heals = []
+    for r in range(args.rounds):
+        for name in order[r % 3:] + order[:r % 3]:
+            for f in os.listdir(ckpt):  # each restart run starts fresh
+                os.remove(os.path.join(ckpt, f))
+            run = drive(argv[name][0], env, args.duration, argv[name][1])
+            g[name].append(goodput(run, batch * args.nproc))
+            if name == "heal":
+                heals.append(run)
+    med = {name: statistics.median(v) for name, v in g.items()}
+    print("| run | goodput (samples/s), median of %d | vs clean | each round |" % args.rounds)
+    print("|---|---:|---:|---|")
+    for name in order[1:2] + order[0:1] + order[2:]:
+        print("| %s | %.0f | %.1f%% | %s |" % (name, med[name], 100 * med[name] / max(med["clean"], 1e-9),
+                                              ", ".join("%.0f" % x for x in g[name])))
     print("heal: kill -> survivors' first committed step: " +
-          ms(after_kills(heal, r"heal: step \d+ committed")))
+          ms([d for run in heals for d in after_kills(run, r"heal: step \d+ committed")]))
     print("heal: kill -> relaunched rank holds the live state (joined): " +
-          ms(after_kills(heal, r"heal: joined epoch")))
-
+          ms([d for run in heals for d in after_kills(run, r"heal: joined epoch")]))
 
 
 def big_heal(launcher, train, env):
@@ -203,7 +273,7 @@ def big_heal(launcher, train, env):
         # About 1 GiB per rank: weights + SGD momentum of hidden 11585 x 2 layers.
         big = ["--hidden", "11585", "--layers", "2", "--batch_size", "8", "--input_dim", "64",
                "--steps", "100000000", "--log_every", "1"]
-        run = Run(launcher + ["--on_failure=heal", train] + big, env)
+        run = Run([l + ["--on_failure=heal", train] + big for l in launcher], env)
         deadline = time.time() + 600
         while time.time() < deadline and not any("step 3" in l for _, l in run.lines):
             if run.proc.poll() is not None:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # ddprun --hostfile over real ssh: 8 test hosts (network namespaces
 # 198.18.0.2-9, each running Debian's sshd bound to its own address, keys made
-# here) x 2 trivial Python workers, launched from a front end on a ninth
-# namespace (198.18.0.1) that has nothing but ssh to them. Side by side in
-# each round: the floor (8 parallel `ssh host true`), `ddprun --hostfile` and
-# `mpirun --hostfile` (Debian's Open MPI, same hosts, same sshd, same
-# workers). Needs root, openssh-server and openmpi-bin (install-deps).
+# here) x 2 trivial workers, launched from a front end on a ninth namespace
+# (198.18.0.1) that has nothing but ssh to them. Side by side in each round:
+# the floor (8 parallel `ssh host true`), `ddprun --hostfile` and `mpirun
+# --hostfile` (Debian's Open MPI, same hosts, same sshd, same workers), each
+# with two workers: BUILD_DIR/bench/barrier_worker (compiled) and the same
+# barrier in Python (/usr/bin/python3, whose start-up on 16 interpreters the
+# floor does not pay). Needs root, openssh-server and openmpi-bin (install-deps).
 # Usage: bench/hostfile_launch.sh BUILD_DIR [ROUNDS]
 # Prints the median over ROUNDS of: launch to all 16 workers running, to the
 # first barrier passed by all 16 (a TCP barrier on MASTER_ADDR:MASTER_PORT),
@@ -14,10 +16,13 @@ set -euo pipefail
 BUILD_DIR=$(cd "${1:-build}" && pwd)
 ROUNDS=${2:-7}
 DDPRUN="$BUILD_DIR/launcher/ddprun"
+BARRIER_BIN="$BUILD_DIR/bench/barrier_worker"
 SYSPY=/usr/bin/python3
 HOSTS=8
 [[ $(id -u) == 0 ]] || { echo "hostfile_launch: needs root for network namespaces and sshd" >&2; exit 1; }
-[[ -x $DDPRUN ]] || { echo "hostfile_launch: $DDPRUN missing: build first" >&2; exit 1; }
+for f in "$DDPRUN" "$BARRIER_BIN"; do
+  [[ -x $f ]] || { echo "hostfile_launch: $f missing: build first" >&2; exit 1; }
+done
 [[ -x /usr/sbin/sshd ]] || { echo "hostfile_launch: no /usr/sbin/sshd (openssh-server)" >&2; exit 1; }
 have_mpirun=0
 command -v mpirun >/dev/null && have_mpirun=1
@@ -121,9 +126,12 @@ PY
 
 WORKERS=$((2 * HOSTS))
 # One launch; prints "running barrier exit" seconds after it began.
+# KIND: floor, ddprun-bin, ddprun-py, mpirun-bin or mpirun-py.
 run_job() {
   local kind=$1 port=$2 t0 t1
   local log=$OUT/$kind.out
+  local worker=("$SYSPY" "$OUT/barrier.py")
+  [[ $kind == *-bin ]] && worker=("$BARRIER_BIN")
   t0=$(date +%s.%N)
   case $kind in
     floor)
@@ -136,15 +144,15 @@ run_job() {
       t1=$(date +%s.%N)
       $SYSPY -c "import sys; t=float(sys.argv[2])-float(sys.argv[1]); print('%.4f %.4f %.4f' % (t, t, t))" "$t0" "$t1"
       return ;;
-    ddprun)
+    ddprun-*)
       (cd "$OUT" && timeout -s KILL 60 "${FRONT[@]}" "$DDPRUN" --hostfile "$OUT/hosts" \
-        --ssh_opts "-F $OUT/ssh_config" --no_prefix "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 || true ;;
-    mpirun)
+        --ssh_opts "-F $OUT/ssh_config" --no_prefix --no_python "${worker[@]}") >"$log" 2>&1 || true ;;
+    mpirun-*)
       (cd "$OUT" && timeout -s KILL 60 "${FRONT[@]}" mpirun --allow-run-as-root --hostfile "$OUT/hosts" \
         -np $WORKERS --mca plm_rsh_agent ssh --mca plm_rsh_args "-F $OUT/ssh_config" \
         --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth0 --mca btl self,tcp \
         --mca btl_tcp_if_include eth0 -x MASTER_ADDR=198.18.0.2 -x MASTER_PORT=$port \
-        "$SYSPY" "$OUT/barrier.py") >"$log" 2>&1 || true ;;
+        "${worker[@]}") >"$log" 2>&1 || true ;;
   esac
   t1=$(date +%s.%N)
   $SYSPY - "$t0" "$t1" "$log" $WORKERS <<'PY'
@@ -162,8 +170,8 @@ print("%.4f %.4f %.4f" % (max(starts) - t0, max(barriers) - t0, t1 - t0))
 PY
 }
 
-kinds=(floor ddprun)
-[[ $have_mpirun == 1 ]] && kinds+=(mpirun)
+kinds=(floor ddprun-bin ddprun-py)
+[[ $have_mpirun == 1 ]] && kinds+=(mpirun-bin mpirun-py)
 for k in "${kinds[@]}"; do : >"$OUT/$k.txt"; done
 for r in $(seq "$ROUNDS"); do
   # Each round in another order, so no launcher always goes first.
@@ -173,7 +181,7 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs"
-echo "$HOSTS hosts x 2 workers over ssh (trivial Python worker), median of $ROUNDS rounds, seconds from launch:"
+echo "$HOSTS hosts x 2 trivial workers over ssh (bin: compiled; py: Python), median of $ROUNDS rounds, seconds from launch:"
 $SYSPY - "$OUT" "${kinds[@]}" <<'PY'
 import statistics as st, sys
 out, kinds = sys.argv[1], sys.argv[2:]
@@ -183,13 +191,19 @@ for k in kinds:
     rows = [list(map(float, l.split())) for l in lines if l.strip() != "fail"]
     failed[k] = len(lines) - len(rows)
     med[k] = [st.median(c) for c in zip(*rows)]
-print("%-28s %12s %12s %12s" % ("launcher", "all_running", "1st_barrier", "exit"))
-names = {"floor": "8 x ssh host true (floor)", "ddprun": "ddprun --hostfile", "mpirun": "mpirun --hostfile"}
+print("%-32s %12s %12s %12s" % ("launcher", "all_running", "1st_barrier", "exit"))
+def name(k):
+    if k == "floor":
+        return "8 x ssh host true (floor)"
+    launcher, worker = k.split("-")
+    return "%s --hostfile, %s worker" % (launcher, {"bin": "compiled", "py": "Python"}[worker])
 for k in kinds:
-    print("%-28s %12.3f %12.3f %12.3f%s" % (names[k], *med[k], "   (%d failed launches)" % failed[k] if failed[k] else ""))
-f, d = med["floor"][0], med["ddprun"]
-print("%-28s %11.2fx %11.2fx %11.2fx" % ("ddprun / floor", d[0] / f, d[1] / f, d[2] / f))
-if "mpirun" in med:
-    m = med["mpirun"]
-    print("%-28s %11.2fx %11.2fx %11.2fx" % ("mpirun / ddprun", m[0] / d[0], m[1] / d[1], m[2] / d[2]))
+    print("%-32s %12.3f %12.3f %12.3f%s" % (name(k), *med[k], "   (%d failed launches)" % failed[k] if failed[k] else ""))
+f = med["floor"][0]
+for w in ("bin", "py"):
+    d = med["ddprun-" + w]
+    print("%-32s %11.2fx %11.2fx %11.2fx" % ("ddprun / floor, " + w, d[0] / f, d[1] / f, d[2] / f))
+    if "mpirun-" + w in med:
+        m = med["mpirun-" + w]
+        print("%-32s %11.2fx %11.2fx %11.2fx" % ("mpirun / ddprun, " + w, m[0] / d[0], m[1] / d[1], m[2] / d[2]))
 PY

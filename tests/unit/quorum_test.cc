@@ -84,5 +84,26 @@ TEST(Quorum, AnEpochChangeNamesWhoLeftArrivedAndWasReplaced) {
   EXPECT_EQ(change.replaced, std::vector<int>{2});
 }
 
+TEST(Quorum, ArrivalsAreAskedForAboutEveryIntervalRampingUpAndAtMostEvery65thBoundary) {
+  // 4 ms steps: 12 boundaries per 50 ms, so 11 skipped and the 12th asks,
+  // once the count has ramped up (0, 1, 3, 7, then 11).
+  EXPECT_EQ(boundaries_to_skip(4ms, 1, 50ms, 0), 1);
+  EXPECT_EQ(boundaries_to_skip(8ms, 2, 50ms, 1), 3);
+  EXPECT_EQ(boundaries_to_skip(16ms, 4, 50ms, 3), 7);
+  EXPECT_EQ(boundaries_to_skip(32ms, 8, 50ms, 7), 11);
+  EXPECT_EQ(boundaries_to_skip(48ms, 12, 50ms, 11), 11);
+  // Steps of the interval or longer: every boundary asks, at once when
+  // steps grow (an evaluation).
+  EXPECT_EQ(boundaries_to_skip(50ms, 1, 50ms, 0), 0);
+  EXPECT_EQ(boundaries_to_skip(2s, 12, 50ms, 11), 0);
+  // Very short steps: at most kMaxSkippedBoundaries.
+  EXPECT_EQ(boundaries_to_skip(10us, 1, 50ms, 63), kMaxSkippedBoundaries);
+  EXPECT_EQ(boundaries_to_skip(10us, 1, 50ms, kMaxSkippedBoundaries), kMaxSkippedBoundaries);
+  EXPECT_EQ(kMaxSkippedBoundaries, 64);
+  // Nothing measured: the ramp's next value, never a division by zero.
+  EXPECT_EQ(boundaries_to_skip(0ns, 1, 50ms, 0), 1);
+  EXPECT_EQ(boundaries_to_skip(5ms, 0, 50ms, 3), 7);
+}
+
 }  // namespace
 }  // namespace ddp::detail

@@ -103,9 +103,13 @@ class Healer {
   // True in a process that joined a running group (it must receive state).
   bool joined_late() const { return joined_late_; }
 
-  // Collective on group(), at a step boundary: whether processes wait to be
-  // admitted (then every member calls reform()). The same on every member.
-  // Throws as a collective does when a peer died.
+  // Collective on group(), at every step boundary on every member: whether
+  // processes wait to be admitted (then every member calls reform()). The
+  // same on every member. The members communicate (one small broadcast from
+  // rank 0) only about every 50 ms of boundaries: after a rebuild at every
+  // boundary, then skipping 1, 3, 7, ... and at most 64 in a row (so
+  // admission waits at most 65 steps); at the others it returns false at
+  // once. Throws as a collective does when a peer died.
   bool arrivals_waiting();
 
   // What the last reform() changed.

@@ -68,7 +68,10 @@ struct Healer::Impl {
   detail::DeathOracle dead = detail::local_death_oracle();
   std::map<int, Arrival> joiners;  // by id: the newest ticket of each
   std::int64_t tickets_read = 0;
-  Clock::time_point last_poll{};
+  // arrivals_waiting(): boundaries left to skip, and since the last asking.
+  int skip = 0, last_skip = 0;
+  int boundaries = 0;
+  Clock::time_point last_asked = Clock::now();
 
   std::string key(std::uint64_t n, const std::string& rest) const {
     return "e" + std::to_string(n) + "/" + rest;
@@ -270,15 +273,27 @@ void Healer::finish() {
 }
 
 bool Healer::arrivals_waiting() {
-  if (!impl_->store || !group_) return false;
-  std::int32_t waiting = 0;
-  // Rank 0 asks the store, at most every 50 ms: a step boundary costs one tiny broadcast.
-  if (group_->rank() == 0 && Clock::now() - impl_->last_poll >= std::chrono::milliseconds(50)) {
-    impl_->last_poll = Clock::now();
-    waiting = impl_->joiner_pending() ? 1 : 0;
+  Impl& s = *impl_;
+  if (!s.store || !group_) return false;
+  ++s.boundaries;
+  if (s.skip > 0) {  // every member skips the same boundaries: rank 0 said how many
+    --s.skip;
+    return false;
   }
-  group_->broadcast(&waiting, 1, DType::kInt32, 0);
-  return waiting != 0;
+  // Rank 0 asks the store and tells every member the answer and how many
+  // boundaries to skip before the next asking (about every 50 ms).
+  std::int32_t word[2] = {0, 0};
+  if (group_->rank() == 0) {
+    const auto now = Clock::now();
+    word[0] = s.joiner_pending() ? 1 : 0;
+    word[1] = detail::boundaries_to_skip(now - s.last_asked, s.boundaries,
+                                         std::chrono::milliseconds(50), s.last_skip);
+  }
+  group_->broadcast(word, 2, DType::kInt32, 0);
+  s.skip = s.last_skip = word[1];
+  s.boundaries = 0;
+  s.last_asked = Clock::now();
+  return word[0] != 0;
 }
 
 const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
@@ -297,6 +312,9 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
                                     s.options);
       change_ = detail::epoch_change(before, s.current);
+      s.skip = s.last_skip = 0;  // the new group's first boundary asks
+      s.boundaries = 0;
+      s.last_asked = Clock::now();
       return group_;
     } catch (const Error& e) {
       // A member died while the group formed: the next epoch goes without it.

@@ -92,6 +92,17 @@ EpochChange epoch_change(const std::vector<Arrival>& before, const std::vector<A
   return change;
 }
 
+int boundaries_to_skip(std::chrono::nanoseconds elapsed, int boundaries,
+                       std::chrono::nanoseconds interval, int previous) {
+  const std::int64_t most =
+      std::min<std::int64_t>(2 * std::max(previous, 0) + 1, kMaxSkippedBoundaries);
+  if (boundaries <= 0) return static_cast<int>(most);
+  const auto per_boundary = elapsed / boundaries;
+  if (per_boundary.count() <= 0) return static_cast<int>(most);
+  const auto fit = interval / per_boundary;  // boundaries per interval
+  return static_cast<int>(std::clamp<std::int64_t>(fit - 1, 0, most));
+}
+
 MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members) {
   MemberSet set;
   set.epoch = epoch;

@@ -57,4 +57,17 @@ EpochChange epoch_change(const std::vector<Arrival>& before, const std::vector<A
 // The member set of `members` at `epoch`.
 MemberSet member_set(std::uint64_t epoch, const std::vector<Arrival>& members);
 
+// How many step boundaries the members skip before they next ask whether
+// processes wait to be admitted (a broadcast: across hosts a network round
+// trip, too dear for every short step), given that `boundaries` boundaries
+// took `elapsed` since the last asking, which had said to skip `previous`:
+// enough to ask about every `interval`, growing at most to 2 x previous + 1
+// (after a rebuild, 0: the first boundaries may not be steps yet) and at
+// most kMaxSkippedBoundaries (a step that grows later, say an evaluation,
+// delays an admission by at most that many steps); at once smaller when
+// steps grow.
+inline constexpr int kMaxSkippedBoundaries = 64;
+int boundaries_to_skip(std::chrono::nanoseconds elapsed, int boundaries,
+                       std::chrono::nanoseconds interval, int previous);
+
 }  // namespace ddp::detail
