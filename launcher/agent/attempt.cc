@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -178,9 +180,26 @@ void Attempt::worker_failed(std::size_t i) {
                                              round_.restart_count, ctx_.spec.max_restarts));
 }
 
+// A stop signal sent to the workers and to ddprun together (Slurm's scancel
+// signals every process of the step) may end a worker before ddprun has read
+// its own, or even received it: a worker ended by a stop signal waits up to
+// 100 ms for ddprun's, which then makes it the stop that ended it, not a
+// failure.
+void Attempt::await_shared_stop(const WorkerOutcome& outcome) {
+  const bool stop_signal = std::find(std::begin(kStopSignals), std::end(kStopSignals),
+                                     outcome.code) != std::end(kStopSignals);
+  if (!outcome.signaled || !stop_signal || result_.signal != 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (!stop_signal_pending() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (stop_signal_pending()) on_signals();
+}
+
 void Attempt::reap() {
   for (std::size_t i : group_->reap()) {
     ctx_.observer.worker_exited((*group_)[i]);
+    if (!group_->stopping()) await_shared_stop((*group_)[i].outcome);
     // The first failure ends the attempt; not one caused by our own stop,
     // or by a hang's traceback dump.
     if (!(*group_)[i].outcome.failed() || group_->stopping() || result_.signal != 0 ||

@@ -78,6 +78,7 @@ class Attempt {
   void on_round_event();
   void on_signals();
   void reap();
+  void await_shared_stop(const WorkerOutcome& outcome);
   void worker_failed(std::size_t i);
   void fail_with(const WorkerOutcome& outcome, std::string report);
   void check_hang();
