@@ -196,6 +196,7 @@ def main():
                     help="2: two network-namespace test hosts of --nproc/2 ranks each (root)")
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--only-big", action="store_true", help="skip the three goodput runs")
+    ap.add_argument("--big-kills", type=int, default=3, help="kills of the 1 GiB run")
     args = ap.parse_args()
 
     ddprun = os.path.join(args.build_dir, "launcher", "ddprun")
@@ -233,7 +234,7 @@ def main():
     if not args.only_big:
         trio(args, launcher, train, model, env, batch, ckpt)
     if args.big or args.only_big:
-        big_heal(launcher, train, env)
+        big_heal(launcher, train, env, args.big_kills)
 
 
 def trio(args, launcher, train, model, env, batch, ckpt):
@@ -268,29 +269,33 @@ def trio(args, launcher, train, model, env, batch, ckpt):
           ms([d for run in heals for d in after_kills(run, r"heal: joined epoch")]))
 
 
-def big_heal(launcher, train, env):
-    if True:
-        # About 1 GiB per rank: weights + SGD momentum of hidden 11585 x 2 layers.
-        big = ["--hidden", "11585", "--layers", "2", "--batch_size", "8", "--input_dim", "64",
-               "--steps", "100000000", "--log_every", "1"]
-        run = Run([l + ["--on_failure=heal", train] + big for l in launcher], env)
-        deadline = time.time() + 600
-        while time.time() < deadline and not any("step 3" in l for _, l in run.lines):
-            if run.proc.poll() is not None:
-                sys.exit("heal_chaos: the 1 GiB run ended before step 3:\n" +
+def big_heal(launcher, train, env, kills):
+    """`kills` kills of the 1 GiB run, one at a time: the next once the last relaunch joined."""
+    # About 1 GiB per rank: weights + SGD momentum of hidden 11585 x 2 layers.
+    big = ["--hidden", "11585", "--layers", "2", "--batch_size", "8", "--input_dim", "64",
+           "--steps", "100000000", "--log_every", "1"]
+    run = Run([l + ["--on_failure=heal", train] + big for l in launcher], env)
+    deadline = time.time() + 300 + 60 * kills
+
+    def wait_for(what, since):
+        while not any(what in l for t, l in run.lines if t > since):
+            if run.proc.poll() is not None or time.time() > deadline:
+                sys.exit("heal_chaos: the 1 GiB run showed no '%s':\n" % what +
                          "\n".join(l for _, l in run.lines[-20:]))
-            time.sleep(0.2)
+            time.sleep(0.05)
+
+    wait_for("step 3", 0)
+    for k in range(kills):
         run.kill_one()
-        while time.time() < deadline and not any("joined epoch" in l for t, l in run.lines
-                                                 if t > run.kills[-1]):
-            time.sleep(0.1)
-        time.sleep(1)
-        run.stop()
-        for t, line in run.lines:
-            if "heal:" in line and t > run.kills[-1]:
-                print("big (1 GiB state), +%.0f ms: %s" % ((t - run.kills[-1]) * 1e3, line))
-        print("big: kill -> relaunched rank holds the live state: " +
-              ms(after_kills(run, r"heal: joined epoch")))
+        wait_for("joined epoch", run.kills[-1])
+        time.sleep(3)  # two more steps of the whole group
+    run.stop()
+    for t, line in run.lines:
+        if "heal:" in line and t > run.kills[-1]:
+            print("big (1 GiB state), last kill +%.0f ms: %s" % ((t - run.kills[-1]) * 1e3, line))
+    print("big: kill -> relaunched rank holds the live state (joined): " +
+          ms(after_kills(run, r"heal: joined epoch")) + "; each: " +
+          ", ".join("%.2f s" % d for d in after_kills(run, r"heal: joined epoch")))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <optional>
 #include <set>
@@ -71,24 +72,33 @@ class SampleLog {
 class HealingTrainer {
  public:
   HealingTrainer(const Config& c, const Data& data, const std::vector<int>& dims,
-                 const std::string& backend)
+                 const std::string& backend, const Hooks& hooks)
       : c_(c),
+        hooks_(hooks),
         data_(data),
         model_(fmt::format("{}", fmt::join(dims, "-"))),
         plan_(data.train.size(), c.batch_size, c.accumulate, c.seed),
-        // Before joining: a relaunched rank's model is ready by the time it is
-        // admitted, so the survivors do not wait for its allocation. Its
-        // values come from a live peer, so it draws none.
-        engine_(make_cpu_engine(c, dims, !ddp::Healer::relaunched())),
-        healer_(init_options(backend)),
-        log_(c.sample_log, healer_.id()) {
-    committed_ = healer_.joined_late() ? -1 : 0;
-    if (healer_.group() && !healer_.joined_late() && !c.resume.empty()) resume();
+        // The Healer forms the first epoch, or a relaunched rank asks to be
+        // admitted, while the model is allocated (about a second for 1 GiB
+        // on a busy machine): the survivors can then admit the relaunch in
+        // the reform that drops its predecessor. A relaunched rank's values
+        // come from a live peer, so it draws none.
+        starting_(ddp::Healer::start(init_options(backend))),
+        engine_(make_engine(c, dims, hooks)),
+        healer_(starting_.get()),
+        log_(c.sample_log, healer_->id()) {
+    committed_ = healer_->joined_late() ? -1 : 0;
+    if (healer_->group() && !healer_->joined_late() && !c.resume.empty()) resume();
   }
 
-  int run(const HealHooks& hooks);
+  int run();
 
  private:
+  static std::unique_ptr<Engine> make_engine(const Config& c, const std::vector<int>& dims,
+                                             const Hooks& hooks) {
+    if (hooks.before_model) hooks.before_model();
+    return make_cpu_engine(c, dims, !ddp::Healer::relaunched());
+  }
   static ddp::InitOptions init_options(const std::string& backend) {
     ddp::InitOptions init;
     init.backend = backend;
@@ -109,11 +119,13 @@ class HealingTrainer {
   void reform();
 
   const Config& c_;
+  const Hooks& hooks_;
   const Data& data_;
   const std::string model_;  // "32-128-128-10": what a checkpoint must have been written for
   ElasticPlan plan_;
+  std::future<std::unique_ptr<ddp::Healer>> starting_;
   std::unique_ptr<Engine> engine_;
-  ddp::Healer healer_;
+  std::unique_ptr<ddp::Healer> healer_;
   SampleLog log_;
   std::unique_ptr<ddp::GradAverager> sync_;
   std::int64_t committed_ = 0;  // steps applied (-1: none yet, this process just joined)
@@ -124,7 +136,6 @@ class HealingTrainer {
   Clock::time_point failed_at_{};
   double waited_ms_ = 0;
   Batch batch_;
-  std::function<void()> after_reform_;
   bool recovering_ = false;  // after a failure, until the next committed step
 };
 
@@ -136,7 +147,7 @@ class HealingTrainer {
 bool HealingTrainer::settle() {
   const std::int64_t mine = committed_;
   const Position was = position_;
-  const ddp::HealReport report = healer_.sync_state(committed_, state());
+  const ddp::HealReport report = healer_->sync_state(committed_, state());
   engine_->load_host_state();
   // A step this rank failed in but another committed: its samples were summed.
   if (mine >= 0 && committed_ == mine + 1) {
@@ -149,14 +160,15 @@ bool HealingTrainer::settle() {
     throw ddp::Error("heal: this rank is " + std::to_string(committed_ - mine) +
                      " steps behind the donor (at most 1 is possible)");
   }
-  const bool admit_more = healer_.arrivals_waiting();
+  const bool admit_more = healer_->arrivals_waiting();
   if (!admit_more) {
-    sync_ = ddp::make_grad_averager(healer_.group(), engine_->grad_params(), grad_sync_options(c_));
+    sync_ =
+        ddp::make_grad_averager(healer_->group(), engine_->grad_params(), grad_sync_options(c_));
   }
-  const ddp::ProcessGroup& g = *healer_.group();
+  const ddp::ProcessGroup& g = *healer_->group();
   const double mb = static_cast<double>(report.bytes) / 1e6;
   if (before_) {
-    const ddp::EpochChange& change = healer_.last_change();
+    const ddp::EpochChange& change = healer_->last_change();
     auto ids = [](const std::vector<int>& v) {
       return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, " "));
     };
@@ -176,7 +188,7 @@ bool HealingTrainer::settle() {
 }
 
 void HealingTrainer::train_step() {
-  ddp::ProcessGroup& g = *healer_.group();
+  ddp::ProcessGroup& g = *healer_->group();
   step_world_ = g.size();
   const std::int64_t samples = plan_.step_samples(position_, step_world_);
   for (int micro = 0; micro < c_.accumulate; ++micro) {
@@ -207,6 +219,7 @@ void HealingTrainer::train_step() {
 
 void HealingTrainer::recover(const std::string& why) {
   ddp::log::warn("heal: step {} did not commit: {}", committed_, why);
+  if (hooks_.before_reform) hooks_.before_reform();
   reform();
   recovering_ = true;
 }
@@ -214,17 +227,16 @@ void HealingTrainer::recover(const std::string& why) {
 // Leaves the current group and joins the next epoch's.
 void HealingTrainer::reform() {
   failed_at_ = Clock::now();
-  before_ = healer_.group()->members();
-  healer_.group()->abort();  // peers waiting on this rank stop at once
+  before_ = healer_->group()->members();
+  healer_->group()->abort();  // peers waiting on this rank stop at once
   sync_.reset();
-  healer_.reform(committed_);
+  healer_->reform(committed_);
   waited_ms_ = ms_since(failed_at_);
-  if (after_reform_) after_reform_();
+  if (hooks_.after_reform) hooks_.after_reform();
 }
 
-int HealingTrainer::run(const HealHooks& hooks) {
-  after_reform_ = hooks.after_reform;
-  if (!healer_.group()) return 0;  // the job finished before this rank was admitted
+int HealingTrainer::run() {
+  if (!healer_->group()) return 0;  // the job finished before this rank was admitted
   bool settled = false;
   for (;;) {
     try {
@@ -236,10 +248,10 @@ int HealingTrainer::run(const HealHooks& hooks) {
       if (done()) {
         // Every rank past its last step before anyone stops: a rank that
         // fails now redoes nothing (all committed), but must not be waited for.
-        healer_.group()->barrier();
+        healer_->group()->barrier();
         break;
       }
-      if (healer_.arrivals_waiting()) {
+      if (healer_->arrivals_waiting()) {
         reform();
         settled = false;
         continue;
@@ -248,15 +260,15 @@ int HealingTrainer::run(const HealHooks& hooks) {
       if (committed_ % c_.log_every == 0 || committed_ == total_steps()) {
         ddp::log::info("step {}{} | epoch {} | world {} | samples {} | loss {:.6f}", committed_,
                        c_.steps > 0 ? "/" + std::to_string(c_.steps) : "", position_.epoch + 1,
-                       healer_.group()->size(),
+                       healer_->group()->size(),
                        position_.epoch * data_.train.size() + position_.offset,
                        engine_->loss().loss);
       }
       if (!c_.checkpoint.empty() && c_.checkpoint_every > 0 &&
-          committed_ % c_.checkpoint_every == 0 && healer_.group()->rank() == 0) {
+          committed_ % c_.checkpoint_every == 0 && healer_->group()->rank() == 0) {
         save("every --checkpoint_every steps");
       }
-      if (hooks.after_step) hooks.after_step(committed_);
+      if (hooks_.after_step) hooks_.after_step(committed_);
     } catch (const ddp::HealError& e) {
       return give_up(e);
     } catch (const ddp::Error& e) {
@@ -268,8 +280,8 @@ int HealingTrainer::run(const HealHooks& hooks) {
       settled = false;
     }
   }
-  healer_.finish();
-  if (!c_.checkpoint.empty() && healer_.group()->rank() == 0) save("at the end");
+  healer_->finish();
+  if (!c_.checkpoint.empty() && healer_->group()->rank() == 0) save("at the end");
   const std::vector<ddp::ParamBuffer> held = engine_->host_state();
   ddp::log::info_all("weights checksum: {:016x} | committed steps {} | epoch {} offset {}",
                      checksum(held, engine_->grad_params().size()), committed_, position_.epoch,
@@ -296,7 +308,7 @@ CheckpointMeta HealingTrainer::describe() const {
 // hands its state to every member (the others hold nothing yet).
 void HealingTrainer::resume() {
   const std::string path = c_.resume == "auto" ? c_.checkpoint : c_.resume;
-  ddp::ProcessGroup& g = *healer_.group();
+  ddp::ProcessGroup& g = *healer_->group();
   std::string status = "fresh";
   if (g.rank() == 0 && (c_.resume != "auto" || std::filesystem::exists(path))) {
     try {
@@ -336,7 +348,7 @@ void HealingTrainer::save(const char* why) {
 // restart the group (from the checkpoint, with --resume auto).
 int HealingTrainer::give_up(const ddp::HealError& e) {
   if (!c_.checkpoint.empty() && committed_ >= 0) save("the heal could not finish");
-  healer_.withdraw();
+  healer_->withdraw();
   ddp::log::error("{}: {}", e.what(),
                   committed_ >= 0 && !c_.checkpoint.empty()
                       ? "saved step " + std::to_string(committed_) + " in " + c_.checkpoint +
@@ -355,10 +367,10 @@ std::string heal_unsupported(const Config& c, const std::string& backend) {
 }
 
 int run_healing(const Config& c, const Data& data, const std::vector<int>& dims,
-                const std::string& backend, const HealHooks& hooks) {
+                const std::string& backend, const Hooks& hooks) {
   try {
-    HealingTrainer trainer(c, data, dims, backend);
-    return trainer.run(hooks);
+    HealingTrainer trainer(c, data, dims, backend, hooks);
+    return trainer.run();
   } catch (const std::exception& e) {
     // Not a failure a relaunch of this rank alone can mend: the group restarts.
     ddp::Healer::withdraw();

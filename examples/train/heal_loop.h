@@ -20,15 +20,9 @@ namespace train {
 // trainer then never opts in, so ddprun restarts the group instead).
 std::string heal_unsupported(const Config& config, const std::string& backend);
 
-// What run_trainer's caller asked to run between steps and after each reform.
-struct HealHooks {
-  AfterStep after_step;
-  std::function<void()> after_reform;
-};
-
 // Trains under live recovery; returns the exit code (0, or 1 after an error
 // it logged). `dims`: the MLP's layer widths.
 int run_healing(const Config& config, const Data& data, const std::vector<int>& dims,
-                const std::string& backend, const HealHooks& hooks);
+                const std::string& backend, const Hooks& hooks);
 
 }  // namespace train

@@ -379,21 +379,20 @@ void RestartTrainer::summarize(Clock::time_point t_end) {
     ddp::log::info("summary: checkpoint {} at step {}", c_.checkpoint, checkpoint_step_);
 }
 
-int run(const Config& c, const AfterStep& after_step, const std::function<void()>& after_reform) {
+int run(const Config& c, const Hooks& hooks) {
   Prepared p = prepare(c);
   if (ddp::Healer::requested()) {
     const std::string why = heal_unsupported(c, p.backend);
-    if (why.empty()) return run_healing(c, p.data, p.dims, p.backend, {after_step, after_reform});
+    if (why.empty()) return run_healing(c, p.data, p.dims, p.backend, hooks);
     ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
   }
   RestartTrainer trainer(c, p);
-  return trainer.run(after_step);
+  return trainer.run(hooks.after_step);
 }
 
 }  // namespace
 
-int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step,
-                const std::function<void()>& after_reform) {
+int run_trainer(const std::vector<std::string>& argv, const Hooks& hooks) {
   const ParseResult parsed = parse_flags(argv);
   if (!parsed.config) {
     FILE* out = parsed.exit_code == 0 ? stdout : stderr;
@@ -402,7 +401,7 @@ int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_ste
     return parsed.exit_code;
   }
   try {
-    return run(*parsed.config, after_step, after_reform);
+    return run(*parsed.config, hooks);
   } catch (const FlagError& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;

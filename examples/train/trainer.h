@@ -1,7 +1,7 @@
 #pragma once
 // The trainer as a function: main.cc's main() is run_trainer(argv). A program
-// may pass after_step to act between steps (tests/tools/train_fault_worker.cc
-// kills or stops a rank there).
+// may pass hooks to act between steps and around a heal (the fault-injecting
+// workers in tests/tools kill, stop or delay a rank there).
 
 #include <cstdint>
 #include <functional>
@@ -14,13 +14,19 @@ namespace train {
 // number of steps done.
 using AfterStep = std::function<void(std::int64_t steps_done)>;
 
+// What a caller runs at points of the training loop; each may be empty.
+struct Hooks {
+  AfterStep after_step;
+  // Under ddprun --on_failure=heal, on every member: after a collective of
+  // the group failed, before it reforms; after each reform, before the
+  // state is exchanged; and before the model is allocated (the Healer is
+  // already forming the first epoch or asking to be admitted).
+  std::function<void()> before_reform, after_reform, before_model;
+};
+
 // Parses argv (argv[0]: the program) and trains. Returns the exit code: 0;
 // 1 after a failure, logged; 2 for bad flags, one line on stderr (help: 0,
 // on stdout).
-// Under ddprun --on_failure=heal, after_reform runs on every member each
-// time the group was rebuilt, before the state is exchanged (the heal tests
-// kill a rank there).
-int run_trainer(const std::vector<std::string>& argv, const AfterStep& after_step = nullptr,
-                const std::function<void()>& after_reform = nullptr);
+int run_trainer(const std::vector<std::string>& argv, const Hooks& hooks = {});
 
 }  // namespace train

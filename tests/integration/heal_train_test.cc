@@ -192,6 +192,23 @@ TEST(HealTrain, ARelaunchWaitingWhenTheSurvivorsShrankIsAdmittedBeforeTheyBuildA
   EXPECT_EQ(out.find(" 3 ranks, communication"), std::string::npos) << out;
 }
 
+TEST(HealTrain, ARelaunchAsksToBeAdmittedWhileItAllocatesItsModel) {
+  // Rank 3 dies after step 150; the survivors wait 1.5 s before they reform
+  // and its relaunch takes 4 s to allocate its model. The relaunch asks to be
+  // admitted before that allocation, so the survivors' first reform replaces
+  // rank 3 at once (they then wait for its model in the state exchange)
+  // instead of going on with three ranks and admitting it seconds later.
+  const auto run = run_heal(
+      4, {"--kill", "3@150", "--linger_before_reform", "1500", "--relaunch_model_delay", "4000"},
+      600);
+  expect_healed(run, 4, 600);
+  const std::string& out = run.result.out;
+  EXPECT_NE(out.find("left none | arrived none | replaced 3 | world 4 -> 4"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("world 4 -> 3"), std::string::npos) << out;
+  EXPECT_EQ(count_of(out, "heal: epoch "), 3u) << out;  // one reform, one line per survivor
+}
+
 TEST(HealTrain, ARankKilledMidStepFromOutsideIsReplaced) {
   const std::string dir = make_temp_dir();
   Subprocess p(heal_argv(3, {}, {}, train_args(dir, 4000)), kEnv);

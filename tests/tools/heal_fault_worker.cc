@@ -3,17 +3,20 @@
 // ddprun --on_failure=heal:
 //
 //   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID]
-//                     [--linger_after_reform MS] [--relaunch_delay MS] TRAIN_FLAGS...
+//                     [--linger_before_reform MS] [--linger_after_reform MS]
+//                     [--relaunch_delay MS] [--relaunch_model_delay MS] TRAIN_FLAGS...
 //
 // --kill: the rank launched as ID SIGKILLs itself after committing step
 // STEP (between steps; several ranks may die at the same step). --stop: it
 // SIGSTOPs itself there (alive but silent, as a hung rank is). --die_in_heal:
 // it SIGKILLs itself right after its first reform, while the survivors
-// exchange state. --linger_after_reform: every rank sleeps MS ms after its
-// first reform, before it settles into the new group. Each fault fires in a
-// rank's first launch only (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT
-// 0), so a relaunch, or a restarted group, trains normally; but
-// --relaunch_delay: a relaunched process sleeps MS ms before it starts.
+// exchange state. --linger_before_reform / --linger_after_reform: every rank
+// sleeps MS ms before / after its first reform (the one after the first
+// failure). Each fault fires in a rank's first launch only (DDP_INCARNATION
+// and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted group,
+// trains normally; but --relaunch_delay: a relaunched process sleeps MS ms
+// before it starts; --relaunch_model_delay: before it allocates its model
+// (as a large model's allocation takes time).
 
 #include <signal.h>
 #include <unistd.h>
@@ -50,7 +53,7 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 int main(int argc, char** argv) {
   std::multimap<int, std::int64_t> kills, stops;
   int die_in_heal = -1;
-  long linger_ms = 0, relaunch_delay_ms = 0;
+  long linger_before_ms = 0, linger_ms = 0, relaunch_delay_ms = 0, model_delay_ms = 0;
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -58,6 +61,10 @@ int main(int argc, char** argv) {
       (arg == "--kill" ? kills : stops).insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--die_in_heal" && i + 1 < argc) {
       die_in_heal = std::atoi(argv[++i]);
+    } else if (arg == "--linger_before_reform" && i + 1 < argc) {
+      linger_before_ms = std::atol(argv[++i]);
+    } else if (arg == "--relaunch_model_delay" && i + 1 < argc) {
+      model_delay_ms = std::atol(argv[++i]);
     } else if (arg == "--linger_after_reform" && i + 1 < argc) {
       linger_ms = std::atol(argv[++i]);
     } else if (arg == "--relaunch_delay" && i + 1 < argc) {
@@ -70,9 +77,9 @@ int main(int argc, char** argv) {
     const char* value = std::getenv(name);
     return value == nullptr || std::string(value) == "0";
   };
-  const bool first_launch =
-      zero_or_unset("DDP_INCARNATION") && zero_or_unset("TORCHELASTIC_RESTART_COUNT");
-  if (!zero_or_unset("DDP_INCARNATION")) {
+  const bool relaunched = !zero_or_unset("DDP_INCARNATION");
+  const bool first_launch = !relaunched && zero_or_unset("TORCHELASTIC_RESTART_COUNT");
+  if (relaunched) {
     std::this_thread::sleep_for(std::chrono::milliseconds(relaunch_delay_ms));
   }
   const int id = ddp::rank();
@@ -84,26 +91,34 @@ int main(int argc, char** argv) {
     return false;
   };
   bool reformed = false;
-  return train::run_trainer(
-      args,
-      [&](std::int64_t step) {
-        if (fires(kills, step)) {
-          ddp::log::warn("--kill {}@{}: killing this rank (SIGKILL)", id, step);
-          ::kill(::getpid(), SIGKILL);
-        }
-        if (fires(stops, step)) {
-          ddp::log::warn("--stop {}@{}: stopping this rank (SIGSTOP)", id, step);
-          ::kill(::getpid(), SIGSTOP);
-        }
-      },
-      [&] {
-        if (id == die_in_heal && first_launch && !reformed) {
-          ddp::log::warn("--die_in_heal {}: killing this rank during the heal (SIGKILL)", id);
-          ::kill(::getpid(), SIGKILL);
-        }
-        if (first_launch && !reformed) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
-        }
-        reformed = true;
-      });
+  train::Hooks hooks;
+  hooks.after_step = [&](std::int64_t step) {
+    if (fires(kills, step)) {
+      ddp::log::warn("--kill {}@{}: killing this rank (SIGKILL)", id, step);
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (fires(stops, step)) {
+      ddp::log::warn("--stop {}@{}: stopping this rank (SIGSTOP)", id, step);
+      ::kill(::getpid(), SIGSTOP);
+    }
+  };
+  hooks.before_reform = [&] {
+    if (first_launch && !reformed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(linger_before_ms));
+    }
+  };
+  hooks.after_reform = [&] {
+    if (id == die_in_heal && first_launch && !reformed) {
+      ddp::log::warn("--die_in_heal {}: killing this rank during the heal (SIGKILL)", id);
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (first_launch && !reformed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
+    }
+    reformed = true;
+  };
+  hooks.before_model = [&] {
+    if (relaunched) std::this_thread::sleep_for(std::chrono::milliseconds(model_delay_ms));
+  };
+  return train::run_trainer(args, hooks);
 }

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const bool first_attempt = attempt == nullptr || std::string(attempt) == "0";
   const bool last_rank = ddp::rank() == ddp::world_size() - 1;
-  return train::run_trainer(args, [&](std::int64_t step) {
+  train::Hooks hooks;
+  hooks.after_step = [&](std::int64_t step) {
     if (!first_attempt || !last_rank) return;
     if (step == crash_at) {
       ddp::log::warn("--crash_at_step {}: killing this rank (SIGKILL)", step);
@@ -45,5 +46,6 @@ int main(int argc, char** argv) {
       ddp::log::warn("--stall_at_step {}: stopping this rank (SIGSTOP)", step);
       ::kill(::getpid(), SIGSTOP);
     }
-  });
+  };
+  return train::run_trainer(args, hooks);
 }

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,15 @@ class Healer {
   // (DDP_INCARNATION > 0), waits to be admitted into the running group
   // (bounded by the group's timeout). `init` as for ddp::init().
   explicit Healer(const InitOptions& init = {}, const HealOptions& heal = {});
+  // Constructs a Healer on a thread of its own and returns at once, so that
+  // the program allocates its state meanwhile: a relaunched process asks to
+  // be admitted before its model exists, and the survivors, when they admit
+  // it in the reform that drops its predecessor, wait in sync_state() for the
+  // rest of its allocation instead of one more reform later. get() throws
+  // what the constructor threw. Destroying the future waits for the thread
+  // (bounded by the group's timeout).
+  static std::future<std::unique_ptr<Healer>> start(const InitOptions& init = {},
+                                                    const HealOptions& heal = {});
   ~Healer();
   Healer(const Healer&) = delete;
   Healer& operator=(const Healer&) = delete;

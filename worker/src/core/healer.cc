@@ -263,6 +263,12 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
 
 Healer::~Healer() = default;
 
+std::future<std::unique_ptr<Healer>> Healer::start(const InitOptions& init,
+                                                   const HealOptions& heal) {
+  return std::async(std::launch::async,
+                    [init, heal] { return std::make_unique<Healer>(init, heal); });
+}
+
 void Healer::withdraw() {
   const auto& env = detail::worker_env();
   if (env && !env->heal_mark.empty()) ::unlink(env->heal_mark.c_str());
