@@ -9,6 +9,12 @@ order, for medians):
   clean    the same, no faults
   restart  ddprun --on_failure=restart, checkpoints every 100 steps, --resume auto,
            the same kill schedule
+  torchft  the peer: the same model with torchft (bench/torchft_peer.py), one
+           replica group of one process per rank, each under torchrun
+           --max_restarts, a lighthouse, the same kill schedule; run when
+           torchft imports in --torch-env (default $DDP_TORCH_ENV or
+           /opt/ddprun-torch, where scripts/install-torch-env.sh puts it)
+  torchft-clean  the same, no faults
 
 and reports goodput (samples in committed steps per second) of each, and
 for heal, per kill: the time from the kill to the survivors' first
@@ -26,7 +32,9 @@ import atexit
 import os
 import random
 import re
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +71,7 @@ def stop_running(*_):
                 os.killpg(proc.pid, signal.SIGKILL)
     for ns in NAMESPACES:
         subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        shutil.rmtree("/etc/netns/" + ns, ignore_errors=True)
     if _:
         sys.exit(1)
 
@@ -88,6 +97,14 @@ def make_hosts(n):
         run("ip", "-n", ns, "link", "set", "eth0", "up")
         run("ip", "-n", ns, "link", "set", "lo", "up")
         hosts.append(ns)
+    # Each host resolves every host's name (its namespace's name) as a real one
+    # would: ip netns exec bind-mounts /etc/netns/NS/hosts over /etc/hosts.
+    names = "127.0.0.1 localhost\n" + "".join(
+        "198.18.0.%d %s\n" % (i + 1, ns) for i, ns in enumerate(hosts))
+    for ns in hosts:
+        os.makedirs("/etc/netns/" + ns, exist_ok=True)
+        with open("/etc/netns/%s/hosts" % ns, "w") as f:
+            f.write(names)
     return hosts
 
 
@@ -197,6 +214,11 @@ def main():
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--only-big", action="store_true", help="skip the three goodput runs")
     ap.add_argument("--big-kills", type=int, default=3, help="kills of the 1 GiB run")
+    ap.add_argument("--runs", default="heal,clean,restart,torchft,torchft-clean",
+                    help="which runs, comma-separated")
+    ap.add_argument("--log", help="a directory: each run's output goes to ROUND-NAME.log there")
+    ap.add_argument("--torch-env", default=os.environ.get("DDP_TORCH_ENV", "/opt/ddprun-torch"),
+                    help="the Python environment holding torch and torchft, for the peer run")
     args = ap.parse_args()
 
     ddprun = os.path.join(args.build_dir, "launcher", "ddprun")
@@ -210,6 +232,7 @@ def main():
     model = ["--hidden", str(args.hidden), "--layers", "3", "--batch_size", str(batch),
              "--steps", "100000000", "--log_every", "100"]
     # One ddprun per host: its command line before --on_failure and the program.
+    hosts = [None]  # where each ddprun runs: this host, or the namespaces of --hosts 2
     if args.hosts == 1:
         launcher = [[ddprun, "--nproc_per_node=%d" % args.nproc, "--max_restarts=1000"]]
     else:
@@ -217,12 +240,13 @@ def main():
             sys.exit("heal_chaos: --hosts needs root (network namespaces)")
         if args.nproc % args.hosts:
             sys.exit("heal_chaos: --nproc must be a multiple of --hosts")
+        hosts = make_hosts(args.hosts)
         launcher = [["ip", "netns", "exec", ns, ddprun, "--nnodes=%d" % args.hosts,
                      "--nproc_per_node=%d" % (args.nproc // args.hosts), "--max_restarts=1000",
                      "--rdzv_backend=c10d", "--rdzv_endpoint=198.18.0.1:29400",
                      "--rdzv_id=heal-chaos",
                      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=30"]
-                    for ns in make_hosts(args.hosts)]
+                    for ns in hosts]
     ckpt = tempfile.mkdtemp(prefix="heal-chaos-")
     cpu = open("/proc/cpuinfo").read()
     cpu_model = re.search(r"model name\s*:\s*(.*)", cpu).group(1)
@@ -232,13 +256,81 @@ def main():
                                                      os.cpu_count()))
 
     if not args.only_big:
-        trio(args, launcher, train, model, env, batch, ckpt)
+        peer = torchft_peer(args, hosts, batch)
+        trio(args, launcher, train, model, env, batch, ckpt, peer)
     if args.big or args.only_big:
         big_heal(launcher, train, env, args.big_kills)
 
 
-def trio(args, launcher, train, model, env, batch, ckpt):
-    """The three runs, --rounds times, each round in another order."""
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchft_peer(args, hosts, batch):
+    """A function making the torchft run's command lines (fresh ports each run), or None."""
+    python = os.path.join(args.torch_env, "bin", "python")
+    probe = subprocess.run([python, "-c", "import torchft"], capture_output=True, text=True) \
+        if os.access(python, os.X_OK) else None
+    if probe is None or probe.returncode != 0:
+        print("torchft: not run: torchft does not import in %s%s" %
+              (args.torch_env, (": " + probe.stderr.strip().splitlines()[-1])
+               if probe is not None and probe.stderr.strip() else ""))
+        return None
+    version = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                              "print(m.version('torchft'), m.version('torch'))"],
+                             capture_output=True, text=True).stdout.split()
+    print("torchft: the peer, torchft %s on torch %s (%s)" % (version[0], version[1], python))
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchft_peer.py")
+    per_host = args.nproc // len(hosts)
+
+    def argvs():
+        # On a test host, in a UTS namespace of its own named as the host:
+        # torchft tells its peers where to fetch a checkpoint by hostname.
+        where = lambda ns: ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
+                            'hostname "$0" && exec "$@"', ns] if ns else []
+        address = lambda i: "198.18.0.%d" % (i + 1) if hosts[i] else "127.0.0.1"
+        lighthouse = "%s:%d" % (address(0), free_port())
+        # torchft's README's lighthouse settings.
+        out = [["env", "RUST_LOG=warn"] + where(hosts[0]) +
+               [os.path.join(args.torch_env, "bin", "torchft_lighthouse"), "--min_replicas", "1",
+                "--quorum_tick_ms", "100", "--join_timeout_ms", "10000", "--bind", lighthouse]]
+        for replica in range(args.nproc):
+            h = replica // per_host
+            # RUST_LOG=warn: torchft's manager and lighthouse log every step at
+            # INFO otherwise (megabytes a minute); ddprun logs no step either.
+            # GLOO_SOCKET_IFNAME: a test host's interface, not the loopback its
+            # hostname resolves to.
+            env = ["env", "RUST_LOG=warn", "REPLICA_GROUP_ID=%d" % replica,
+                   "TORCHFT_LIGHTHOUSE=http://" + lighthouse]
+            if hosts[h]:
+                env.append("GLOO_SOCKET_IFNAME=eth0")
+            torchrun = [os.path.join(args.torch_env, "bin", "torchrun"), "--nnodes=1",
+                        "--nproc_per_node=1", "--max_restarts=1000", "--master_addr=" + address(h),
+                        "--master_port=%d" % free_port()]
+            out.append(env + where(hosts[h]) + torchrun +
+                       [peer, "--hidden", str(args.hidden), "--layers", "3", "--batch", str(batch),
+                        "--hostname", address(h)])
+        return out
+    return argvs
+
+
+PEER_STEP = re.compile(r"torchft-peer: step \d+ \| samples (\d+)")
+
+
+def peer_goodput(run):
+    """The torchft run's samples in committed steps per second, at its last progress line."""
+    last = None
+    for t, line in run.lines:
+        m = PEER_STEP.search(line)
+        if m and (last is None or int(m.group(1)) > last[1]):
+            last = (t, int(m.group(1)))
+    return 0.0 if last is None else last[1] / (last[0] - run.start)
+
+
+def trio(args, launcher, train, model, env, batch, ckpt, peer):
+    """The three runs (four with the peer), --rounds times, each round in another order."""
     argv = {
         "heal": ([l + ["--on_failure=heal", train] + model for l in launcher], args.kill_every),
         "clean": ([l + ["--on_failure=heal", train] + model for l in launcher], 0),
@@ -246,23 +338,42 @@ def trio(args, launcher, train, model, env, batch, ckpt):
                      ["--checkpoint", os.path.join(ckpt, "ckpt"), "--checkpoint_every", "100",
                       "--resume", "auto"] for l in launcher], args.kill_every),
     }
-    order = ["heal", "clean", "restart"]
+    order = [name for name in ["heal", "clean", "restart", "torchft", "torchft-clean"]
+             if name in args.runs.split(",") and (peer or not name.startswith("torchft"))]
     g = {name: [] for name in order}
-    heals = []
+    heals, peer_runs = [], []
+    n = len(order)
     for r in range(args.rounds):
-        for name in order[r % 3:] + order[:r % 3]:
+        for name in order[r % n:] + order[:r % n]:
             for f in os.listdir(ckpt):  # each restart run starts fresh
                 os.remove(os.path.join(ckpt, f))
-            run = drive(argv[name][0], env, args.duration, argv[name][1])
-            g[name].append(goodput(run, batch * args.nproc))
+            if name.startswith("torchft"):
+                run = drive(peer(), env, args.duration, 0 if name.endswith("clean") else args.kill_every)
+                g[name].append(peer_goodput(run))
+            else:
+                run = drive(argv[name][0], env, args.duration, argv[name][1])
+                g[name].append(goodput(run, batch * args.nproc))
+            if args.log:
+                os.makedirs(args.log, exist_ok=True)
+                with open(os.path.join(args.log, "%d-%s.log" % (r, name)), "w") as f:
+                    f.writelines("%.3f %s\n" % (t - run.start, l) for t, l in run.lines)
             if name == "heal":
                 heals.append(run)
+            if name == "torchft":
+                peer_runs.append(run)
     med = {name: statistics.median(v) for name, v in g.items()}
     print("| run | goodput (samples/s), median of %d | vs clean | each round |" % args.rounds)
     print("|---|---:|---:|---|")
-    for name in order[1:2] + order[0:1] + order[2:]:
-        print("| %s | %.0f | %.1f%% | %s |" % (name, med[name], 100 * med[name] / max(med["clean"], 1e-9),
-                                              ", ".join("%.0f" % x for x in g[name])))
+    base = med.get("clean", 0)
+    for name in sorted(order, key=lambda x: x != "clean"):
+        print("| %s | %.0f | %s | %s |" % (name, med[name],
+                                          "%.1f%%" % (100 * med[name] / base) if base else "n/a",
+                                          ", ".join("%.0f" % x for x in g[name])))
+    if "torchft" in med and med.get("torchft-clean"):
+        print("torchft: with faults %.1f%% of its own fault-free run" %
+              (100 * med["torchft"] / med["torchft-clean"]))
+    if not heals:
+        return
     print("heal: kill -> survivors' first committed step: " +
           ms([d for run in heals for d in after_kills(run, r"heal: step \d+ committed")]))
     print("heal: kill -> relaunched rank holds the live state (joined): " +

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Creates the torch 2.x environment (torch, Lightning, Accelerate, then
 # DeepSpeed, from PyPI, pinned in scripts/requirements-torch.txt and
-# scripts/requirements-deepspeed.txt) at $DDP_TORCH_ENV (default
+# scripts/requirements-deepspeed.txt; then torchft, the benchmark's peer,
+# scripts/requirements-torchft.txt) at $DDP_TORCH_ENV (default
 # /opt/ddprun-torch), with Debian's python3. Idempotent: a stamp holding the
-# requirements files' hash skips the install while it matches, so every clone
-# on this machine shares one environment of several GB.
+# first two files' hash skips the torch install while it matches, so every
+# clone on this machine shares one environment of several GB; torchft is
+# added in place when its pinned versions are missing.
 #   install-torch-env.sh           install unless up to date
 #   install-torch-env.sh --check   exit 0 when up to date, 1 when not (installs nothing)
 set -euo pipefail
@@ -12,14 +14,28 @@ cd "$(dirname "$0")/.."
 ENV_DIR=${DDP_TORCH_ENV:-/opt/ddprun-torch}
 REQUIREMENTS=scripts/requirements-torch.txt
 REQUIREMENTS_DS=scripts/requirements-deepspeed.txt
+REQUIREMENTS_FT=scripts/requirements-torchft.txt
 STAMP="$ENV_DIR/.ddprun-requirements.sha256"
 want=$(cat "$REQUIREMENTS" "$REQUIREMENTS_DS" | sha256sum | cut -d' ' -f1)
 up_to_date() { [[ -x $ENV_DIR/bin/python && -f $STAMP && $(cat "$STAMP") == "$want" ]]; }
+# torchft (the benchmark's peer) goes in after torch, in place: a few MB.
+torchft_present() {
+  "$ENV_DIR/bin/python" -c 'import importlib.metadata as m, sys
+want = [l.split("==") for l in open(sys.argv[1]) if "==" in l]
+sys.exit(any(m.version(n) != v.strip() for n, v in want))' "$REQUIREMENTS_FT" 2>/dev/null
+}
+install_torchft() {
+  torchft_present && return
+  echo "install-torch-env: installing $(grep -v '^#' "$REQUIREMENTS_FT" | xargs) into $ENV_DIR"
+  "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check -r "$REQUIREMENTS_FT"
+  "$ENV_DIR/bin/python" -c 'import torchft'
+}
 if [[ ${1:-} == --check ]]; then
-  up_to_date
+  up_to_date && torchft_present
   exit
 fi
 if up_to_date; then
+  install_torchft
   echo "install-torch-env: $ENV_DIR is up to date"
   exit 0
 fi
@@ -33,4 +49,5 @@ DS_BUILD_OPS=0 "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-che
 # Fails the install if anything is missing.
 DS_ACCELERATOR=cpu "$ENV_DIR/bin/python" -c 'import torch, lightning, accelerate, deepspeed'
 echo "$want" >"$STAMP"
+install_torchft
 echo "install-torch-env: done ($("$ENV_DIR/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
