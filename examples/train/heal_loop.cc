@@ -69,6 +69,13 @@ class SampleLog {
   std::FILE* file_ = nullptr;
 };
 
+// Who sent the state: "nobody", "rank 0", or "ranks 0 1 2 (striped)".
+std::string senders(const ddp::HealReport& report) {
+  if (report.donors.empty()) return "nobody";
+  if (report.donors.size() == 1) return fmt::format("rank {}", report.donors.front());
+  return fmt::format("ranks {} (striped)", fmt::join(report.donors, " "));
+}
+
 class HealingTrainer {
  public:
   HealingTrainer(const Config& c, const Data& data, const std::vector<int>& dims,
@@ -174,9 +181,9 @@ bool HealingTrainer::settle() {
     };
     ddp::log::info_all(
         "heal: epoch {}: left {} | arrived {} | replaced {} | world {} -> {} | resumed at "
-        "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from rank {}",
+        "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from {}",
         g.epoch(), ids(change.left), ids(change.arrived), ids(change.replaced), before_->size(),
-        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, report.donor);
+        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, senders(report));
     before_.reset();
   } else if (mine < 0) {
     ddp::log::info_all(

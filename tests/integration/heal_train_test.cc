@@ -314,6 +314,10 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
   }
   expect_healed(run, 4, 2500);
   EXPECT_TRUE(dropped(run.result.out, 3)) << run.result.out;
+  // The group spans two hosts: the three holders each sent a share of the
+  // state to the relaunch (the checksums above show the shares fit).
+  EXPECT_NE(run.result.out.find("MB from ranks 0 1 2 (striped)"), std::string::npos)
+      << run.result.out;
   EXPECT_NE(
       run.result.err.find("rank 3 (local rank 1) exited with signal 9 (SIGKILL): relaunching"),
       std::string::npos)

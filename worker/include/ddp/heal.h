@@ -72,6 +72,7 @@ struct EpochChange {
 struct HealReport {
   bool moved = false;          // whether any state was sent
   int donor = -1;              // the donor's rank in the new group (-1: nothing moved)
+  std::vector<int> donors;     // every rank that sent a share (striped: several), in rank order
   std::int64_t committed = 0;  // the committed step every member now holds
   std::uint64_t bytes = 0;     // bytes the donor broadcast
   double seconds = 0;          // time sync_state() took
@@ -139,9 +140,12 @@ class Healer {
   // (its buffers, the same layout on every member) to the members behind
   // (in a group of their own, made for it: the members that hold it already
   // return once the counts are compared) and its count goes into
-  // `committed` everywhere. `committed` < 0 means "holds nothing"
-  // (a process that just joined). Throws as a collective does, and HealError
-  // when no member holds anything.
+  // `committed` everywhere. When the group spans several nodes, the state is
+  // striped instead: each of the first (at most 4) members holding it sends
+  // an equal share of every buffer, all at once, in a group of its own with
+  // the members behind, so no one sender's link carries it all. `committed` < 0 means "holds
+  // nothing" (a process that just joined). Throws as a collective does, and HealError when no
+  // member holds anything.
   HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);
 
   // Call on every member when training is done: processes still waiting to

@@ -55,6 +55,83 @@ void mark_able_to_heal(const std::string& path) {
   ::close(fd);
 }
 
+// Stripes of a heal across nodes: more senders share the links, but each
+// stripe is a group to connect (its cost grows with the count).
+constexpr std::size_t kMaxStripes = 4;
+
+// The members of `members` that do not hold step `most`, plus `sender`, in rank order.
+MemberSet behind_and(const MemberSet& members, const std::vector<std::int64_t>& counts,
+                     std::int64_t most, int sender) {
+  MemberSet out{members.epoch, {}};
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (static_cast<int>(i) == sender || counts[i] != most)
+      out.members.push_back(members.members[i]);
+  }
+  return out;
+}
+
+// How sync_state() moves the state: the group it runs on, the options and
+// store its transfer groups are made with.
+struct StateTransfer {
+  ProcessGroup& group;
+  int self_id;
+  const ProcessGroupOptions& options;
+  const std::shared_ptr<Store>& store;
+  const std::vector<std::int64_t>& counts;  // every member's committed count
+  std::int64_t most;
+
+  std::shared_ptr<ProcessGroup> carrier(const MemberSet& members, const std::string& name) const {
+    ProcessGroupOptions o = options;
+    o.group_name += "-" + name;
+    return ProcessGroup::create(members, self_id, make_prefix_store(store, name), o);
+  }
+
+  // `donor` sends every buffer to the members behind, in a group of their
+  // own: the members that hold it already neither copy it again nor take the
+  // cores the copy needs.
+  void whole(int donor, const std::vector<ParamBuffer>& state) const {
+    const MemberSet transfer = behind_and(group.members(), counts, most, donor);
+    if (transfer.size() == group.size() || !store) {
+      for (const ParamBuffer& b : state) group.broadcast(b.data, b.count, b.dtype, donor);
+    } else if (transfer.rank_of(self_id) >= 0) {
+      const auto sync = carrier(transfer, "sync");
+      const int root =
+          transfer.rank_of(group.members().members[static_cast<std::size_t>(donor)].id);
+      for (const ParamBuffer& b : state) sync->broadcast(b.data, b.count, b.dtype, root);
+    }
+  }
+
+  // Sender j of `senders` sends share j of every buffer to the members
+  // behind, in a group of the two of them; a member behind receives all
+  // shares at once.
+  void striped(const std::vector<int>& senders, const std::vector<ParamBuffer>& state) const {
+    const int me = group.rank();
+    const bool behind = counts[static_cast<std::size_t>(me)] != most;
+    const std::size_t k = senders.size();
+    std::vector<std::shared_ptr<ProcessGroup>> carriers;
+    std::vector<std::shared_ptr<Work>> pending;
+    try {
+      for (std::size_t j = 0; j < k; ++j) {
+        if (!behind && senders[j] != me) continue;
+        const MemberSet transfer = behind_and(group.members(), counts, most, senders[j]);
+        carriers.push_back(carrier(transfer, "sync" + std::to_string(j)));
+        const int root =
+            transfer.rank_of(group.members().members[static_cast<std::size_t>(senders[j])].id);
+        for (const ParamBuffer& b : state) {
+          const std::size_t begin = b.count * j / k, end = b.count * (j + 1) / k;
+          if (begin == end) continue;
+          void* share = static_cast<char*>(b.data) + begin * dtype_size(b.dtype);
+          pending.push_back(carriers.back()->broadcast_async(share, end - begin, b.dtype, root));
+        }
+      }
+      for (const auto& w : pending) w->wait();
+    } catch (...) {
+      for (const auto& c : carriers) c->abort();  // the other shares stop at once
+      throw;
+    }
+  }
+};
+
 }  // namespace
 
 struct Healer::Impl {
@@ -348,25 +425,22 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
   report.moved = true;
   report.donor = static_cast<int>(most - all.begin());
   for (const ParamBuffer& b : state) report.bytes += b.count * dtype_size(b.dtype);
-  // Only the members behind need the state: the donor sends it to them in a
-  // group of their own, so the members that hold it already neither copy it
-  // again nor take the cores the copy needs.
   const MemberSet& members = group_->members();
-  MemberSet transfer{members.epoch, {}};
+  std::vector<int> holders;
   for (std::size_t i = 0; i < all.size(); ++i) {
-    if (static_cast<int>(i) == report.donor || all[i] != *most) {
-      transfer.members.push_back(members.members[i]);
-    }
+    if (all[i] == *most) holders.push_back(static_cast<int>(i));
   }
-  if (transfer.size() == group_->size() || !impl_->group_store) {
-    for (const ParamBuffer& b : state) group_->broadcast(b.data, b.count, b.dtype, report.donor);
-  } else if (transfer.rank_of(id_) >= 0) {
-    ProcessGroupOptions options = impl_->options;
-    options.group_name += "-sync";
-    const auto carrier =
-        ProcessGroup::create(transfer, id_, make_prefix_store(impl_->group_store, "sync"), options);
-    const int root = transfer.rank_of(members.members[static_cast<std::size_t>(report.donor)].id);
-    for (const ParamBuffer& b : state) carrier->broadcast(b.data, b.count, b.dtype, root);
+  const bool spans_nodes =
+      std::any_of(members.members.begin(), members.members.end(),
+                  [&](const Member& m) { return m.node != members.members.front().node; });
+  const StateTransfer transfer{*group_, id_, impl_->options, impl_->group_store, all, *most};
+  if (holders.size() > 1 && spans_nodes && impl_->group_store) {
+    holders.resize(std::min(holders.size(), kMaxStripes));
+    report.donors = holders;
+    transfer.striped(holders, state);
+  } else {
+    report.donors = {report.donor};
+    transfer.whole(report.donor, state);
   }
   committed = report.committed;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
