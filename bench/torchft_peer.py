@@ -3,9 +3,13 @@
 
 One replica group of one process, launched by torchrun with torchft's
 environment (REPLICA_GROUP_ID, TORCHFT_LIGHTHOUSE), as torchft's CPU DDP
-example runs: torchft's Manager, DistributedDataParallel and Optimizer
-wrapper over its Gloo process group, with its default checkpoint transport
-for healing. The model, batch and optimizer are the reference trainer's
+example runs: torchft's Manager and Optimizer wrapper over its Gloo process
+group, with its default checkpoint transport for healing. The gradients
+are all-reduced with Manager.allreduce, as one flat tensor after backward:
+the call torchft's DistributedDataParallel makes from its communication
+hook, which in torchft 0.2.0 fails an assertion on the survivors when a
+peer dies mid all-reduce (torchft/ddp.py, `assert fut._fut`; torchft's
+issues #295 and #304), so that every replica restarts from step 0. The model, batch and optimizer are the reference trainer's
 (examples/train) with heal_chaos.py's flags: an MLP input 32, --layers
 hidden layers of --hidden units, 10 classes, SGD lr 0.05 momentum 0.9,
 --batch samples per replica per step, one CPU thread. The data is a fixed
@@ -28,7 +32,7 @@ from datetime import timedelta
 import torch
 from torch import nn
 
-from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+from torchft import Manager, Optimizer, ProcessGroupGloo
 
 
 def main():
@@ -69,7 +73,6 @@ def main():
                       load_state_dict=load_state_dict, state_dict=state_dict,
                       replica_id="heal_chaos_%d" % replica, timeout=timedelta(seconds=30),
                       **({"hostname": args.hostname} if args.hostname else {}))
-    model = DistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
     loss_fn = nn.CrossEntropyLoss()
 
@@ -79,7 +82,14 @@ def main():
         batch += 1
         optimizer.zero_grad()  # starts the quorum
         loss = loss_fn(model(x[first:first + args.batch]), y[first:first + args.batch])
-        loss.backward()  # all-reduces the gradients
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        manager.allreduce(flat).wait()  # the mean over the step's replicas; errors are kept
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
         optimizer.step()  # applies them only when the step committed everywhere
         step = manager.current_step()
         if step % args.log_every == 0 and manager.is_participating():

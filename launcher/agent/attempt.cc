@@ -334,6 +334,7 @@ AttemptResult Attempt::run() {
       if (pfds[0].revents & POLLIN) on_signals();
     }
     reap();
+    if (auto replaced = ctx_.guard.replace_if_gone()) launcher_log().warn("{}", *replaced);
     stop_if_console_closed();
     check_hang();
     fail_with_deferred_hang();

@@ -16,6 +16,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/shm_names.h"
+#include "worker_group/process.h"
 
 namespace ddp::launcher {
 namespace {
@@ -195,13 +196,15 @@ int kill_tagged(const char* tag) {
 
 }  // namespace
 
-OrphanGuard::OrphanGuard(const std::string& run_id) {
-  // Built before the fork: the guard must not allocate.
-  const std::string shm_prefix = shm_run_prefix(run_id);
+OrphanGuard::OrphanGuard(const std::string& run_id) : shm_prefix_(shm_run_prefix(run_id)) {
   std::random_device random;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%08x%08x", random(), random());
   tag_ = hex;
+  start();
+}
+
+void OrphanGuard::start() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     throw Error(std::string("orphan guard: pipe: ") + std::strerror(errno));
@@ -212,12 +215,32 @@ OrphanGuard::OrphanGuard(const std::string& run_id) {
     throw Error(std::string("orphan guard: fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // Only the pipe's read end: a copy of its write end, of a socket or of
+    // another pipe's write end would keep it open after ddprun is gone.
     close(fds[1]);
-    guard_main(fds[0], shm_prefix.c_str(), tag_.c_str());
+    const int read_fd = fds[0] == 3 ? 3 : dup2(fds[0], 3);
+    close_range(4, ~0U, 0);
+    guard_main(read_fd, shm_prefix_.c_str(), tag_.c_str());
   }
   close(fds[0]);
   write_fd_ = fds[1];
   guard_pid_ = pid;
+}
+
+std::optional<std::string> OrphanGuard::replace_if_gone() {
+  int status = 0;
+  if (guard_pid_ <= 0 || waitpid(guard_pid_, &status, WNOHANG) != guard_pid_) return std::nullopt;
+  const pid_t was = guard_pid_;
+  close(write_fd_);
+  write_fd_ = -1;
+  guard_pid_ = -1;
+  start();
+  for (pid_t group : watched_) send(static_cast<int>(group));
+  const std::string how = WIFSIGNALED(status)
+                              ? "was killed by " + signal_name(WTERMSIG(status))
+                              : "exited with code " + std::to_string(WEXITSTATUS(status));
+  return "ddprun's orphan guard (pid " + std::to_string(was) + ") " + how +
+         "; started another (pid " + std::to_string(guard_pid_) + ")";
 }
 
 OrphanGuard::~OrphanGuard() {
@@ -248,7 +271,14 @@ std::string OrphanGuard::tag_entry(const std::vector<std::string>& env) const {
   return name + tag_;
 }
 
-void OrphanGuard::watch(pid_t pgid) { send(static_cast<int>(pgid)); }
-void OrphanGuard::forget(pid_t pgid) { send(-static_cast<int>(pgid)); }
+void OrphanGuard::watch(pid_t pgid) {
+  watched_.push_back(pgid);
+  send(static_cast<int>(pgid));
+}
+
+void OrphanGuard::forget(pid_t pgid) {
+  std::erase(watched_, pgid);
+  send(-static_cast<int>(pgid));
+}
 
 }  // namespace ddp::launcher

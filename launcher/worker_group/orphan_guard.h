@@ -18,12 +18,17 @@
 // left, ~2 s at most). A process that scrubs its environment escapes.
 //
 // The guard is forked while ddprun is still single-threaded, and after the
-// fork it makes only async-signal-safe calls and never allocates.
+// fork it makes only async-signal-safe calls and never allocates. When it is
+// killed (a stray `kill`), ddprun notices on its next supervision pass and
+// forks another with the same tag and the groups watched so far (that fork
+// closes every inherited descriptor but its pipe, since ddprun then has
+// threads and sockets).
 //
 // Not thread-safe: use from the launcher's main thread.
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +47,11 @@ class OrphanGuard {
   void forget(pid_t pgid);  // the group is gone; do not kill the id later
   pid_t pid() const { return guard_pid_; }
 
+  // When the guard process has ended (it was killed): forks another, as
+  // above, and returns a line saying so; nullopt while it runs. One
+  // waitpid(WNOHANG). Throws ddp::Error when the fork or pipe fails.
+  std::optional<std::string> replace_if_gone();
+
   // The variable that carries tags in workers' environments.
   static constexpr const char* kTagVariable = "DDP_AGENT_TAGS";
   // "NAME=VALUE" for a worker's environment `env`: this guard's tag after
@@ -49,8 +59,11 @@ class OrphanGuard {
   std::string tag_entry(const std::vector<std::string>& env) const;
 
  private:
+  void start();  // the pipe and the fork
   void send(int value);
-  std::string tag_;  // 16 hex digits, random
+  std::string tag_;         // 16 hex digits, random
+  std::string shm_prefix_;  // the run's segment names, built before any fork
+  std::vector<pid_t> watched_;
   int write_fd_ = -1;
   pid_t guard_pid_ = -1;
 };

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,48 @@ TEST(DaemonCleanup, ADaemonOutlivesNoSigkilledDdprun) {
       << p.read_err();
   const std::set<pid_t> daemons = read_pids(dir, "daemon_");
   kill(p.pid(), SIGKILL);  // no teardown of its own: the guard is all that is left
+  p.wait(5s);
+  expect_gone(daemons, p.read_err());
+}
+
+// ddprun's child named ddprun-guard (its orphan guard); 0 when none.
+pid_t guard_of(pid_t ddprun) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat"), comm(entry.path() / "comm");
+    std::string text, name;
+    if (!std::getline(stat, text) || !std::getline(comm, name)) continue;  // gone meanwhile
+    // "pid (comm) state ppid ...": the parent follows the state after the last ')'.
+    std::istringstream rest(text.substr(text.rfind(')') + 1));
+    char state = 0;
+    pid_t parent = 0;
+    if (rest >> state >> parent && parent == ddprun && name == "ddprun-guard")
+      return std::stoi(pid);
+  }
+  return 0;
+}
+
+TEST(DaemonCleanup, AKilledGuardIsReplacedAndADaemonStillOutlivesNoSigkilledDdprun) {
+  const std::string dir = make_temp_dir();
+  Subprocess p({kDdprun, "--nproc_per_node=2", "sh", "-c", daemon_script(dir, "sleep 300")});
+  ASSERT_TRUE(wait_until([&] { return read_pids(dir, "daemon_").size() == 2; }, 10s))
+      << p.read_err();
+  const pid_t guard = guard_of(p.pid());
+  ASSERT_GT(guard, 0) << "no ddprun-guard child of ddprun";
+  kill(guard, SIGKILL);
+  ASSERT_TRUE(wait_until(
+      [&] { return p.read_err().find("started another (pid") != std::string::npos; }, 10s))
+      << p.read_err();
+  EXPECT_NE(
+      p.read_err().find("orphan guard (pid " + std::to_string(guard) + ") was killed by SIGKILL"),
+      std::string::npos)
+      << p.read_err();
+  const pid_t replacement = guard_of(p.pid());
+  ASSERT_GT(replacement, 0);
+  EXPECT_NE(replacement, guard);
+  const std::set<pid_t> daemons = read_pids(dir, "daemon_");
+  kill(p.pid(), SIGKILL);  // the new guard must know the workers' groups and tag
   p.wait(5s);
   expect_gone(daemons, p.read_err());
 }
