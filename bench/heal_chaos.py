@@ -362,13 +362,18 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
             if name == "torchft":
                 peer_runs.append(run)
     med = {name: statistics.median(v) for name, v in g.items()}
-    print("| run | goodput (samples/s), median of %d | vs clean | each round |" % args.rounds)
-    print("|---|---:|---:|---|")
+    # The machine drifts between rounds: each run is also compared with the
+    # clean run of its own round, and the median of those ratios reported.
+    print("| run | goodput (samples/s), median of %d | vs clean | vs clean of the same round, "
+          "median | each round |" % args.rounds)
+    print("|---|---:|---:|---:|---|")
     base = med.get("clean", 0)
     for name in sorted(order, key=lambda x: x != "clean"):
-        print("| %s | %.0f | %s | %s |" % (name, med[name],
-                                          "%.1f%%" % (100 * med[name] / base) if base else "n/a",
-                                          ", ".join("%.0f" % x for x in g[name])))
+        paired = [100 * x / c for x, c in zip(g[name], g.get("clean", [])) if c]
+        print("| %s | %.0f | %s | %s | %s |" % (
+            name, med[name], "%.1f%%" % (100 * med[name] / base) if base else "n/a",
+            "%.1f%% (%s)" % (statistics.median(paired), ", ".join("%.1f%%" % r for r in paired))
+            if paired else "n/a", ", ".join("%.0f" % x for x in g[name])))
     if "torchft" in med and med.get("torchft-clean"):
         print("torchft: with faults %.1f%% of its own fault-free run" %
               (100 * med["torchft"] / med["torchft-clean"]))
