@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Live recovery under a fault schedule (docs/PERFORMANCE.md, "Live recovery").
 
-Runs the reference trainer with 4 ranks on this machine three ways, one
-after the other, each for --duration seconds (--rounds times, in rotating
+Runs the reference trainer with 4 ranks on this machine up to five ways
+(--runs), one after the other, each for --duration seconds (--rounds times, in rotating
 order, for medians):
 
   heal     ddprun --on_failure=heal, a random worker SIGKILLed every --kill-every s
@@ -19,8 +19,9 @@ order, for medians):
 and reports goodput (samples in committed steps per second) of each, and
 for heal, per kill: the time from the kill to the survivors' first
 committed step, and to the relaunched rank holding the live state again
-(its "joined" line). --big adds one kill in a run whose parameters plus
-optimizer state are about 1 GiB per rank, for the heal's bandwidth.
+(its "joined" line). --big adds a run whose parameters plus optimizer
+state are about 1 GiB per rank, killed --big-kills times, for the heal's
+bandwidth.
 --hosts 2 (root) runs the ranks on two test hosts (network namespaces on a
 bridge, 198.18.0.1-2) with one ddprun each, the rendezvous on the first.
 
@@ -208,11 +209,11 @@ def main():
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1,
-                    help="repeat the three runs, in rotating order; goodput is the median")
+                    help="repeat the runs, in rotating order; goodput is the median")
     ap.add_argument("--hosts", type=int, default=1, choices=(1, 2),
                     help="2: two network-namespace test hosts of --nproc/2 ranks each (root)")
     ap.add_argument("--big", action="store_true")
-    ap.add_argument("--only-big", action="store_true", help="skip the three goodput runs")
+    ap.add_argument("--only-big", action="store_true", help="skip the goodput runs")
     ap.add_argument("--big-kills", type=int, default=3, help="kills of the 1 GiB run")
     ap.add_argument("--runs", default="heal,clean,restart,torchft,torchft-clean",
                     help="which runs, comma-separated")
@@ -330,7 +331,7 @@ def peer_goodput(run):
 
 
 def trio(args, launcher, train, model, env, batch, ckpt, peer):
-    """The three runs (four with the peer), --rounds times, each round in another order."""
+    """The goodput runs (--runs), --rounds times, each round in another order."""
     argv = {
         "heal": ([l + ["--on_failure=heal", train] + model for l in launcher], args.kill_every),
         "clean": ([l + ["--on_failure=heal", train] + model for l in launcher], 0),
@@ -341,7 +342,7 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
     order = [name for name in ["heal", "clean", "restart", "torchft", "torchft-clean"]
              if name in args.runs.split(",") and (peer or not name.startswith("torchft"))]
     g = {name: [] for name in order}
-    heals, peer_runs = [], []
+    heals = []
     n = len(order)
     for r in range(args.rounds):
         for name in order[r % n:] + order[:r % n]:
@@ -359,8 +360,6 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
                     f.writelines("%.3f %s\n" % (t - run.start, l) for t, l in run.lines)
             if name == "heal":
                 heals.append(run)
-            if name == "torchft":
-                peer_runs.append(run)
     med = {name: statistics.median(v) for name, v in g.items()}
     # The machine drifts between rounds: each run is also compared with the
     # clean run of its own round, and the median of those ratios reported.

@@ -74,7 +74,7 @@ struct HealReport {
   int donor = -1;              // the donor's rank in the new group (-1: nothing moved)
   std::vector<int> donors;     // every rank that sent a share (striped: several), in rank order
   std::int64_t committed = 0;  // the committed step every member now holds
-  std::uint64_t bytes = 0;     // bytes the donor broadcast
+  std::uint64_t bytes = 0;     // bytes the donor (or donors, together) sent
   double seconds = 0;          // time sync_state() took
 };
 
@@ -143,9 +143,9 @@ class Healer {
   // `committed` everywhere. When the group spans several nodes, the state is
   // striped instead: each of the first (at most 4) members holding it sends
   // an equal share of every buffer, all at once, in a group of its own with
-  // the members behind, so no one sender's link carries it all. `committed` < 0 means "holds
-  // nothing" (a process that just joined). Throws as a collective does, and HealError when no
-  // member holds anything.
+  // the members behind, so no one sender's link carries it all.
+  // `committed` < 0 means "holds nothing" (a process that just joined).
+  // Throws as a collective does, and HealError when no member holds anything.
   HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);
 
   // Call on every member when training is done: processes still waiting to
