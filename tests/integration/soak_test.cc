@@ -27,9 +27,10 @@ constexpr double kSoakSeconds = 20;
 // The hosting ddprun's resident memory during the flood (it serves the
 // rendezvous and supervises 4 workers): about 18 MiB at rest; each request
 // in flight costs up to twice its size (read, then parsed) before its token
-// is checked. Peaks of 120-345 MiB were measured with this flood; the bound
-// is documented in docs/security.md.
-constexpr long kRssBoundKiB = 512 * 1024;
+// is checked. With ddprun's allocator settings (launcher/main.cc) peaks of
+// 157-167 MiB were measured with this flood; without them 380-570 MiB (glibc
+// kept the freed buffers), which this bound catches. docs/security.md.
+constexpr long kRssBoundKiB = 384 * 1024;
 
 long rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
