@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -33,8 +34,9 @@ using namespace std::chrono_literals;
 struct RoundSeen {
   int world_size = -1;
   int group_world_size = -1;
-  std::set<int> group_ranks;
-  std::vector<std::pair<int, int>> ranges;  // [offset, offset + local world size)
+  // Group rank -> [offset, offset + local world size) and whether a node took
+  // that place in the running round (heal: a place may then be answered twice).
+  std::map<int, std::pair<std::pair<int, int>, bool>> places;
 };
 
 }  // namespace
@@ -59,6 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::pair<JoinTicket, int>> joins;  // ticket, local world size
   std::vector<BarrierTicket> arrivals;
   std::map<std::int64_t, RoundSeen> rounds;
+  std::set<std::uint64_t> members;
   const char* const keys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16"};
   const char* const hosts[] = {"h0", "h1", "h2", "h3"};
 
@@ -81,6 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::int64_t round =
         in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
     const int rank = in.ConsumeIntegralInRange(-1, 4);
+    // Which node a membership call speaks as: none claimed, or an id handed out.
+    std::uint64_t member = 0;
+    if (!members.empty() && in.ConsumeBool()) {
+      member = *std::next(members.begin(),
+                          static_cast<std::ptrdiff_t>(
+                              in.ConsumeIntegralInRange<std::size_t>(0, members.size() - 1)));
+    }
     try {
       switch (in.ConsumeIntegralInRange(0, 17)) {
         case 0: {
@@ -115,20 +125,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               fail("round " + std::to_string(j.round) +
                    ": answers disagree on the world or group size");
             }
-            if (j.group_rank < 0 || j.group_rank >= j.group_world_size ||
-                !seen.group_ranks.insert(j.group_rank).second) {
-              fail("round " + std::to_string(j.round) + ": group rank " +
-                   std::to_string(j.group_rank) + " repeated or out of range");
-            }
             const int lo = j.global_rank_offset, hi = lo + joins[i].second;
+            if (j.group_rank < 0 || j.group_rank >= j.group_world_size)
+              fail("round " + std::to_string(j.round) + ": group rank " +
+                   std::to_string(j.group_rank) + " out of range");
             if (lo < 0 || hi > j.world_size)
               fail("global ranks [" + std::to_string(lo) + ", " + std::to_string(hi) +
                    ") outside the world");
-            for (const auto& [a, b] : seen.ranges) {
-              if (lo < b && a < hi)
+            if (j.member == 0 || !members.insert(j.member).second)
+              fail("member id " + std::to_string(j.member) + " zero or repeated");
+            auto [place, fresh] = seen.places.try_emplace(
+                j.group_rank, std::make_pair(std::make_pair(lo, hi), j.joined_running));
+            if (!fresh) {
+              // Only a node that took a lost place repeats one, with its ranks.
+              if (!(j.joined_running || place->second.second) ||
+                  place->second.first != std::make_pair(lo, hi))
+                fail("round " + std::to_string(j.round) + ": group rank " +
+                     std::to_string(j.group_rank) + " repeated");
+              place->second.second = true;
+            }
+            for (const auto& [g, other] : seen.places) {
+              const auto [a, b] = other.first;
+              if (g != j.group_rank && lo < b && a < hi)
                 fail("round " + std::to_string(j.round) + ": global rank ranges overlap");
             }
-            seen.ranges.emplace_back(lo, hi);
           }
           joins.erase(joins.begin() + static_cast<std::ptrdiff_t>(i));
           break;
@@ -141,14 +161,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
           break;
         case 3:
-          state.heartbeat(auth, round, rank, now, in.ConsumeBool());
+          state.heartbeat(auth, round, rank, now, in.ConsumeBool(), member);
           break;
         case 4:
           state.report_failure(auth, round, rank, in.ConsumeRandomLengthString(64),
-                               in.ConsumeIntegral<int>(), now);
+                               in.ConsumeIntegral<int>(), now, member);
           break;
         case 5:
-          state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now);
+          state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now, member);
           break;
         case 6:
           state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v'));
@@ -201,7 +221,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           state.tick(now);
           break;
         case 16:
-          state.round_end(round, rank, now);
+          state.round_end(round, rank, now, member);
           break;
         case 17:
           state.num_keys(auth);

@@ -73,11 +73,12 @@ if ((SERVICE_SECONDS > 0)); then
                    launcher/agent/node_straggler_detector.cc launcher/agent/straggler_judge.cc
                    "$OUT/gen/ddp/v1/rendezvous.pb.cc" "$OUT/gen/ddp/v1/rendezvous.grpc.pb.cc")
   objects=()
-  for src in "${service_sources[@]}"; do
-    obj="$OUT/obj/$(basename "$src" .cc).o"
-    "$CXX" "${flags[@]}" -isystem "$OUT/gen" "${dep_cflags[@]}" -c "$src" -o "$obj"
-    objects+=("$obj")
-  done
+  for src in "${service_sources[@]}"; do objects+=("$OUT/obj/$(basename "$src" .cc).o"); done
+  # One compiler per core (xargs exits non-zero when any of them fails).
+  printf '%s\n' "${service_sources[@]}" |
+    OBJ_DIR="$OUT/obj" xargs -P "$(nproc)" -I{} bash -c \
+      'src=$1; shift; exec "$@" -c "$src" -o "$OBJ_DIR/$(basename "$src" .cc).o"' _ {} \
+      "$CXX" "${flags[@]}" -isystem "$OUT/gen" "${dep_cflags[@]}"
   "$CXX" "${flags[@]}" "${objects[@]}" "${dep_libs[@]}" -o "$OUT/rendezvous_service_fuzz"
   mkdir -p "$OUT/corpus/rendezvous_service"
   tar -xzf fuzz/rendezvous_service_seeds.tar.gz -C "$OUT/seeds"

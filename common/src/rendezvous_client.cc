@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -28,6 +29,9 @@ struct RendezvousClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Rendezvous::Stub> stub;
   v1::Auth auth;
+  // The id the last join() got (RoundAssignment::member), sent with this
+  // node's heartbeats, failure reports and leave.
+  std::atomic<std::uint64_t> member{0};
 
   void check(const grpc::Status& status, const std::string& what,
              const std::string& endpoint) const {
@@ -104,6 +108,8 @@ RoundAssignment assignment_of(const v1::JoinResponse& resp) {
   a.master_port = resp.master_port();
   a.restart_count = resp.restart_count();
   a.reason = resp.reason();
+  a.member = resp.member();
+  a.joined_running = resp.joined_running();
   return a;
 }
 
@@ -181,7 +187,9 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
                        " s): is the server running and reachable?");
   }
   impl_->check(status, "Join", endpoint_);
-  return assignment_of(resp);
+  RoundAssignment assigned = assignment_of(resp);
+  impl_->member = assigned.member;
+  return assigned;
 }
 
 void CallCanceller::cancel() {
@@ -210,6 +218,7 @@ RoundStatus RendezvousClient::heartbeat(std::int64_t round, int group_rank,
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  req.set_member(impl_->member);
   if (!node_state.empty()) (void)req.mutable_node_state()->ParseFromString(node_state);
   req.set_hold_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(hold.count(), 0)));
   v1::HeartbeatResponse resp;
@@ -231,6 +240,7 @@ void RendezvousClient::acknowledge_end(std::int64_t round, int group_rank,
   *req.mutable_auth() = impl_->auth;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  req.set_member(impl_->member);
   req.set_heard_end(true);
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
@@ -244,6 +254,7 @@ bool RendezvousClient::report_failure(std::int64_t round, int group_rank, const 
   v1::ReportFailureRequest req;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  req.set_member(impl_->member);
   req.set_report(report);
   req.set_exit_code(exit_code);
   const auto resp = impl_->call(&v1::Rendezvous::Stub::ReportFailure, std::move(req), deadline,
@@ -255,6 +266,7 @@ void RendezvousClient::leave(std::int64_t round, int group_rank, int exit_code) 
   v1::LeaveRequest req;
   req.set_round(round);
   req.set_group_rank(group_rank);
+  req.set_member(impl_->member);
   req.set_exit_code(exit_code);
   impl_->call(&v1::Rendezvous::Stub::Leave, std::move(req), kUnaryDeadline, "Leave", endpoint_);
 }

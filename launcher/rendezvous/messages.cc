@@ -47,4 +47,8 @@ std::string format_ranks(const std::vector<int>& sorted) {
   return format_ranks(ranges, static_cast<long>(sorted.size()));
 }
 
+std::string host_of(const NodeInfo& args) {
+  return args.hostname.empty() ? args.address : args.hostname;
+}
+
 }  // namespace ddp::launcher

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/common/rendezvous_types.h"
 
 namespace ddp::launcher {
 
@@ -39,5 +40,7 @@ std::string quote(const std::string& text);
 // a barrier may span a million ranks.
 std::string format_ranks(const std::vector<std::pair<int, int>>& ranges, long count);
 std::string format_ranks(const std::vector<int>& sorted);
+// How a message names a node's host: its hostname, else its address.
+std::string host_of(const NodeInfo& args);
 
 }  // namespace ddp::launcher

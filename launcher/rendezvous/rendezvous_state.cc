@@ -12,10 +12,6 @@
 namespace ddp::launcher {
 namespace {
 
-std::string host_of(const NodeInfo& args) {
-  return args.hostname.empty() ? args.address : args.hostname;
-}
-
 // Who a joiner is across its retries.
 std::string identity_of(const NodeInfo& args) {
   return cat(args.hostname, '\n', args.address, '\n', args.node_rank);
@@ -120,8 +116,10 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
     throw refusal(RpcCode::kInvalidArgument, "node rank ", args.node_rank, " of ", host,
                   " is outside [0, ", config_.max_nodes, ") for ", nnodes_flag());
   }
-  if (phase() == Phase::kRunning) admit_during_round(args, now);
   waiting_for_place_.erase(identity_of(args));  // it hears the answer now
+  if (phase() == Phase::kRunning) {
+    if (std::optional<JoinTicket> admitted = admit_during_round(args, now)) return *admitted;
+  }
   switch (phase()) {
     case Phase::kSucceeded:
       throw refusal(RpcCode::kFailedPrecondition, "run ", quote(config_.run_id),
@@ -163,14 +161,15 @@ JoinTicket RendezvousState::join(const Auth& auth, const NodeInfo& args, TimePoi
   return JoinTicket{id};
 }
 
-// A join while a round runs. The node may be one of the round's own,
+// A join while a round runs. Under heal it may take a lost node's place.
+// Else the node may be one of the round's own,
 // relaunched after its agent died (same explicit node rank, or same host and
 // address for an assigned rank): the round has lost that agent, so it ends
 // as a failure (one restart) and the node joins the next. Else, an elastic
 // round with room grows: it ends without using a restart and the next round
 // takes the newcomer (torchrun's scale-up). A full round keeps running and the
 // node is told to wait (kUnavailable: the agent asks again).
-void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
+std::optional<JoinTicket> RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
   Round& running = rounds_.back();
   const int size = static_cast<int>(running.members.size());
   for (int i = 0; i < size; ++i) {
@@ -190,11 +189,22 @@ void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
                     seconds(now - member.last_seen), " ago): host ", quote(host_of(args)),
                     " waits for it; give each node its own --node_rank");
     }
+  }
+  if (config_.heal) {
+    if (std::optional<int> place = place_to_take(running, args)) {
+      return take_place(running, *place, args, now);
+    }
+  }
+  for (int i = 0; i < size; ++i) {
+    const Member& member = running.members[i];
+    const NodeInfo& was = member.args;
+    const bool same_rank = args.node_rank >= 0 && was.node_rank == args.node_rank;
+    const bool same_host = was.hostname == args.hostname && was.address == args.address;
     if (!member.left && (same_rank || (args.node_rank < 0 && was.node_rank < 0 && same_host))) {
       end_round(running,
                 cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
                 true);
-      return;
+      return std::nullopt;
     }
   }
   if (size < config_.max_nodes) {
@@ -202,7 +212,7 @@ void RendezvousState::admit_during_round(const NodeInfo& args, TimePoint now) {
               cat("scale-up: host ", quote(host_of(args)), " arrived while round ", current_round(),
                   " ran with ", size, " of at most ", config_.max_nodes, " nodes"),
               false);
-    return;
+    return std::nullopt;
   }
   waiting_for_place_.insert(identity_of(args));  // owed an answer: see outcome_delivered()
   throw RpcError(RpcCode::kUnavailable,
@@ -304,12 +314,10 @@ void RendezvousState::close_round(TimePoint now) {
   result.master_port = master.master_port;
   result.restart_count = restarts_used_;
   result.reason = last_end_reason_;
-  for (const Member& m : round.members) {
-    join_tickets_[m.ticket] = result;
-    ++result.group_rank;
-    result.global_rank_offset += m.args.local_world_size;
-  }
+  round.common = result;
   rounds_.push_back(std::move(round));
+  const Round& formed = rounds_.back();
+  for (int g = 0; g < n; ++g) join_tickets_[formed.members[g].ticket] = assignment_of(formed, g);
   forming_ = {};
   changed();
   if (round_observer_) round_observer_(current_round());
@@ -373,11 +381,13 @@ void RendezvousState::end_round(Round& round, std::string reason, bool uses_rest
 }
 
 RoundStatus RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int group_rank,
-                                       TimePoint now, bool heard_end) {
+                                       TimePoint now, bool heard_end, std::uint64_t member) {
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
-  if (r.members[group_rank].lost) return lost_status(r, group_rank);
+  if (r.members[group_rank].lost || replaced(r, group_rank, member)) {
+    return lost_status(r, group_rank);
+  }
   if (r.ended) {
     if (heard_end) r.members[group_rank].informed = true;
     return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
@@ -387,11 +397,13 @@ RoundStatus RendezvousState::heartbeat(const Auth& auth, std::int64_t round, int
 }
 
 std::optional<RoundStatus> RendezvousState::round_end(std::int64_t round, int group_rank,
-                                                      TimePoint now) {
+                                                      TimePoint now, std::uint64_t member) {
   tick(now);
   try {
     const Round& r = find_member(round, group_rank);
-    if (r.members[group_rank].lost) return lost_status(r, group_rank);
+    if (r.members[group_rank].lost || replaced(r, group_rank, member)) {
+      return lost_status(r, group_rank);
+    }
     if (!r.ended) return std::nullopt;
     return RoundStatus{true, r.succeeded, r.can_restart, r.reason};
   } catch (const RpcError& gone) {
@@ -407,12 +419,14 @@ bool RendezvousState::outcome_delivered() const {
 }
 
 bool RendezvousState::report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                                     const std::string& report, int exit_code, TimePoint now) {
+                                     const std::string& report, int exit_code, TimePoint now,
+                                     std::uint64_t member) {
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
-  if (r.members[group_rank].lost) return false;  // the others went on without it
-  r.members[group_rank].informed = true;         // the reporter knows
+  // The others went on without it.
+  if (r.members[group_rank].lost || replaced(r, group_rank, member)) return false;
+  r.members[group_rank].informed = true;  // the reporter knows
   end_round(r, !report.empty() ? report
                                : cat(describe_node(r, group_rank),
                                      " reported a failure, exit code ", exit_code));
@@ -420,11 +434,11 @@ bool RendezvousState::report_failure(const Auth& auth, std::int64_t round, int g
 }
 
 void RendezvousState::leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code,
-                            TimePoint now) {
+                            TimePoint now, std::uint64_t member) {
   check_auth(auth);
   tick(now);
   Round& r = find_member(round, group_rank);
-  if (r.members[group_rank].left) return;
+  if (r.members[group_rank].left || replaced(r, group_rank, member)) return;
   r.members[group_rank].left = true;
   if (exit_code != 0) {
     r.members[group_rank].informed = true;  // it failed: it knows

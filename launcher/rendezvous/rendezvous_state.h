@@ -52,6 +52,19 @@
 // whose restart_count is the number of restarts used. Otherwise the job has
 // failed and every later join is refused with the round's reason.
 //
+// Joining while a round runs under config.heal: a node takes the place of a
+// lost one with the same local world size (its own old place when it is that
+// node relaunched: the same explicit node rank, or for an assigned rank the
+// same hostname and address; else the place its explicit node rank names, or
+// the lowest lost place) and is admitted at once into the running round with
+// the lost node's group rank and ranks (RoundAssignment::joined_running). A
+// relaunch of a node that still counts as live is taken for proof that its
+// agent is gone: that node is lost at once and the newcomer takes its place.
+// Each admission spends one of max_restarts from the store's counter of
+// single relaunches (kHealRelaunchesKey, which the agents spend too); with
+// none left the join is refused (kFailedPrecondition) and the round goes on.
+// Without a place to take, as follows.
+//
 // Joining while a round runs (torchrun's elastic membership):
 //   - a node of the round relaunched by its scheduler (the same explicit node
 //     rank, or for an assigned rank the same hostname and address) ends the
@@ -105,6 +118,11 @@ struct RendezvousConfig {
   RendezvousLimits limits;
 };
 
+// The store's count of single relaunches under heal, job-wide: the agents
+// add one per rank they relaunch, the server one per node it admits into a
+// running round; together at most max_restarts.
+inline constexpr const char* kHealRelaunchesKey = "ddprun/heal/relaunches";
+
 struct JoinTicket {
   std::uint64_t id = 0;
 };
@@ -146,12 +164,18 @@ class RendezvousState {
   // `heard_end`: the node acknowledges that it has heard the round's end
   // (see outcome_delivered); an answer alone does not count, since a node
   // tearing down its monitor may never read it.
+  //
+  // `member` (here and in round_end, report_failure and leave): the caller's
+  // RoundAssignment::member. A node whose place another node has taken
+  // (heal) hears that its round ended for it, and its reports change nothing.
+  // 0 claims no identity: the place's current holder is assumed.
   RoundStatus heartbeat(const Auth& auth, std::int64_t round, int group_rank, TimePoint now,
-                        bool heard_end = false);
+                        bool heard_end = false, std::uint64_t member = 0);
   // For a heartbeat the service holds until the round ends: the end once it
   // has come, nullopt while the round runs. Records no liveness: only a
   // heartbeat's arrival does.
-  std::optional<RoundStatus> round_end(std::int64_t round, int group_rank, TimePoint now);
+  std::optional<RoundStatus> round_end(std::int64_t round, int group_rank, TimePoint now,
+                                       std::uint64_t member = 0);
   // Whether the last formed round has ended and every node of it has heard
   // so (acknowledged with a heartbeat, or reported the failure itself) or is
   // gone (ended the round by its silence), and every node told to wait for
@@ -162,10 +186,12 @@ class RendezvousState {
   // (the first failure wins). An empty report gets a generic reason. Returns
   // whether a new round will be formed (the round's can_restart).
   bool report_failure(const Auth& auth, std::int64_t round, int group_rank,
-                      const std::string& report, int exit_code, TimePoint now);
+                      const std::string& report, int exit_code, TimePoint now,
+                      std::uint64_t member = 0);
   // The node is done. Exit code 0 from every node completes the job; a
   // non-zero code ends the round like report_failure. Leaving twice is a no-op.
-  void leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now);
+  void leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now,
+             std::uint64_t member = 0);
 
   // --- Key-value store (one map: the state belongs to one run) -----------
   // After the caller's token is checked, as KeyValueStore (key_value_store.h).
@@ -247,6 +273,7 @@ class RendezvousState {
   };
   struct Round {
     std::vector<Member> members;  // indexed by group rank
+    RoundAssignment common;       // what every node's assignment shares (master, sizes)
     bool ended = false;
     bool succeeded = false;
     bool can_restart = false;
@@ -272,8 +299,15 @@ class RendezvousState {
   // uses_restart=false: a scale-up, which torchrun does not count either.
   void end_round(Round& round, std::string reason, bool uses_restart = true);
   // Throws kUnavailable for a full round, or for a rank a live node of
-  // another host holds.
-  void admit_during_round(const NodeInfo& args, TimePoint now);
+  // another host holds. Returns the ticket of a node admitted into the
+  // running round (heal), nullopt when the round ended for it.
+  std::optional<JoinTicket> admit_during_round(const NodeInfo& args, TimePoint now);
+  // rendezvous_state_lost.cc: the lost place a joiner takes under heal.
+  std::optional<int> place_to_take(const Round& round, const NodeInfo& args) const;
+  JoinTicket take_place(Round& round, int group_rank, const NodeInfo& args, TimePoint now);
+  RoundAssignment assignment_of(const Round& round, int group_rank) const;
+  // Whether the caller is not (any longer) the holder of its place.
+  bool replaced(const Round& round, int group_rank, std::uint64_t member) const;
   void fail_forming_for(const RpcError& why, const std::string& host);
   void fail_forming(const RpcError& why);
   void expire_heartbeats(TimePoint now);
@@ -281,6 +315,7 @@ class RendezvousState {
   void lose_silent_nodes(Round& round, TimePoint now);
   // What a lost node hears about its round.
   RoundStatus lost_status(const Round& round, int group_rank) const;
+  void lose(Round& round, int group_rank, const std::string& why);
   std::string nnodes_flag() const;
 
   RendezvousConfig config_;

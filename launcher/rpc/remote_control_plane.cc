@@ -144,15 +144,16 @@ class RemoteControlPlane final : public ControlPlane {
     if (!server_) return {};
     return server_->service().node_straggler_scores();
   }
-  // --on_failure=heal across nodes: relaunches of single ranks spend a
-  // job-wide budget of --max_restarts kept as a counter in the rendezvous's
-  // store (atomic across the agents), apart from the server's count of
-  // group restarts.
+  // --on_failure=heal across nodes: relaunches of single ranks (and nodes
+  // admitted into a running round) spend a job-wide budget of
+  // --max_restarts kept as a counter in the rendezvous's store (atomic
+  // across the agents), apart from the server's count of group restarts.
   int restarts_left() const override {
-    return std::max<int>(0, spec_.max_restarts - static_cast<int>(client_->add(kRelaunches, 0)));
+    return std::max<int>(
+        0, spec_.max_restarts - static_cast<int>(client_->add(kHealRelaunchesKey, 0)));
   }
   int spend_restart() override {
-    const auto spent = client_->add(kRelaunches, 1);
+    const auto spent = client_->add(kHealRelaunchesKey, 1);
     return spent <= spec_.max_restarts ? static_cast<int>(spent) : 0;
   }
   bool outcome_delivered() const override {
@@ -192,7 +193,6 @@ class RemoteControlPlane final : public ControlPlane {
     return to_ms(std::min(spec_.rdzv_conf.read_timeout_s, spec_.rdzv_conf.heartbeat_timeout_s));
   }
 
-  static constexpr const char* kRelaunches = "ddprun/heal/relaunches";
   const LaunchSpec& spec_;
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;

@@ -266,6 +266,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     resp->set_master_port(j.master_port);
     resp->set_restart_count(j.restart_count);
     resp->set_reason(j.reason);
+    resp->set_member(j.member);
+    resp->set_joined_running(j.joined_running);
     return grpc::Status::OK;
   };
   return wait_for(ctx, lock, std::move(poll), [this, t] { state_.cancel(t); }, std::nullopt,
@@ -279,7 +281,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
   RoundStatus reply;
   grpc::Status status = status_of([&] {
     reply = state_.heartbeat(auth_of(req->auth()), req->round(), req->group_rank(), now(),
-                             req->heard_end());
+                             req->heard_end(), req->member());
   });
   if (status.ok() && req->has_node_state()) record_report_locked(req->node_state(), now());
   auto fill = [resp](const RoundStatus& reply) {
@@ -297,9 +299,9 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
   // Held until the round ends (a membership change) or the hold passes.
   const auto until = now() + std::min<std::chrono::milliseconds>(
                                  std::chrono::milliseconds(req->hold_ms()), kMaxHeartbeatHold);
-  Poll poll = [this, fill, until, round = req->round(),
-               rank = req->group_rank()](TimePoint at) -> std::optional<grpc::Status> {
-    if (auto end = state_.round_end(round, rank, at)) {
+  Poll poll = [this, fill, until, round = req->round(), rank = req->group_rank(),
+               member = req->member()](TimePoint at) -> std::optional<grpc::Status> {
+    if (auto end = state_.round_end(round, rank, at, member)) {
       fill(*end);
       return grpc::Status::OK;
     }
@@ -316,7 +318,7 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(grpc::CallbackServerC
   grpc::Status status = status_of([&] {
     resp->set_can_restart(state_.report_failure(auth_of(req->auth()), req->round(),
                                                 req->group_rank(), req->report(), req->exit_code(),
-                                                now()));
+                                                now(), req->member()));
   });
   wake(lock, {kJoinTopic});
   return answer(ctx, status);
@@ -327,7 +329,8 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
                                                    v1::LeaveResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] {
-    state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now());
+    state_.leave(auth_of(req->auth()), req->round(), req->group_rank(), req->exit_code(), now(),
+                 req->member());
   });
   wake(lock, {kJoinTopic});
   return answer(ctx, status);

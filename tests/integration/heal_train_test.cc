@@ -297,10 +297,13 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
   const std::vector<std::string> launcher = {
       "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
       "--rdzv_id=heal2", "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  // The model is small: stripes of 1 KiB, so that it is striped all the same.
+  std::map<std::string, std::string> env = kEnv;
+  env["DDP_HEAL_STRIPE_MB"] = "0.001";
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int h = 0; h < 2; ++h) {
     nodes.push_back(std::make_unique<Subprocess>(
-        hosts.on(h, heal_argv(2, launcher, {"--kill", "3@150"}, train_args(dir, 2500))), kEnv));
+        hosts.on(h, heal_argv(2, launcher, {"--kill", "3@150"}, train_args(dir, 2500))), env));
   }
   HealRun run{{}, dir};
   run.result.exited = true;
@@ -358,6 +361,61 @@ TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   EXPECT_NE(run.result.err.find("left out of round 1 (--on_failure=heal); 1 node(s) go on"),
             std::string::npos)
       << run.result.err;
+  EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
+      << run.result.err;
+  EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
+}
+
+// The lost host started again (its scheduler brought the machine back):
+// it takes its old place in the running round, its ranks are admitted by
+// the survivors and heal from them, and both hosts finish the run together,
+// with no restart. The survivors step slowly while the group is short, so
+// that the run is still going when the host is back.
+TEST_F(HealMultiHost, ALostHostStartedAgainTakesItsPlaceInTheRunningRound) {
+  NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::vector<std::string> launcher = {
+      "--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
+      "--rdzv_id=heal-back",
+      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  std::map<std::string, std::string> env = kEnv;
+  env["DDP_HEAL_WAIT_S"] = "2";
+  const auto argv = [&](int h) {
+    return hosts.on(h,
+                    heal_argv(2, launcher, {"--slow_after_reform", "20"}, train_args(dir, 3000)));
+  };
+  auto node0 = std::make_unique<Subprocess>(argv(0), env);
+  auto node1 = std::make_unique<Subprocess>(argv(1), env);
+  ASSERT_TRUE(wait_until([&] { return node0->read_out().find("step ") != std::string::npos; }, 60s))
+      << node0->read_out() << node0->read_err();
+  hosts.kill_everything_on(1);
+  ASSERT_TRUE(node1->wait(10s).exited);
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->read_err().find("left out of round 1") != std::string::npos; }, 30s))
+      << node0->read_err();
+
+  node1 = std::make_unique<Subprocess>(argv(1), env);  // the host is back
+  const ProcessResult back = node1->wait(120s);
+  HealRun run{node0->wait(120s), dir};
+  ASSERT_TRUE(back.exited) << back.out << back.err;
+  EXPECT_EQ(back.code, 0) << back.out << back.err;
+  EXPECT_NE(back.err.find("round 1: 2 node(s), world size 4; this node is node rank 1 with ranks "
+                          "2-3 (joined while it runs, in a lost node's place"),
+            std::string::npos)
+      << back.err;
+  EXPECT_NE(back.out.find("[rank 2] heal: joined epoch"), std::string::npos) << back.out;
+  // The survivors admitted them (together, or one after the other); a small
+  // state (under DDP_HEAL_STRIPE_MB's default) comes from one member.
+  EXPECT_TRUE(std::regex_search(
+      run.result.out,
+      std::regex(
+          R"(arrived [23 ]+\| replaced none \| world [23] -> [34] \|[^\n]*MB from rank 0\n)")))
+      << run.result.out;
+  EXPECT_NE(run.result.err.find("takes the place of lost host"), std::string::npos)
+      << run.result.err;
+  run.result.out += back.out;
+  run.result.err += back.err;
+  expect_healed(run, 4, 3000);
   EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
       << run.result.err;
   EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;

@@ -1,6 +1,7 @@
 // RendezvousState with --on_failure=heal (config.heal): a node whose
 // heartbeats stop is lost, left out of the running round, which goes on while
-// at least min_nodes remain.
+// at least min_nodes remain; a node that joins later takes a lost node's
+// place in the running round.
 
 #include "rendezvous_state_fixture.h"
 
@@ -72,6 +73,125 @@ TEST_F(RendezvousStateTest, UnderHealTheLastNodeToFinishBeforeTheLossCompletesTh
   advance(31s);
   EXPECT_TRUE(s.heartbeat(kAuth, 1, 0, now, true).round_ended);
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kSucceeded);
+}
+
+// Forms a round of 3 (node 2 with 2 workers), then node 1 goes silent and is lost.
+void lose_node_1(RendezvousState& s, TimePoint& now) {
+  std::vector<JoinTicket> t;
+  t.push_back(s.join(kAuth, node("host0"), now));
+  t.push_back(s.join(kAuth, node("host1"), now));
+  t.push_back(s.join(kAuth, node("host2", 2), now));
+  for (auto ticket : t) ASSERT_TRUE(s.join_status(ticket, now).has_value());
+  now += 20s;
+  s.heartbeat(kAuth, 1, 0, now);
+  s.heartbeat(kAuth, 1, 2, now);
+  now += 10s;
+  ASSERT_FALSE(s.heartbeat(kAuth, 1, 0, now).round_ended);
+}
+
+TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunningRound) {
+  RendezvousState s(heal_config(2, 3));
+  std::vector<std::string> said;
+  s.on_node_lost([&](const std::string& what) { said.push_back(what); });
+  lose_node_1(s, now);
+  const std::uint64_t round_changes = s.version();
+
+  // A new machine: it takes node 1's place, ranks and all, at once.
+  const RoundAssignment a = joined(s, join(s, node("spare")));
+  EXPECT_TRUE(a.joined_running);
+  EXPECT_EQ(a.round, 1);
+  EXPECT_EQ(a.group_rank, 1);
+  EXPECT_EQ(a.group_world_size, 3);
+  EXPECT_EQ(a.world_size, 4);
+  EXPECT_EQ(a.global_rank_offset, 1);
+  EXPECT_EQ(a.master_addr, "host0.addr");
+  EXPECT_EQ(a.restart_count, 0);
+  EXPECT_NE(a.member, 0u);
+  EXPECT_GT(s.version(), round_changes);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.restarts_used(), 0);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[1],
+            "host 'spare' takes the place of lost host 'host1' as node 1 in running round 1 "
+            "(ranks 1-1; --on_failure=heal): its workers heal from the live ranks");
+  // One relaunch spent from the job's budget (max_restarts 2).
+  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 1);
+  EXPECT_EQ(s.broken_invariant(), "");
+
+  // The newcomer heartbeats as node 1; the old agent, speaking again with
+  // its own id, hears that another took its place, and changes nothing.
+  EXPECT_FALSE(s.heartbeat(kAuth, 1, 1, now, false, a.member).round_ended);
+  const RoundStatus old = s.heartbeat(kAuth, 1, 1, now, false, a.member - 100);
+  EXPECT_TRUE(old.round_ended);
+  EXPECT_FALSE(old.can_restart);
+  EXPECT_THAT(old.reason, HasSubstr("host 'spare' took its place as node 1"));
+  EXPECT_FALSE(s.report_failure(kAuth, 1, 1, "stale", 1, now, a.member - 100));
+  s.leave(kAuth, 1, 1, 1, now, a.member - 100);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  ASSERT_TRUE(s.round_end(1, 1, now, a.member - 100).has_value());
+  EXPECT_FALSE(s.round_end(1, 1, now, a.member).has_value());
+
+  // Heartbeats keep it in; everyone finishing completes the job.
+  now += 20s;
+  for (int g = 0; g < 3; ++g) s.heartbeat(kAuth, 1, g, now);
+  for (int g = 0; g < 3; ++g) s.leave(kAuth, 1, g, 0, now, g == 1 ? a.member : 0);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kSucceeded);
+  EXPECT_EQ(s.broken_invariant(), "");
+}
+
+TEST_F(RendezvousStateTest, UnderHealALostNodeComingBackTakesItsOwnPlace) {
+  RendezvousState s(heal_config(1, 3));
+  lose_node_1(s, now);
+  // Node 1 is lost; host 2 is lost too; the relaunched host2 (2 workers)
+  // takes its own place, not the lowest lost one.
+  for (int i = 0; i < 2; ++i) {
+    now += 15s;
+    s.heartbeat(kAuth, 1, 0, now);
+  }
+  const RoundAssignment a = joined(s, join(s, node("host2", 2)));
+  EXPECT_TRUE(a.joined_running);
+  EXPECT_EQ(a.group_rank, 2);
+  EXPECT_EQ(a.global_rank_offset, 2);
+  // A node whose worker count fits no lost place is told, as before, that
+  // the round is full (3 of at most 3 nodes).
+  const Refusal big = refused([&] { join(s, node("big", 8)); });
+  EXPECT_EQ(big.code, RpcCode::kUnavailable);
+  EXPECT_THAT(big.message, HasSubstr("round 1 is full"));
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.broken_invariant(), "");
+}
+
+TEST_F(RendezvousStateTest, UnderHealARelaunchOfALiveNodeTakesItsPlaceAndItsOldAgentIsLost) {
+  RendezvousState s(heal_config(2, 2));
+  std::vector<std::string> said;
+  s.on_node_lost([&](const std::string& what) { said.push_back(what); });
+  form(s, 2);
+  const RoundAssignment a = joined(s, join(s, node("host1")));  // its scheduler started it again
+  EXPECT_TRUE(a.joined_running);
+  EXPECT_EQ(a.group_rank, 1);
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.restarts_used(), 0);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0],
+            "node 1 (host 'host1') was relaunched (a new agent joined): left out of round 1 "
+            "(--on_failure=heal); 1 node(s) go on");
+  EXPECT_EQ(s.broken_invariant(), "");
+}
+
+TEST_F(RendezvousStateTest, UnderHealTakingAPlaceSpendsARestartAndWithNoneLeftTheJoinIsRefused) {
+  RendezvousConfig c = heal_config(2, 3);
+  c.max_restarts = 1;
+  RendezvousState s(c);
+  lose_node_1(s, now);
+  s.add(kAuth, kHealRelaunchesKey, 1);  // an agent relaunched a rank already
+  const Refusal r = refused([&] { join(s, node("spare")); });
+  EXPECT_EQ(r.code, RpcCode::kFailedPrecondition);
+  EXPECT_EQ(r.message,
+            "host 'spare' cannot take the place of node 1 (host 'host1') in running round 1: no "
+            "restarts left for it (--max_restarts=1, spent on relaunches)");
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 1);
+  EXPECT_EQ(s.broken_invariant(), "");
 }
 
 }  // namespace

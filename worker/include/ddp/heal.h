@@ -59,6 +59,11 @@ struct HealOptions {
   // Fewer members than this after a reform: reform() keeps waiting for
   // arrivals until the group's timeout, then throws.
   int min_members = 1;
+  // Across nodes, sync_state() stripes the state over as many holders as
+  // give each at least this many bytes (each stripe is a group to connect,
+  // tens of milliseconds): a small state comes from one member. 0:
+  // DDP_HEAL_STRIPE_MB (MiB, fractions allowed), else 32 MiB.
+  std::uint64_t stripe_bytes = 0;
 };
 
 // How the last reform() changed the members, by id (launch rank): who
@@ -140,10 +145,11 @@ class Healer {
   // (its buffers, the same layout on every member) to the members behind
   // (in a group of their own, made for it: the members that hold it already
   // return once the counts are compared) and its count goes into
-  // `committed` everywhere. When the group spans several nodes, the state is
-  // striped instead: each of the first (at most 4) members holding it sends
-  // an equal share of every buffer, all at once, in a group of its own with
-  // the members behind, so no one sender's link carries it all.
+  // `committed` everywhere. When the group spans several nodes and the state
+  // is large (HealOptions::stripe_bytes), it is striped instead: each of the
+  // first (at most 4) members holding it sends an equal share of every
+  // buffer, all at once, in a group of its own with the members behind, so
+  // no one sender's link carries it all.
   // `committed` < 0 means "holds nothing" (a process that just joined).
   // Throws as a collective does, and HealError when no member holds anything.
   HealReport sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state);

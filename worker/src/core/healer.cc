@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <thread>
 
 #include "core/init_parts.h"
@@ -47,6 +49,20 @@ std::chrono::milliseconds heal_wait(const HealOptions& options) {
   return std::chrono::seconds(5);
 }
 
+std::uint64_t stripe_bytes(const HealOptions& options) {
+  if (options.stripe_bytes > 0) return options.stripe_bytes;
+  if (const char* t = std::getenv("DDP_HEAL_STRIPE_MB"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double mib = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(mib > 0) || mib > 1e9) {
+      throw Error("environment variable DDP_HEAL_STRIPE_MB='" + std::string(t) +
+                  "' is not a positive number of MiB");
+    }
+    return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(mib * 1024 * 1024));
+  }
+  return 32 << 20;
+}
+
 // The file ddprun checks before relaunching this rank instead of restarting the group.
 void mark_able_to_heal(const std::string& path) {
   if (path.empty()) return;
@@ -56,7 +72,8 @@ void mark_able_to_heal(const std::string& path) {
 }
 
 // Stripes of a heal across nodes: more senders share the links, but each
-// stripe is a group to connect (its cost grows with the count).
+// stripe is a group to connect (its cost grows with the count), so each
+// carries at least HealOptions::stripe_bytes.
 constexpr std::size_t kMaxStripes = 4;
 
 // The members of `members` that do not hold step `most`, plus `sender`, in rank order.
@@ -312,6 +329,7 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
   s.options = detail::group_options("heal", init);
   s.heal = heal;
   s.heal.wait = heal_wait(heal);
+  s.heal.stripe_bytes = stripe_bytes(heal);
   const std::string scope = env->run_id + "/round" + std::to_string(env->round);
   s.store = make_prefix_store(detail::job_store(), "heal/" + scope);
   s.group_store = make_prefix_store(detail::job_store(), "pg/" + scope + "/heal");
@@ -434,8 +452,12 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
       std::any_of(members.members.begin(), members.members.end(),
                   [&](const Member& m) { return m.node != members.members.front().node; });
   const StateTransfer transfer{*group_, id_, impl_->options, impl_->group_store, all, *most};
-  if (holders.size() > 1 && spans_nodes && impl_->group_store) {
-    holders.resize(std::min(holders.size(), kMaxStripes));
+  const std::size_t stripes =
+      std::min({holders.size(), kMaxStripes,
+                std::max<std::size_t>(
+                    1, report.bytes / std::max<std::uint64_t>(1, impl_->heal.stripe_bytes))});
+  if (stripes > 1 && spans_nodes && impl_->group_store) {
+    holders.resize(stripes);
     report.donors = holders;
     transfer.striped(holders, state);
   } else {

@@ -62,7 +62,8 @@ class RendezvousClient {
 
   // --- membership (node agents) -------------------------------------------
   // Blocks until the round closes; retries an unreachable server with
-  // backoff until `timeout`.
+  // backoff until `timeout`. The calls below then speak as the node it
+  // admitted (they carry its RoundAssignment::member).
   // `wait` lets a signal cut the wait short (JoinInterrupted).
   RoundAssignment join(const NodeInfo& node, std::chrono::milliseconds timeout,
                        const JoinWait& wait = {});

@@ -28,6 +28,13 @@ struct RoundAssignment {
   int master_port = 0;
   int restart_count = 0;
   std::string reason;  // why the previous round ended; empty for the first round
+  // This node's id in the round: its heartbeats, leave and failure reports
+  // carry it, so that the server tells it from a node that took its place.
+  std::uint64_t member = 0;
+  // Admitted into the running round in the place of a lost node
+  // (--on_failure=heal): its workers start as relaunches and heal from the
+  // live ranks instead of starting the job afresh.
+  bool joined_running = false;
 };
 
 // How a round stands, as a heartbeat hears it.
