@@ -366,17 +366,19 @@ TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
 }
 
-// The lost host started again (its scheduler brought the machine back):
-// it takes its old place in the running round, its ranks are admitted by
-// the survivors and heal from them, and both hosts finish the run together,
-// with no restart. The survivors step slowly while the group is short, so
-// that the run is still going when the host is back.
-TEST_F(HealMultiHost, ALostHostStartedAgainTakesItsPlaceInTheRunningRound) {
-  NetnsHosts hosts(2);
+// A host lost mid-run, and a spare machine started in its stead (as a
+// scheduler replaces a dead node): the spare takes the lost node's place in
+// the running round, its ranks are admitted by the survivors and heal from
+// them, and both hosts finish the run together, with no restart. (The lost
+// host itself started again takes its own place the same way.) The
+// survivors step slowly while the group is short, so that the run is still
+// going when the spare arrives.
+TEST_F(HealMultiHost, ASpareHostTakesALostHostsPlaceInTheRunningRound) {
+  NetnsHosts hosts(3);
   const std::string dir = make_temp_dir();
   const std::vector<std::string> launcher = {
       "--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
-      "--rdzv_id=heal-back",
+      "--rdzv_id=heal-spare",
       "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
   std::map<std::string, std::string> env = kEnv;
   env["DDP_HEAL_WAIT_S"] = "2";
@@ -394,27 +396,29 @@ TEST_F(HealMultiHost, ALostHostStartedAgainTakesItsPlaceInTheRunningRound) {
       [&] { return node0->read_err().find("left out of round 1") != std::string::npos; }, 30s))
       << node0->read_err();
 
-  node1 = std::make_unique<Subprocess>(argv(1), env);  // the host is back
-  const ProcessResult back = node1->wait(120s);
+  Subprocess spare(argv(2), env);
+  const ProcessResult joined = spare.wait(120s);
   HealRun run{node0->wait(120s), dir};
-  ASSERT_TRUE(back.exited) << back.out << back.err;
-  EXPECT_EQ(back.code, 0) << back.out << back.err;
-  EXPECT_NE(back.err.find("round 1: 2 node(s), world size 4; this node is node rank 1 with ranks "
-                          "2-3 (joined while it runs, in a lost node's place"),
+  ASSERT_TRUE(joined.exited) << joined.out << joined.err;
+  EXPECT_EQ(joined.code, 0) << joined.out << joined.err;
+  EXPECT_NE(joined.err.find("round 1: 2 node(s), world size 4; this node is node rank 1 with "
+                            "ranks 2-3 (joined while it runs, in a lost node's place"),
             std::string::npos)
-      << back.err;
-  EXPECT_NE(back.out.find("[rank 2] heal: joined epoch"), std::string::npos) << back.out;
+      << joined.err;
+  EXPECT_NE(joined.out.find("[rank 2] heal: joined epoch"), std::string::npos) << joined.out;
   // The survivors admitted them (together, or one after the other); a small
   // state (under DDP_HEAL_STRIPE_MB's default) comes from one member.
+  std::smatch admitted;
   EXPECT_TRUE(std::regex_search(
-      run.result.out,
+      run.result.out, admitted,
       std::regex(
           R"(arrived [23 ]+\| replaced none \| world [23] -> [34] \|[^\n]*MB from rank 0\n)")))
       << run.result.out;
+  std::printf("spare admitted: %s", admitted.str().c_str());
   EXPECT_NE(run.result.err.find("takes the place of lost host"), std::string::npos)
       << run.result.err;
-  run.result.out += back.out;
-  run.result.err += back.err;
+  run.result.out += joined.out;
+  run.result.err += joined.err;
   expect_healed(run, 4, 3000);
   EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
       << run.result.err;
