@@ -369,7 +369,6 @@ int HealingTrainer::give_up(const ddp::HealError& e) {
 std::string heal_unsupported(const Config& c, const std::string& backend) {
   if (backend == "nccl") return "the GPU engine (--backend nccl) cannot heal in process yet";
   if (c.shard_optimizer) return "--shard_optimizer cannot heal in process yet";
-  if (c.comm_mode == "shared") return "--comm_mode shared cannot heal in process yet";
   return "";
 }
 

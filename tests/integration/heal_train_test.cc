@@ -234,6 +234,39 @@ TEST(HealTrain, ARankKilledMidStepFromOutsideIsReplaced) {
   EXPECT_TRUE(dropped(run.result.out, 1)) << run.result.out;
 }
 
+// --comm_mode shared (no collectives: the ranks add their gradients into one
+// node-shared buffer) heals too: a rank killed between steps, and another
+// killed from outside mid-step (while the others may be waiting on its
+// blocks of the shared sum), are replaced; the sum is rebuilt in each new
+// epoch's shared segment.
+TEST(HealTrain, UnderCommModeSharedKilledRanksAreReplaced) {
+  const std::string dir = make_temp_dir();
+  std::vector<std::string> args = train_args(dir, 4000);
+  for (const char* a : {"--comm_mode", "shared"}) args.push_back(a);
+  Subprocess p(heal_argv(3, {}, {"--kill", "2@150"}, args), kEnv);
+  pid_t victim = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(dir)) {
+          const std::string name = e.path().filename().string();
+          if (name.rfind("slog.1.", 0) != 0) continue;
+          std::ifstream in(e.path());
+          std::string line;
+          int lines = 0;
+          while (std::getline(in, line)) ++lines;
+          if (lines >= 400) victim = std::stoi(name.substr(7));
+        }
+        return victim != 0;
+      },
+      60s));
+  ::kill(victim, SIGKILL);
+  HealRun run{p.wait(120s), dir};
+  expect_healed(run, 3, 4000);
+  EXPECT_TRUE(dropped(run.result.out, 1) && dropped(run.result.out, 2)) << run.result.out;
+  EXPECT_NE(run.result.out.find("SharedGradSum:"), std::string::npos) << run.result.out;
+  EXPECT_EQ(run.result.out.find("cannot heal in process"), std::string::npos) << run.result.out;
+}
+
 TEST(HealTrain, TwoRanksKilledAtOnceAreBothReplaced) {
   const auto run = run_heal(4, {"--kill", "1@200", "--kill", "2@200"}, 2500);
   expect_healed(run, 4, 2500);
