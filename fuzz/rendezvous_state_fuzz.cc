@@ -62,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<BarrierTicket> arrivals;
   std::map<std::int64_t, RoundSeen> rounds;
   std::set<std::uint64_t> members;
-  const char* const keys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16"};
+  // The last: a program of round 1 that heals (nodes may then join it running).
+  const char* const keys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16", "ddprun/heal/round1"};
   const char* const hosts[] = {"h0", "h1", "h2", "h3"};
 
   while (in.remaining_bytes() > 0) {
@@ -80,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto pick = [&](auto& list) {
       return in.ConsumeIntegralInRange<std::size_t>(0, list.size() - 1);
     };
-    const std::string key = keys[in.ConsumeIntegralInRange(0, 4)];
+    const std::string key = keys[in.ConsumeIntegralInRange(0, 5)];
     const std::int64_t round =
         in.ConsumeIntegralInRange<std::int64_t>(-1, state.current_round() + 1);
     const int rank = in.ConsumeIntegralInRange(-1, 4);
@@ -117,11 +118,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (answer) {
             const ddp::RoundAssignment& j = *answer;
             RoundSeen& seen = rounds[j.round];
-            if (seen.world_size < 0) {
+            // A node that joined the running round may have grown it (heal):
+            // its sizes are at least those the round formed with.
+            if (seen.world_size < 0 && !j.joined_running) {
               seen.world_size = j.world_size;
               seen.group_world_size = j.group_world_size;
             }
-            if (seen.world_size != j.world_size || seen.group_world_size != j.group_world_size) {
+            if (seen.world_size >= 0 &&
+                (j.joined_running ? (j.world_size < seen.world_size ||
+                                     j.group_world_size < seen.group_world_size)
+                                  : (seen.world_size != j.world_size ||
+                                     seen.group_world_size != j.group_world_size))) {
               fail("round " + std::to_string(j.round) +
                    ": answers disagree on the world or group size");
             }

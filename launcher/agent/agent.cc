@@ -261,8 +261,8 @@ int Agent::run_rounds() {
           "round {}: {} node(s), world size {}; this node is node rank {} with ranks {}-{} ({})",
           round.round, round.group_world_size, round.world_size, round.group_rank,
           round.global_rank_offset, round.global_rank_offset + spec_.nproc_per_node - 1,
-          round.joined_running   ? "joined while it runs, in a lost node's place: the workers "
-                                   "heal from the live ranks (--on_failure=heal)"
+          round.joined_running   ? "joined while it runs: the workers heal from the live ranks "
+                                   "(--on_failure=heal)"
           : round.reason.empty() ? "first round"
                                  : "after: " + round.reason);
     }

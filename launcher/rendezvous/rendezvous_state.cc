@@ -194,6 +194,7 @@ std::optional<JoinTicket> RendezvousState::admit_during_round(const NodeInfo& ar
     if (std::optional<int> place = place_to_take(running, args)) {
       return take_place(running, *place, args, now);
     }
+    if (std::optional<JoinTicket> grown = grow_running_round(running, args, now)) return grown;
   }
   for (int i = 0; i < size; ++i) {
     const Member& member = running.members[i];

@@ -63,7 +63,14 @@
 // Each admission spends one of max_restarts from the store's counter of
 // single relaunches (kHealRelaunchesKey, which the agents spend too); with
 // none left the join is refused (kFailedPrecondition) and the round goes on.
-// Without a place to take, as follows.
+// Without a place to take, a node that is not one of the round's own joins
+// the running round as one more node (the next group rank and the ranks
+// after the last; no restart spent, as for a scale-up) when the round has
+// fewer than max_nodes, its explicit node rank (if any) is that next group
+// rank, the world stays within max_world_size, and the round's program has
+// said that it heals in process (the store holds healing_round_key(round));
+// the other nodes keep their assignments (their world size is the one the
+// round formed with). Otherwise, as follows.
 //
 // Joining while a round runs (torchrun's elastic membership):
 //   - a node of the round relaunched by its scheduler (the same explicit node
@@ -246,8 +253,9 @@ class RendezvousState {
   void on_round_formed(std::function<void(std::int64_t round)> observer) {
     round_observer_ = std::move(observer);
   }
-  // Called with one line naming the node when one is lost (config.heal),
-  // from the call that noticed it, under the caller's lock.
+  // Called with one line naming the node when one is lost, or when a node
+  // joins the running round (config.heal), from the call that did it, under
+  // the caller's lock.
   void on_node_lost(std::function<void(const std::string& what)> observer) {
     lost_observer_ = std::move(observer);
   }
@@ -305,6 +313,7 @@ class RendezvousState {
   // rendezvous_state_lost.cc: the lost place a joiner takes under heal.
   std::optional<int> place_to_take(const Round& round, const NodeInfo& args) const;
   JoinTicket take_place(Round& round, int group_rank, const NodeInfo& args, TimePoint now);
+  std::optional<JoinTicket> grow_running_round(Round& round, const NodeInfo& args, TimePoint now);
   RoundAssignment assignment_of(const Round& round, int group_rank) const;
   // Whether the caller is not (any longer) the holder of its place.
   bool replaced(const Round& round, int group_rank, std::uint64_t member) const;

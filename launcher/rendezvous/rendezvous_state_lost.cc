@@ -113,6 +113,42 @@ JoinTicket RendezvousState::take_place(Round& r, int group_rank, const NodeInfo&
   return JoinTicket{id};
 }
 
+std::optional<JoinTicket> RendezvousState::grow_running_round(Round& r, const NodeInfo& args,
+                                                              TimePoint now) {
+  const int size = static_cast<int>(r.members.size());
+  if (size >= config_.max_nodes || (args.node_rank >= 0 && args.node_rank != size)) {
+    return std::nullopt;
+  }
+  if (r.common.world_size + args.local_world_size > config_.limits.max_world_size) {
+    return std::nullopt;
+  }
+  for (const Member& m : r.members) {  // one of the round's own: not a newcomer
+    const bool same_rank = args.node_rank >= 0 && m.args.node_rank == args.node_rank;
+    const bool same_host = m.args.hostname == args.hostname && m.args.address == args.address;
+    if (!m.left && (same_rank || (args.node_rank < 0 && m.args.node_rank < 0 && same_host))) {
+      return std::nullopt;
+    }
+  }
+  if (!store_.get(healing_round_key(current_round()))) return std::nullopt;
+  const std::uint64_t id = next_id_++;
+  r.members.push_back(Member{args, id, id, now, false, false, false});
+  const int world_before = r.common.world_size;
+  r.common.group_world_size = size + 1;
+  r.common.world_size += args.local_world_size;
+  RoundAssignment place = assignment_of(r, size);
+  place.joined_running = true;
+  join_tickets_[id] = place;
+  if (lost_observer_) {
+    lost_observer_(cat("host ", quote(host_of(args)), " joins running round ", current_round(),
+                       " as node ", size, " (ranks ", place.global_rank_offset, "-",
+                       place.global_rank_offset + args.local_world_size - 1, "; world ",
+                       world_before, " -> ", r.common.world_size,
+                       "; --on_failure=heal): the live ranks admit its workers"));
+  }
+  changed();
+  return JoinTicket{id};
+}
+
 RoundAssignment RendezvousState::assignment_of(const Round& r, int group_rank) const {
   RoundAssignment a = r.common;
   a.group_rank = group_rank;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -435,7 +436,7 @@ TEST_F(HealMultiHost, ASpareHostTakesALostHostsPlaceInTheRunningRound) {
   ASSERT_TRUE(joined.exited) << joined.out << joined.err;
   EXPECT_EQ(joined.code, 0) << joined.out << joined.err;
   EXPECT_NE(joined.err.find("round 1: 2 node(s), world size 4; this node is node rank 1 with "
-                            "ranks 2-3 (joined while it runs, in a lost node's place"),
+                            "ranks 2-3 (joined while it runs: the workers heal"),
             std::string::npos)
       << joined.err;
   EXPECT_NE(joined.out.find("[rank 2] heal: joined epoch"), std::string::npos) << joined.out;
@@ -456,6 +457,56 @@ TEST_F(HealMultiHost, ASpareHostTakesALostHostsPlaceInTheRunningRound) {
   EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
       << run.result.err;
   EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
+}
+
+// A third host arriving while an elastic job of two runs (--nnodes=2:3)
+// joins the running round as node 2 with ranks 4-5: the live ranks admit
+// its workers at a step boundary, they heal from them, and the run finishes
+// on six ranks with no restart. The first ranks step slowly until then (a
+// new node is let in only once the program has formed its first group).
+TEST_F(HealMultiHost, AHostArrivingWhileTheRoundRunsJoinsItWithoutARestart) {
+  NetnsHosts hosts(3);
+  const std::string dir = make_temp_dir();
+  const std::vector<std::string> launcher = {
+      "--nnodes=2:3", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
+      "--rdzv_id=heal-grow",
+      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20,last_call_timeout=0"};
+  std::vector<std::string> train = train_args(dir, 2000);
+  *(std::find(train.begin(), train.end(), "--log_every") + 1) = "50";  // the first line sooner
+  const auto argv = [&](int h) {
+    return hosts.on(h, heal_argv(2, launcher, {"--slow_before_reform", "20"}, train));
+  };
+  auto node0 = std::make_unique<Subprocess>(argv(0), kEnv);
+  auto node1 = std::make_unique<Subprocess>(argv(1), kEnv);
+  ASSERT_TRUE(wait_until([&] { return node0->read_out().find("step ") != std::string::npos; }, 60s))
+      << node0->read_out() << node0->read_err();
+
+  Subprocess arriving(argv(2), kEnv);
+  const ProcessResult joined = arriving.wait(120s);
+  HealRun run{node0->wait(120s), dir};
+  const ProcessResult second = node1->wait(30s);
+  ASSERT_TRUE(joined.exited) << joined.out << joined.err;
+  EXPECT_EQ(joined.code, 0) << joined.out << joined.err;
+  EXPECT_EQ(second.code, 0) << second.out << second.err;
+  EXPECT_NE(joined.err.find("round 1: 3 node(s), world size 6; this node is node rank 2 with "
+                            "ranks 4-5 (joined while it runs: the workers heal"),
+            std::string::npos)
+      << joined.err;
+  EXPECT_NE(run.result.err.find("joins running round 1 as node 2 (ranks 4-5; world 4 -> 6"),
+            std::string::npos)
+      << run.result.err;
+  std::smatch admitted;
+  EXPECT_TRUE(std::regex_search(
+      run.result.out, admitted,
+      std::regex(R"(arrived [45 ]+\| replaced none \| world [45] -> [56] \|[^\n]*\n)")))
+      << run.result.out;
+  std::printf("new host admitted: %s", admitted.str().c_str());
+  run.result.out += second.out + joined.out;
+  run.result.err += second.err + joined.err;
+  expect_healed(run, 6, 2000);
+  EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
+      << run.result.err;
+  EXPECT_EQ(run.result.err.find("scale-up"), std::string::npos) << run.result.err;
 }
 
 TEST(ElasticPlan, EveryEpochsSamplesAreInExactlyOneSliceWhateverTheWorldSize) {

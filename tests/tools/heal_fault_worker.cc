@@ -5,7 +5,7 @@
 //   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID]
 //                     [--linger_before_reform MS] [--linger_after_reform MS]
 //                     [--relaunch_delay MS] [--relaunch_model_delay MS]
-//                     [--slow_after_reform MS] TRAIN_FLAGS...
+//                     [--slow_before_reform MS] [--slow_after_reform MS] TRAIN_FLAGS...
 //
 // --kill: the rank launched as ID SIGKILLs itself after committing step
 // STEP (between steps; several ranks may die at the same step). --stop: it
@@ -17,10 +17,11 @@
 // and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted group,
 // trains normally; but --relaunch_delay: a relaunched process sleeps MS ms
 // before it starts; --relaunch_model_delay: before it allocates its model
-// (as a large model's allocation takes time). --slow_after_reform: between
-// its first and second reform (the group shrunk, until it grows again), a
-// rank sleeps MS ms after each step, so that a replacement started seconds
-// later still finds the job running.
+// (as a large model's allocation takes time). --slow_before_reform: until
+// its first reform, and --slow_after_reform: between its first and second
+// reform (the group shrunk, until it grows again), a rank of the first
+// launch sleeps MS ms after each step (--slow_after_reform: any rank), so
+// that a node started seconds later still finds the job running.
 
 #include <signal.h>
 #include <unistd.h>
@@ -57,7 +58,8 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 int main(int argc, char** argv) {
   std::multimap<int, std::int64_t> kills, stops;
   int die_in_heal = -1;
-  long linger_before_ms = 0, linger_ms = 0, relaunch_delay_ms = 0, model_delay_ms = 0, slow_ms = 0;
+  long linger_before_ms = 0, linger_ms = 0, relaunch_delay_ms = 0, model_delay_ms = 0, slow_ms = 0,
+       slow_before_ms = 0;
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
       model_delay_ms = std::atol(argv[++i]);
     } else if (arg == "--linger_after_reform" && i + 1 < argc) {
       linger_ms = std::atol(argv[++i]);
+    } else if (arg == "--slow_before_reform" && i + 1 < argc) {
+      slow_before_ms = std::atol(argv[++i]);
     } else if (arg == "--slow_after_reform" && i + 1 < argc) {
       slow_ms = std::atol(argv[++i]);
     } else if (arg == "--relaunch_delay" && i + 1 < argc) {
@@ -107,6 +111,9 @@ int main(int argc, char** argv) {
     if (fires(stops, step)) {
       ddp::log::warn("--stop {}@{}: stopping this rank (SIGSTOP)", id, step);
       ::kill(::getpid(), SIGSTOP);
+    }
+    if (first_launch && reforms == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow_before_ms));
     }
     if (reforms == 1) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   };

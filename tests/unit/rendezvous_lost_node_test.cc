@@ -194,6 +194,51 @@ TEST_F(RendezvousStateTest, UnderHealTakingAPlaceSpendsARestartAndWithNoneLeftTh
   EXPECT_EQ(s.broken_invariant(), "");
 }
 
+TEST_F(RendezvousStateTest, UnderHealANewNodeJoinsTheRunningRoundOnceItsProgramHeals) {
+  RendezvousState s(heal_config(2, 5));
+  std::vector<std::string> said;
+  s.on_node_lost([&](const std::string& what) { said.push_back(what); });
+  std::vector<JoinTicket> t = {join(s, node("host0", 2)), join(s, node("host1", 2))};
+  advance(30s);  // the last call: a round of 2
+  for (auto ticket : t) joined(s, ticket);
+  // The program has not said it heals: the round restarts to take the
+  // newcomer in (torchrun's scale-up, no restart spent).
+  {
+    RendezvousState plain(heal_config(2, 4));
+    std::vector<JoinTicket> p = {plain.join(kAuth, node("host0", 2), now),
+                                 plain.join(kAuth, node("host1", 2), now)};
+    TimePoint later = now + 30s;
+    for (auto ticket : p) ASSERT_TRUE(plain.join_status(ticket, later).has_value());
+    plain.join(kAuth, node("host2", 2), later);
+    EXPECT_EQ(plain.phase(), RendezvousState::Phase::kForming);
+  }
+
+  s.set(kAuth, healing_round_key(1), "1");  // libddp's first group formed
+  const RoundAssignment a = joined(s, join(s, node("host2", 3)));
+  EXPECT_TRUE(a.joined_running);
+  EXPECT_EQ(a.round, 1);
+  EXPECT_EQ(a.group_rank, 2);
+  EXPECT_EQ(a.group_world_size, 3);
+  EXPECT_EQ(a.world_size, 7);
+  EXPECT_EQ(a.global_rank_offset, 4);
+  EXPECT_EQ(a.master_addr, "host0.addr");
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
+  EXPECT_EQ(s.restarts_used(), 0);
+  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 0) << "a scale-up spends no restart";
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0],
+            "host 'host2' joins running round 1 as node 2 (ranks 4-6; world 4 -> 7; "
+            "--on_failure=heal): the live ranks admit its workers");
+  EXPECT_FALSE(s.heartbeat(kAuth, 1, 2, now, false, a.member).round_ended);
+  EXPECT_EQ(s.broken_invariant(), "");
+
+  // An explicit node rank that is not the next one (3) cannot join this
+  // way: the round restarts to take it in, as without heal.
+  join(s, node("host9", 1, 4));
+  EXPECT_EQ(s.phase(), RendezvousState::Phase::kForming);
+  EXPECT_EQ(s.broken_invariant(), "");
+}
+
 }  // namespace
 }  // namespace rendezvous_test
 }  // namespace ddp::launcher

@@ -18,6 +18,7 @@
 #include "core/init_parts.h"
 #include "core/process_identity.h"
 #include "core/quorum.h"
+#include "ddp/common/rendezvous_types.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
 
@@ -343,6 +344,8 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
       s.current = *members;
       group_ =
           ProcessGroup::create(detail::member_set(0, s.current), id_, s.group_store, s.options);
+      // The rendezvous may now admit a new node into this running round.
+      if (id_ == 0) detail::job_store()->set(healing_round_key(env->round), "1");
       return;
     }
   }

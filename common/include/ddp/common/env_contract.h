@@ -58,8 +58,8 @@ struct WorkerEnv {
   // restarted; DDP_HEAL_MARK is the file libddp creates once the program has
   // opted into healing (the launcher relaunches only ranks that did);
   // DDP_INCARNATION counts this rank's relaunches in the round (0: first
-  // launch; at least 1 on a node that took a lost node's place in the running
-  // round), so a relaunched rank joins the live group instead of forming one.
+  // launch; at least 1 on a node that joined the running round), so a
+  // relaunched rank joins the live group instead of forming one.
   bool heal = false;
   std::string heal_mark;
   int incarnation = 0;

@@ -31,11 +31,19 @@ struct RoundAssignment {
   // This node's id in the round: its heartbeats, leave and failure reports
   // carry it, so that the server tells it from a node that took its place.
   std::uint64_t member = 0;
-  // Admitted into the running round in the place of a lost node
-  // (--on_failure=heal): its workers start as relaunches and heal from the
-  // live ranks instead of starting the job afresh.
+  // Admitted into the running round (--on_failure=heal), in a lost node's
+  // place or as one more node: its workers start as relaunches and heal
+  // from the live ranks instead of starting the job afresh.
   bool joined_running = false;
 };
+
+// The rendezvous store's key a libddp program sets under
+// --on_failure=heal once its first group of round `round` formed: that
+// round's program heals in process, so the rendezvous may admit a new node
+// into the running round instead of restarting it.
+inline std::string healing_round_key(std::int64_t round) {
+  return "ddprun/heal/round" + std::to_string(round);
+}
 
 // How a round stands, as a heartbeat hears it.
 struct RoundStatus {
