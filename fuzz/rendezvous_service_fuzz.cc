@@ -255,7 +255,7 @@ ddp::v1::Auth auth_for(Caller caller) {
 
 // A valid request for `method` whose fields come from the input.
 std::string build_request(Method method, Caller caller, FuzzedDataProvider& in) {
-  static const char* const kKeys[] = {"a", "b", "pg/x", "", "a-key-longer-than-16"};
+  static const char* const kKeys[] = {"a", "b", "pg/x", "", "a-key-longer-than-24-bytes"};
   static const char* const kHosts[] = {"h0", "h1", "h2"};
   auto key = [&] { return std::string(kKeys[in.ConsumeIntegralInRange(0, 4)]); };
   auto value = [&] {

@@ -9,7 +9,7 @@ namespace ddp::launcher {
 
 inline RendezvousLimits small_fuzz_limits() {
   RendezvousLimits limits;
-  limits.max_key_bytes = 16;
+  limits.max_key_bytes = 24;  // room for the heal keys (ddprun/heal/relaunches)
   limits.max_value_bytes = 64;
   limits.max_keys = 6;
   limits.max_store_bytes = 200;
