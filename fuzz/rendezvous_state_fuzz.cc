@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::map<std::int64_t, RoundSeen> rounds;
   std::set<std::uint64_t> members;
   // The last: a program of round 1 that heals (nodes may then join it running).
-  const char* const keys[] = {"a", "b", "pg/x", "", "a-key-longer-than-24-bytes", "ddprun/heal/round1"};
+  const char* const keys[] = {
+      "a", "b", "pg/x", "", "a-key-longer-than-24-bytes", "ddprun/heal/round1"};
   const char* const hosts[] = {"h0", "h1", "h2", "h3"};
 
   while (in.remaining_bytes() > 0) {

@@ -51,4 +51,9 @@ std::string host_of(const NodeInfo& args) {
   return args.hostname.empty() ? args.address : args.hostname;
 }
 
+bool same_node(const NodeInfo& was, const NodeInfo& joiner) {
+  if (joiner.node_rank >= 0) return was.node_rank == joiner.node_rank;
+  return was.node_rank < 0 && was.hostname == joiner.hostname && was.address == joiner.address;
+}
+
 }  // namespace ddp::launcher

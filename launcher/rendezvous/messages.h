@@ -42,5 +42,8 @@ std::string format_ranks(const std::vector<std::pair<int, int>>& ranges, long co
 std::string format_ranks(const std::vector<int>& sorted);
 // How a message names a node's host: its hostname, else its address.
 std::string host_of(const NodeInfo& args);
+// Whether `joiner` is the node `was` started again: the same explicit node
+// rank, or for assigned ranks the same hostname and address.
+bool same_node(const NodeInfo& was, const NodeInfo& joiner);
 
 }  // namespace ddp::launcher

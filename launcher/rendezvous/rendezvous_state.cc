@@ -197,11 +197,7 @@ std::optional<JoinTicket> RendezvousState::admit_during_round(const NodeInfo& ar
     if (std::optional<JoinTicket> grown = grow_running_round(running, args, now)) return grown;
   }
   for (int i = 0; i < size; ++i) {
-    const Member& member = running.members[i];
-    const NodeInfo& was = member.args;
-    const bool same_rank = args.node_rank >= 0 && was.node_rank == args.node_rank;
-    const bool same_host = was.hostname == args.hostname && was.address == args.address;
-    if (!member.left && (same_rank || (args.node_rank < 0 && was.node_rank < 0 && same_host))) {
+    if (!running.members[i].left && same_node(running.members[i].args, args)) {
       end_round(running,
                 cat(describe_node(running, i), " was relaunched (a new agent joined in its place)"),
                 true);

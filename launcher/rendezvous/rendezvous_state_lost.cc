@@ -73,10 +73,7 @@ std::optional<int> RendezvousState::place_to_take(const Round& r, const NodeInfo
   for (int i = 0; i < size; ++i) {
     const Member& m = r.members[i];
     if (m.args.local_world_size != args.local_world_size) continue;
-    const bool same_rank = args.node_rank >= 0 && m.args.node_rank == args.node_rank;
-    const bool same_host = m.args.hostname == args.hostname && m.args.address == args.address;
-    const bool own = same_rank || (args.node_rank < 0 && m.args.node_rank < 0 && same_host);
-    if (own && (m.lost || !m.left)) return i;
+    if (same_node(m.args, args) && (m.lost || !m.left)) return i;
     if (m.lost && args.node_rank == i) return i;
     if (m.lost && args.node_rank < 0 && !lowest_lost) lowest_lost = i;
   }
@@ -123,11 +120,7 @@ std::optional<JoinTicket> RendezvousState::grow_running_round(Round& r, const No
     return std::nullopt;
   }
   for (const Member& m : r.members) {  // one of the round's own: not a newcomer
-    const bool same_rank = args.node_rank >= 0 && m.args.node_rank == args.node_rank;
-    const bool same_host = m.args.hostname == args.hostname && m.args.address == args.address;
-    if (!m.left && (same_rank || (args.node_rank < 0 && m.args.node_rank < 0 && same_host))) {
-      return std::nullopt;
-    }
+    if (!m.left && same_node(m.args, args)) return std::nullopt;
   }
   if (!store_.get(healing_round_key(current_round()))) return std::nullopt;
   const std::uint64_t id = next_id_++;

@@ -157,6 +157,28 @@ std::size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
+// SIGKILLs the process of rank `id` from outside, mid-step, once it has
+// committed `steps` steps (its own ledger, slog.ID.PID, names its pid).
+// False when that does not happen within a minute.
+bool kill_after_committing(const std::string& dir, int id, int steps) {
+  const std::string prefix = "slog." + std::to_string(id) + ".";
+  pid_t victim = 0;
+  const bool found = wait_until(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(dir)) {
+          const std::string name = e.path().filename().string();
+          if (name.rfind(prefix, 0) != 0) continue;
+          std::ifstream in(e.path());
+          int lines = 0;
+          for (std::string line; std::getline(in, line);) ++lines;
+          if (lines >= steps) victim = std::stoi(name.substr(prefix.size()));
+        }
+        return victim != 0;
+      },
+      60s);
+  return found && ::kill(victim, SIGKILL) == 0;
+}
+
 TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
   const auto run = run_heal(4, {"--kill", "3@150"}, 2500);
   expect_healed(run, 4, 2500);
@@ -213,23 +235,7 @@ TEST(HealTrain, ARelaunchAsksToBeAdmittedWhileItAllocatesItsModel) {
 TEST(HealTrain, ARankKilledMidStepFromOutsideIsReplaced) {
   const std::string dir = make_temp_dir();
   Subprocess p(heal_argv(3, {}, {}, train_args(dir, 4000)), kEnv);
-  // Rank 1's own ledger names its pid; kill it once it has committed 300 steps.
-  pid_t victim = 0;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (const auto& e : std::filesystem::directory_iterator(dir)) {
-          const std::string name = e.path().filename().string();
-          if (name.rfind("slog.1.", 0) != 0) continue;
-          std::ifstream in(e.path());
-          std::string line;
-          int lines = 0;
-          while (std::getline(in, line)) ++lines;
-          if (lines >= 300) victim = std::stoi(name.substr(7));
-        }
-        return victim != 0;
-      },
-      60s));
-  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(kill_after_committing(dir, 1, 300));
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 3, 4000);
   EXPECT_TRUE(dropped(run.result.out, 1)) << run.result.out;
@@ -245,22 +251,7 @@ TEST(HealTrain, UnderCommModeSharedKilledRanksAreReplaced) {
   std::vector<std::string> args = train_args(dir, 4000);
   for (const char* a : {"--comm_mode", "shared"}) args.push_back(a);
   Subprocess p(heal_argv(3, {}, {"--kill", "2@150"}, args), kEnv);
-  pid_t victim = 0;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (const auto& e : std::filesystem::directory_iterator(dir)) {
-          const std::string name = e.path().filename().string();
-          if (name.rfind("slog.1.", 0) != 0) continue;
-          std::ifstream in(e.path());
-          std::string line;
-          int lines = 0;
-          while (std::getline(in, line)) ++lines;
-          if (lines >= 400) victim = std::stoi(name.substr(7));
-        }
-        return victim != 0;
-      },
-      60s));
-  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(kill_after_committing(dir, 1, 400));
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 3, 4000);
   EXPECT_TRUE(dropped(run.result.out, 1) && dropped(run.result.out, 2)) << run.result.out;
