@@ -173,9 +173,10 @@ class RendezvousState {
   // tearing down its monitor may never read it.
   //
   // `member` (here and in round_end, report_failure and leave): the caller's
-  // RoundAssignment::member. A node whose place another node has taken
-  // (heal) hears that its round ended for it, and its reports change nothing.
-  // 0 claims no identity: the place's current holder is assumed.
+  // RoundAssignment::member (ids grow with every join). A node whose place
+  // another node has taken (heal; a smaller id than the holder's) hears that
+  // its round ended for it, and its reports change nothing. 0, or a larger
+  // id (the holder, joined to a later round since), is the place's holder.
   RoundStatus heartbeat(const Auth& auth, std::int64_t round, int group_rank, TimePoint now,
                         bool heard_end = false, std::uint64_t member = 0);
   // For a heartbeat the service holds until the round ends: the end once it

@@ -59,8 +59,11 @@ RoundStatus RendezvousState::lost_status(const Round& r, int group_rank) const {
                          "(--on_failure=heal)")};
 }
 
+// Ids grow with every join: a holder whose place another took has the
+// smaller one. A larger id is the holder itself, joined to a later round
+// since (its last word about this one, such as heard_end, may come after).
 bool RendezvousState::replaced(const Round& r, int group_rank, std::uint64_t member) const {
-  return member != 0 && member != r.members[group_rank].ticket;
+  return member != 0 && member < r.members[group_rank].ticket;
 }
 
 // A lost place with the joiner's local world size (so that the ranks fit):

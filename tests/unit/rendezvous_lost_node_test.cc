@@ -76,24 +76,27 @@ TEST_F(RendezvousStateTest, UnderHealTheLastNodeToFinishBeforeTheLossCompletesTh
 }
 
 // Forms a round of 3 (node 2 with 2 workers), then node 1 goes silent and is lost.
-void lose_node_1(RendezvousState& s, TimePoint& now) {
+// Returns the three nodes' places.
+std::vector<RoundAssignment> lose_node_1(RendezvousState& s, TimePoint& now) {
   std::vector<JoinTicket> t;
   t.push_back(s.join(kAuth, node("host0"), now));
   t.push_back(s.join(kAuth, node("host1"), now));
   t.push_back(s.join(kAuth, node("host2", 2), now));
-  for (auto ticket : t) ASSERT_TRUE(s.join_status(ticket, now).has_value());
+  std::vector<RoundAssignment> places;
+  for (auto ticket : t) places.push_back(s.join_status(ticket, now).value());
   now += 20s;
   s.heartbeat(kAuth, 1, 0, now);
   s.heartbeat(kAuth, 1, 2, now);
   now += 10s;
-  ASSERT_FALSE(s.heartbeat(kAuth, 1, 0, now).round_ended);
+  EXPECT_FALSE(s.heartbeat(kAuth, 1, 0, now).round_ended);
+  return places;
 }
 
 TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunningRound) {
   RendezvousState s(heal_config(2, 3));
   std::vector<std::string> said;
   s.on_node_lost([&](const std::string& what) { said.push_back(what); });
-  lose_node_1(s, now);
+  const std::uint64_t old = lose_node_1(s, now)[1].member;
   const std::uint64_t round_changes = s.version();
 
   // A new machine: it takes node 1's place, ranks and all, at once.
@@ -106,7 +109,7 @@ TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunn
   EXPECT_EQ(a.global_rank_offset, 1);
   EXPECT_EQ(a.master_addr, "host0.addr");
   EXPECT_EQ(a.restart_count, 0);
-  EXPECT_NE(a.member, 0u);
+  EXPECT_GT(a.member, old);
   EXPECT_GT(s.version(), round_changes);
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
   EXPECT_EQ(s.restarts_used(), 0);
@@ -121,15 +124,17 @@ TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunn
   // The newcomer heartbeats as node 1; the old agent, speaking again with
   // its own id, hears that another took its place, and changes nothing.
   EXPECT_FALSE(s.heartbeat(kAuth, 1, 1, now, false, a.member).round_ended);
-  const RoundStatus old = s.heartbeat(kAuth, 1, 1, now, false, a.member - 100);
-  EXPECT_TRUE(old.round_ended);
-  EXPECT_FALSE(old.can_restart);
-  EXPECT_THAT(old.reason, HasSubstr("host 'spare' took its place as node 1"));
-  EXPECT_FALSE(s.report_failure(kAuth, 1, 1, "stale", 1, now, a.member - 100));
-  s.leave(kAuth, 1, 1, 1, now, a.member - 100);
+  const RoundStatus stale = s.heartbeat(kAuth, 1, 1, now, false, old);
+  EXPECT_TRUE(stale.round_ended);
+  EXPECT_FALSE(stale.can_restart);
+  EXPECT_THAT(stale.reason, HasSubstr("host 'spare' took its place as node 1"));
+  EXPECT_FALSE(s.report_failure(kAuth, 1, 1, "stale", 1, now, old));
+  s.leave(kAuth, 1, 1, 1, now, old);
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
-  ASSERT_TRUE(s.round_end(1, 1, now, a.member - 100).has_value());
+  ASSERT_TRUE(s.round_end(1, 1, now, old).has_value());
   EXPECT_FALSE(s.round_end(1, 1, now, a.member).has_value());
+  // A larger id is the holder itself, joined to a later round since.
+  EXPECT_FALSE(s.round_end(1, 1, now, a.member + 7).has_value());
 
   // Heartbeats keep it in; everyone finishing completes the job.
   now += 20s;
