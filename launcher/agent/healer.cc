@@ -13,8 +13,7 @@ Healer::Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs
     : control_(control),
       marks_(marks),
       in_(in),
-      incarnations_(static_cast<std::size_t>(in.spec.nproc_per_node),
-                    in.round.joined_running ? 1 : 0) {
+      incarnations_(static_cast<std::size_t>(in.spec.nproc_per_node), first_incarnation(in.round)) {
   for (int i = 0; i < in.spec.nproc_per_node; ++i) marks_.clear(i);
 }
 

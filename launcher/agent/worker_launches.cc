@@ -170,11 +170,8 @@ std::vector<WorkerLaunch> worker_launches(const LaunchInputs& in) {
   const int n = in.spec.nproc_per_node;
   std::vector<WorkerLaunch> launches(static_cast<size_t>(n));
   try {
-    // A node admitted into a running round in a lost node's place (heal):
-    // its workers replace the lost ones, so they start as relaunches.
-    const int incarnation = in.round.joined_running ? 1 : 0;
     for (int i = 0; i < n; ++i) {
-      fill_launch(in, i, incarnation, true, launches[static_cast<size_t>(i)]);
+      fill_launch(in, i, first_incarnation(in.round), true, launches[static_cast<size_t>(i)]);
     }
   } catch (...) {
     // The log files opened so far are closed when a later one cannot be made.

@@ -43,6 +43,11 @@ struct LaunchInputs {
   std::string python_fault_handler;
 };
 
+// The incarnation (DDP_INCARNATION) of the round's first launches: 1 on a
+// node admitted into a running round (--on_failure=heal), whose workers
+// join the live ranks as relaunches do; else 0.
+inline int first_incarnation(const RoundAssignment& round) { return round.joined_running ? 1 : 0; }
+
 // One launch per local rank. Opens the per-worker log files (closed again
 // when a later one fails). Throws ddp::Error naming --log_dir, or
 // --virtual_local_rank when a rank has no device.

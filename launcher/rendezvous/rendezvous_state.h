@@ -316,6 +316,9 @@ class RendezvousState {
   JoinTicket take_place(Round& round, int group_rank, const NodeInfo& args, TimePoint now);
   std::optional<JoinTicket> grow_running_round(Round& round, const NodeInfo& args, TimePoint now);
   RoundAssignment assignment_of(const Round& round, int group_rank) const;
+  // Records the answer for the node just admitted at `group_rank` of the
+  // running round (its join ticket is its member id) and returns it.
+  RoundAssignment answer_joined_running(const Round& round, int group_rank);
   // Whether the caller is not (any longer) the holder of its place.
   bool replaced(const Round& round, int group_rank, std::uint64_t member) const;
   void fail_forming_for(const RpcError& why, const std::string& host);

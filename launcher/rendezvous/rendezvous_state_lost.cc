@@ -1,7 +1,8 @@
 // RendezvousState under --on_failure=heal: a node whose heartbeats stop is
 // lost, left out of its running round, which goes on while at least
 // min_nodes remain (the workers of the others heal without its ranks); a
-// node that joins later takes a lost node's place in the running round.
+// node that joins later takes a lost node's place in the running round, or
+// joins it as one more node.
 
 #include <algorithm>
 #include <optional>
@@ -99,9 +100,7 @@ JoinTicket RendezvousState::take_place(Round& r, int group_rank, const NodeInfo&
   const std::string was = host_of(r.members[group_rank].args);
   const std::uint64_t id = next_id_++;
   r.members[group_rank] = Member{args, id, id, now, false, false, false};
-  RoundAssignment place = assignment_of(r, group_rank);
-  place.joined_running = true;
-  join_tickets_[id] = place;
+  const RoundAssignment place = answer_joined_running(r, group_rank);
   if (lost_observer_) {
     lost_observer_(cat("host ", host, " takes the place of lost host ", quote(was), " as node ",
                        group_rank, " in running round ", current_round(), " (ranks ",
@@ -109,7 +108,6 @@ JoinTicket RendezvousState::take_place(Round& r, int group_rank, const NodeInfo&
                        place.global_rank_offset + args.local_world_size - 1,
                        "; --on_failure=heal): its workers heal from the live ranks"));
   }
-  changed();
   return JoinTicket{id};
 }
 
@@ -131,9 +129,7 @@ std::optional<JoinTicket> RendezvousState::grow_running_round(Round& r, const No
   const int world_before = r.common.world_size;
   r.common.group_world_size = size + 1;
   r.common.world_size += args.local_world_size;
-  RoundAssignment place = assignment_of(r, size);
-  place.joined_running = true;
-  join_tickets_[id] = place;
+  const RoundAssignment place = answer_joined_running(r, size);
   if (lost_observer_) {
     lost_observer_(cat("host ", quote(host_of(args)), " joins running round ", current_round(),
                        " as node ", size, " (ranks ", place.global_rank_offset, "-",
@@ -141,8 +137,15 @@ std::optional<JoinTicket> RendezvousState::grow_running_round(Round& r, const No
                        world_before, " -> ", r.common.world_size,
                        "; --on_failure=heal): the live ranks admit its workers"));
   }
-  changed();
   return JoinTicket{id};
+}
+
+RoundAssignment RendezvousState::answer_joined_running(const Round& r, int group_rank) {
+  RoundAssignment place = assignment_of(r, group_rank);
+  place.joined_running = true;
+  join_tickets_[place.member] = place;
+  changed();
+  return place;
 }
 
 RoundAssignment RendezvousState::assignment_of(const Round& r, int group_rank) const {

@@ -316,12 +316,20 @@ TEST(HealTrain, AProgramThatCannotHealInProcessRestartsItsGroupWithANotice) {
 
 class HealMultiHost : public NetnsTest {};
 
+// ddprun's flags for namespace hosts that find each other through a c10d
+// rendezvous on the first, with fast liveness (a host lost in 2 s).
+std::vector<std::string> hosts_launcher(const NetnsHosts& hosts, const std::string& nnodes,
+                                        const std::string& run_id,
+                                        const std::string& more_conf = "") {
+  return {"--nnodes=" + nnodes, "--rdzv_backend=c10d",
+          "--rdzv_endpoint=" + hosts.address(0) + ":29400", "--rdzv_id=" + run_id,
+          "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20" + more_conf};
+}
+
 TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
   NetnsHosts hosts(2);
   const std::string dir = make_temp_dir();
-  const std::vector<std::string> launcher = {
-      "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
-      "--rdzv_id=heal2", "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  const auto launcher = hosts_launcher(hosts, "2", "heal2");
   // The model is small: stripes of 1 KiB, so that it is striped all the same.
   std::map<std::string, std::string> env = kEnv;
   env["DDP_HEAL_STRIPE_MB"] = "0.001";
@@ -359,10 +367,7 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
 TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   NetnsHosts hosts(2);
   const std::string dir = make_temp_dir();
-  const std::vector<std::string> launcher = {
-      "--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
-      "--rdzv_id=heal-lost",
-      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  const auto launcher = hosts_launcher(hosts, "1:2", "heal-lost");
   std::map<std::string, std::string> env = kEnv;
   env["DDP_HEAL_WAIT_S"] = "2";
   std::vector<std::unique_ptr<Subprocess>> nodes;
@@ -401,10 +406,7 @@ TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
 TEST_F(HealMultiHost, ASpareHostTakesALostHostsPlaceInTheRunningRound) {
   NetnsHosts hosts(3);
   const std::string dir = make_temp_dir();
-  const std::vector<std::string> launcher = {
-      "--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
-      "--rdzv_id=heal-spare",
-      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20"};
+  const auto launcher = hosts_launcher(hosts, "1:2", "heal-spare");
   std::map<std::string, std::string> env = kEnv;
   env["DDP_HEAL_WAIT_S"] = "2";
   const auto argv = [&](int h) {
@@ -458,10 +460,7 @@ TEST_F(HealMultiHost, ASpareHostTakesALostHostsPlaceInTheRunningRound) {
 TEST_F(HealMultiHost, AHostArrivingWhileTheRoundRunsJoinsItWithoutARestart) {
   NetnsHosts hosts(3);
   const std::string dir = make_temp_dir();
-  const std::vector<std::string> launcher = {
-      "--nnodes=2:3", "--rdzv_backend=c10d", "--rdzv_endpoint=" + hosts.address(0) + ":29400",
-      "--rdzv_id=heal-grow",
-      "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20,last_call_timeout=0"};
+  const auto launcher = hosts_launcher(hosts, "2:3", "heal-grow", ",last_call_timeout=0");
   std::vector<std::string> train = train_args(dir, 2000);
   *(std::find(train.begin(), train.end(), "--log_every") + 1) = "50";  // the first line sooner
   const auto argv = [&](int h) {
