@@ -4,6 +4,7 @@
 
 #include "ddp/param_shards.h"
 #include "engine.h"
+#include "healing_shards.h"
 #include "optimizer.h"
 
 namespace train {
@@ -34,6 +35,7 @@ class CpuEngine final : public Engine {
     model_.backward(sync, scale, accumulate);
   }
   void step(ddp::GradAverager& sync) override {
+    if (healing_) return healing_->step(sync);
     if (!shards_) return optimizer_step(model_, opt_, sync);
     // ZeRO stage 1: this rank's elements only, then everyone's to everyone.
     opt_.begin_step();
@@ -64,6 +66,7 @@ class CpuEngine final : public Engine {
     sync.set_needed_gradients(std::move(owned));
   }
   void gather_state() override {
+    if (healing_) return healing_->gather();
     if (!shards_) return;
     for (const auto& group : opt_.param_shaped_state()) shards_->all_gather(group);
   }
@@ -73,11 +76,27 @@ class CpuEngine final : public Engine {
   }
   void load_host_state() override {}
 
+  std::uint64_t restore_shards(ddp::ProcessGroup& group, std::int64_t committed) override {
+    return healing() ? healing_->restore(group, committed) : 0;
+  }
+  void shard_for_healing(ddp::ProcessGroup& group) override {
+    if (healing()) healing_->shard(group);
+  }
+  bool holds_whole_state() const override { return !healing_ || healing_->whole(); }
+
  private:
   Config config_;
   Mlp model_;
   Optimizer opt_;
-  std::unique_ptr<ddp::ParamShards> shards_;  // with --shard_optimizer, after prepare()
+  // With --shard_optimizer: the heal loop's shards (HealingShards), made on
+  // its first call; else the plain loop's, after prepare().
+  bool healing() {
+    if (config_.shard_optimizer && !healing_)
+      healing_ = std::make_unique<HealingShards>(model_, opt_);
+    return healing_ != nullptr;
+  }
+  std::unique_ptr<HealingShards> healing_;
+  std::unique_ptr<ddp::ParamShards> shards_;
   LossResult loss_;
 };
 

@@ -7,6 +7,7 @@
 // or device memory on the GPU, which GradSync reduces with NCCL).
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,19 @@ class Engine {
   // sharded optimizer, every rank's shard of the optimizer state is gathered
   // (the weights are whole on every rank after each step anyway).
   virtual void gather_state() {}
+  // Live recovery (--on_failure=heal) with --shard_optimizer, on the CPU
+  // engine (the others hold the whole state and have nothing to do; see
+  // healing_shards.h). Collective: restore_shards() after every reform,
+  // before Healer::sync_state() (`committed`: this member's committed steps,
+  // -1 for a relaunch; returns the bytes the holders of shards sent);
+  // shard_for_healing() once the group is settled.
+  virtual std::uint64_t restore_shards(ddp::ProcessGroup& /*group*/, std::int64_t /*committed*/) {
+    return 0;
+  }
+  virtual void shard_for_healing(ddp::ProcessGroup& /*group*/) {}
+  // Whether this process holds the whole training state (what a checkpoint
+  // needs); a sharded optimizer's may be spread over the ranks.
+  virtual bool holds_whole_state() const { return true; }
 };
 
 // What both engines do alike, for a model with Mlp's interface and an

@@ -154,6 +154,9 @@ class HealingTrainer {
 bool HealingTrainer::settle() {
   const std::int64_t mine = committed_;
   const Position was = position_;
+  const Clock::time_point restoring = Clock::now();
+  const std::uint64_t shard_bytes = engine_->restore_shards(*healer_->group(), committed_);
+  const double restore_ms = ms_since(restoring);
   const ddp::HealReport report = healer_->sync_state(committed_, state());
   engine_->load_host_state();
   // A step this rank failed in but another committed: its samples were summed.
@@ -171,6 +174,7 @@ bool HealingTrainer::settle() {
   if (!admit_more) {
     sync_ =
         ddp::make_grad_averager(healer_->group(), engine_->grad_params(), grad_sync_options(c_));
+    engine_->shard_for_healing(*healer_->group());
   }
   const ddp::ProcessGroup& g = *healer_->group();
   const double mb = static_cast<double>(report.bytes) / 1e6;
@@ -181,9 +185,12 @@ bool HealingTrainer::settle() {
     };
     ddp::log::info_all(
         "heal: epoch {}: left {} | arrived {} | replaced {} | world {} -> {} | resumed at "
-        "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from {}",
+        "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from {}{}",
         g.epoch(), ids(change.left), ids(change.arrived), ids(change.replaced), before_->size(),
-        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, senders(report));
+        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, senders(report),
+        shard_bytes == 0 ? std::string()
+                         : fmt::format(" | optimizer shards restored first: {:.2f} MB in {:.1f} ms",
+                                       static_cast<double>(shard_bytes) / 1e6, restore_ms));
     before_.reset();
   } else if (mine < 0) {
     ddp::log::info_all(
@@ -213,6 +220,7 @@ void HealingTrainer::train_step() {
     engine_->backward(*sync_, scale, micro > 0);
     sync_->finish();
   }
+  if (hooks_.before_update) hooks_.before_update(committed_ + 1);
   engine_->step(*sync_);
   log_.step(committed_, position_, samples);
   ++committed_;
@@ -255,6 +263,7 @@ int HealingTrainer::run() {
       if (done()) {
         // Every rank past its last step before anyone stops: a rank that
         // fails now redoes nothing (all committed), but must not be waited for.
+        if (!c_.checkpoint.empty()) engine_->gather_state();  // a sharded optimizer's
         healer_->group()->barrier();
         break;
       }
@@ -272,8 +281,9 @@ int HealingTrainer::run() {
                        engine_->loss().loss);
       }
       if (!c_.checkpoint.empty() && c_.checkpoint_every > 0 &&
-          committed_ % c_.checkpoint_every == 0 && healer_->group()->rank() == 0) {
-        save("every --checkpoint_every steps");
+          committed_ % c_.checkpoint_every == 0) {
+        engine_->gather_state();  // collective: a sharded optimizer's state to everyone
+        if (healer_->group()->rank() == 0) save("every --checkpoint_every steps");
       }
       if (hooks_.after_step) hooks_.after_step(committed_);
     } catch (const ddp::HealError& e) {
@@ -354,21 +364,21 @@ void HealingTrainer::save(const char* why) {
 // The heal cannot finish: save what this process holds, and let ddprun
 // restart the group (from the checkpoint, with --resume auto).
 int HealingTrainer::give_up(const ddp::HealError& e) {
-  if (!c_.checkpoint.empty() && committed_ >= 0) save("the heal could not finish");
+  // A sharded optimizer's state is whole here only after a gather.
+  const bool saved = !c_.checkpoint.empty() && committed_ >= 0 && engine_->holds_whole_state();
+  if (saved) save("the heal could not finish");
   healer_->withdraw();
   ddp::log::error("{}: {}", e.what(),
-                  committed_ >= 0 && !c_.checkpoint.empty()
-                      ? "saved step " + std::to_string(committed_) + " in " + c_.checkpoint +
-                            "; ddprun restarts the group"
-                      : std::string("ddprun restarts the group"));
+                  saved ? "saved step " + std::to_string(committed_) + " in " + c_.checkpoint +
+                              "; ddprun restarts the group"
+                        : std::string("ddprun restarts the group"));
   return 1;
 }
 
 }  // namespace
 
-std::string heal_unsupported(const Config& c, const std::string& backend) {
+std::string heal_unsupported(const std::string& backend) {
   if (backend == "nccl") return "the GPU engine (--backend nccl) cannot heal in process yet";
-  if (c.shard_optimizer) return "--shard_optimizer cannot heal in process yet";
   return "";
 }
 

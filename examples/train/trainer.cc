@@ -382,7 +382,7 @@ void RestartTrainer::summarize(Clock::time_point t_end) {
 int run(const Config& c, const Hooks& hooks) {
   Prepared p = prepare(c);
   if (ddp::Healer::requested()) {
-    const std::string why = heal_unsupported(c, p.backend);
+    const std::string why = heal_unsupported(p.backend);
     if (why.empty()) return run_healing(c, p.data, p.dims, p.backend, hooks);
     ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
   }

@@ -22,6 +22,9 @@ struct Hooks {
   // state is exchanged; and before the model is allocated (the Healer is
   // already forming the first epoch or asking to be admitted).
   std::function<void()> before_reform, after_reform, before_model;
+  // Under heal, after the step's gradients were averaged, before its
+  // optimizer update; `step`: the committed count the update would make.
+  AfterStep before_update;
 };
 
 // Parses argv (argv[0]: the program) and trains. Returns the exit code: 0;

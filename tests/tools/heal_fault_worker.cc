@@ -2,14 +2,18 @@
 // live-recovery tests (tests/integration/heal_train_test.cc). Run it under
 // ddprun --on_failure=heal:
 //
-//   heal_fault_worker [--kill ID@STEP]... [--stop ID@STEP] [--die_in_heal ID]
+//   heal_fault_worker [--kill ID@STEP]... [--kill_before_update ID@STEP]...
+//                     [--stop ID@STEP] [--die_in_heal ID]
 //                     [--linger_before_reform MS] [--linger_after_reform MS]
 //                     [--relaunch_delay MS] [--relaunch_model_delay MS]
 //                     [--slow_before_reform MS] [--slow_after_reform MS] TRAIN_FLAGS...
 //
 // --kill: the rank launched as ID SIGKILLs itself after committing step
 // STEP (between steps; several ranks may die at the same step). --stop: it
-// SIGSTOPs itself there (alive but silent, as a hung rank is). --die_in_heal:
+// SIGSTOPs itself there (alive but silent, as a hung rank is).
+// --kill_before_update: it SIGKILLs itself once step STEP's gradients are
+// averaged, before its optimizer update (the others have the gradients and
+// may update, but cannot finish the step). --die_in_heal:
 // it SIGKILLs itself right after its first reform, while the survivors
 // exchange state. --linger_before_reform / --linger_after_reform: every rank
 // sleeps MS ms before / after its first reform (the one after the first
@@ -56,7 +60,7 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::multimap<int, std::int64_t> kills, stops;
+  std::multimap<int, std::int64_t> kills, stops, update_kills;
   int die_in_heal = -1;
   long linger_before_ms = 0, linger_ms = 0, relaunch_delay_ms = 0, model_delay_ms = 0, slow_ms = 0,
        slow_before_ms = 0;
@@ -65,6 +69,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if ((arg == "--kill" || arg == "--stop") && i + 1 < argc) {
       (arg == "--kill" ? kills : stops).insert(parse_fault(arg, argv[++i]));
+    } else if (arg == "--kill_before_update" && i + 1 < argc) {
+      update_kills.insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--die_in_heal" && i + 1 < argc) {
       die_in_heal = std::atoi(argv[++i]);
     } else if (arg == "--linger_before_reform" && i + 1 < argc) {
@@ -116,6 +122,12 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(slow_before_ms));
     }
     if (reforms == 1) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  };
+  hooks.before_update = [&](std::int64_t step) {
+    if (fires(update_kills, step)) {
+      ddp::log::warn("--kill_before_update {}@{}: killing this rank (SIGKILL)", id, step);
+      ::kill(::getpid(), SIGKILL);
+    }
   };
   hooks.before_reform = [&] {
     if (first_launch && !reformed) {

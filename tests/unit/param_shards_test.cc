@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/heal.h"
 #include "error_of.h"
 #include "thread_ranks.h"
 
@@ -170,6 +171,105 @@ TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankInSharedMe
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ParamShardsWorlds, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// Live recovery: with replicas each rank also keeps the next rank's slice,
+// in a buffer of its own even over shm.
+TEST(ParamShards, WithReplicasEachRankKeepsTheNextRanksSliceInABufferOfItsOwn) {
+  static std::atomic<int> runs{0};
+  ProcessGroupOptions options;
+  options.backend = "shm";
+  options.run_id = "replicas" + std::to_string(getpid()) + "x" + std::to_string(runs++);
+  on_ranks(
+      3,
+      [](ProcessGroup& pg) {
+        const std::vector<GradParam> params = {{"w", {1000}}, {"b", {7}}};
+        ParamShards shards(pg, params, ShardOptions{.replicas = true});
+        EXPECT_FALSE(shards.node_shared());
+        for (std::size_t p = 0; p < params.size(); ++p) {
+          const ElementRange want = shards.layout().owned(p, (pg.rank() + 1) % 3);
+          EXPECT_EQ(shards.replica(p).begin, want.begin) << "parameter " << p;
+          EXPECT_EQ(shards.replica(p).end, want.end) << "parameter " << p;
+        }
+        ParamShards plain(pg, params);
+        EXPECT_TRUE(plain.replica(0).empty());
+      },
+      options);
+}
+
+// The true value of element i of parameter p in buffer set k.
+float true_value(std::size_t k, std::size_t p, std::size_t i) {
+  return static_cast<float>(k * 1000000 + p * 10000 + i) + 0.25f;
+}
+
+// Members restore a state cut for `old_world` ranks: member m held the
+// slices of old rank held_as[m] and the next one (its replica), with true
+// values there and garbage elsewhere; afterwards everyone holds the truth.
+void restore_and_check(ProcessGroup& pg, int old_world, const std::vector<int>& held_as) {
+  const std::vector<std::size_t> counts = {37 * 29, 37, 0, 3000, 1};
+  const ShardLayout old = make_shard_layout(counts, std::vector<std::size_t>(5, 4), old_world);
+  std::vector<std::vector<std::vector<float>>> sets(2);  // the weights and one optimizer state
+  std::vector<std::vector<void*>> pointers(2);
+  const int was = held_as[static_cast<std::size_t>(pg.rank())];
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    for (std::size_t p = 0; p < counts.size(); ++p) {
+      std::vector<float>& v =
+          sets[k].emplace_back(counts[p], -1.0f - static_cast<float>(pg.rank()));
+      for (int slice : {was, (was + 1) % old_world}) {
+        if (was < 0) break;
+        const ElementRange r = old.owned(p, slice);
+        for (std::size_t i = r.begin; i < r.end; ++i) v[i] = true_value(k, p, i);
+      }
+      pointers[k].push_back(k == 1 && p == 1 ? nullptr : v.data());
+    }
+  }
+  const std::uint64_t sent = ParamShards::restore(pg, old, held_as, pointers);
+  EXPECT_EQ(sent, pg.size() == 1 ? 0u : old.total_bytes * sets.size());
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    for (std::size_t p = 0; p < counts.size(); ++p) {
+      if (pointers[k][p] == nullptr) continue;
+      for (std::size_t i = 0; i < counts[p]; ++i) {
+        ASSERT_EQ(sets[k][p][i], true_value(k, p, i))
+            << "set " << k << " parameter " << p << " element " << i << " on member " << pg.rank();
+      }
+    }
+  }
+}
+
+TEST(ParamShards, RestoreTakesEachSliceFromItsOwnerOrTheKeeperOfItsReplica) {
+  // Old ranks 1 and 3 of 4 left; a relaunch holds nothing.
+  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {0, 2, -1}); });
+  // Old rank 0 left: its slice comes from old rank 3, the keeper of its replica.
+  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {3, -1, 1}); });
+  // One member holding everything (a layout of one slice).
+  on_ranks(2, [](ProcessGroup& pg) { restore_and_check(pg, 1, {-1, 0}); });
+  on_ranks(1, [](ProcessGroup& pg) { restore_and_check(pg, 1, {0}); });
+}
+
+TEST(ParamShards, RestoreThrowsAHealErrorNamingASliceNoMemberHolds) {
+  on_ranks(2, [](ProcessGroup& pg) {
+    const ShardLayout old = make_shard_layout({4000}, {4}, 4);
+    std::vector<float> w(4000);
+    // Old ranks 1 and 2 left: old rank 2's slice and its replica are gone.
+    try {
+      ParamShards::restore(pg, old, {0, 3}, {{w.data()}});
+      ADD_FAILURE() << "restore went on without old rank 2's slice";
+    } catch (const HealError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "the sharded state of old rank 2 of 4 is held by no live member (it and old "
+                    "rank 1, which kept its replica, both left)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_NE(error_of([&] {
+                ParamShards::restore(pg, old, {0}, {{w.data()}});
+              }).find("held_as has 1 entries for a group of 2"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                ParamShards::restore(pg, old, {0, 1}, {{w.data(), w.data()}});
+              }).find("a set of 2 buffers for 1 parameters"),
+              std::string::npos);
+  });
+}
 
 TEST(ParamShards, ViewRefusesOtherDtypesAndIndicesOutOfRange) {
   on_ranks(1, [](ProcessGroup& pg) {

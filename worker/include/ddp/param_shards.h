@@ -29,9 +29,16 @@
 // A parameter may be owned in part by several ranks, or not at all by some.
 // Pointers from data()/view() stay valid for the object's lifetime.
 //
+// Live recovery (ddp::Healer): with ShardOptions::replicas each rank also
+// updates the next rank's slice (replica(), ring order), so every slice of
+// the optimizer's state is on two ranks; after a reform, restore() hands
+// every member the whole state from the ranks still holding it, and the
+// trainer shards again over the new group.
+//
 // Thread-safety: none; call from the trainer's thread. Errors are ddp::Error.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -60,6 +67,13 @@ struct ShardLayout {
 ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
                               const std::vector<std::size_t>& element_sizes, int world_size);
 
+struct ShardOptions {
+  // Each rank also keeps and updates the next rank's slice (replica()), and
+  // the buffer is one per rank, never node-shared: a rank that dies cannot
+  // leave a half-written slice in anyone else's memory.
+  bool replicas = false;
+};
+
 class ParamShards {
  public:
   // Allocates the flat buffer (zeroed) for `params` (their count() and dtype;
@@ -67,7 +81,7 @@ class ParamShards {
   // parameters are sharded like the others). Collective (the node-shared
   // buffer's place is handed out by rank 0): every rank constructs it at the
   // same point with the same parameters. `group` must outlive this object.
-  ParamShards(ProcessGroup& group, const std::vector<GradParam>& params);
+  ParamShards(ProcessGroup& group, const std::vector<GradParam>& params, ShardOptions options = {});
 
   std::size_t num_params() const { return layout_.counts.size(); }
   // Parameter `index`'s values (count() elements of its dtype).
@@ -76,6 +90,9 @@ class ParamShards {
   float* view(std::size_t index);
   // The elements of parameter `index` this rank updates.
   ElementRange owned(std::size_t index) const;
+  // With replicas: the elements of parameter `index` in the next rank's
+  // slice, which this rank updates too (empty without replicas, or alone).
+  ElementRange replica(std::size_t index) const;
   // The buffer is one copy shared by every rank of the node (shm, a group on
   // one node): then a rank must write only its owned() elements (the others
   // are written by their owners at the same time; before the first
@@ -93,6 +110,22 @@ class ParamShards {
   // owned elements are copied to everyone through a staging buffer.
   void all_gather(const std::vector<void*>& buffers);
 
+  // Live recovery, after ddp::Healer::reform(): every member of `group` gets
+  // every element of the parameter-shaped buffers in `sets` (sets[k][i]:
+  // parameter i's elements, or null for none; k: the weights, an optimizer
+  // state...) as the ranks of the layout `old` held them: old rank s's slice
+  // from the member that was rank s, else from the one that kept its replica
+  // (old rank s-1, ring order). held_as[m]: member m's rank in `old` when it
+  // holds its slice and replica as they must be restored, -1 when it holds
+  // nothing to give (a relaunch). Collective: every member passes the same
+  // `old` and `held_as`. Throws HealError naming the old rank whose slice no
+  // member holds (it and its replica's keeper both left), ddp::Error for a
+  // wrong argument or a failed collective. Returns the bytes the holders
+  // sent (each member received them).
+  static std::uint64_t restore(ProcessGroup& group, const ShardLayout& old,
+                               const std::vector<int>& held_as,
+                               const std::vector<std::vector<void*>>& sets);
+
  private:
   void check_index(std::size_t index) const;
 
@@ -101,6 +134,7 @@ class ParamShards {
   ShardLayout layout_;
   std::shared_ptr<void> buffer_;
   bool node_shared_ = false;
+  bool replicas_ = false;
 };
 
 }  // namespace ddp

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ddp/common/error.h"
+#include "ddp/heal.h"
 
 namespace ddp {
 namespace {
@@ -52,8 +53,9 @@ ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
   return layout;
 }
 
-ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& params)
-    : group_(&group) {
+ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& params,
+                         ShardOptions options)
+    : group_(&group), replicas_(options.replicas) {
   // Its buffers are read and written on the CPU; nccl's allocate() is device memory.
   if (group.backend_name() == "nccl") {
     throw Error("ParamShards: host memory only, and this group's backend is nccl (device memory)");
@@ -69,7 +71,7 @@ ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& para
     dtypes_.push_back(p.dtype);
   }
   layout_ = make_shard_layout(counts, sizes, group.size());
-  buffer_ = group.allocate_node_shared(layout_.total_bytes);  // collective
+  if (!replicas_) buffer_ = group.allocate_node_shared(layout_.total_bytes);  // collective
   node_shared_ = buffer_ != nullptr;
   if (!node_shared_) {
     buffer_ = group.allocate(layout_.total_bytes);
@@ -101,6 +103,12 @@ float* ParamShards::view(std::size_t index) {
 ElementRange ParamShards::owned(std::size_t index) const {
   check_index(index);
   return layout_.owned(index, group_->rank());
+}
+
+ElementRange ParamShards::replica(std::size_t index) const {
+  check_index(index);
+  if (!replicas_ || group_->size() == 1) return {};
+  return layout_.owned(index, (group_->rank() + 1) % group_->size());
 }
 
 void ParamShards::all_gather() {
@@ -141,6 +149,70 @@ void ParamShards::all_gather(const std::vector<void*>& buffers) {
       std::memcpy(static_cast<char*>(buffers[i]) + at, base + layout_.offsets[i] + at, len);
     }
   }
+}
+
+namespace {
+
+// Old rank `slice`'s bytes of every buffer set, packed at their offsets in
+// the slice (set k at k * slice_bytes), or unpacked from there.
+void copy_slice(const ShardLayout& old, int slice, const std::vector<std::vector<void*>>& sets,
+                char* staging, bool pack) {
+  const std::size_t slice_begin = static_cast<std::size_t>(slice) * old.slice_bytes;
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    for (std::size_t i = 0; i < sets[k].size(); ++i) {
+      if (sets[k][i] == nullptr) continue;
+      const ElementRange r = old.owned(i, slice);
+      if (r.empty()) continue;
+      const std::size_t at = r.begin * old.element_sizes[i], len = r.size() * old.element_sizes[i];
+      char* held = static_cast<char*>(sets[k][i]) + at;
+      char* staged = staging + k * old.slice_bytes + old.offsets[i] + at - slice_begin;
+      if (pack) {
+        std::memcpy(staged, held, len);
+      } else {
+        std::memcpy(held, staged, len);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t ParamShards::restore(ProcessGroup& group, const ShardLayout& old,
+                                   const std::vector<int>& held_as,
+                                   const std::vector<std::vector<void*>>& sets) {
+  if (held_as.size() != static_cast<std::size_t>(group.size())) {
+    throw Error("ParamShards::restore: held_as has " + std::to_string(held_as.size()) +
+                " entries for a group of " + std::to_string(group.size()));
+  }
+  for (const auto& set : sets) {
+    if (set.size() != old.counts.size()) {
+      throw Error("ParamShards::restore: a set of " + std::to_string(set.size()) + " buffers for " +
+                  std::to_string(old.counts.size()) + " parameters");
+    }
+  }
+  const int n = old.world_size;
+  auto member_that_was = [&](int old_rank) {
+    const auto it = std::find(held_as.begin(), held_as.end(), old_rank);
+    return it == held_as.end() ? -1 : static_cast<int>(it - held_as.begin());
+  };
+  std::vector<char> staging(old.slice_bytes * sets.size());
+  std::uint64_t sent = 0;
+  for (int slice = 0; slice < n; ++slice) {
+    const int keeper = (slice + n - 1) % n;  // the rank that kept its replica
+    int from = member_that_was(slice);
+    if (from < 0) from = member_that_was(keeper);
+    if (from < 0) {
+      throw HealError("the sharded state of old rank " + std::to_string(slice) + " of " +
+                      std::to_string(n) + " is held by no live member (it and old rank " +
+                      std::to_string(keeper) + ", which kept its replica, both left)");
+    }
+    if (group.size() == 1) continue;  // the one member holds it already
+    if (group.rank() == from) copy_slice(old, slice, sets, staging.data(), true);
+    group.broadcast(staging.data(), staging.size(), DType::kUInt8, from);
+    if (group.rank() != from) copy_slice(old, slice, sets, staging.data(), false);
+    sent += staging.size();
+  }
+  return sent;
 }
 
 }  // namespace ddp
