@@ -15,6 +15,9 @@ order, for medians):
            torchft imports in --torch-env (default $DDP_TORCH_ENV or
            /opt/ddprun-torch, where scripts/install-torch-env.sh puts it)
   torchft-clean  the same, no faults
+  plain    ddprun --on_failure=restart, no faults (not in the default --runs:
+           with --train-args --shard_optimizer, what healing costs a sharded
+           optimizer without faults, beside clean)
 
 and reports goodput (samples in committed steps per second) of each, and
 for heal, per kill: the time from the kill to the survivors' first
@@ -34,6 +37,7 @@ import os
 import random
 import re
 import shutil
+import shlex
 import signal
 import socket
 import statistics
@@ -217,6 +221,9 @@ def main():
     ap.add_argument("--big-kills", type=int, default=3, help="kills of the 1 GiB run")
     ap.add_argument("--runs", default="heal,clean,restart,torchft,torchft-clean",
                     help="which runs, comma-separated")
+    ap.add_argument("--train-args", default="",
+                    help="more flags for the reference trainer in ddprun's runs, e.g. "
+                    "'--shard_optimizer --optimizer adam'")
     ap.add_argument("--log", help="a directory: each run's output goes to ROUND-NAME.log there")
     ap.add_argument("--torch-env", default=os.environ.get("DDP_TORCH_ENV", "/opt/ddprun-torch"),
                     help="the Python environment holding torch and torchft, for the peer run")
@@ -231,7 +238,7 @@ def main():
     env.pop("DDP_BACKEND", None)
     batch = 32
     model = ["--hidden", str(args.hidden), "--layers", "3", "--batch_size", str(batch),
-             "--steps", "100000000", "--log_every", "100"]
+             "--steps", "100000000", "--log_every", "100"] + shlex.split(args.train_args)
     # One ddprun per host: its command line before --on_failure and the program.
     hosts = [None]  # where each ddprun runs: this host, or the namespaces of --hosts 2
     if args.hosts == 1:
@@ -255,6 +262,8 @@ def main():
           "run, a kill every %.0f s; %s, %d CPUs" % (args.nproc, args.hosts, args.hidden, batch,
                                                      args.duration, args.kill_every, cpu_model,
                                                      os.cpu_count()))
+    if args.train_args:
+        print("heal_chaos: the trainer also gets %s" % args.train_args)
 
     if not args.only_big:
         peer = torchft_peer(args, hosts, batch)
@@ -335,11 +344,12 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
     argv = {
         "heal": ([l + ["--on_failure=heal", train] + model for l in launcher], args.kill_every),
         "clean": ([l + ["--on_failure=heal", train] + model for l in launcher], 0),
+        "plain": ([l + [train] + model for l in launcher], 0),
         "restart": ([l + [train] + model +
                      ["--checkpoint", os.path.join(ckpt, "ckpt"), "--checkpoint_every", "100",
                       "--resume", "auto"] for l in launcher], args.kill_every),
     }
-    order = [name for name in ["heal", "clean", "restart", "torchft", "torchft-clean"]
+    order = [name for name in ["heal", "clean", "plain", "restart", "torchft", "torchft-clean"]
              if name in args.runs.split(",") and (peer or not name.startswith("torchft"))]
     g = {name: [] for name in order}
     heals = []

@@ -1,8 +1,9 @@
 #pragma once
 // --shard_optimizer under --on_failure=heal (the CPU engine): the optimizer
 // is sharded as ZeRO stage 1 (ddp::ParamShards), and each rank also updates
-// the next rank's shard (a replica), so the loss of any one rank, or of two
-// ranks that are not neighbours, loses no optimizer state. Before each
+// the shard of the rank half the world further on (a replica; on another
+// node when nodes are of equal size), so the loss of any one rank, or of a
+// whole node, loses no optimizer state. Before each
 // update a rank copies what it is about to change, so a step that no member
 // finished can be taken back.
 //

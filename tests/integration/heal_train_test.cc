@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -301,8 +302,9 @@ TEST(HealTrain, AHealThatCannotFinishRestartsTheGroupFromTheCheckpoint) {
   EXPECT_NE(all.find("resumed from " + dir + "/ckpt at step 100"), std::string::npos) << all;
 }
 
-// --shard_optimizer heals: each rank also updates the next rank's optimizer
-// shard, so a dead rank's shard comes from that replica. Adam (two state
+// --shard_optimizer heals: each rank also updates the optimizer shard of the
+// rank half the world further on, so a dead rank's shard comes from that
+// replica. Adam (two state
 // buffers and a step count) makes a lost or stale shard change the weights.
 std::vector<std::string> sharded_args(const std::string& dir, std::int64_t steps) {
   std::vector<std::string> args = train_args(dir, steps);
@@ -340,13 +342,13 @@ TEST(HealTrain, UnderShardOptimizerAReplacedRanksShardComesFromItsReplicaBitForB
 }
 
 TEST(HealTrain, UnderShardOptimizerRanksKilledMidStepAndTwoAtOnceAreReplaced) {
-  // Ranks 1 and 3 (not neighbours: each one's replica is on a survivor) die
-  // together after step 150; rank 2 is then killed from outside mid-step,
-  // when some ranks may have updated their shards for a step nobody finished.
+  // Ranks 1 and 2 die together after step 150 (their replicas are on ranks
+  // 3 and 0); rank 3 is then killed from outside mid-step, when some ranks
+  // may have updated their shards for a step nobody finished.
   const std::string dir = make_temp_dir();
-  Subprocess p(heal_argv(4, {}, {"--kill", "1@150", "--kill", "3@150"}, sharded_args(dir, 3000)),
+  Subprocess p(heal_argv(4, {}, {"--kill", "1@150", "--kill", "2@150"}, sharded_args(dir, 3000)),
                kEnv);
-  ASSERT_TRUE(kill_after_committing(dir, 2, 400));
+  ASSERT_TRUE(kill_after_committing(dir, 3, 400));
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 4, 3000);
   const std::string& out = run.result.out;
@@ -355,20 +357,20 @@ TEST(HealTrain, UnderShardOptimizerRanksKilledMidStepAndTwoAtOnceAreReplaced) {
 }
 
 TEST(HealTrain, UnderShardOptimizerLosingAShardAndItsReplicaRestartsFromTheCheckpoint) {
-  // Ranks 1 and 2 die together after step 120: rank 2's shard and its
-  // replica (on rank 1) are both gone. The heal cannot finish; ddprun
+  // Ranks 1 and 3 die together after step 120: rank 1's shard and its
+  // replica (on rank 3) are both gone. The heal cannot finish; ddprun
   // restarts the group, which resumes from the checkpoint of step 100.
   const std::string dir = make_temp_dir();
   std::vector<std::string> args = sharded_args(dir, 400);
   for (const char* a : {"--checkpoint_every", "50", "--resume", "auto"}) args.push_back(a);
   args.push_back("--checkpoint");
   args.push_back(dir + "/ckpt");
-  Subprocess p(heal_argv(4, {}, {"--kill", "1@120", "--kill", "2@120"}, args), kEnv);
+  Subprocess p(heal_argv(4, {}, {"--kill", "1@120", "--kill", "3@120"}, args), kEnv);
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 4, 400);
   const std::string all = run.result.out + run.result.err;
-  EXPECT_NE(all.find("the sharded state of old rank 2 of 4 is held by no live member (it and old "
-                     "rank 1, which kept its replica, both left)"),
+  EXPECT_NE(all.find("the sharded state of old rank 1 of 4 is held by no live member (it and old "
+                     "rank 3, which kept its replica, both left)"),
             std::string::npos)
       << all;
   EXPECT_NE(all.find("restarting the group"), std::string::npos) << all;
@@ -425,7 +427,10 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
 // rendezvous leaves the node out of the running round (--nnodes=1:2 allows
 // one node), the survivors drop the lost ranks after HealOptions::wait and
 // finish the run on their own, losing no committed step or sample.
-TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
+// Two hosts of 2 ranks train with `args`; host 1 is lost mid-run; host 0
+// leaves it out and finishes alone. `out`: host 0's output.
+void lose_a_whole_host(const std::function<std::vector<std::string>(const std::string&)>& args,
+                       std::string& out) {
   NetnsHosts hosts(2);
   const std::string dir = make_temp_dir();
   const auto launcher = hosts_launcher(hosts, "1:2", "heal-lost");
@@ -433,8 +438,8 @@ TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   env["DDP_HEAL_WAIT_S"] = "2";
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int h = 0; h < 2; ++h) {
-    nodes.push_back(std::make_unique<Subprocess>(
-        hosts.on(h, heal_argv(2, launcher, {}, train_args(dir, 4000))), env));
+    nodes.push_back(
+        std::make_unique<Subprocess>(hosts.on(h, heal_argv(2, launcher, {}, args(dir))), env));
   }
   // Both hosts train (rank 0 has logged its first steps), then host 1 is lost.
   ASSERT_TRUE(
@@ -455,6 +460,20 @@ TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
       << run.result.err;
   EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
+  out = run.result.out;
+}
+
+TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
+  std::string out;
+  lose_a_whole_host([](const std::string& dir) { return train_args(dir, 4000); }, out);
+}
+
+// Ranks 2 and 3 go together: their optimizer shards' replicas are on the
+// other host (ranks 0 and 1), which restores them and finishes alone.
+TEST_F(HealMultiHost, UnderShardOptimizerAWholeHostLostMidRunLosesNoOptimizerState) {
+  std::string out;
+  lose_a_whole_host([](const std::string& dir) { return sharded_args(dir, 4000); }, out);
+  EXPECT_NE(out.find("| optimizer shards restored first: "), std::string::npos) << out;
 }
 
 // A host lost mid-run, and a spare machine started in its stead (as a

@@ -172,9 +172,17 @@ TEST_P(ParamShardsWorlds, AllGatherHandsEveryOwnersElementsToEveryRankInSharedMe
 INSTANTIATE_TEST_SUITE_P(Worlds, ParamShardsWorlds, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-// Live recovery: with replicas each rank also keeps the next rank's slice,
-// in a buffer of its own even over shm.
-TEST(ParamShards, WithReplicasEachRankKeepsTheNextRanksSliceInABufferOfItsOwn) {
+// Live recovery: with replicas each rank also keeps the slice of the rank
+// half the world further on, in a buffer of its own even over shm.
+TEST(ShardLayout, AReplicaIsKeptHalfTheWorldFurtherOn) {
+  EXPECT_EQ(make_shard_layout({8}, {4}, 1).replica_shift(), 0);
+  EXPECT_EQ(make_shard_layout({8}, {4}, 2).replica_shift(), 1);
+  EXPECT_EQ(make_shard_layout({8}, {4}, 3).replica_shift(), 1);
+  // Two nodes of 4 ranks: each slice's replica is on the other node.
+  EXPECT_EQ(make_shard_layout({8}, {4}, 8).replica_shift(), 4);
+}
+
+TEST(ParamShards, WithReplicasEachRankKeepsAnotherRanksSliceInABufferOfItsOwn) {
   static std::atomic<int> runs{0};
   ProcessGroupOptions options;
   options.backend = "shm";
@@ -186,7 +194,8 @@ TEST(ParamShards, WithReplicasEachRankKeepsTheNextRanksSliceInABufferOfItsOwn) {
         ParamShards shards(pg, params, ShardOptions{.replicas = true});
         EXPECT_FALSE(shards.node_shared());
         for (std::size_t p = 0; p < params.size(); ++p) {
-          const ElementRange want = shards.layout().owned(p, (pg.rank() + 1) % 3);
+          const ElementRange want =
+              shards.layout().owned(p, (pg.rank() + shards.layout().replica_shift()) % 3);
           EXPECT_EQ(shards.replica(p).begin, want.begin) << "parameter " << p;
           EXPECT_EQ(shards.replica(p).end, want.end) << "parameter " << p;
         }
@@ -202,7 +211,7 @@ float true_value(std::size_t k, std::size_t p, std::size_t i) {
 }
 
 // Members restore a state cut for `old_world` ranks: member m held the
-// slices of old rank held_as[m] and the next one (its replica), with true
+// slices of old rank held_as[m] and the one it kept a replica of, with true
 // values there and garbage elsewhere; afterwards everyone holds the truth.
 void restore_and_check(ProcessGroup& pg, int old_world, const std::vector<int>& held_as) {
   const std::vector<std::size_t> counts = {37 * 29, 37, 0, 3000, 1};
@@ -214,7 +223,7 @@ void restore_and_check(ProcessGroup& pg, int old_world, const std::vector<int>& 
     for (std::size_t p = 0; p < counts.size(); ++p) {
       std::vector<float>& v =
           sets[k].emplace_back(counts[p], -1.0f - static_cast<float>(pg.rank()));
-      for (int slice : {was, (was + 1) % old_world}) {
+      for (int slice : {was, (was + old.replica_shift()) % old_world}) {
         if (was < 0) break;
         const ElementRange r = old.owned(p, slice);
         for (std::size_t i = r.begin; i < r.end; ++i) v[i] = true_value(k, p, i);
@@ -236,10 +245,11 @@ void restore_and_check(ProcessGroup& pg, int old_world, const std::vector<int>& 
 }
 
 TEST(ParamShards, RestoreTakesEachSliceFromItsOwnerOrTheKeeperOfItsReplica) {
-  // Old ranks 1 and 3 of 4 left; a relaunch holds nothing.
-  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {0, 2, -1}); });
-  // Old rank 0 left: its slice comes from old rank 3, the keeper of its replica.
-  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {3, -1, 1}); });
+  // Old ranks 2 and 3 of 4 left (old ranks 0 and 1 keep their replicas); a
+  // relaunch holds nothing.
+  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {0, 1, -1}); });
+  // Old ranks 0 and 3 left: their slices come from old ranks 2 and 1.
+  on_ranks(3, [](ProcessGroup& pg) { restore_and_check(pg, 4, {2, -1, 1}); });
   // One member holding everything (a layout of one slice).
   on_ranks(2, [](ProcessGroup& pg) { restore_and_check(pg, 1, {-1, 0}); });
   on_ranks(1, [](ProcessGroup& pg) { restore_and_check(pg, 1, {0}); });
@@ -249,14 +259,14 @@ TEST(ParamShards, RestoreThrowsAHealErrorNamingASliceNoMemberHolds) {
   on_ranks(2, [](ProcessGroup& pg) {
     const ShardLayout old = make_shard_layout({4000}, {4}, 4);
     std::vector<float> w(4000);
-    // Old ranks 1 and 2 left: old rank 2's slice and its replica are gone.
+    // Old ranks 1 and 3 left: old rank 1's slice and its replica are gone.
     try {
-      ParamShards::restore(pg, old, {0, 3}, {{w.data()}});
-      ADD_FAILURE() << "restore went on without old rank 2's slice";
+      ParamShards::restore(pg, old, {0, 2}, {{w.data()}});
+      ADD_FAILURE() << "restore went on without old rank 1's slice";
     } catch (const HealError& e) {
       EXPECT_NE(std::string(e.what()).find(
-                    "the sharded state of old rank 2 of 4 is held by no live member (it and old "
-                    "rank 1, which kept its replica, both left)"),
+                    "the sharded state of old rank 1 of 4 is held by no live member (it and old "
+                    "rank 3, which kept its replica, both left)"),
                 std::string::npos)
           << e.what();
     }

@@ -30,13 +30,14 @@
 // Pointers from data()/view() stay valid for the object's lifetime.
 //
 // Live recovery (ddp::Healer): with ShardOptions::replicas each rank also
-// updates the next rank's slice (replica(), ring order), so every slice of
+// updates another rank's slice (replica(); ShardLayout::replica_shift), so every slice of
 // the optimizer's state is on two ranks; after a reform, restore() hands
 // every member the whole state from the ranks still holding it, and the
 // trainer shards again over the new group.
 //
 // Thread-safety: none; call from the trainer's thread. Errors are ddp::Error.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,11 @@ struct ShardLayout {
 
   // The elements of parameter `param` inside rank `rank`'s slice.
   ElementRange owned(std::size_t param, int rank) const;
+  // With replicas (ShardOptions): rank r also keeps the slice of rank
+  // (r + replica_shift()) % world_size, half the world further on in ring
+  // order, so that with nodes of equal size a slice and its replica are on
+  // different nodes (on one node: any two ranks but r and r + world/2).
+  int replica_shift() const { return world_size < 2 ? 0 : std::max(1, world_size / 2); }
 };
 // counts[i] elements of element_sizes[i] bytes (each 1, 2, 4 or 8).
 // Throws ddp::Error when world_size < 1 or a size is not one of those.
@@ -68,7 +74,7 @@ ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
                               const std::vector<std::size_t>& element_sizes, int world_size);
 
 struct ShardOptions {
-  // Each rank also keeps and updates the next rank's slice (replica()), and
+  // Each rank also keeps and updates another rank's slice (replica()), and
   // the buffer is one per rank, never node-shared: a rank that dies cannot
   // leave a half-written slice in anyone else's memory.
   bool replicas = false;
@@ -90,8 +96,8 @@ class ParamShards {
   float* view(std::size_t index);
   // The elements of parameter `index` this rank updates.
   ElementRange owned(std::size_t index) const;
-  // With replicas: the elements of parameter `index` in the next rank's
-  // slice, which this rank updates too (empty without replicas, or alone).
+  // With replicas: the elements of parameter `index` in the slice this rank
+  // keeps a replica of and updates too (empty without replicas, or alone).
   ElementRange replica(std::size_t index) const;
   // The buffer is one copy shared by every rank of the node (shm, a group on
   // one node): then a rank must write only its owned() elements (the others
@@ -115,7 +121,7 @@ class ParamShards {
   // parameter i's elements, or null for none; k: the weights, an optimizer
   // state...) as the ranks of the layout `old` held them: old rank s's slice
   // from the member that was rank s, else from the one that kept its replica
-  // (old rank s-1, ring order). held_as[m]: member m's rank in `old` when it
+  // (old rank s - old.replica_shift(), ring order). held_as[m]: member m's rank in `old` when it
   // holds its slice and replica as they must be restored, -1 when it holds
   // nothing to give (a relaunch). Collective: every member passes the same
   // `old` and `held_as`. Throws HealError naming the old rank whose slice no

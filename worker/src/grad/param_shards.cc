@@ -108,7 +108,7 @@ ElementRange ParamShards::owned(std::size_t index) const {
 ElementRange ParamShards::replica(std::size_t index) const {
   check_index(index);
   if (!replicas_ || group_->size() == 1) return {};
-  return layout_.owned(index, (group_->rank() + 1) % group_->size());
+  return layout_.owned(index, (group_->rank() + layout_.replica_shift()) % group_->size());
 }
 
 void ParamShards::all_gather() {
@@ -198,7 +198,7 @@ std::uint64_t ParamShards::restore(ProcessGroup& group, const ShardLayout& old,
   std::vector<char> staging(old.slice_bytes * sets.size());
   std::uint64_t sent = 0;
   for (int slice = 0; slice < n; ++slice) {
-    const int keeper = (slice + n - 1) % n;  // the rank that kept its replica
+    const int keeper = (slice + n - old.replica_shift()) % n;  // the rank that kept its replica
     int from = member_that_was(slice);
     if (from < 0) from = member_that_was(keeper);
     if (from < 0) {
