@@ -16,7 +16,7 @@ order, for medians):
            /opt/ddprun-torch, where scripts/install-torch-env.sh puts it)
   torchft-clean  the same, no faults
   plain    ddprun --on_failure=restart, no faults (not in the default --runs:
-           with --train-args --shard_optimizer, what healing costs a sharded
+           with --train-args=--shard_optimizer, what healing costs a sharded
            optimizer without faults, beside clean)
 
 and reports goodput (samples in committed steps per second) of each, and
@@ -222,8 +222,8 @@ def main():
     ap.add_argument("--runs", default="heal,clean,restart,torchft,torchft-clean",
                     help="which runs, comma-separated")
     ap.add_argument("--train-args", default="",
-                    help="more flags for the reference trainer in ddprun's runs, e.g. "
-                    "'--shard_optimizer --optimizer adam'")
+                    help="more flags for the reference trainer in ddprun's runs, given as "
+                    "--train-args='--shard_optimizer --optimizer adam'")
     ap.add_argument("--log", help="a directory: each run's output goes to ROUND-NAME.log there")
     ap.add_argument("--torch-env", default=os.environ.get("DDP_TORCH_ENV", "/opt/ddprun-torch"),
                     help="the Python environment holding torch and torchft, for the peer run")

@@ -28,6 +28,9 @@ const std::map<std::string, double RdzvConf::*>& second_keys() {
   return keys;
 }
 
+// The smallest max_key_bytes accepted.
+constexpr long long kMinKeyBytes = 256;
+
 const std::map<std::string, long long RdzvConf::*>& size_keys() {
   static const std::map<std::string, long long RdzvConf::*> keys = {
       {"max_key_bytes", &RdzvConf::max_key_bytes},
@@ -111,6 +114,13 @@ void ConfParser::number(const std::string& key, const std::string& value) {
     if (!(number >= 1) || number > 1024.0 * 1024 * 1024 ||
         number != static_cast<long long>(number)) {
       throw Error("--rdzv_conf: " + key + "=" + value + " must be a whole number in [1, 2^30]");
+    }
+    if (key == "max_key_bytes" && number < kMinKeyBytes) {
+      // Else the job would fail at its first long key, far from this flag.
+      throw Error("--rdzv_conf: max_key_bytes=" + value + " is below " +
+                  std::to_string(kMinKeyBytes) +
+                  ": ddprun's, libddp's and torch's own store keys need up to about 100 bytes "
+                  "plus the run id (--rdzv_id)");
     }
     conf_.*(sz->second) = static_cast<long long>(number);
   } else {

@@ -423,12 +423,12 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
       << run.result.err;
 }
 
-// A whole host lost mid-run (its agent and workers SIGKILLed): the
-// rendezvous leaves the node out of the running round (--nnodes=1:2 allows
-// one node), the survivors drop the lost ranks after HealOptions::wait and
-// finish the run on their own, losing no committed step or sample.
-// Two hosts of 2 ranks train with `args`; host 1 is lost mid-run; host 0
-// leaves it out and finishes alone. `out`: host 0's output.
+// A whole host lost mid-run (its agent and workers SIGKILLed): two hosts of
+// 2 ranks train with `args` and host 1 is lost; the rendezvous (on host 0)
+// leaves the node out of the running round (--nnodes=1:2 allows one node),
+// the survivors drop the lost ranks after HealOptions::wait and finish the
+// run on their own, losing no committed step or sample. `out`: host 0's
+// output.
 void lose_a_whole_host(const std::function<std::vector<std::string>(const std::string&)>& args,
                        std::string& out) {
   NetnsHosts hosts(2);
@@ -474,6 +474,59 @@ TEST_F(HealMultiHost, UnderShardOptimizerAWholeHostLostMidRunLosesNoOptimizerSta
   std::string out;
   lose_a_whole_host([](const std::string& dir) { return sharded_args(dir, 4000); }, out);
   EXPECT_NE(out.find("| optimizer shards restored first: "), std::string::npos) << out;
+}
+
+// With the rendezvous on a machine that does not train (`ddprun rendezvous
+// --on_failure=heal`, as torchrun users keep etcd apart), any training host
+// may be lost, the one running rank 0 included: the other host's ranks
+// become ranks 0 and 1 of the next epoch and finish the run.
+TEST_F(HealMultiHost, WithTheRendezvousApartTheHostOfRankZeroMayBeLost) {
+  NetnsHosts hosts(3);
+  const std::string dir = make_temp_dir();
+  std::map<std::string, std::string> env = kEnv;
+  env["DDP_HEAL_WAIT_S"] = "2";
+  const std::string conf = "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20";
+  Subprocess server(
+      hosts.on(2, {kDdprun, "rendezvous", "--port=29400", "--host=" + hosts.address(2),
+                   "--run_id=heal-apart", "--nnodes=1:2", "--on_failure=heal", conf}),
+      env);
+  ASSERT_TRUE(
+      wait_until([&] { return server.read_out().find("listening on") != std::string::npos; }, 10s))
+      << server.read_out() << server.read_err();
+  const std::vector<std::string> launcher = {"--nnodes=1:2", "--rdzv_backend=c10d",
+                                             "--rdzv_endpoint=" + hosts.address(2) + ":29400",
+                                             "--rdzv_id=heal-apart", conf};
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        hosts.on(h, heal_argv(2, launcher, {}, train_args(dir, 4000))), env));
+  }
+  // The rendezvous hands out node ranks as hosts arrive: lose the one that
+  // runs rank 0, once it has logged its first steps.
+  int lost = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int h = 0; h < 2; ++h) {
+          if (nodes[h]->read_out().find("[rank 0] step ") != std::string::npos) lost = h;
+        }
+        return lost >= 0;
+      },
+      60s))
+      << nodes[0]->read_out() << nodes[1]->read_out();
+  hosts.kill_everything_on(lost);
+  ASSERT_TRUE(nodes[lost]->wait(10s).exited);
+
+  HealRun run{nodes[1 - lost]->wait(120s), dir};
+  expect_healed(run, 2, 4000);
+  EXPECT_TRUE(dropped(run.result.out, 0) && dropped(run.result.out, 1)) << run.result.out;
+  EXPECT_EQ(run.result.err.find("restarting the worker group"), std::string::npos)
+      << run.result.err;
+  const ProcessResult served = server.wait(30s);
+  EXPECT_TRUE(served.exited);
+  EXPECT_EQ(served.code, 0) << served.out << served.err;
+  EXPECT_NE(served.err.find("left out of round 1 (--on_failure=heal); 1 node(s) go on"),
+            std::string::npos)
+      << served.out << served.err;
 }
 
 // A host lost mid-run, and a spare machine started in its stead (as a

@@ -212,6 +212,9 @@ TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   };
   EXPECT_NE(error("is_host=maybe").find("is_host=maybe is not a boolean"), std::string::npos);
   EXPECT_NE(error("keep_alive_max_attempt=0").find("keep_alive_max_attempt=0"), std::string::npos);
+  // A key limit below what ddprun's own keys need is refused up front.
+  EXPECT_NE(error("max_key_bytes=64").find("max_key_bytes=64 is below 256"), std::string::npos);
+  EXPECT_EQ(parse_rdzv_conf("max_key_bytes=256").max_key_bytes, 256);
   // Both given: heartbeat_timeout wins, and the other is named in a notice (torchrun accepts the
   // pair).
   std::vector<std::string> notices;
