@@ -283,16 +283,21 @@ TEST(HealTrain, AHungRankIsKilledByTheHangTimeoutAndHealed) {
   EXPECT_TRUE(dropped(run.result.out, 2)) << run.result.out;
 }
 
+// `args` with a checkpoint every 50 steps in DIR/ckpt, resumed from on a restart.
+std::vector<std::string> with_checkpoints(const std::string& dir, std::vector<std::string> args) {
+  for (const char* a : {"--checkpoint_every", "50", "--resume", "auto"}) args.push_back(a);
+  args.push_back("--checkpoint");
+  args.push_back(dir + "/ckpt");
+  return args;
+}
+
 TEST(HealTrain, AHealThatCannotFinishRestartsTheGroupFromTheCheckpoint) {
   // Rank 1 dies after step 120; rank 0, the only holder of the state, dies
   // while it rebuilds the group. Their relaunches hold nothing: they give up
   // the heal, ddprun restarts the group, and it resumes from the checkpoint
   // of step 100.
   const std::string dir = make_temp_dir();
-  std::vector<std::string> args = train_args(dir, 400);
-  for (const char* a : {"--checkpoint_every", "50", "--resume", "auto"}) args.push_back(a);
-  args.push_back("--checkpoint");
-  args.push_back(dir + "/ckpt");
+  const std::vector<std::string> args = with_checkpoints(dir, train_args(dir, 400));
   Subprocess p(heal_argv(2, {}, {"--kill", "1@120", "--die_in_heal", "0"}, args), kEnv);
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 2, 400);
@@ -361,10 +366,7 @@ TEST(HealTrain, UnderShardOptimizerLosingAShardAndItsReplicaRestartsFromTheCheck
   // replica (on rank 3) are both gone. The heal cannot finish; ddprun
   // restarts the group, which resumes from the checkpoint of step 100.
   const std::string dir = make_temp_dir();
-  std::vector<std::string> args = sharded_args(dir, 400);
-  for (const char* a : {"--checkpoint_every", "50", "--resume", "auto"}) args.push_back(a);
-  args.push_back("--checkpoint");
-  args.push_back(dir + "/ckpt");
+  const std::vector<std::string> args = with_checkpoints(dir, sharded_args(dir, 400));
   Subprocess p(heal_argv(4, {}, {"--kill", "1@120", "--kill", "3@120"}, args), kEnv);
   HealRun run{p.wait(120s), dir};
   expect_healed(run, 4, 400);
