@@ -122,6 +122,31 @@ TEST_P(GroupRebuild, ShrinksOnAbortAndGrowsBackInTheSameProcess) {
   expect_sum_of_members(grown, e2);
 }
 
+// A member of the set that never connects (it died after it arrived): with
+// a connect_timeout the others' creation fails within it, not after the
+// collective timeout (20 s here).
+TEST_P(GroupRebuild, AMemberThatNeverConnectsFailsTheCreationWithinTheConnectTimeout) {
+  const auto store = make_memory_store();
+  const MemberSet set = set_of(3, {0, 1, 2});
+  ProcessGroupOptions options = options_for(GetParam());
+  options.run_id += "-lost";
+  options.connect_timeout = 500ms;
+  const auto start = Clock::now();
+  std::vector<std::future<std::string>> outcomes;
+  for (int id : {0, 1}) {
+    outcomes.push_back(std::async(std::launch::async, [&, id] {
+      try {
+        ProcessGroup::create(set, id, store, options);
+        return std::string("<made>");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    }));
+  }
+  for (auto& outcome : outcomes) EXPECT_NE(outcome.get(), "<made>");
+  EXPECT_LT(Clock::now() - start, 10s);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GroupRebuild, ::testing::Values("shm", "gloo"),
                          [](const auto& info) { return info.param; });
 

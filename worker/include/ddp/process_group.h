@@ -35,6 +35,11 @@ namespace ddp {
 struct ProcessGroupOptions {
   std::string backend = "gloo";                                 // shm | gloo | nccl | local
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
+  // How long creating the group waits for peers on other machines to
+  // connect (Gloo); 0: `timeout`. Shorter for a group rebuilt over members
+  // that had all arrived (ddp::Healer): one that dies meanwhile fails the
+  // creation soon instead of after `timeout`.
+  std::chrono::milliseconds connect_timeout{0};
   bool debug_checks = false;       // compare every collective's signature across ranks first
   int device = 0;                  // CUDA device for nccl
   std::string host = "127.0.0.1";  // this rank's address for peer traffic (gloo)

@@ -171,6 +171,14 @@ struct Healer::Impl {
   std::string key(std::uint64_t n, const std::string& rest) const {
     return "e" + std::to_string(n) + "/" + rest;
   }
+  // For groups over members that have all arrived (each reform's, and the
+  // state transfer's): one on another machine that dies while they connect
+  // fails the creation within this, not within the collective timeout.
+  ProcessGroupOptions rebuilt() const {
+    ProcessGroupOptions o = options;
+    o.connect_timeout = std::max<std::chrono::milliseconds>(2 * heal.wait, std::chrono::seconds(5));
+    return o;
+  }
   void read_new_tickets();
   std::map<int, Arrival> arrivals(std::uint64_t n, const std::vector<Arrival>& previous);
   std::optional<std::vector<Arrival>> form(std::uint64_t n, const std::vector<Arrival>& previous,
@@ -414,7 +422,7 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
     }
     try {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
-                                    s.options);
+                                    s.rebuilt());
       change_ = detail::epoch_change(before, s.current);
       s.skip = s.last_skip = 0;  // the new group's first boundary asks
       s.boundaries = 0;
@@ -454,7 +462,8 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
   const bool spans_nodes =
       std::any_of(members.members.begin(), members.members.end(),
                   [&](const Member& m) { return m.node != members.members.front().node; });
-  const StateTransfer transfer{*group_, id_, impl_->options, impl_->group_store, all, *most};
+  const ProcessGroupOptions carriers = impl_->rebuilt();
+  const StateTransfer transfer{*group_, id_, carriers, impl_->group_store, all, *most};
   const std::size_t stripes =
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(

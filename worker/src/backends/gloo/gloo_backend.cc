@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,8 @@ class GlooBackend final : public Backend {
  public:
   explicit GlooBackend(const BackendConfig& config)
       : rank_(config.rank), size_(config.size), timeout_(config.timeout) {
+    const std::chrono::milliseconds connect =
+        config.connect_timeout.count() > 0 ? std::min(config.connect_timeout, timeout_) : timeout_;
     gloo::transport::tcp::attr attr;
     // Peers learn this address through the store. DDP_GLOO_IFACE picks an interface instead.
     const char* iface = std::getenv("DDP_GLOO_IFACE");
@@ -110,9 +113,10 @@ class GlooBackend final : public Backend {
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-      context->setTimeout(timeout_);
-      GlooStoreAdapter store(config.store, timeout_);
+      context->setTimeout(connect);
+      GlooStoreAdapter store(config.store, connect);
       context->connectFullMesh(store, device);
+      context->setTimeout(timeout_);
       context_ = context;
       for (const auto& socket : tcp_sockets()) {
         if (!before.count(socket)) sockets_.push_back(socket.first);
@@ -120,7 +124,7 @@ class GlooBackend final : public Backend {
       // connectFullMesh can return on one rank while a peer is still finishing
       // its handshakes; the group exists once every rank is through, so a rank
       // that leaves right after creation cannot break a peer's creation.
-      barrier();
+      barrier(connect);
     } catch (const std::exception& e) {
       // Peers publish their addresses under their rank: a missing key names a missing rank.
       throw Error("gloo: creating the process group of " + std::to_string(size_) + " ranks: rank " +
@@ -258,14 +262,16 @@ class GlooBackend final : public Backend {
     for (int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
   }
 
-  void barrier() override {
+  void barrier() override { barrier(timeout_); }
+
+ private:
+  void barrier(std::chrono::milliseconds timeout) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(next_tag());
-    opts.setTimeout(timeout_);
+    opts.setTimeout(timeout);
     gloo::barrier(opts);
   }
 
- private:
   uint32_t next_tag() { return tag_++; }
 
   int rank_, size_;

@@ -3,6 +3,8 @@
 
 #include "backends/shm/shm_backend.h"
 
+#include <algorithm>
+
 namespace ddp::shm_backend {
 
 ShmBackend::ShmBackend(const BackendConfig& config)
@@ -11,6 +13,8 @@ ShmBackend::ShmBackend(const BackendConfig& config)
       local_size_(config.local_size),
       first_rank_(config.rank - config.local_rank),
       timeout_(config.timeout),
+      connect_(config.connect_timeout.count() > 0 ? std::min(config.connect_timeout, config.timeout)
+                                                  : config.timeout),
       forced_(forced_from(config.shm_algorithm)),
       budget_ms_(budget_from_env()) {
   if (!config.store) throw Error("process group: the shm backend needs a store");
@@ -148,7 +152,7 @@ void ShmBackend::begin(const Descriptor& mine) {
 
 std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& key,
                                                            Clock::time_point deadline) {
-  std::string published = config_.store->get(key, timeout_);
+  std::string published = config_.store->get(key, connect_);
   if (!published.empty() && published[0] == '!') creation_failed(published);
   const auto space = published.rfind(' ');
   if (space == std::string::npos || space == 0) {
@@ -174,7 +178,7 @@ std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& ke
                   ") did not make segment " + name + " within the timeout");
     }
     if (Clock::now() >= next_look) {  // a creation that failed replaces the announcement
-      published = config_.store->get(key, timeout_);
+      published = config_.store->get(key, connect_);
       if (!published.empty() && published[0] == '!') creation_failed(published);
       next_look = Clock::now() + std::chrono::milliseconds(100);
     }
@@ -184,7 +188,7 @@ std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& ke
 
 void ShmBackend::open_segment() {
   const std::string key = "shm/node" + std::to_string(config_.node);
-  const auto deadline = Clock::now() + timeout_;
+  const auto deadline = Clock::now() + connect_;
   state_ = std::make_shared<SharedState>();
   const std::string tune_key = "shm/tune/node" + std::to_string(config_.node);
   std::string tune_text;  // local rank 0's tune file, for every local rank
@@ -220,7 +224,7 @@ void ShmBackend::open_segment() {
     state_->segment->wait_attached_and_unlink(deadline);
   } else {
     state_->segment = attach_published(key, deadline);
-    tune_text = config_.store->get(tune_key, timeout_);
+    tune_text = config_.store->get(tune_key, connect_);
     state_->segment->mark_attached();
     // Peers' pids are known once all attached (they are watched for death).
     state_->segment->wait_attached_and_unlink(deadline);
@@ -245,7 +249,7 @@ bool ShmBackend::same_local_size_on_every_node() {
   if (me_ == 0)
     config_.store->set(prefix + std::to_string(config_.node), std::to_string(local_size_));
   for (int n = 0; n < config_.nodes; ++n) {
-    if (config_.store->get(prefix + std::to_string(n), timeout_) != std::to_string(local_size_))
+    if (config_.store->get(prefix + std::to_string(n), connect_) != std::to_string(local_size_))
       return false;
   }
   return true;
@@ -255,6 +259,7 @@ Backend& ShmBackend::fallback() {
   if (!fallback_) {
     BackendConfig all = config_;
     all.store = make_prefix_store(config_.store, "gloo");
+    all.connect_timeout = {};  // made mid-run, at a collective: its peers may lag as much
     fallback_ = make_gloo_backend(all);
   }
   return *fallback_;

@@ -412,7 +412,8 @@ class ShmBackend final : public Backend {
   BackendConfig config_;
   int me_, local_size_, first_rank_;
   std::chrono::milliseconds timeout_;
-  shm::Forced forced_;  // DDP_SHM_ALGO
+  std::chrono::milliseconds connect_;  // creation's waits for peers (connect_timeout)
+  shm::Forced forced_;                 // DDP_SHM_ALGO
   std::string
       tune_path_;  // DDP_SHM_TUNE_FILE: local rank 0 reads it for every rank and saves new choices
   std::vector<shm::TuneEntry>
