@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ddp/common/error.h"
+#include "engine.h"
 
 namespace train {
 namespace {
@@ -49,18 +50,18 @@ void HealingShards::shard(ddp::ProcessGroup& group) {
 // its replica) of the weights and of each optimizer state buffer.
 template <typename Fn>
 void HealingShards::for_each_kept(Fn&& fn) {
-  std::vector<std::vector<float*>> sets(1);
-  for (std::size_t p = 0; p < model_.num_tensors(); ++p) sets[0].push_back(model_.data(p));
-  for (const auto& group : opt_.param_shaped_state()) {
-    sets.emplace_back();
-    for (void* b : group) sets.back().push_back(static_cast<float*>(b));
-  }
-  for (const auto& set : sets) {
+  for (const auto& set : buffer_sets()) {
     for (std::size_t p = 0; p < set.size(); ++p) {
-      fn(set[p], shards_->owned(p));
-      fn(set[p], shards_->replica(p));
+      fn(static_cast<float*>(set[p]), shards_->owned(p));
+      fn(static_cast<float*>(set[p]), shards_->replica(p));
     }
   }
+}
+
+std::vector<std::vector<void*>> HealingShards::buffer_sets() {
+  std::vector<std::vector<void*>> sets{param_pointers(model_)};
+  for (const auto& state : opt_.param_shaped_state()) sets.push_back(state);
+  return sets;
 }
 
 void HealingShards::back_up() {
@@ -133,17 +134,11 @@ std::uint64_t HealingShards::restore(ddp::ProcessGroup& group, std::int64_t comm
       held_as[m] = all[m].rank;
     }
   }
-  std::vector<std::vector<void*>> sets(1);
-  std::vector<std::size_t> counts;
-  for (std::size_t p = 0; p < model_.num_tensors(); ++p) {
-    sets[0].push_back(model_.data(p));
-    counts.push_back(model_.count(p));
-  }
-  for (const auto& state : opt_.param_shaped_state()) sets.push_back(state);
+  const std::vector<std::size_t> counts = param_counts(model_);
   const ddp::ShardLayout old =
       ddp::make_shard_layout(counts, std::vector<std::size_t>(counts.size(), sizeof(float)),
                              whole_member >= 0 ? 1 : world);
-  const std::uint64_t sent = ddp::ParamShards::restore(group, old, held_as, sets);
+  const std::uint64_t sent = ddp::ParamShards::restore(group, old, held_as, buffer_sets());
   whole_ = true;
   updated_ = false;
   return sent;

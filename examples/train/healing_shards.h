@@ -46,6 +46,8 @@ class HealingShards {
   bool whole() const { return whole_; }
 
  private:
+  // The weights, then each optimizer state buffer, by parameter.
+  std::vector<std::vector<void*>> buffer_sets();
   template <typename Fn>
   void for_each_kept(Fn&& fn);
   void back_up();
