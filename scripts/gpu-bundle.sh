@@ -9,7 +9,8 @@
 #   DIR/bin/      ddprun, libddprun_rpc.so (beside ddprun, where it looks for it),
 #                 train, allreduce_bench, gradsync_bench, nccl_tests,
 #                 grad_sync_tests, train_integration_tests (and train_fault_worker,
-#                 which its restart tests run), host-python
+#                 which its restart tests run), heal_train_tests (and
+#                 heal_fault_worker), host-python
 #   DIR/lib/      libddp.so and the libraries they load (gRPC, protobuf, Gloo,
 #                 spdlog, fmt, OpenBLAS, abseil, c-ares, re2, OpenSSL, libcudart, ...)
 #   DIR/py/       the PyTorch / Lightning checks (tests/gpu/*.py)
@@ -89,7 +90,7 @@ built_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt"
 BIN_FILES=(launcher/ddprun launcher/libddprun_rpc.so examples/train
            bench/allreduce_bench bench/gradsync_bench
            tests/nccl_tests tests/grad_sync_tests tests/train_integration_tests
-           tests/train_fault_worker)
+           tests/train_fault_worker tests/heal_train_tests tests/heal_fault_worker)
 LIB_FILES=(worker/libddp.so)
 for f in "${BIN_FILES[@]}" "${LIB_FILES[@]}"; do
   [ -f "$BUILD_DIR/$f" ] || die "$BUILD_DIR/$f is missing: the build did not produce it (is OpenBLAS/GTest/CUDA there?)"

@@ -14,7 +14,8 @@
 # holds the summary lines.
 #
 # Checks: the bundle's libraries resolve; ddprun + train on the CPU; the GPU
-# tests of nccl_tests, grad_sync_tests and train_integration_tests (a GPU test
+# tests of nccl_tests, grad_sync_tests, train_integration_tests and
+# heal_train_tests (live recovery on the GPU engine) (a GPU test
 # that skips while enough GPUs are visible is a FAIL; those needing more GPUs
 # than visible are SKIP); PyTorch DDP with NCCL under ddprun and under
 # torchrun (final loss and launch-to-first-all-reduce time); the same with
@@ -228,6 +229,7 @@ GPU_TESTS=(
   "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1 Nccl.AWorldOfOneNamingNcclGetsANcclGroup=1 Nccl.CommunicatorsMadeOneAfterAnotherInOneProcessEachWork=1"
   "grad_sync_tests GradSyncDevice.CompressionIsRefusedForDeviceBuckets=1 GradSyncDevice.NcclAveragesDeviceBucketsInPlace=2"
   "train_integration_tests TrainGpu.OneGpuFollowsTheCpuLossCurve=1 TrainGpu.CheckpointsMoveBetweenCpuAndGpu=1 TrainGpu.LossDecreasesOnTwoGpus=2 TrainGpu.TwoGpusFollowTheOneGpuLossCurve=2"
+  "heal_train_tests HealGpu.RanksKilledBetweenStepsAndMidStepAreReplacedOverNccl=1"
 )
 for entry in "${GPU_TESTS[@]}"; do
   read -r binary tests <<<"$entry"

@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 
 #include "checkpoint.h"
+#include "ddp/ddp.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
 #include "elastic_plan.h"
@@ -91,7 +92,7 @@ class HealingTrainer {
         // the reform that drops its predecessor. A relaunched rank's values
         // come from a live peer, so it draws none.
         starting_(ddp::Healer::start(init_options(backend))),
-        engine_(make_engine(c, dims, hooks)),
+        engine_(make_engine(c, dims, backend, hooks)),
         healer_(starting_.get()),
         log_(c.sample_log, healer_->id()) {
     committed_ = healer_->joined_late() ? -1 : 0;
@@ -102,8 +103,10 @@ class HealingTrainer {
 
  private:
   static std::unique_ptr<Engine> make_engine(const Config& c, const std::vector<int>& dims,
-                                             const Hooks& hooks) {
+                                             const std::string& backend, const Hooks& hooks) {
     if (hooks.before_model) hooks.before_model();
+    // On the GPU the relaunch draws weights too (a kernel, cheap), then receives them.
+    if (backend == "nccl") return make_gpu_engine(c, dims, ddp::local_rank());
     return make_cpu_engine(c, dims, !ddp::Healer::relaunched());
   }
   static ddp::InitOptions init_options(const std::string& backend) {
@@ -252,6 +255,9 @@ void HealingTrainer::reform() {
 
 int HealingTrainer::run() {
   if (!healer_->group()) return 0;  // the job finished before this rank was admitted
+  ddp::log::info("train: live recovery (--on_failure=heal): {} rank(s) ({}), MLP {} | math on {}",
+                 healer_->group()->size(), healer_->group()->backend_name(), model_,
+                 engine_->description());
   bool settled = false;
   for (;;) {
     try {
@@ -376,11 +382,6 @@ int HealingTrainer::give_up(const ddp::HealError& e) {
 }
 
 }  // namespace
-
-std::string heal_unsupported(const std::string& backend) {
-  if (backend == "nccl") return "the GPU engine (--backend nccl) cannot heal in process yet";
-  return "";
-}
 
 int run_healing(const Config& c, const Data& data, const std::vector<int>& dims,
                 const std::string& backend, const Hooks& hooks) {

@@ -16,10 +16,6 @@
 
 namespace train {
 
-// "" when this run can heal in process with `backend`; else why not (the
-// trainer then never opts in, so ddprun restarts the group instead).
-std::string heal_unsupported(const std::string& backend);
-
 // Trains under live recovery; returns the exit code (0, or 1 after an error
 // it logged). `dims`: the MLP's layer widths.
 int run_healing(const Config& config, const Data& data, const std::vector<int>& dims,

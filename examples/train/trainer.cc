@@ -381,11 +381,7 @@ void RestartTrainer::summarize(Clock::time_point t_end) {
 
 int run(const Config& c, const Hooks& hooks) {
   Prepared p = prepare(c);
-  if (ddp::Healer::requested()) {
-    const std::string why = heal_unsupported(p.backend);
-    if (why.empty()) return run_healing(c, p.data, p.dims, p.backend, hooks);
-    ddp::log::info("--on_failure=heal: {}: a failure restarts every rank instead", why);
-  }
+  if (ddp::Healer::requested()) return run_healing(c, p.data, p.dims, p.backend, hooks);
   RestartTrainer trainer(c, p);
   return trainer.run(hooks.after_step);
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "subprocess.h"
+#include "train_gpu_probe.h"
 
 namespace ddp::testing {
 namespace {
@@ -500,57 +501,9 @@ TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
 
 // ---------------------------------------------------------------- the GPU path
 
-// What the GPU tests can do here, asked of train itself (this test binary
-// does not link CUDA): one short --backend nccl run as a world of one.
-struct GpuProbe {
-  bool built = false;  // train has its GPU path (CUDA, cuBLAS and NCCL at build time)
-  int gpus = 0;        // CUDA devices train sees
-  std::string reason;  // why GPU runs cannot happen here ("" when they can)
-  ProcessResult run;
-};
+const GpuProbe& gpu_probe() { return train_gpu_probe(kTrain); }
 
-const GpuProbe& gpu_probe() {
-  static const GpuProbe probe = [] {
-    GpuProbe p;
-    p.run = run_process({kTrain, "--backend", "nccl", "--hidden", "16", "--layers", "1", "--steps",
-                         "3", "--log_every", "1"},
-                        {{"DDP_BACKEND", "\x01"}}, 120s);
-    const std::string& err = p.run.err;
-    const bool flag_error = p.run.exited && p.run.code == 2;
-    if (flag_error && err.find("has no GPU path") != std::string::npos) {
-      p.reason = "train was built without its GPU path (CUDA Toolkit, cuBLAS or NCCL not found)";
-      return p;
-    }
-    p.built = true;
-    if (flag_error && err.find("no CUDA device is visible") != std::string::npos) {
-      p.reason = "no GPU visible: " + err.substr(0, err.find('\n'));
-      return p;
-    }
-    // The set-up line: "... | math on cuda:0 (NAME), cuBLAS; N CUDA device(s) visible".
-    const auto at = p.run.out.find(" CUDA device(s) visible");
-    if (p.run.exited && p.run.code == 0 && at != std::string::npos) {
-      const auto start = p.run.out.rfind(' ', at - 1) + 1;
-      p.gpus = std::stoi(p.run.out.substr(start, at - start));
-      return p;
-    }
-    p.reason = "the probe run of train --backend nccl failed";
-    return p;
-  }();
-  return probe;
-}
-
-// Skips the test unless `n` GPUs are visible, printing why.
-#define REQUIRE_GPUS(n)                                                               \
-  do {                                                                                \
-    const GpuProbe& probe = gpu_probe();                                              \
-    ASSERT_TRUE(probe.reason != "the probe run of train --backend nccl failed")       \
-        << probe.run.out << probe.run.err;                                            \
-    if (probe.gpus < (n)) {                                                           \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s): "                                  \
-                   << (probe.reason.empty() ? std::to_string(probe.gpus) + " visible" \
-                                            : probe.reason);                          \
-    }                                                                                 \
-  } while (0)
+#define REQUIRE_GPUS(n) REQUIRE_TRAIN_GPUS(kTrain, n)
 
 const std::vector<std::string> kGpu = {"--backend", "nccl"};
 

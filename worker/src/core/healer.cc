@@ -89,7 +89,7 @@ MemberSet behind_and(const MemberSet& members, const std::vector<std::int64_t>& 
 }
 
 // How sync_state() moves the state: the group it runs on, the options and
-// store its transfer groups are made with.
+// store its transfer groups are made with (none: the group's own broadcasts).
 struct StateTransfer {
   ProcessGroup& group;
   int self_id;
@@ -463,12 +463,16 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
       std::any_of(members.members.begin(), members.members.end(),
                   [&](const Member& m) { return m.node != members.members.front().node; });
   const ProcessGroupOptions carriers = impl_->rebuilt();
-  const StateTransfer transfer{*group_, id_, carriers, impl_->group_store, all, *most};
+  // A NCCL communicator takes about half a second to form, more than the
+  // state of most models takes to cross: the group's own broadcast carries it.
+  const bool own_groups = impl_->options.backend != "nccl";
+  const std::shared_ptr<Store> transfer_store = own_groups ? impl_->group_store : nullptr;
+  const StateTransfer transfer{*group_, id_, carriers, transfer_store, all, *most};
   const std::size_t stripes =
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(
                     1, report.bytes / std::max<std::uint64_t>(1, impl_->heal.stripe_bytes))});
-  if (stripes > 1 && spans_nodes && impl_->group_store) {
+  if (stripes > 1 && spans_nodes && own_groups && impl_->group_store) {
     holders.resize(stripes);
     report.donors = holders;
     transfer.striped(holders, state);

@@ -3,11 +3,13 @@
 // device memory, so every ProcessGroup call works with either kind.
 // Compiled whenever CUDA and NCCL are found (DDP_HAVE_NCCL). Every NCCL call
 // is checked and reported with NCCL's error string; a collective that does not
-// finish within the group's timeout, or an asynchronous NCCL error, aborts the
-// communicator instead of hanging.
+// finish within the group's timeout, an asynchronous NCCL error, a peer on this
+// machine whose process exited (NCCL between GPUs of one machine never notices
+// one), or ProcessGroup::abort() aborts the communicator instead of hanging.
 
 #include "backends/nccl/nccl_id.h"
 #include "core/backend.h"
+#include "core/peer_watch.h"
 #include "ddp/common/error.h"
 #include "device/device_memory.h"
 
@@ -16,8 +18,12 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 #endif
@@ -87,10 +93,37 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   throw Error("nccl: unknown op");
 }
 
+// Aborting a communicator takes about half a second (NCCL stops its proxy
+// thread and closes its connections). A failed one is aborted in the
+// background, so that a rank rebuilding its group after a failure forms the
+// next one meanwhile; the process waits for every abort before it exits.
+class Reaper {
+ public:
+  static Reaper& get() {
+    static Reaper reaper;
+    return reaper;
+  }
+  void abort(ncclComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(aborts_, [](std::future<void>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    aborts_.push_back(std::async(std::launch::async, [comm] { ncclCommAbort(comm); }));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::future<void> > aborts_;  // each future's destructor waits for its abort
+};
+
 class NcclBackend final : public Backend {
  public:
   explicit NcclBackend(const BackendConfig& config)
-      : rank_(config.rank), size_(config.size), timeout_(config.timeout), device_(config.device) {
+      : rank_(config.rank),
+        size_(config.size),
+        timeout_(config.timeout),
+        device_(config.device),
+        peers_(config.store, config.rank, config.size) {
     int devices = 0;
     if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -117,11 +150,12 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
+    if (abort_requested_) fail();
     if (comm_ != nullptr) {
       // A non-blocking communicator finalizes asynchronously, and NCCL
       // refuses to destroy one before that completes (leaving it alive, and
       // the next communicator of the process broken): wait, bounded.
-      ncclResult_t state = aborted_ ? ncclInternalError : ncclCommFinalize(comm_);
+      ncclResult_t state = ncclCommFinalize(comm_);
       const auto deadline = std::chrono::steady_clock::now() +
                             std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
       while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
@@ -131,7 +165,7 @@ class NcclBackend final : public Backend {
       if (state == ncclSuccess) {
         ncclCommDestroy(comm_);
       } else {
-        ncclCommAbort(comm_);
+        Reaper::get().abort(comm_);
       }
     }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -273,15 +307,24 @@ class NcclBackend final : public Backend {
     synchronize("barrier");
   }
   std::shared_ptr<void> allocate(std::size_t bytes) override {
-    use_device();
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     return device::allocate(bytes, device_);
   }
+  // From any thread: the collective in flight (or the next) aborts the
+  // communicator and fails; the destructor aborts it if none runs.
+  void abort() override { abort_requested_ = true; }
 
  private:
   // Collectives run on the caller's thread or the group's, which start on
   // device 0: make this rank's device current first (staging memory and
-  // stream work must land on it).
-  void use_device() const { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
+  // stream work must land on it). A failed communicator takes no more calls.
+  void use_device() {
+    if (abort_requested_) fail();
+    if (failed_) {
+      throw PeerExitedError("nccl: this rank's communicator was aborted after a failure");
+    }
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  }
 
   // A buffer as NCCL needs it: device memory as is; host memory copied into a
   // device buffer (when `copy_in`) and, after the collective, back (copy_back).
@@ -315,9 +358,12 @@ class NcclBackend final : public Backend {
     std::shared_ptr<void> device_;
   };
 
-  // Polls the stream and NCCL's async error until done; aborts on error or timeout.
+  // Polls the stream and NCCL's async error until done; aborts on error,
+  // timeout, abort() or a peer on this machine that exited (asked every 10 ms).
   void synchronize(const char* what) {
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    auto next_look = start + std::chrono::milliseconds(10);
     for (;;) {
       // A non-blocking communicator may still be enqueueing the call
       // (ncclInProgress) while the stream looks idle: done needs both.
@@ -327,12 +373,26 @@ class NcclBackend final : public Backend {
       if (e == cudaSuccess && async == ncclSuccess) return;
       if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, what);
       if (async != ncclSuccess && async != ncclInProgress) {
-        abort();
+        fail();
         throw Error(std::string("nccl: ") + what +
                     ": asynchronous error: " + ncclGetErrorString(async));
       }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        abort();
+      if (abort_requested_) {
+        fail();
+        throw PeerExitedError(std::string("nccl: ") + what +
+                              ": this rank left the group (aborted); the communicator was aborted");
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_look) {
+        next_look = now + std::chrono::milliseconds(10);
+        if (auto gone = peers_.first_exited()) {
+          fail();
+          throw PeerExitedError(std::string("nccl: ") + what + ": " + *gone +
+                                "; the communicator was aborted");
+        }
+      }
+      if (now >= deadline) {
+        fail();
         throw Error(std::string("nccl: ") + what + " timed out after " +
                     std::to_string(timeout_.count()) + " ms; the communicator was aborted");
       }
@@ -346,23 +406,22 @@ class NcclBackend final : public Backend {
       check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
-        abort();
+        fail();
         throw Error(std::string("nccl: ") + what + ": " + ncclGetErrorString(state));
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        abort();
+        fail();
         throw Error(std::string("nccl: ") + what + " did not complete within " +
                     std::to_string(timeout_.count()) + " ms (a rank never joined?); aborted");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  void abort() {
-    if (comm_ != nullptr && !aborted_) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      aborted_ = true;
-    }
+  // On the thread that owns the communicator: aborted in the background.
+  void fail() {
+    if (comm_ != nullptr) Reaper::get().abort(comm_);
+    comm_ = nullptr;
+    failed_ = true;
   }
 
   int rank_, size_;
@@ -370,7 +429,9 @@ class NcclBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;
+  bool failed_ = false;                       // comm_ is gone: aborted after a failure
+  std::atomic<bool> abort_requested_{false};  // abort(), from any thread
+  detail::PeerWatch peers_;
   std::shared_ptr<void> barrier_word_;
 };
 
