@@ -7,7 +7,7 @@
 #   scripts/gpu-bundle.sh [--no-build] [--verify] [DIR]     (DIR: build-gpu-bundle)
 #
 #   DIR/bin/      ddprun, libddprun_rpc.so (beside ddprun, where it looks for it),
-#                 train, allreduce_bench, gradsync_bench, nccl_tests,
+#                 train, allreduce_bench, gradsync_bench, nccl_abort_probe, nccl_tests,
 #                 grad_sync_tests, train_integration_tests (and train_fault_worker,
 #                 which its restart tests run), heal_train_tests (and
 #                 heal_fault_worker), host-python
@@ -88,7 +88,7 @@ built_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt"
 
 # What goes into bin/ (executables, and the plugin ddprun dlopens from beside itself) and lib/.
 BIN_FILES=(launcher/ddprun launcher/libddprun_rpc.so examples/train
-           bench/allreduce_bench bench/gradsync_bench
+           bench/allreduce_bench bench/gradsync_bench bench/nccl_abort_probe
            tests/nccl_tests tests/grad_sync_tests tests/train_integration_tests
            tests/train_fault_worker tests/heal_train_tests tests/heal_fault_worker)
 LIB_FILES=(worker/libddp.so)

@@ -22,8 +22,10 @@
 # Gloo on the CPU; Lightning on 1 GPU and with 2 CPU ranks under both
 # launchers; train on the GPU against the CPU loss curve and against PyTorch
 # eager throughput; allreduce_bench with NCCL device buffers against torch's
-# all_reduce on the same GPUs; gradsync_bench --device (GradSync's device
-# buckets against the same step without gradient sync).
+# all_reduce on the same GPUs; nccl_abort_probe (how fast NCCL reports a dead
+# peer, what ncclCommAbort costs, a new communicator after it); gradsync_bench
+# --device (GradSync's device buckets against the same step without gradient
+# sync).
 # Without a GPU the GPU checks print `SKIP name: no GPU ...` and the script
 # exits 0. --full also runs every test of the three test binaries.
 #
@@ -403,6 +405,7 @@ busbw_at() { awk -v b="$2" '$1 == b {print $4}' "$1"; }
 time_at() { awk -v b="$2" '$1 == b {print $2}' "$1"; }
 if [ -n "$NO_GPU" ]; then
   skip allreduce-bench-nccl "$NO_GPU"
+  skip nccl-abort-probe "$NO_GPU"
   skip gradsync-device-overhead "$NO_GPU"
 else
   n=$NGPU
@@ -425,6 +428,16 @@ else
     fi
   else
     fail allreduce-bench-nccl "$(last_words "$log") (log: $log)"
+  fi
+  # What NCCL does when a peer dies (live recovery rests on it): ranks on GPU 0
+  # as hosts of their own, over loopback sockets.
+  log=$LOGS/nccl-abort-probe.log
+  mkdir -p "$LOGS/nccl-abort-probe"
+  if brun env NCCL_SOCKET_IFNAME=lo "$BIN/nccl_abort_probe" "$LOGS/nccl-abort-probe" > "$log" 2>&1; then
+    pass nccl-abort-probe
+    info nccl-abort-probe "$(grep -v '^\[\|^$\|NCCL' "$log" | tr -s ' ' | paste -sd ' ' -)"
+  else
+    fail nccl-abort-probe "$(last_words "$log") (log: $log)"
   fi
   log=$LOGS/gradsync-device.log
   if brun env DDP_BACKEND=nccl "$BIN/ddprun" --no_prefix --nproc_per_node="$n" "$BIN/gradsync_bench" --device > "$log" 2>&1 &&

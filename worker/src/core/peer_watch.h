@@ -1,9 +1,11 @@
 #pragma once
 // Which ranks of a group have exited, as far as this process can see
 // (internal): those in its PID namespace, found through the "proc/<rank>"
-// keys every ProcessGroup member sets. For transports that never notice a
-// dead peer themselves (NCCL between GPUs of one machine spins in its
-// kernel): their waits ask now and then, and stop as soon as one is gone.
+// keys every ProcessGroup member sets; and whether a rank left the group
+// (ProcessGroup::abort counts itself under "left_count" and sets
+// "left/<rank>"). For transports that never notice a dead or departed peer
+// themselves (NCCL between GPUs of one machine spins in its kernel): their
+// waits ask now and then, and stop as soon as one is gone.
 
 #include <sys/types.h>
 
@@ -54,6 +56,25 @@ class PeerWatch {
       }
     }
     return std::nullopt;
+  }
+
+  // "rank R left the group" once some rank aborted it, else nullopt. One
+  // store round trip: ask it only of a wait that is already long.
+  std::optional<std::string> first_left() {
+    try {
+      if (!store_ || store_->add("left_count", 0) == 0) return std::nullopt;
+    } catch (const std::exception&) {
+      return std::nullopt;  // the store is unreachable: the wait's own timeout decides
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      try {
+        store_->get("left/" + std::to_string(r), std::chrono::milliseconds(1));
+        return "rank " + std::to_string(r) + " left the group";
+      } catch (const std::exception&) {
+      }
+    }
+    return std::nullopt;  // only this rank left
   }
 
  private:

@@ -164,7 +164,10 @@ void ProcessGroup::abort() {
   backend_->abort();
   // For the peers' failure reports (missing_ranks): this rank left, it is not stuck.
   try {
-    if (store_ && size_ > 1) store_->set("left/" + std::to_string(rank_), "1");
+    if (store_ && size_ > 1) {
+      store_->set("left/" + std::to_string(rank_), "1");
+      store_->add("left_count", 1);  // one key for waits to poll (PeerWatch)
+    }
   } catch (const std::exception&) {
   }
 }

@@ -359,11 +359,13 @@ class NcclBackend final : public Backend {
   };
 
   // Polls the stream and NCCL's async error until done; aborts on error,
-  // timeout, abort() or a peer on this machine that exited (asked every 10 ms).
+  // timeout, abort(), a peer on this machine that exited (asked every 10 ms)
+  // or a peer that left the group (asked every 200 ms after the first 200).
   void synchronize(const char* what) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
     auto next_look = start + std::chrono::milliseconds(10);
+    auto next_ask = start + std::chrono::milliseconds(200);
     for (;;) {
       // A non-blocking communicator may still be enqueueing the call
       // (ncclInProgress) while the stream looks idle: done needs both.
@@ -385,7 +387,14 @@ class NcclBackend final : public Backend {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_look) {
         next_look = now + std::chrono::milliseconds(10);
-        if (auto gone = peers_.first_exited()) {
+        // A peer that left (aborted) may be alive: the store says so, asked
+        // every 200 ms once a wait is that long (collectives seldom are).
+        std::optional<std::string> gone = peers_.first_exited();
+        if (!gone && now >= next_ask) {
+          next_ask = now + std::chrono::milliseconds(200);
+          gone = peers_.first_left();
+        }
+        if (gone) {
           fail();
           throw PeerExitedError(std::string("nccl: ") + what + ": " + *gone +
                                 "; the communicator was aborted");
