@@ -36,7 +36,8 @@ struct ProcessGroupOptions {
   std::string backend = "gloo";                                 // shm | gloo | nccl | local
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
   // How long creating the group waits for peers on other machines to
-  // connect (Gloo); 0: `timeout`. Shorter for a group rebuilt over members
+  // connect (Gloo), for its shm segment, or for its NCCL communicator to
+  // form; 0: `timeout`. Shorter for a group rebuilt over members
   // that had all arrived (ddp::Healer): one that dies meanwhile fails the
   // creation soon instead of after `timeout`.
   std::chrono::milliseconds connect_timeout{0};

@@ -138,7 +138,11 @@ class NcclBackend final : public Backend {
     }
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    std::string id_bytes = exchange_nccl_unique_id(*config.store, rank_, timeout_);
+    // The creation's waits for peers: connect_timeout when set (a group
+    // rebuilt over members that all arrived: one that dies meanwhile fails it soon).
+    const std::chrono::milliseconds connect =
+        config.connect_timeout.count() > 0 ? std::min(config.connect_timeout, timeout_) : timeout_;
+    std::string id_bytes = exchange_nccl_unique_id(*config.store, rank_, connect);
     ncclUniqueId id;
     std::memcpy(&id, id_bytes.data(), sizeof(id));
     // Non-blocking init so a peer that never arrives cannot hang us past the timeout.
@@ -146,7 +150,7 @@ class NcclBackend final : public Backend {
     nccl_config.blocking = 0;
     check_nccl(ncclCommInitRankConfig(&comm_, size_, id, rank_, &nccl_config),
                "ncclCommInitRankConfig");
-    wait_comm_ready("ncclCommInitRank");
+    wait_comm_ready("ncclCommInitRank", connect);
   }
 
   ~NcclBackend() override {
@@ -408,8 +412,8 @@ class NcclBackend final : public Backend {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-  void wait_comm_ready(const char* what) {
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+  void wait_comm_ready(const char* what, std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
     for (;;) {
       ncclResult_t state = ncclSuccess;
       check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
@@ -421,7 +425,7 @@ class NcclBackend final : public Backend {
       if (std::chrono::steady_clock::now() >= deadline) {
         fail();
         throw Error(std::string("nccl: ") + what + " did not complete within " +
-                    std::to_string(timeout_.count()) + " ms (a rank never joined?); aborted");
+                    std::to_string(limit.count()) + " ms (a rank never joined?); aborted");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
