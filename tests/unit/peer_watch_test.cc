@@ -1,6 +1,7 @@
-// Which ranks of a group have exited, as the NCCL backend's waits ask it
-// (core/peer_watch.h): ranks on this machine are watched through their pids
-// once their "proc/<rank>" key is there; ranks elsewhere are not.
+// Which peers of a group are gone, as the NCCL backend's waits ask it
+// (core/peer_watch.h): the ranks of this node are watched through their pids
+// once their "proc/<rank>" key is there (others are not); the first rank
+// that aborted the group is named.
 
 #include "core/peer_watch.h"
 
@@ -33,23 +34,23 @@ std::string here(pid_t pid) {
   return mine.substr(0, mine.rfind(' ') + 1) + std::to_string(pid);
 }
 
-TEST(PeerWatch, NamesARankOnThisMachineOnceItsProcessExitedAndIgnoresOthersElsewhere) {
+TEST(PeerWatch, NamesARankOfThisNodeOnceItsProcessExited) {
   if (pid_namespace_of(process_identity()).empty()) GTEST_SKIP() << "no /proc identity here";
   const auto store = make_memory_store();
-  const pid_t one = sleeper(), three = sleeper();
+  const pid_t one = sleeper(), other = sleeper();
   ASSERT_GT(one, 0);
-  ASSERT_GT(three, 0);
-  PeerWatch watch(store, 0, 4);
+  ASSERT_GT(other, 0);
+  PeerWatch watch(store, 0, 0, 3);                // rank 0 of a node of ranks 0-2, in a world of 6
   EXPECT_EQ(watch.first_exited(), std::nullopt);  // no key yet: nothing known, nothing dead
   store->set("proc/1", here(one));
-  // Rank 2 runs on another machine: its pid (this test's own child's, dead
-  // below) means nothing here.
-  store->set("proc/2", "another-boot/pid:[1] " + std::to_string(three));
+  // Rank 2 runs in another PID namespace (a container): its pid means
+  // nothing here. Rank 4 is on another node: not this watch's to read.
+  store->set("proc/2", "another-boot/pid:[1] " + std::to_string(other));
+  store->set("proc/4", here(other));
   EXPECT_EQ(watch.first_exited(), std::nullopt);
-  store->set("proc/3", here(three));
-  ::kill(three, SIGKILL);
-  ::waitpid(three, nullptr, 0);
-  EXPECT_EQ(watch.first_exited(), "rank 3 (pid " + std::to_string(three) + ") exited");
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  EXPECT_EQ(watch.first_exited(), std::nullopt);
   ::kill(one, SIGKILL);  // a zombie, not yet reaped, is gone too
   siginfo_t info{};
   ::waitid(P_PID, static_cast<id_t>(one), &info, WEXITED | WNOWAIT);
@@ -57,29 +58,21 @@ TEST(PeerWatch, NamesARankOnThisMachineOnceItsProcessExitedAndIgnoresOthersElsew
   ::waitpid(one, nullptr, 0);
 }
 
-TEST(PeerWatch, NamesARankThatLeftTheGroupAsProcessGroupAbortMarksIt) {
+TEST(PeerWatch, NamesTheFirstRankThatLeftTheGroupByAbortingIt) {
   const auto store = make_memory_store();
-  PeerWatch watch(store, 1, 3);
+  const auto options = ProcessGroupOptions::of("local");
+  auto rank0 = ProcessGroup::create(0, 3, store, options);
+  auto rank2 = ProcessGroup::create(2, 3, store, options);
+  PeerWatch watch(store, 1, 0, 3);
   EXPECT_EQ(watch.first_left(), std::nullopt);
-  // What ProcessGroup::abort() writes: this rank's own mark is not a peer's.
-  store->set("left/1", "1");
-  store->add("left_count", 1);
-  EXPECT_EQ(watch.first_left(), std::nullopt);
-  store->set("left/2", "1");
-  store->add("left_count", 1);
+  rank2->abort();
+  EXPECT_EQ(watch.first_left(), "rank 2 left the group");
+  rank0->abort();
   EXPECT_EQ(watch.first_left(), "rank 2 left the group");
 }
 
-TEST(PeerWatch, AbortingAGroupMarksItsRankAsLeft) {
-  const auto store = make_memory_store();
-  auto group = ProcessGroup::create(0, 2, store, ProcessGroupOptions::of("local"));
-  group->abort();
-  PeerWatch watch(store, 1, 2);
-  EXPECT_EQ(watch.first_left(), "rank 0 left the group");
-}
-
 TEST(PeerWatch, AGroupWithoutAStoreWatchesNobody) {
-  PeerWatch watch(nullptr, 0, 3);
+  PeerWatch watch(nullptr, 0, 0, 3);
   EXPECT_EQ(watch.first_exited(), std::nullopt);
   EXPECT_EQ(watch.first_left(), std::nullopt);
 }

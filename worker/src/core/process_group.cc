@@ -166,7 +166,8 @@ void ProcessGroup::abort() {
   try {
     if (store_ && size_ > 1) {
       store_->set("left/" + std::to_string(rank_), "1");
-      store_->add("left_count", 1);  // one key for waits to poll (PeerWatch)
+      // What the waits of transports that do not notice a departure poll (PeerWatch).
+      if (store_->add("left_count", 1) == 1) store_->set("left_first", std::to_string(rank_));
     }
   } catch (const std::exception&) {
   }
