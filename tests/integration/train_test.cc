@@ -11,13 +11,7 @@
 // losses must agree to 1e-6 relative (in practice they are bit-identical in
 // the 8 printed digits).
 //
-// The GPU path (--backend nccl, TrainGpu tests) runs where the build has it
-// and GPUs are visible, and skips with the reason elsewhere; without a GPU
-// only its refusal is tested. A GPU sums in another order than OpenBLAS, so
-// GPU and CPU curves are compared at 1e-3 relative; GPU runs among
-// themselves, at 1e-4 like the CPU ones.
-// Over 600 lines because each trainer behaviour (scaling, restarts, faults,
-// checkpoints, data sets) is a run of the same program with shared helpers.
+// The GPU path is in train_gpu_test.cc; what both share, in train_run.h.
 
 #include <gtest/gtest.h>
 
@@ -29,101 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "subprocess.h"
-#include "train_gpu_probe.h"
+#include "train_run.h"
 
 namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kDdprun = DDPRUN_PATH;
-const std::string kTrain = TRAIN_PATH;
-const std::string kFaultWorker = TRAIN_FAULT_WORKER_PATH;
-
-// A small model and run: well under a second per rank.
-const std::vector<std::string> kSmall = {"--hidden", "64", "--layers",    "3",
-                                         "--steps",  "30", "--log_every", "1"};
-
-std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// `env` replaces the defaults below (e.g. a shorter DDP_TIMEOUT_S).
-ProcessResult ddprun(const std::vector<std::string>& launcher_args,
-                     const std::vector<std::string>& train_args,
-                     const std::map<std::string, std::string>& env = {},
-                     const std::string& program = kTrain) {
-  std::vector<std::string> argv = {kDdprun};
-  argv = argv + launcher_args;
-  argv.push_back(program);
-  argv = argv + train_args;
-  std::map<std::string, std::string> full = {
-      {"DDP_BACKEND", "\x01"},    {"DDP_DEBUG", "\x01"},     {"DDP_TIMEOUT_S", "30"},
-      {"DDP_GLOO_IFACE", "\x01"}, {"DDP_LOG_LEVEL", "\x01"}, {"OPENBLAS_NUM_THREADS", "1"}};
-  for (const auto& [name, value] : env) full[name] = value;
-  return run_process(argv, full, 120s);
-}
-
-ProcessResult train_on(int nproc, const std::vector<std::string>& args,
-                       const std::string& program = kTrain) {
-  return ddprun({"--nproc_per_node=" + std::to_string(nproc)}, args, {}, program);
-}
-
-// "[rank 0] step K/T | epoch E | loss X | ..." -> K -> X. A later line for the
-// same step (a restarted attempt) replaces an earlier one.
-std::map<int, double> losses(const std::string& out) {
-  std::map<int, double> result;
-  for (const auto& line : lines_with_prefix(out, "[rank 0] step ")) {
-    const int step = std::stoi(line);
-    const auto at = line.find("| loss ");
-    if (at == std::string::npos) continue;
-    result[step] = std::stod(line.substr(at + 7));
-  }
-  return result;
-}
-
-double final_loss(const ProcessResult& r) {
-  for (const auto& line : lines_with_prefix(r.out, "[rank 0] summary: ")) {
-    const auto at = line.find("final loss ");
-    if (at != std::string::npos) return std::stod(line.substr(at + 11));
-  }
-  ADD_FAILURE() << "no final loss in the output:\n" << r.out << r.err;
-  return NAN;
-}
-
-void expect_ok(const ProcessResult& r) {
-  ASSERT_TRUE(r.exited) << "did not finish in time\n" << r.out << r.err;
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-}
-
-double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-12); }
-
-void expect_same_curve(const std::map<int, double>& expected, const std::map<int, double>& actual,
-                       double tolerance, const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size()) << what;
-  for (const auto& [step, loss] : expected) {
-    ASSERT_TRUE(actual.count(step)) << what << ": no loss for step " << step;
-    EXPECT_LE(relative(actual.at(step), loss), tolerance)
-        << what << ": step " << step << " loss " << actual.at(step) << " vs " << loss;
-  }
-}
-
-// 150 steps of regression, on 2 ranks.
-const std::vector<std::string> kLearn = {"--hidden", "64",         "--layers",    "3",
-                                         "--steps",  "150",        "--log_every", "1",
-                                         "--task",   "regression", "--lr",        "0.1"};
-
-void expect_loss_decreases(const ProcessResult& r) {
-  auto curve = losses(r.out);
-  ASSERT_EQ(curve.size(), 150u) << r.out;
-  // Mean of the first and last 10 steps (single steps are noisy).
-  double first = 0, last = 0;
-  for (int s = 1; s <= 10; ++s) first += curve[s] / 10;
-  for (int s = 141; s <= 150; ++s) last += curve[s] / 10;
-  EXPECT_LT(last, 0.5 * first) << r.out;
-  EXPECT_NEAR(final_loss(r), curve[150], 1e-8);
-}
 
 TEST(Train, LossDecreases) {
   auto r = train_on(2, kLearn);
@@ -497,135 +402,6 @@ TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("fewer than one step needs"), std::string::npos) << r.err;
-}
-
-// ---------------------------------------------------------------- the GPU path
-
-const GpuProbe& gpu_probe() { return train_gpu_probe(kTrain); }
-
-#define REQUIRE_GPUS(n) REQUIRE_TRAIN_GPUS(kTrain, n)
-
-const std::vector<std::string> kGpu = {"--backend", "nccl"};
-
-TEST(TrainGpu, BackendNcclIsAOneLineFlagErrorWithoutTheGpuPathOrAGpu) {
-  const GpuProbe& probe = gpu_probe();
-  if (probe.gpus > 0) GTEST_SKIP() << "a GPU is visible: --backend nccl runs here";
-  const std::string why = probe.built ? "no CUDA device is visible" : "has no GPU path";
-  struct Case {
-    std::vector<std::string> args;
-    std::map<std::string, std::string> env;
-    std::string names;
-  };
-  const std::vector<Case> cases = {
-      {kGpu, {{"DDP_BACKEND", "\x01"}}, "--backend nccl: "},
-      {{}, {{"DDP_BACKEND", "nccl"}}, "DDP_BACKEND=nccl: "},
-      // Checked before the device: GradSync compresses host buckets only.
-      {kGpu + std::vector<std::string>{"--compression", "fp16"},
-       {{"DDP_BACKEND", "\x01"}},
-       probe.built ? "--compression fp16 with --backend nccl" : "--backend nccl: "},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> argv = {kTrain};
-    argv = argv + c.args;
-    auto r = run_process(argv, c.env, 30s);
-    ASSERT_TRUE(r.exited);
-    EXPECT_EQ(r.code, 2) << c.names << ": " << r.err;
-    EXPECT_EQ(r.err.rfind("train: error: " + c.names, 0), 0u) << r.err;
-    if (c.names.back() == ' ') {
-      EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
-    }
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
-  }
-  // Under ddprun every rank fails at once, before any collective.
-  auto r = train_on(2, kSmall + kGpu);
-  ASSERT_TRUE(r.exited) << r.out << r.err;
-  EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("--backend nccl: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
-}
-
-TEST(TrainGpu, OneGpuFollowsTheCpuLossCurve) {
-  REQUIRE_GPUS(1);
-  for (const char* task : {"classification", "regression"}) {
-    const auto args = kSmall + std::vector<std::string>{"--task", task,    "--optimizer",  "adam",
-                                                        "--lr",   "0.003", "--batch_size", "64"};
-    auto cpu = train_on(1, args);
-    expect_ok(cpu);
-    auto gpu = train_on(1, args + kGpu);
-    expect_ok(gpu);
-    EXPECT_NE(gpu.out.find("math on cuda:0"), std::string::npos) << gpu.out;
-    auto reference = losses(cpu.out);
-    ASSERT_EQ(reference.size(), 30u) << cpu.out;
-    expect_same_curve(reference, losses(gpu.out), 1e-3, std::string(task) + ": GPU vs CPU");
-  }
-}
-
-TEST(TrainGpu, LossDecreasesOnTwoGpus) {
-  REQUIRE_GPUS(2);
-  auto r = train_on(2, kLearn + kGpu);
-  expect_ok(r);
-  EXPECT_NE(r.out.find("2 rank(s) (nccl)"), std::string::npos) << r.out;
-  expect_loss_decreases(r);
-}
-
-// The ranks agree: with the global batch fixed, two GPUs (NCCL reducing the
-// device buckets, also after no_sync micro-batches) follow one GPU's curve.
-TEST(TrainGpu, TwoGpusFollowTheOneGpuLossCurve) {
-  REQUIRE_GPUS(2);
-  const auto args =
-      kGpu + kSmall + std::vector<std::string>{"--optimizer", "adam", "--lr", "0.003"};
-  auto one = train_on(1, args + std::vector<std::string>{"--batch_size", "64"});
-  expect_ok(one);
-  auto reference = losses(one.out);
-  ASSERT_EQ(reference.size(), 30u) << one.out;
-  auto two = train_on(2, args + std::vector<std::string>{"--batch_size", "32"});
-  expect_ok(two);
-  expect_same_curve(reference, losses(two.out), 1e-4, "2 GPUs vs 1");
-  auto accumulated =
-      train_on(2, args + std::vector<std::string>{"--batch_size", "16", "--accumulate", "2"});
-  expect_ok(accumulated);
-  expect_same_curve(reference, losses(accumulated.out), 1e-4, "2 GPUs, accumulate 2 x 16 vs 1");
-}
-
-// One checkpoint format: a GPU run's checkpoint resumes on the CPU and a CPU
-// run's on the GPU (on 2 GPUs, where rank 0 broadcasts it on the devices).
-TEST(TrainGpu, CheckpointsMoveBetweenCpuAndGpu) {
-  REQUIRE_GPUS(1);
-  const int n = gpu_probe().gpus >= 2 ? 2 : 1;
-  const std::string dir = make_temp_dir();
-  const auto args =
-      kSmall + std::vector<std::string>{"--optimizer", "adam",         "--lr",
-                                        "0.003",       "--batch_size", std::to_string(64 / n)};
-  auto cpu_whole = train_on(n, args);
-  expect_ok(cpu_whole);
-  auto gpu_whole = train_on(n, args + kGpu);
-  expect_ok(gpu_whole);
-  struct Leg {
-    std::vector<std::string> first, then;
-    const ProcessResult* whole;
-    std::string what;
-  };
-  const std::vector<Leg> legs = {{kGpu, {}, &cpu_whole, "GPU checkpoint resumed on the CPU"},
-                                 {{}, kGpu, &gpu_whole, "CPU checkpoint resumed on the GPU"}};
-  for (const auto& leg : legs) {
-    const std::string ckpt = dir + "/" + std::to_string(&leg - legs.data()) + ".ckpt";
-    auto first = train_on(
-        n, args + leg.first + std::vector<std::string>{"--steps", "10", "--checkpoint", ckpt});
-    expect_ok(first);
-    auto resumed = train_on(n, args + leg.then + std::vector<std::string>{"--resume", ckpt});
-    expect_ok(resumed);
-    EXPECT_NE(resumed.out.find("resumed from " + ckpt + " at step 10"), std::string::npos)
-        << leg.what << "\n"
-        << resumed.out;
-    auto expected = losses(leg.whole->out);
-    auto curve = losses(resumed.out);
-    ASSERT_EQ(curve.begin()->first, 11) << leg.what << "\n" << resumed.out;
-    for (auto& [step, loss] : curve) {
-      EXPECT_LE(relative(loss, expected[step]), 1e-3) << leg.what << ": step " << step;
-    }
-  }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
