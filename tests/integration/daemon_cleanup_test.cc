@@ -98,9 +98,16 @@ TEST(DaemonCleanup, AKilledGuardIsReplacedAndADaemonStillOutlivesNoSigkilledDdpr
       p.read_err().find("orphan guard (pid " + std::to_string(guard) + ") was killed by SIGKILL"),
       std::string::npos)
       << p.read_err();
-  const pid_t replacement = guard_of(p.pid());
-  ASSERT_GT(replacement, 0);
-  EXPECT_NE(replacement, guard);
+  // The new guard names itself right after its fork: wait for the name.
+  pid_t replacement = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        replacement = guard_of(p.pid());
+        return replacement > 0 && replacement != guard;
+      },
+      5s))
+      << "no new ddprun-guard child of ddprun\n"
+      << p.read_err();
   const std::set<pid_t> daemons = read_pids(dir, "daemon_");
   kill(p.pid(), SIGKILL);  // the new guard must know the workers' groups and tag
   p.wait(5s);
