@@ -6,7 +6,8 @@
 # /opt/ddprun-torch), with Debian's python3. Idempotent: a stamp holding the
 # first two files' hash skips the torch install while it matches, so every
 # clone on this machine shares one environment of several GB; torchft is
-# added in place when its pinned versions are missing.
+# added in place when its pinned versions are missing, and DeepSpeed's
+# shared-memory op is compiled once per user.
 #   install-torch-env.sh           install unless up to date
 #   install-torch-env.sh --check   exit 0 when up to date, 1 when not (installs nothing)
 set -euo pipefail
@@ -30,12 +31,24 @@ install_torchft() {
   "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check -r "$REQUIREMENTS_FT"
   "$ENV_DIR/bin/python" -c 'import torchft'
 }
+# DeepSpeed compiles its shared-memory op (deepspeed_shm_comm) the first time
+# a CPU group starts, into the user's torch extensions cache: minutes on two
+# cores. Built here, once, rather than inside a test's time limit.
+ds_op_built() {
+  compgen -G "${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}/*/deepspeed_shm_comm/deepspeed_shm_comm.so" >/dev/null
+}
+build_ds_op() {
+  ds_op_built && return
+  echo "install-torch-env: building DeepSpeed's deepspeed_shm_comm op (once per user, a few minutes)"
+  DS_ACCELERATOR=cpu "$ENV_DIR/bin/python" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null
+}
 if [[ ${1:-} == --check ]]; then
-  up_to_date && torchft_present
+  up_to_date && torchft_present && ds_op_built
   exit
 fi
 if up_to_date; then
   install_torchft
+  build_ds_op
   echo "install-torch-env: $ENV_DIR is up to date"
   exit 0
 fi
@@ -50,4 +63,5 @@ DS_BUILD_OPS=0 "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-che
 DS_ACCELERATOR=cpu "$ENV_DIR/bin/python" -c 'import torch, lightning, accelerate, deepspeed'
 echo "$want" >"$STAMP"
 install_torchft
+build_ds_op
 echo "install-torch-env: done ($("$ENV_DIR/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -20,6 +20,7 @@
 #include "ddp/common/rendezvous_client.h"
 #include "ddp/common/shm_names.h"
 #include "shm_segments.h"
+#include "standalone_store.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -262,31 +263,13 @@ TEST(NewGroup, ASecondGroupRunsBesideTheDefaultOneWithItsOwnVariants) {
   }
 }
 
-// A standalone `ddprun rendezvous` (token "t") for ranks started by hand;
-// `endpoint` is empty when it did not come up within 10 s.
-struct StandaloneStore {
-  Subprocess daemon;
-  std::string endpoint;
-  explicit StandaloneStore(const std::string& run_id)
-      : daemon({kDdprun, "rendezvous", "--port=0", "--host=127.0.0.1", "--run_id=" + run_id,
-                "--nnodes=1"},
-               {{"DDP_RDZV_TOKEN", "t"}}) {
-    if (!wait_until([&] { return daemon.read_out().find("listening on ") != std::string::npos; },
-                    10s))
-      return;
-    const std::string out = daemon.read_out();
-    const auto at = out.find("listening on ") + 13;
-    endpoint = out.substr(at, out.find('\n', at) - at);
-  }
-};
-
 // Ranks started by hand (no ddprun to report the death), sharing a standalone
 // `ddprun rendezvous` store, on gloo: the survivors name the dead rank in
 // milliseconds (its process is gone), not after the 3 s window in which the
 // others' failures are collected.
 TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
   const std::string run_id = unique_run_id("bare");
-  StandaloneStore store(run_id);
+  StandaloneStore store(kDdprun, run_id);
   ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
   const std::string& endpoint = store.endpoint;
   const int n = 3;
@@ -320,7 +303,7 @@ TEST(CollectiveFailures, WithoutDdprunADeadRankIsNamedInMilliseconds) {
 // fails at once naming it, and removes the segment (nothing else would).
 TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemoved) {
   const std::string run_id = unique_run_id("setup");
-  StandaloneStore store(run_id);
+  StandaloneStore store(kDdprun, run_id);
   ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
   const std::string& endpoint = store.endpoint;
   auto rank_env = [&](int rank) {
@@ -355,7 +338,7 @@ TEST(CollectiveFailures, WithoutDdprunASegmentLeftByARankKilledDuringSetupIsRemo
 TEST(CollectiveFailures,
      WithoutDdprunARankThatDiedWhileMakingTheSegmentIsNamedAndItsSegmentRemoved) {
   const std::string run_id = unique_run_id("making");
-  StandaloneStore store(run_id);
+  StandaloneStore store(kDdprun, run_id);
   ASSERT_FALSE(store.endpoint.empty()) << store.daemon.read_err();
   pid_t dead = fork();
   if (dead == 0) _exit(0);

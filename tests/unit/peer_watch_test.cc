@@ -1,4 +1,4 @@
-// Which peers of a group are gone, as the NCCL backend's waits ask it
+// Which peers of a group are gone, as the NCCL and Gloo backends' waits ask it
 // (core/peer_watch.h): the ranks of this node are watched through their pids
 // once their "proc/<rank>" key is there (others are not); the first rank
 // that aborted the group is named.
@@ -28,6 +28,15 @@ pid_t sleeper() {
   return pid;
 }
 
+// A clock the test moves by hand.
+struct FakeClock {
+  PeerWatch::Clock::time_point at{};
+  std::function<PeerWatch::Clock::time_point()> fn() {
+    return [this] { return at; };
+  }
+  void pass(std::chrono::milliseconds by) { at += by; }
+};
+
 // This process's identity with another pid: a process on this machine.
 std::string here(pid_t pid) {
   const std::string mine = process_identity();
@@ -40,13 +49,33 @@ TEST(PeerWatch, NamesARankOfThisNodeOnceItsProcessExited) {
   const pid_t one = sleeper(), other = sleeper();
   ASSERT_GT(one, 0);
   ASSERT_GT(other, 0);
-  PeerWatch watch(store, 0, 0, 3);                // rank 0 of a node of ranks 0-2, in a world of 6
+  FakeClock clock;
+  PeerWatch watch(store, 0, 0, 3, clock.fn());    // rank 0 of a node of ranks 0-2, in a world of 6
   EXPECT_EQ(watch.first_exited(), std::nullopt);  // no key yet: nothing known, nothing dead
   store->set("proc/1", here(one));
   // Rank 2 runs in another PID namespace (a container): its pid means
   // nothing here. Rank 4 is on another node: not this watch's to read.
   store->set("proc/2", "another-boot/pid:[1] " + std::to_string(other));
   store->set("proc/4", here(other));
+  ::kill(one, SIGKILL);
+  EXPECT_EQ(watch.first_exited(), std::nullopt);  // missing keys are asked again after 200 ms
+  clock.pass(200ms);
+  ::waitpid(one, nullptr, 0);
+  EXPECT_EQ(watch.first_exited(), "rank 1 (pid " + std::to_string(one) + ") exited");
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+}
+
+TEST(PeerWatch, ANodesRankIsWatchedOnceItsKeyIsThereAndAZombieIsGone) {
+  if (pid_namespace_of(process_identity()).empty()) GTEST_SKIP() << "no /proc identity here";
+  const auto store = make_memory_store();
+  const pid_t one = sleeper(), other = sleeper();
+  ASSERT_GT(one, 0);
+  ASSERT_GT(other, 0);
+  store->set("proc/1", here(one));
+  store->set("proc/2", "another-boot/pid:[1] " + std::to_string(other));
+  store->set("proc/4", here(other));
+  PeerWatch watch(store, 0, 0, 3);
   EXPECT_EQ(watch.first_exited(), std::nullopt);
   ::kill(other, SIGKILL);
   ::waitpid(other, nullptr, 0);
@@ -71,10 +100,34 @@ TEST(PeerWatch, NamesTheFirstRankThatLeftTheGroupByAbortingIt) {
   EXPECT_EQ(watch.first_left(), "rank 2 left the group");
 }
 
+// gone(rank), as the Gloo backend's long waits ask it: an exited rank of
+// this node at once; any rank, once some rank left the group (the store is
+// asked at most every 200 ms).
+TEST(PeerWatch, SaysWhyARankCanNoLongerTakePart) {
+  if (pid_namespace_of(process_identity()).empty()) GTEST_SKIP() << "no /proc identity here";
+  const auto store = make_memory_store();
+  const pid_t one = sleeper();
+  ASSERT_GT(one, 0);
+  store->set("proc/1", here(one));
+  FakeClock clock;
+  PeerWatch watch(store, 0, 0, 2, clock.fn());
+  EXPECT_EQ(watch.gone(1), std::nullopt);
+  EXPECT_EQ(watch.gone(5), std::nullopt);  // another node's rank: alive as far as we know
+  auto rank3 = ProcessGroup::create(3, 6, store, ProcessGroupOptions::of("local"));
+  rank3->abort();
+  EXPECT_EQ(watch.gone(5), std::nullopt);  // the store was asked less than 200 ms ago
+  clock.pass(200ms);
+  EXPECT_EQ(watch.gone(5), "rank 3 left the group");
+  ::kill(one, SIGKILL);
+  ::waitpid(one, nullptr, 0);
+  EXPECT_EQ(watch.gone(1), "rank 1 (pid " + std::to_string(one) + ") exited");
+}
+
 TEST(PeerWatch, AGroupWithoutAStoreWatchesNobody) {
   PeerWatch watch(nullptr, 0, 0, 3);
   EXPECT_EQ(watch.first_exited(), std::nullopt);
   EXPECT_EQ(watch.first_left(), std::nullopt);
+  EXPECT_EQ(watch.gone(1), std::nullopt);
 }
 
 }  // namespace

@@ -472,7 +472,7 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(
                     1, report.bytes / std::max<std::uint64_t>(1, impl_->heal.stripe_bytes))});
-  if (stripes > 1 && spans_nodes && own_groups && impl_->group_store) {
+  if (stripes > 1 && spans_nodes && transfer_store) {
     holders.resize(stripes);
     report.donors = holders;
     transfer.striped(holders, state);

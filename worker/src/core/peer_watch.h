@@ -1,8 +1,9 @@
 #pragma once
 // Which peers of a group are gone, as far as this process can see
-// (internal), for transports that never notice a dead or departed peer
-// themselves (NCCL between GPUs of one machine spins in its kernel): their
-// waits ask now and then, and stop as soon as one is gone.
+// (internal), for transports that do not always notice a dead or departed
+// peer themselves (NCCL between GPUs of one machine spins in its kernel;
+// Gloo leaves a transfer under way waiting): their waits ask now and then,
+// and stop as soon as one is gone.
 //
 // - Exited: the ranks of this rank's node (the group's placement) whose
 //   process, found through the "proc/<rank>" key every ProcessGroup member
@@ -11,11 +12,13 @@
 //   "left_count", and the first one names itself under "left_first" (a
 //   departed peer on this machine is alive: its pid says nothing).
 // Store traffic stays independent of the world's size: one key per peer of
-// this node, read once, and one counter.
+// this node, read once (missing ones asked again every 200 ms), and one
+// counter.
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,9 +34,14 @@ class PeerWatch {
  public:
   // `store`: the group's (null: nothing to watch). This node's ranks are
   // first_local .. first_local + local_size - 1 (the group's placement).
-  // Not thread-safe: one thread asks (the group's executor).
-  PeerWatch(std::shared_ptr<Store> store, int rank, int first_local, int local_size)
-      : store_(std::move(store)), here_(pid_namespace_of(process_identity())) {
+  // Not thread-safe: one thread asks (the group's executor, or a watcher).
+  // `now`: the clock the 200 ms spacings are measured on (tests inject one).
+  using Clock = std::chrono::steady_clock;
+  PeerWatch(std::shared_ptr<Store> store, int rank, int first_local, int local_size,
+            std::function<Clock::time_point()> now = Clock::now)
+      : store_(std::move(store)),
+        here_(pid_namespace_of(process_identity())),
+        now_(std::move(now)) {
     for (int r = first_local; r < first_local + local_size && store_ && !here_.empty(); ++r) {
       if (r != rank) unknown_.insert(r);
     }
@@ -43,23 +51,27 @@ class PeerWatch {
   // gone, else nullopt. Cheap: a peer's key is read once it is there, and
   // then only /proc is asked.
   std::optional<std::string> first_exited() {
-    for (auto it = unknown_.begin(); it != unknown_.end();) {
-      try {
-        const std::string there =
-            store_->get("proc/" + std::to_string(*it), std::chrono::milliseconds(1));
-        if (pid_namespace_of(there) == here_)
-          pids_[*it] = std::stoi(there.substr(there.rfind(' ') + 1));
-        it = unknown_.erase(it);  // known: watched, or in another PID namespace (not)
-      } catch (const std::exception&) {
-        ++it;  // not set yet: ask again next time
-      }
-    }
+    learn_pids();
     for (const auto& [r, pid] : pids_) {
-      if (proc_says_dead(pid)) {
-        return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") exited";
-      }
+      if (proc_says_dead(pid)) return exited(r, pid);
     }
     return std::nullopt;
+  }
+
+  // Why rank `r` can no longer take part in the group's collectives: its
+  // process exited (this node's ranks), or some rank left the group (then no
+  // collective of the group can complete; the store is asked at most every
+  // 200 ms). nullopt while neither is known.
+  std::optional<std::string> gone(int r) {
+    learn_pids();
+    if (auto it = pids_.find(r); it != pids_.end() && proc_says_dead(it->second))
+      return exited(r, it->second);
+    const auto now = now_();
+    if (!left_ && (!left_asked_ || now - *left_asked_ >= std::chrono::milliseconds(200))) {
+      left_asked_ = now;
+      left_ = first_left();
+    }
+    return left_;
   }
 
   // "rank R left the group" once some rank aborted the group (R: the first
@@ -78,10 +90,37 @@ class PeerWatch {
   }
 
  private:
+  static std::string exited(int r, pid_t pid) {
+    return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") exited";
+  }
+
+  // Reads the proc keys not read yet (a peer sets its own when it joins),
+  // at most every 200 ms while some are missing.
+  void learn_pids() {
+    if (unknown_.empty()) return;
+    const auto now = now_();
+    if (learned_ && now - *learned_ < std::chrono::milliseconds(200)) return;
+    learned_ = now;
+    for (auto it = unknown_.begin(); it != unknown_.end();) {
+      try {
+        const std::string there =
+            store_->get("proc/" + std::to_string(*it), std::chrono::milliseconds(1));
+        if (auto pid = checkable_pid(there, here_)) pids_[*it] = *pid;
+        it = unknown_.erase(it);  // known: watched, or in another PID namespace (not)
+      } catch (const std::exception&) {
+        ++it;  // not set yet: ask again next time
+      }
+    }
+  }
+
   std::shared_ptr<Store> store_;
   std::string here_;
   std::set<int> unknown_;      // this node's ranks whose key was not read yet
   std::map<int, pid_t> pids_;  // this node's ranks in this PID namespace
+  std::function<Clock::time_point()> now_;
+  std::optional<Clock::time_point> learned_;     // learn_pids(): the last ask
+  std::optional<Clock::time_point> left_asked_;  // gone(): the last ask of the store
+  std::optional<std::string> left_;              // gone(): who left, once someone did
 };
 
 }  // namespace ddp::detail

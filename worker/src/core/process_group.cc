@@ -229,9 +229,7 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       try {
         const std::string there =
             store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
-        if (!here_ns.empty() && detail::pid_namespace_of(there) == here_ns) {
-          local_pids[r] = std::stoi(there.substr(there.rfind(' ') + 1));
-        }
+        if (auto pid = detail::checkable_pid(there, here_ns)) local_pids[r] = *pid;
       } catch (const std::exception&) {
       }
     }

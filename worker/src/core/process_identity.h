@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace ddp::detail {
@@ -27,6 +28,13 @@ inline std::string process_identity() {
 inline std::string pid_namespace_of(const std::string& identity) {
   std::string ns = identity.substr(0, identity.rfind(' '));
   return ns == "unknown" ? std::string() : ns;
+}
+
+// The pid in `identity` when this process can check it (same kernel and PID
+// namespace as `here`, this process's pid_namespace_of), else nullopt.
+inline std::optional<pid_t> checkable_pid(const std::string& identity, const std::string& here) {
+  if (here.empty() || pid_namespace_of(identity) != here) return std::nullopt;
+  return static_cast<pid_t>(std::stoi(identity.substr(identity.rfind(' ') + 1)));
 }
 
 // Whether `pid` is gone or a zombie (it can no longer take part), as far as

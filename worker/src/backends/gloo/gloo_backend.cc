@@ -27,7 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "backends/gloo/watched_context.h"
 #include "core/backend.h"
+#include "core/peer_watch.h"
 #include "ddp/common/error.h"
 #include "kernels/reduce_kernels.h"
 
@@ -112,11 +114,16 @@ class GlooBackend final : public Backend {
     const auto before = tcp_sockets();
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+      // A wait Gloo would leave to the timeout ends once its peers are gone.
+      auto peers = std::make_shared<detail::PeerWatch>(
+          config.store, rank_, rank_ - config.local_rank, config.local_size);
+      auto context = std::make_shared<gloo_watch::WatchedContext>(
+          rank_, size_, [peers](int r) { return peers->gone(r); });
       context->setTimeout(connect);
       GlooStoreAdapter store(config.store, connect);
       context->connectFullMesh(store, device);
       context->setTimeout(timeout_);
+      context->watch();
       context_ = context;
       for (const auto& socket : tcp_sockets()) {
         if (!before.count(socket)) sockets_.push_back(socket.first);
@@ -257,8 +264,10 @@ class GlooBackend final : public Backend {
   // would wait out the timeout), so abort shuts down the TCP sockets that
   // appeared while the group connected: peers' pending receives fail at
   // once, as when this process dies. shutdown() keeps the descriptors
-  // (Gloo closes them), so none is reused under it.
+  // (Gloo closes them), so none is reused under it. This rank's own waits
+  // end too (Gloo would leave a send already under way waiting).
   void abort() override {
+    context_->abandon_all("gloo: this rank left the group (it aborted it)");
     for (int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
   }
 
@@ -276,7 +285,7 @@ class GlooBackend final : public Backend {
 
   int rank_, size_;
   std::chrono::milliseconds timeout_;
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo_watch::WatchedContext> context_;
   std::vector<int> sockets_;  // the group's connections (abort)
   uint32_t tag_ = 0;
 };
