@@ -21,12 +21,15 @@ using namespace std::chrono_literals;
 // already counted is taken within microseconds of the wait's start, so a
 // wait this long is waiting for bytes, not for its thread to run.
 constexpr auto kLongWait = 100ms;
-constexpr auto kLook = 10ms;
+// How often the watcher looks: rarely while no wait is long (it must not take
+// the cores from the collectives it watches), often once one is.
+constexpr auto kLookRarely = kLongWait;
+constexpr auto kLookOften = 10ms;
 
 class WatchedBuffer;
 
-// The live buffers of one context, and the thread that looks at them every
-// 10 ms while one of them waits.
+// The live buffers of one context, and the thread that looks at them while
+// one of them waits: every 100 ms, and every 10 ms while a wait is long.
 class Watcher {
  public:
   explicit Watcher(GoneCheck gone) : gone_(std::move(gone)) {
@@ -47,7 +50,7 @@ class Watcher {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(m_);
-      wake = ++waiting_ == 1 && idle_;  // a busy watcher looks again within 10 ms anyway
+      wake = ++waiting_ == 1 && idle_;  // a busy watcher looks again soon anyway
     }
     if (wake) cv_.notify_all();
   }
@@ -110,14 +113,16 @@ class WatchedBuffer final : public gloo::transport::UnboundBuffer {
     gloo_->abortWaitRecv();
   }
 
-  // For a wait older than kLongWait whose every operation (every peer it
-  // could complete with) involves a gone peer: why it cannot complete.
-  std::optional<std::string> stuck(Clock::time_point now, const GoneCheck& gone) {
+  // For a wait older than kLongWait (`long_wait` then set) whose every
+  // operation (every peer it could complete with) involves a gone peer: why
+  // it cannot complete.
+  std::optional<std::string> stuck(Clock::time_point now, const GoneCheck& gone, bool& long_wait) {
     Ops ops;
     const char* what = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_);
       if (waiting_on_ == nullptr || now - wait_began_ < kLongWait) return std::nullopt;
+      long_wait = true;
       ops = *waiting_on_;
       what = waiting_on_ == &sends_ ? "a send to" : "a receive from";
     }
@@ -222,14 +227,16 @@ void Watcher::abandon_all(const std::string& why) {
 
 void Watcher::run() {
   std::unique_lock<std::mutex> lock(m_);
+  auto look = kLookRarely;
   while (!stop_) {
     if (waiting_ == 0) {
       idle_ = true;
       cv_.wait(lock, [&] { return stop_ || waiting_ > 0; });
       idle_ = false;
+      look = kLookRarely;
       continue;
     }
-    cv_.wait_for(lock, kLook, [&] { return stop_; });
+    cv_.wait_for(lock, look, [&] { return stop_; });
     if (stop_) break;
     std::map<int, std::optional<std::string>> answers;  // each peer asked once per look
     const GoneCheck gone = [&](int rank) {
@@ -238,9 +245,11 @@ void Watcher::run() {
       return it->second;
     };
     const auto now = Clock::now();
+    bool long_wait = false;
     for (WatchedBuffer* buffer : live_) {
-      if (auto why = buffer->stuck(now, gone)) buffer->abandon(*why);
+      if (auto why = buffer->stuck(now, gone, long_wait)) buffer->abandon(*why);
     }
+    look = long_wait ? kLookOften : kLookRarely;
   }
 }
 
