@@ -79,6 +79,7 @@ struct BackendConfig : ProcessGroupOptions {
     static_cast<ProcessGroupOptions&>(config) = options;
     config.rank = rank;
     config.size = size;
+    config.group_store = store;
     config.store = std::move(store);
     if (options.local_size <= 0) {
       config.local_rank = rank;
@@ -89,6 +90,10 @@ struct BackendConfig : ProcessGroupOptions {
   int rank = 0;
   int size = 1;
   std::shared_ptr<Store> store;
+  // The ProcessGroup's own store, also where a backend's inner groups (with
+  // a store of their own) are made: where ProcessGroup::abort() counts the
+  // ranks that left ("left_count").
+  std::shared_ptr<Store> group_store;
 };
 
 std::unique_ptr<Backend> make_local_backend();

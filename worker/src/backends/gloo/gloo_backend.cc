@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -111,14 +112,27 @@ class GlooBackend final : public Backend {
     } else {
       attr.hostname = config.host;
     }
+    // The store's own connection must exist before the snapshot: one that
+    // came up while the group connected would pass for the group's, and
+    // abort() would cut this rank off its store.
+    if (config.store) config.store->remove("gloo/connected");
     const auto before = tcp_sockets();
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      // A wait Gloo would leave to the timeout ends once its peers are gone.
+      // A wait Gloo would leave to the timeout ends once its peers are gone:
+      // processes exited (their keys are in this group's store), or a rank
+      // left the enclosing ProcessGroup (an inner group of the shm backend
+      // has a store of its own).
       auto peers = std::make_shared<detail::PeerWatch>(
           config.store, rank_, rank_ - config.local_rank, config.local_size);
+      std::shared_ptr<detail::PeerWatch> group;
+      if (config.group_store && config.group_store != config.store)
+        group = std::make_shared<detail::PeerWatch>(config.group_store, rank_, 0, 0);
       auto context = std::make_shared<gloo_watch::WatchedContext>(
-          rank_, size_, [peers](int r) { return peers->gone(r); });
+          rank_, size_, [peers, group](int r) -> std::optional<std::string> {
+            if (auto why = peers->gone(r)) return why;
+            return group ? group->gone(r) : std::nullopt;
+          });
       context->setTimeout(connect);
       GlooStoreAdapter store(config.store, connect);
       context->connectFullMesh(store, device);

@@ -113,16 +113,24 @@ class WatchedBuffer final : public gloo::transport::UnboundBuffer {
     gloo_->abortWaitRecv();
   }
 
-  // For a wait older than kLongWait (`long_wait` then set) whose every
-  // operation (every peer it could complete with) involves a gone peer: why
-  // it cannot complete.
-  std::optional<std::string> stuck(Clock::time_point now, const GoneCheck& gone, bool& long_wait) {
+  // The peers of the wait in progress, when it is older than kLongWait.
+  std::vector<int> long_wait_peers(Clock::time_point now) {
+    std::vector<int> peers;
+    std::lock_guard<std::mutex> lock(m_);
+    if (waiting_on_ == nullptr || now - wait_began_ < kLongWait) return peers;
+    for (const auto& op : *waiting_on_) peers.insert(peers.end(), op.begin(), op.end());
+    if (peers.empty()) peers.push_back(-1);  // long, with nothing to ask about
+    return peers;
+  }
+
+  // For a wait older than kLongWait whose every operation (every peer it
+  // could complete with) involves a gone peer: why it cannot complete.
+  std::optional<std::string> stuck(Clock::time_point now, const GoneCheck& gone) {
     Ops ops;
     const char* what = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_);
       if (waiting_on_ == nullptr || now - wait_began_ < kLongWait) return std::nullopt;
-      long_wait = true;
       ops = *waiting_on_;
       what = waiting_on_ == &sends_ ? "a send to" : "a receive from";
     }
@@ -238,18 +246,26 @@ void Watcher::run() {
     }
     cv_.wait_for(lock, look, [&] { return stop_; });
     if (stop_) break;
-    std::map<int, std::optional<std::string>> answers;  // each peer asked once per look
+    const auto now = Clock::now();
+    std::set<int> peers;  // of the long waits
+    for (WatchedBuffer* buffer : live_) {
+      for (int peer : buffer->long_wait_peers(now)) peers.insert(peer);
+    }
+    look = peers.empty() ? kLookRarely : kLookOften;
+    if (peers.empty()) continue;
+    // Asked without the lock (the store may be slow): waits begin and end meanwhile.
+    std::map<int, std::optional<std::string>> answers;
+    lock.unlock();
+    for (int peer : peers) answers[peer] = peer >= 0 ? gone_(peer) : std::nullopt;
+    lock.lock();
+    if (stop_) break;
     const GoneCheck gone = [&](int rank) {
       auto it = answers.find(rank);
-      if (it == answers.end()) it = answers.emplace(rank, gone_(rank)).first;
-      return it->second;
+      return it == answers.end() ? std::nullopt : it->second;
     };
-    const auto now = Clock::now();
-    bool long_wait = false;
     for (WatchedBuffer* buffer : live_) {
-      if (auto why = buffer->stuck(now, gone, long_wait)) buffer->abandon(*why);
+      if (auto why = buffer->stuck(now, gone)) buffer->abandon(*why);
     }
-    look = long_wait ? kLookOften : kLookRarely;
   }
 }
 
