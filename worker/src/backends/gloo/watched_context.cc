@@ -117,9 +117,8 @@ class WatchedBuffer final : public gloo::transport::UnboundBuffer {
   std::vector<int> long_wait_peers(Clock::time_point now) {
     std::vector<int> peers;
     std::lock_guard<std::mutex> lock(m_);
-    if (waiting_on_ == nullptr || now - wait_began_ < kLongWait) return peers;
+    if (!waits_long(now)) return peers;
     for (const auto& op : *waiting_on_) peers.insert(peers.end(), op.begin(), op.end());
-    if (peers.empty()) peers.push_back(-1);  // long, with nothing to ask about
     return peers;
   }
 
@@ -130,7 +129,7 @@ class WatchedBuffer final : public gloo::transport::UnboundBuffer {
     const char* what = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_);
-      if (waiting_on_ == nullptr || now - wait_began_ < kLongWait) return std::nullopt;
+      if (!waits_long(now)) return std::nullopt;
       ops = *waiting_on_;
       what = waiting_on_ == &sends_ ? "a send to" : "a receive from";
     }
@@ -150,6 +149,11 @@ class WatchedBuffer final : public gloo::transport::UnboundBuffer {
 
  private:
   using Ops = std::vector<std::vector<int>>;  // each: the peers it may complete with
+
+  // Under m_: whether a wait is in progress and older than kLongWait.
+  bool waits_long(Clock::time_point now) const {
+    return waiting_on_ != nullptr && now - wait_began_ >= kLongWait;
+  }
 
   template <class Issue>
   void issue(Ops& ops, std::vector<int> peers, Issue&& call) {
@@ -256,7 +260,7 @@ void Watcher::run() {
     // Asked without the lock (the store may be slow): waits begin and end meanwhile.
     std::map<int, std::optional<std::string>> answers;
     lock.unlock();
-    for (int peer : peers) answers[peer] = peer >= 0 ? gone_(peer) : std::nullopt;
+    for (int peer : peers) answers[peer] = gone_(peer);
     lock.lock();
     if (stop_) break;
     const GoneCheck gone = [&](int rank) {
