@@ -105,7 +105,7 @@ if [ -f "$BUNDLE/host-libs.txt" ]; then
   while IFS=$'\t' read -r soname _; do
     [ -n "$soname" ] || continue
     if d=$(find_host_lib "$soname"); then
-      FOUND_LIBS+="$soname in $d; "
+      FOUND_LIBS+="$soname in $d ($(basename "$(readlink -f "$d/$soname")")); "
       case ":$BUNDLE_LD:" in *":$d:"*) ;; *) BUNDLE_LD+=":$d" ;; esac
     else
       MISSING_LIBS+="$soname "
@@ -228,7 +228,7 @@ fi
 # ------------------------------------------------------------------ GPU tests
 # binary: test=GPUs needed (the tests that skip without a GPU).
 GPU_TESTS=(
-  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1 Nccl.AWorldOfOneNamingNcclGetsANcclGroup=1 Nccl.CommunicatorsMadeOneAfterAnotherInOneProcessEachWork=1"
+  "nccl_tests Nccl.CommunicatorAndAllReduceOnAGpu=1 Nccl.EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu=1 Nccl.AWorldOfOneNamingNcclGetsANcclGroup=1 Nccl.CommunicatorsMadeOneAfterAnotherInOneProcessEachWork=1 Nccl.ACreationWhosePeerNeverComesEndsAfterTheConnectTimeout=1"
   "grad_sync_tests GradSyncDevice.CompressionIsRefusedForDeviceBuckets=1 GradSyncDevice.NcclAveragesDeviceBucketsInPlace=2"
   "train_integration_tests TrainGpu.OneGpuFollowsTheCpuLossCurve=1 TrainGpu.CheckpointsMoveBetweenCpuAndGpu=1 TrainGpu.LossDecreasesOnTwoGpus=2 TrainGpu.TwoGpusFollowTheOneGpuLossCurve=2"
   "heal_train_tests HealGpu.RanksKilledBetweenStepsAndMidStepAreReplacedOverNccl=1"

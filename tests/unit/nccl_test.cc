@@ -6,6 +6,7 @@
 
 #include "visible_gpus.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -238,6 +239,34 @@ TEST(Nccl, EveryCollectiveDtypeAndOpInAWorldOfOneOnAGpu) {
         out.get(), values);
   }
   backend->barrier();
+#endif
+}
+
+// A rebuilt group is made with a short connect_timeout (its members all
+// arrived; one that dies meanwhile must fail the creation soon, not after the
+// collective timeout): a group of two whose rank 1 never comes ends within
+// connect_timeout, aborting NCCL's unfinished initialisation.
+TEST(Nccl, ACreationWhosePeerNeverComesEndsAfterTheConnectTimeout) {
+  if (!nccl_available())
+    GTEST_SKIP() << "built without NCCL (CUDA Toolkit/NCCL not found at build time)";
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL communicators need one";
+#ifdef DDP_HAVE_NCCL
+  BackendConfig config;
+  config.rank = 0;
+  config.size = 2;
+  config.local_size = 1;  // rank 1 would be on another host: no pid to watch
+  config.store = make_memory_store();
+  config.timeout = 60s;
+  config.connect_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    make_nccl_backend(config);
+    FAIL() << "a group of two was made without its rank 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not complete within 1000 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "waited for the collective timeout";
 #endif
 }
 
