@@ -50,7 +50,8 @@ TEST(PeerWatch, NamesARankOfThisNodeOnceItsProcessExited) {
   ASSERT_GT(one, 0);
   ASSERT_GT(other, 0);
   FakeClock clock;
-  PeerWatch watch(store, 0, 0, 3, clock.fn());    // rank 0 of a node of ranks 0-2, in a world of 6
+  PeerWatch watch(store, 0, 0, 3, nullptr,
+                  clock.fn());                    // rank 0 of a node of ranks 0-2, in a world of 6
   EXPECT_EQ(watch.first_exited(), std::nullopt);  // no key yet: nothing known, nothing dead
   store->set("proc/1", here(one));
   // Rank 2 runs in another PID namespace (a container): its pid means
@@ -110,7 +111,7 @@ TEST(PeerWatch, SaysWhyARankCanNoLongerTakePart) {
   ASSERT_GT(one, 0);
   store->set("proc/1", here(one));
   FakeClock clock;
-  PeerWatch watch(store, 0, 0, 2, clock.fn());
+  PeerWatch watch(store, 0, 0, 2, nullptr, clock.fn());
   EXPECT_EQ(watch.gone(1), std::nullopt);
   EXPECT_EQ(watch.gone(5), std::nullopt);  // another node's rank: alive as far as we know
   auto rank3 = ProcessGroup::create(3, 6, store, ProcessGroupOptions::of("local"));
@@ -121,6 +122,22 @@ TEST(PeerWatch, SaysWhyARankCanNoLongerTakePart) {
   ::kill(one, SIGKILL);
   ::waitpid(one, nullptr, 0);
   EXPECT_EQ(watch.gone(1), "rank 1 (pid " + std::to_string(one) + ") exited");
+}
+
+// An inner group (the shm backend's Gloo group across nodes) has a prefixed
+// store of its own: its pids are there, while departures are counted in the
+// enclosing ProcessGroup's store, which is the one asked.
+TEST(PeerWatch, AnInnerGroupLearnsOfDeparturesFromTheEnclosingGroupsStore) {
+  const auto outer = make_memory_store();
+  const auto inner = make_prefix_store(outer, "inner");
+  FakeClock clock;
+  PeerWatch watch(inner, 0, 0, 1, outer, clock.fn());
+  EXPECT_EQ(watch.gone(1), std::nullopt);
+  auto rank2 = ProcessGroup::create(2, 3, outer, ProcessGroupOptions::of("local"));
+  rank2->abort();  // leaves the enclosing group: counted in `outer`
+  clock.pass(200ms);
+  EXPECT_EQ(watch.gone(1), "rank 2 left the group");
+  EXPECT_EQ(inner->add("left_count", 0), 0);  // nothing was ever counted in the inner store
 }
 
 TEST(PeerWatch, AGroupWithoutAStoreWatchesNobody) {

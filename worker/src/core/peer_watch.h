@@ -34,12 +34,17 @@ class PeerWatch {
  public:
   // `store`: the group's (null: nothing to watch). This node's ranks are
   // first_local .. first_local + local_size - 1 (the group's placement).
+  // `departures`: the store where ProcessGroup::abort() counts departures,
+  // when it is not `store` (a backend's inner group, with a prefixed store
+  // of its own, watches the enclosing ProcessGroup's); null: `store`.
   // Not thread-safe: one thread asks (the group's executor, or a watcher).
   // `now`: the clock the 200 ms spacings are measured on (tests inject one).
   using Clock = std::chrono::steady_clock;
   PeerWatch(std::shared_ptr<Store> store, int rank, int first_local, int local_size,
+            std::shared_ptr<Store> departures = nullptr,
             std::function<Clock::time_point()> now = Clock::now)
       : store_(std::move(store)),
+        departures_(departures ? std::move(departures) : store_),
         here_(pid_namespace_of(process_identity())),
         now_(std::move(now)) {
     for (int r = first_local; r < first_local + local_size && store_ && !here_.empty(); ++r) {
@@ -78,10 +83,11 @@ class PeerWatch {
   // to), else nullopt. A store round trip or two: ask it only of a wait that
   // is already long.
   std::optional<std::string> first_left() {
-    if (!store_) return std::nullopt;
+    if (!departures_) return std::nullopt;
     try {
-      if (store_->add("left_count", 0) == 0) return std::nullopt;
-      return "rank " + store_->get("left_first", std::chrono::milliseconds(1)) + " left the group";
+      if (departures_->add("left_count", 0) == 0) return std::nullopt;
+      return "rank " + departures_->get("left_first", std::chrono::milliseconds(1)) +
+             " left the group";
     } catch (const std::exception&) {
       // The name is not there yet (or the store is unreachable: then the
       // count was not read either, and the wait's own timeout decides).
@@ -114,6 +120,7 @@ class PeerWatch {
   }
 
   std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> departures_;  // where "left_count" is: store_ unless told otherwise
   std::string here_;
   std::set<int> unknown_;      // this node's ranks whose key was not read yet
   std::map<int, pid_t> pids_;  // this node's ranks in this PID namespace

@@ -124,15 +124,9 @@ class GlooBackend final : public Backend {
       // left the enclosing ProcessGroup (an inner group of the shm backend
       // has a store of its own).
       auto peers = std::make_shared<detail::PeerWatch>(
-          config.store, rank_, rank_ - config.local_rank, config.local_size);
-      std::shared_ptr<detail::PeerWatch> group;
-      if (config.group_store && config.group_store != config.store)
-        group = std::make_shared<detail::PeerWatch>(config.group_store, rank_, 0, 0);
+          config.store, rank_, rank_ - config.local_rank, config.local_size, config.group_store);
       auto context = std::make_shared<gloo_watch::WatchedContext>(
-          rank_, size_, [peers, group](int r) -> std::optional<std::string> {
-            if (auto why = peers->gone(r)) return why;
-            return group ? group->gone(r) : std::nullopt;
-          });
+          rank_, size_, [peers](int r) { return peers->gone(r); });
       context->setTimeout(connect);
       GlooStoreAdapter store(config.store, connect);
       context->connectFullMesh(store, device);
