@@ -418,6 +418,14 @@ def big_heal(launcher, train, env, kills):
     for t, line in run.lines:
         if "heal:" in line and t > run.kills[-1]:
             print("big (1 GiB state), last kill +%.0f ms: %s" % ((t - run.kills[-1]) * 1e3, line))
+    rates = []
+    for _, line in run.lines:
+        m = re.search(r"heal: joined epoch .* received ([\d.]+) MB .* in ([\d.]+) ms", line)
+        if m and float(m.group(2)) > 0:
+            rates.append(float(m.group(1)) / float(m.group(2)))  # MB/ms = GB/s
+    if rates:
+        print("big: the relaunch received the state at median %.2f GB/s; each: %s" %
+              (statistics.median(rates), ", ".join("%.2f" % r for r in rates)))
     print("big: kill -> relaunched rank holds the live state (joined): " +
           ms(after_kills(run, r"heal: joined epoch")) + "; each: " +
           ", ".join("%.2f s" % d for d in after_kills(run, r"heal: joined epoch")))

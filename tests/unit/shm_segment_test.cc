@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -90,6 +91,33 @@ TEST(ShmSegmentSetup, ARankThatNeverAttachesIsNamedAtTheDeadline) {
         << e.what();
   }
   EXPECT_FALSE(name_exists(name));
+}
+
+// The chunk slots' size: a group's option (ProcessGroupOptions::shm_chunk_bytes)
+// over DDP_SHM_CHUNK_KB over the default, rounded up to a page; an option under
+// the smallest chunk is refused naming it.
+TEST(ShmGeometry, AGroupsChunkOptionWinsOverTheVariableAndIsRoundedToAPage) {
+  const char* was = std::getenv("DDP_SHM_CHUNK_KB");
+  const std::string saved = was != nullptr ? was : "";
+  unsetenv("DDP_SHM_CHUNK_KB");
+  EXPECT_EQ(Geometry::from_env(2).chunk_bytes, std::size_t{256} << 10);
+  setenv("DDP_SHM_CHUNK_KB", "128", 1);
+  EXPECT_EQ(Geometry::from_env(2).chunk_bytes, std::size_t{128} << 10);
+  EXPECT_EQ(Geometry::from_env(2, 0).chunk_bytes, std::size_t{128} << 10);
+  EXPECT_EQ(Geometry::from_env(2, std::size_t{1} << 20).chunk_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(Geometry::from_env(2, (std::size_t{64} << 10) + 1).chunk_bytes,
+            (std::size_t{64} << 10) + 4096);
+  try {
+    Geometry::from_env(2, 1000);
+    ADD_FAILURE() << "a 1000-byte chunk was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shm_chunk_bytes=1000"), std::string::npos) << e.what();
+  }
+  if (was != nullptr) {
+    setenv("DDP_SHM_CHUNK_KB", saved.c_str(), 1);
+  } else {
+    unsetenv("DDP_SHM_CHUNK_KB");
+  }
 }
 
 }  // namespace

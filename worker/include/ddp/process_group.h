@@ -59,6 +59,12 @@ struct ProcessGroupOptions {
   // syntax (e.g. "pull", "all_reduce=chunked,broadcast=push"); empty: the
   // variable, and without it each is chosen by timing (docs/cli.md).
   std::string shm_algorithm;
+  // For shm: the bytes of each rank's chunk slot, through which private
+  // buffers are copied in a pipeline (rounded up to 4 KiB, at least 64 KiB);
+  // 0: DDP_SHM_CHUNK_KB, else 256 KiB. The rank that creates the node's
+  // segment decides for the node. Larger chunks mean fewer synchronisations
+  // per byte: ddp::Healer moves a healed rank's state with 1 MiB chunks.
+  std::size_t shm_chunk_bytes = 0;
 
   // Defaults with another backend: ProcessGroupOptions::of("local").
   static ProcessGroupOptions of(std::string backend_name) {

@@ -76,6 +76,7 @@ void mark_able_to_heal(const std::string& path) {
 // stripe is a group to connect (its cost grows with the count), so each
 // carries at least HealOptions::stripe_bytes.
 constexpr std::size_t kMaxStripes = 4;
+constexpr std::size_t kTransferChunkBytes = std::size_t{1} << 20;  // shm chunk of a state transfer
 
 // The members of `members` that do not hold step `most`, plus `sender`, in rank order.
 MemberSet behind_and(const MemberSet& members, const std::vector<std::int64_t>& counts,
@@ -101,6 +102,10 @@ struct StateTransfer {
   std::shared_ptr<ProcessGroup> carrier(const MemberSet& members, const std::string& name) const {
     ProcessGroupOptions o = options;
     o.group_name += "-" + name;
+    // The state crosses in one stream of private buffers: chunks of 1 MiB
+    // synchronise the ranks a quarter as often as the default's 256 KiB
+    // (4.3 against 1.3 GB/s for 1 GiB on a 2-vCPU AMD EPYC machine).
+    if (o.shm_chunk_bytes == 0) o.shm_chunk_bytes = kTransferChunkBytes;
     return ProcessGroup::create(members, self_id, make_prefix_store(store, name), o);
   }
 

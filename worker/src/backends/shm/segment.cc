@@ -37,10 +37,18 @@ std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
-Geometry Geometry::from_env(int local_size) {
+Geometry Geometry::from_env(int local_size, std::size_t chunk_bytes) {
+  constexpr std::size_t kLowestChunk = 64 << 10;
   Geometry g;
   g.local_size = local_size;
-  g.chunk_bytes = round_up(env_size("DDP_SHM_CHUNK_KB", g.chunk_bytes, 1024, 64 << 10), kPage);
+  if (chunk_bytes > 0 && chunk_bytes < kLowestChunk) {
+    throw Error("ProcessGroupOptions::shm_chunk_bytes=" + std::to_string(chunk_bytes) +
+                " is under the smallest chunk, " + std::to_string(kLowestChunk) + " bytes");
+  }
+  g.chunk_bytes =
+      round_up(chunk_bytes > 0 ? chunk_bytes
+                               : env_size("DDP_SHM_CHUNK_KB", g.chunk_bytes, 1024, kLowestChunk),
+               kPage);
   g.arena_bytes = round_up(env_size("DDP_SHM_ARENA_MB", g.arena_bytes, 1 << 20, 0), kPage);
   return g;
 }

@@ -31,8 +31,10 @@ struct Geometry {
       256 << 10;  // per rank and parity: the pipelined path's chunk (fits L2 with its peers)
   std::size_t arena_bytes = std::size_t{2} << 30;  // per rank, sparse: allocate()
 
-  // Defaults, with DDP_SHM_CHUNK_KB and DDP_SHM_ARENA_MB applied (errors name the variable).
-  static Geometry from_env(int local_size);
+  // Defaults, with DDP_SHM_CHUNK_KB and DDP_SHM_ARENA_MB applied (errors name the
+  // variable); chunk_bytes > 0 (ProcessGroupOptions::shm_chunk_bytes) replaces
+  // DDP_SHM_CHUNK_KB (an error names the option when it is under 64 KiB).
+  static Geometry from_env(int local_size, std::size_t chunk_bytes = 0);
 };
 
 // What a rank says about the collective it is in (published with its first phase).

@@ -214,7 +214,8 @@ void ShmBackend::open_segment() {
     // rank dies while making it, the others know what to remove.
     config_.store->set(key, detail::process_identity() + " " + name);
     try {
-      state_->segment = shm::Segment::create(name, shm::Geometry::from_env(local_size_), me_);
+      state_->segment = shm::Segment::create(
+          name, shm::Geometry::from_env(local_size_, config_.shm_chunk_bytes), me_);
     } catch (const std::exception& e) {
       config_.store->set(key,
                          "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
