@@ -63,7 +63,7 @@ struct ProcessGroupOptions {
   // buffers are copied in a pipeline (rounded up to 4 KiB, at least 64 KiB);
   // 0: DDP_SHM_CHUNK_KB, else 256 KiB. The rank that creates the node's
   // segment decides for the node. Larger chunks mean fewer synchronisations
-  // per byte: ddp::Healer moves a healed rank's state with 1 MiB chunks.
+  // per byte: ddp::Healer moves a state of 64 MiB or more with 1 MiB chunks.
   std::size_t shm_chunk_bytes = 0;
 
   // Defaults with another backend: ProcessGroupOptions::of("local").

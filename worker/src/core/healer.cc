@@ -76,7 +76,13 @@ void mark_able_to_heal(const std::string& path) {
 // stripe is a group to connect (its cost grows with the count), so each
 // carries at least HealOptions::stripe_bytes.
 constexpr std::size_t kMaxStripes = 4;
-constexpr std::size_t kTransferChunkBytes = std::size_t{1} << 20;  // shm chunk of a state transfer
+// A state of at least kBigTransferBytes crosses a node's shared memory in
+// chunks of kTransferChunkBytes: they synchronise the ranks a quarter as
+// often as the default's 256 KiB (3.1 against 1.3 GB/s, medians, for 1 GiB
+// on a 2-vCPU AMD EPYC machine). A small state keeps the default: its
+// carrier's larger slots would cost more to fault in than they save.
+constexpr std::size_t kTransferChunkBytes = std::size_t{1} << 20;
+constexpr std::uint64_t kBigTransferBytes = std::uint64_t{64} << 20;
 
 // The members of `members` that do not hold step `most`, plus `sender`, in rank order.
 MemberSet behind_and(const MemberSet& members, const std::vector<std::int64_t>& counts,
@@ -98,14 +104,12 @@ struct StateTransfer {
   const std::shared_ptr<Store>& store;
   const std::vector<std::int64_t>& counts;  // every member's committed count
   std::int64_t most;
+  std::size_t chunk_bytes;  // the carriers' shm chunk (0: the group's)
 
   std::shared_ptr<ProcessGroup> carrier(const MemberSet& members, const std::string& name) const {
     ProcessGroupOptions o = options;
     o.group_name += "-" + name;
-    // The state crosses in one stream of private buffers: chunks of 1 MiB
-    // synchronise the ranks a quarter as often as the default's 256 KiB
-    // (3.1 against 1.3 GB/s, medians, for 1 GiB on a 2-vCPU AMD EPYC machine).
-    if (o.shm_chunk_bytes == 0) o.shm_chunk_bytes = kTransferChunkBytes;
+    if (o.shm_chunk_bytes == 0) o.shm_chunk_bytes = chunk_bytes;
     return ProcessGroup::create(members, self_id, make_prefix_store(store, name), o);
   }
 
@@ -472,7 +476,8 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
   // state of most models takes to cross: the group's own broadcast carries it.
   const bool own_groups = impl_->options.backend != "nccl";
   const std::shared_ptr<Store> transfer_store = own_groups ? impl_->group_store : nullptr;
-  const StateTransfer transfer{*group_, id_, carriers, transfer_store, all, *most};
+  const std::size_t chunk = report.bytes >= kBigTransferBytes ? kTransferChunkBytes : 0;
+  const StateTransfer transfer{*group_, id_, carriers, transfer_store, all, *most, chunk};
   const std::size_t stripes =
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(
