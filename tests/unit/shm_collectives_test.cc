@@ -39,6 +39,7 @@
 #include "ddp/common/shm_names.h"
 #include "ddp/process_group.h"
 #include "error_of.h"
+#include "scoped_env.h"
 #include "shm_segments.h"
 #include "thread_ranks.h"
 #include "typed_buffer.h"
@@ -61,34 +62,12 @@ using ::ddp::testing::label;
 using ::ddp::testing::moved_value;
 using ::ddp::testing::on_ranks;
 using ::ddp::testing::reference;
+using ::ddp::testing::ScopedEnv;  // the shm backend reads DDP_SHM_* when a segment is made
 
 constexpr std::size_t kSmallBytes = 32 << 10;  // the backend's single-copy limit
 constexpr std::size_t kChunkKiB = 64;          // DDP_SHM_CHUNK_KB in the sweeps (its minimum)
 
 // ---- Helpers ------------------------------------------------------------------------------
-
-// Sets an environment variable for the rest of the scope (the shm backend reads
-// DDP_SHM_* when a group's segment is created), then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 // A run id no other test (or test process) uses: letters and digits only, so
 // its /dev/shm prefix is exactly "ddp-<run id>-".

@@ -12,17 +12,18 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
+#include "scoped_env.h"
 
 namespace ddp::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ::ddp::testing::ScopedEnv;
 using namespace std::chrono_literals;
 
 Geometry small_geometry(int local_size) {
@@ -97,11 +98,11 @@ TEST(ShmSegmentSetup, ARankThatNeverAttachesIsNamedAtTheDeadline) {
 // over DDP_SHM_CHUNK_KB over the default, rounded up to a page; an option under
 // the smallest chunk is refused naming it.
 TEST(ShmGeometry, AGroupsChunkOptionWinsOverTheVariableAndIsRoundedToAPage) {
-  const char* was = std::getenv("DDP_SHM_CHUNK_KB");
-  const std::string saved = was != nullptr ? was : "";
-  unsetenv("DDP_SHM_CHUNK_KB");
-  EXPECT_EQ(Geometry::from_env(2).chunk_bytes, std::size_t{256} << 10);
-  setenv("DDP_SHM_CHUNK_KB", "128", 1);
+  {
+    ScopedEnv unset("DDP_SHM_CHUNK_KB", std::nullopt);
+    EXPECT_EQ(Geometry::from_env(2).chunk_bytes, std::size_t{256} << 10);
+  }
+  ScopedEnv chunk("DDP_SHM_CHUNK_KB", "128");
   EXPECT_EQ(Geometry::from_env(2).chunk_bytes, std::size_t{128} << 10);
   EXPECT_EQ(Geometry::from_env(2, 0).chunk_bytes, std::size_t{128} << 10);
   EXPECT_EQ(Geometry::from_env(2, std::size_t{1} << 20).chunk_bytes, std::size_t{1} << 20);
@@ -112,11 +113,6 @@ TEST(ShmGeometry, AGroupsChunkOptionWinsOverTheVariableAndIsRoundedToAPage) {
     ADD_FAILURE() << "a 1000-byte chunk was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shm_chunk_bytes=1000"), std::string::npos) << e.what();
-  }
-  if (was != nullptr) {
-    setenv("DDP_SHM_CHUNK_KB", saved.c_str(), 1);
-  } else {
-    unsetenv("DDP_SHM_CHUNK_KB");
   }
 }
 

@@ -17,6 +17,7 @@
 #include "cli/option_prefixes.h"
 #include "ddp/common/error.h"
 #include "parse_launch.h"
+#include "scoped_env.h"
 
 namespace ddp::launcher {
 namespace {
@@ -28,19 +29,7 @@ bool has_notice(const LaunchSpec& spec, const std::string& text) {
   return false;
 }
 
-// Sets a variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_ ? (void)setenv(name_, old_->c_str(), 1) : (void)unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ::ddp::testing::ScopedEnv;
 
 TEST(OptionPrefixes, AUniquePrefixNamesItsOptionAndAnAmbiguousOneIsRefused) {
   const std::vector<KnownOption> options = {{{"--nnodes"}, true, false, ""},
