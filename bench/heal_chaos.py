@@ -413,7 +413,8 @@ def big_heal(launcher, train, env, kills):
     for k in range(kills):
         run.kill_one()
         wait_for("joined epoch", run.kills[-1])
-        time.sleep(3)  # two more steps of the whole group
+        wait_for("[rank 0] step ", time.time())  # a step with the relaunch
+        time.sleep(1)
     run.stop()
     for t, line in run.lines:
         if "heal:" in line and t > run.kills[-1]:
@@ -429,6 +430,21 @@ def big_heal(launcher, train, env, kills):
     print("big: kill -> relaunched rank holds the live state (joined): " +
           ms(after_kills(run, r"heal: joined epoch")) + "; each: " +
           ", ".join("%.2f s" % d for d in after_kills(run, r"heal: joined epoch")))
+    firsts = first_steps_with_relaunch(run)
+    print("big: kill -> first step committed with the relaunch's gradients: " + ms(firsts) +
+          "; each: " + ", ".join("%.2f s" % d for d in firsts))
+
+
+def first_steps_with_relaunch(run):
+    """For each kill, seconds until rank 0 reports the first step after the relaunch joined."""
+    delays = []
+    for k in run.kills:
+        joined = [t for t, line in run.lines if t > k and "heal: joined epoch" in line]
+        steps = [t for t, line in run.lines
+                 if joined and t > joined[0] and re.search(r"\[rank 0\] step \d+", line)]
+        if steps:
+            delays.append(steps[0] - k)
+    return delays
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace ddp {
 namespace {
@@ -51,6 +52,29 @@ std::string shm_segment_name(const std::string& run_id, long round, const std::s
                              int node, const std::string& unique) {
   return "/" + shm_run_prefix(run_id) + "r" + std::to_string(round) + "-" + sanitise(group, 64) +
          "-n" + std::to_string(node) + "-" + sanitise(unique, 32);
+}
+
+std::string shm_arena_prefix(const std::string& run_id, long pid) {
+  return shm_run_prefix(run_id) + "arena-p" + std::to_string(pid) + "-";
+}
+
+std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique) {
+  return "/" + shm_arena_prefix(run_id, pid) + sanitise(unique, 32);
+}
+
+std::string shm_arena_heir_name(const std::string& run_id, int rank) {
+  return "/" + shm_run_prefix(run_id) + "arena-heir-r" + std::to_string(rank);
+}
+
+bool pass_arena_to_heir(const std::string& run_id, long pid, int rank, const std::string& dir) {
+  const std::string prefix = shm_arena_prefix(run_id, pid);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) != 0) continue;
+    const std::string heir = dir + shm_arena_heir_name(run_id, rank);
+    return std::rename(entry.path().c_str(), heir.c_str()) == 0;
+  }
+  return false;
 }
 
 int remove_segments_with_prefix(const char* dir, const char* prefix) {

@@ -5,6 +5,7 @@
 #include "agent/heal_policy.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
+#include "ddp/common/shm_names.h"
 #include "worker_group/process.h"
 
 namespace ddp::launcher {
@@ -30,6 +31,9 @@ bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
   if (spent == 0) return false;
   launcher_log().warn("{}", relaunch_line(failed, spent, in_.spec.max_restarts));
   marks_.clear(local);
+  // Its carried shm arena (libddp's live recovery keeps one per process)
+  // goes to the relaunch, whose gradient buckets then find their pages made.
+  pass_arena_to_heir(in_.spec.run_id, failed.pid, failed.rank);
   try {
     group.relaunch(i, worker_relaunch(in_, local, ++incarnations_[i]));
   } catch (const Error& e) {

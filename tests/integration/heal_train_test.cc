@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "elastic_plan.h"
 #include "heal_run.h"
+#include "shm_segments.h"
 
 namespace ddp::testing {
 namespace {
@@ -20,9 +22,16 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
-  const auto run = run_heal(4, {"--kill", "3@150"}, 2500);
+  const std::string run_id = "heal-train-" + std::to_string(::getpid());
+  const auto run = run_heal(4, {"--kill", "3@150"}, 2500, {"--rdzv_id=" + run_id});
   expect_healed(run, 4, 2500);
   const std::string& out = run.result.out;
+  // ddprun gave the dead rank's shm arena to its relaunch, and nothing of
+  // the run is left in /dev/shm.
+  EXPECT_NE(out.find("[rank 3] shm: took over the arena of the process this one replaces"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
   // Either the survivors go on with three ranks and admit the relaunch later,
   // or (a loaded machine) the relaunch arrives before they close the epoch.
   const bool left_then_arrived =

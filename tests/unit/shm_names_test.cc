@@ -100,6 +100,34 @@ TEST(ShmNames, RemoveRunSegmentsRemovesOnlyThatRunsFiles) {
   EXPECT_EQ(remove_run_segments(run, dir.path()), 0);  // nothing left to remove
 }
 
+TEST(ShmNames, ArenaNamesArePerProcessAndTheRunsSweepTakesThem) {
+  EXPECT_EQ(shm_arena_name("job42", 123, "ab"), "/ddp-job42-arena-p123-ab");
+  EXPECT_EQ(shm_arena_heir_name("job42", 3), "/ddp-job42-arena-heir-r3");
+  // pid 12's prefix is not pid 123's; every arena is one of its run's files.
+  EXPECT_FALSE(
+      starts_with(shm_arena_name("job42", 123, "ab").substr(1), shm_arena_prefix("job42", 12)));
+  EXPECT_TRUE(starts_with(shm_arena_heir_name("job42", 3).substr(1), shm_run_prefix("job42")));
+  TempDir dir;
+  dir.touch(shm_arena_name("job42", 123, "ab").substr(1));
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 1);
+}
+
+TEST(ShmNames, ADeadProcesssArenaPassesToTheHeirOfItsRank) {
+  TempDir dir;
+  const std::string dead = shm_arena_name("job42", 123, "ab").substr(1);
+  const std::string other = shm_arena_name("job42", 1234, "cd").substr(1);
+  const std::string heir = shm_arena_heir_name("job42", 2).substr(1);
+  dir.touch(dead);
+  dir.touch(other);
+  EXPECT_TRUE(pass_arena_to_heir("job42", 123, 2, dir.path()));
+  EXPECT_EQ(dir.names(), (std::set<std::string>{heir, other}));
+  // An heir nobody took over is replaced by the next one.
+  EXPECT_TRUE(pass_arena_to_heir("job42", 1234, 2, dir.path()));
+  EXPECT_EQ(dir.names(), (std::set<std::string>{heir}));
+  EXPECT_FALSE(pass_arena_to_heir("job42", 99, 2, dir.path())) << "pid 99 made no arena";
+  EXPECT_FALSE(pass_arena_to_heir("job42", 99, 2, "/nonexistent/ddp-shm-names-test"));
+}
+
 TEST(ShmNames, RemoveRunSegmentsOnAMissingDirectoryRemovesNothing) {
   EXPECT_EQ(remove_run_segments("a", "/nonexistent/ddp-shm-names-test"), 0);
 }

@@ -86,7 +86,9 @@ class ParamShards {
   // device and requires_grad are not used: host memory, and frozen
   // parameters are sharded like the others). Collective (the node-shared
   // buffer's place is handed out by rank 0): every rank constructs it at the
-  // same point with the same parameters. `group` must outlive this object.
+  // same point with the same parameters. `group` must outlive this object's
+  // collectives (all_gather); the rest (owned(), replica(), data(), view())
+  // may be asked after it is gone, e.g. while a rebuilt group takes over.
   ParamShards(ProcessGroup& group, const std::vector<GradParam>& params, ShardOptions options = {});
 
   std::size_t num_params() const { return layout_.counts.size(); }
@@ -136,6 +138,7 @@ class ParamShards {
   void check_index(std::size_t index) const;
 
   ProcessGroup* group_;
+  int rank_ = 0;  // this rank in group_ (layout_.world_size ranks)
   std::vector<DType> dtypes_;
   ShardLayout layout_;
   std::shared_ptr<void> buffer_;

@@ -65,6 +65,20 @@ struct ProcessGroupOptions {
   // segment decides for the node. Larger chunks mean fewer synchronisations
   // per byte: ddp::Healer moves a state of 64 MiB or more with 1 MiB chunks.
   std::size_t shm_chunk_bytes = 0;
+  // For shm: this rank's arena (where allocate() takes its blocks) is not
+  // made inside the group's segment but carried by the process from one
+  // such group to the next: a file of its own, named under run_id in
+  // /dev/shm while the process lives (removed at exit; ddprun also removes
+  // it when it sees the process die, and every file of its run when the job
+  // ends). A block taken in a later group reuses the pages an earlier
+  // group's blocks had, instead of fresh pages the kernel must zero, and a
+  // group's end frees no pages. What a group rebuilt after every failure
+  // wants (ddp::Healer sets it): for a model of 1 GiB the new epoch's
+  // gradient buckets are then ready in a fraction of the time. The arena's
+  // pages stay until the process exits. A process's groups with this option
+  // share one arena (DDP_SHM_ARENA_MB, sparse); one whose geometry differs
+  // keeps its arena in its segment.
+  bool shm_carry_arena = false;
 
   // Defaults with another backend: ProcessGroupOptions::of("local").
   static ProcessGroupOptions of(std::string backend_name) {
@@ -214,7 +228,8 @@ class ProcessGroup {
   // single node under shm; nullptr otherwise (a world of one, several nodes,
   // another backend, no room), on every rank alike. Writes by one rank are
   // seen by the others after any later collective. The block stays until the
-  // group's segment goes, even when every reference is dropped.
+  // group's segment goes, even when every reference is dropped (with
+  // shm_carry_arena: until local rank 0's last use of the group ends).
   std::shared_ptr<void> allocate_node_shared(std::size_t bytes);
 
   // shm: the algorithm variant this group runs `collective` ("all_reduce",

@@ -345,6 +345,8 @@ Healer::Healer(const InitOptions& init, const HealOptions& heal) : impl_(std::ma
   }
   Impl& s = *impl_;
   s.options = detail::group_options("heal", init);
+  // Each epoch's group reuses the pages of the last one's (gradient buckets).
+  s.options.shm_carry_arena = true;
   s.heal = heal;
   s.heal.wait = heal_wait(heal);
   s.heal.stripe_bytes = stripe_bytes(heal);

@@ -55,7 +55,7 @@ ShardLayout make_shard_layout(const std::vector<std::size_t>& counts,
 
 ParamShards::ParamShards(ProcessGroup& group, const std::vector<GradParam>& params,
                          ShardOptions options)
-    : group_(&group), replicas_(options.replicas) {
+    : group_(&group), rank_(group.rank()), replicas_(options.replicas) {
   // Its buffers are read and written on the CPU; nccl's allocate() is device memory.
   if (group.backend_name() == "nccl") {
     throw Error("ParamShards: host memory only, and this group's backend is nccl (device memory)");
@@ -102,13 +102,13 @@ float* ParamShards::view(std::size_t index) {
 
 ElementRange ParamShards::owned(std::size_t index) const {
   check_index(index);
-  return layout_.owned(index, group_->rank());
+  return layout_.owned(index, rank_);
 }
 
 ElementRange ParamShards::replica(std::size_t index) const {
   check_index(index);
-  if (!replicas_ || group_->size() == 1) return {};
-  return layout_.owned(index, (group_->rank() + layout_.replica_shift()) % group_->size());
+  if (!replicas_ || layout_.world_size == 1) return {};
+  return layout_.owned(index, (rank_ + layout_.replica_shift()) % layout_.world_size);
 }
 
 void ParamShards::all_gather() {

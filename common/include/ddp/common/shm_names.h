@@ -21,6 +21,26 @@ std::string shm_run_prefix(const std::string& run_id);
 std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
                              int node, const std::string& unique);
 
+// The name of a process's carried shm arena (ProcessGroupOptions::shm_carry_arena):
+// "/ddp-<run>-arena-p<pid>-<unique>". Its pid is the process's as its
+// launcher sees it, so ddprun can remove the arena of a worker it saw die.
+std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique);
+
+// What every arena name of process `pid` of `run_id` starts with (no leading
+// slash, as remove_segments_with_prefix() takes it).
+std::string shm_arena_prefix(const std::string& run_id, long pid);
+
+// The name a dead worker's carried arena is given for the process relaunched
+// in its place (the same global rank), which takes it over:
+// "/ddp-<run>-arena-heir-r<rank>".
+std::string shm_arena_heir_name(const std::string& run_id, int rank);
+
+// Renames the carried arena of process `pid` of `run_id` in `dir` (if it
+// made one) to shm_arena_heir_name(run_id, rank), replacing an heir's arena
+// nobody took over. Returns whether there was one.
+bool pass_arena_to_heir(const std::string& run_id, long pid, int rank,
+                        const std::string& dir = "/dev/shm");
+
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
 // behind shm_open). Returns how many were removed. Best effort, for teardown:
 // an unreadable directory removes nothing and is not an error.

@@ -16,7 +16,7 @@
 namespace ddp::shm {
 namespace {
 
-constexpr std::uint64_t kMagic = 0x64647073686d3032ull;  // "ddpshm02"
+constexpr std::uint64_t kMagic = 0x64647073686d3033ull;  // "ddpshm03"
 constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -173,6 +173,43 @@ void Segment::map_and_prefault(bool create) {
   for (std::size_t off = 0; off < small_; off += kPage) {
     volatile char* c = base_ + off;
     (void)*c;
+  }
+}
+
+void Segment::carry_arena(int fd, const std::string& name) {
+  if (name.size() >= kArenaNameBytes) throw Error("shm: arena name " + name + " is too long");
+  void* p = mmap(base_ + arena_offset(local_rank_), geometry_.arena_bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    throw Error("shm: cannot map this rank's carried arena " + name + " into segment " + name_ +
+                ": " + errno_text());
+  }
+  carried_fd_ = fd;
+  std::memcpy(control(local_rank_).arena_name, name.c_str(), name.size() + 1);
+}
+
+void Segment::map_carried_arenas() {
+  for (int k = 0; k < geometry_.local_size; ++k) {
+    RankControl& peer = control(k);
+    (void)peer.attached.load(std::memory_order_acquire);  // the name is written before it
+    if (k == local_rank_ || peer.arena_name[0] == '\0') continue;
+    const std::string name(peer.arena_name, strnlen(peer.arena_name, kArenaNameBytes));
+    const std::string whose = "local rank " + std::to_string(k) + "'s carried arena " + name;
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw Error("shm: cannot open " + whose + ": " + errno_text());
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < geometry_.arena_bytes) {
+      close(fd);
+      throw Error("shm: " + whose + " is shorter than this segment's arenas (" +
+                  std::to_string(geometry_.arena_bytes >> 20) +
+                  " MiB): the ranks of this node have different DDP_SHM_ARENA_MB");
+    }
+    void* p = mmap(base_ + arena_offset(k), geometry_.arena_bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, fd, 0);
+    const std::string why = errno_text();
+    close(fd);
+    if (p == MAP_FAILED)
+      throw Error("shm: cannot map " + whose + " into segment " + name_ + ": " + why);
   }
 }
 

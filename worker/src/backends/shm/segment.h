@@ -8,7 +8,9 @@
 // Everything before the arenas is allocated and pre-faulted when the segment
 // is created and attached (first touch costs 3-4x on the first collective).
 // The arenas are sparse: a rank's arena gets pages only when allocate()
-// hands part of it out. The name is unlinked as soon as every rank attached.
+// hands part of it out. A rank may carry its arena in a file of its own
+// (carried_arena.h): that file is then mapped over its arena's place, by
+// every rank. The name is unlinked as soon as every rank attached.
 
 #include <sys/types.h>
 
@@ -53,6 +55,8 @@ struct alignas(kCacheLine) Descriptor {
       0;  // the rank's DDP_SHM_TUNE_BUDGET_MS, in microseconds: ranks must agree
 };
 
+constexpr std::size_t kArenaNameBytes = 192;
+
 struct alignas(kCacheLine) RankControl {
   PhaseWord word;
   Descriptor
@@ -61,6 +65,7 @@ struct alignas(kCacheLine) RankControl {
       {};  // seconds per candidate while choosing an algorithm
   std::int32_t pid = 0;
   std::atomic<std::uint32_t> attached{0};
+  char arena_name[kArenaNameBytes] = {};  // the rank's carried arena; empty: in the segment
 };
 
 // Written once by the creator, read by attachers before they map the rest.
@@ -91,8 +96,16 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
+  // Before mark_attached(): this rank's arena is the file `fd` (named `name`,
+  // at least arena_bytes long), mapped over its place here and published for
+  // the peers. Throws ddp::Error naming the file when it cannot be.
+  void carry_arena(int fd, const std::string& name);
   // Records this rank as attached (pid, counter) and wakes the creator.
   void mark_attached();
+  // After wait_attached_and_unlink(): maps the arenas the peers carry over
+  // their places. Throws ddp::Error naming the local rank and the file when
+  // one cannot be opened or is too short.
+  void map_carried_arenas();
   // Every rank: waits until every rank attached, then removes the name (the
   // first to get there does; a rank that dies during setup leaves nothing
   // behind as long as one survives). Throws ddp::Error naming the local
@@ -108,6 +121,10 @@ class Segment {
   char* chunk_slot(int local_rank, unsigned parity) const;
   char* result_slot(unsigned parity) const;
   std::size_t arena_offset(int local_rank) const;
+  // This rank's arena in its file: the descriptor and where the arena
+  // begins in it (the segment's, or the carried arena's at 0).
+  int arena_fd() const { return carried_fd_ >= 0 ? carried_fd_ : fd_; }
+  std::size_t arena_file_offset() const { return carried_fd_ >= 0 ? 0 : arena_offset(local_rank_); }
   char* base() const { return base_; }
   int fd() const { return fd_; }
   // Offset of [p, p + bytes) when it lies inside some rank's arena, else -1.
@@ -126,6 +143,7 @@ class Segment {
   std::size_t total_ = 0, fixed_ = 0;
   std::size_t controls_ = 0, small_ = 0, chunks_ = 0, results_ = 0, arenas_ = 0;
   bool unlinked_ = false;
+  int carried_fd_ = -1;  // this rank's carried arena (not owned), -1: in the segment
 };
 
 }  // namespace ddp::shm

@@ -3,6 +3,8 @@
 
 #include "backends/shm/shm_backend.h"
 
+#include "core/init_parts.h"
+
 #include <algorithm>
 
 namespace ddp::shm_backend {
@@ -51,7 +53,12 @@ std::int64_t ShmBackend::offer_node_shared(std::size_t bytes) {
   if (!state_ || config_.nodes > 1 || local_size_ < 2 || me_ != 0) return -1;
   std::string why;
   const auto offset = take_pages(bytes, &why, true);  // zeros even where the arena was used before
-  return offset ? static_cast<std::int64_t>(segment().arena_offset(me_) + *offset) : -1;
+  if (!offset) return -1;
+  {
+    std::lock_guard<std::mutex> lock(state_->pool->mu);
+    state_->node_shared.push_back(*offset);
+  }
+  return static_cast<std::int64_t>(segment().arena_offset(me_) + *offset);
 }
 
 std::shared_ptr<void> ShmBackend::node_shared_at(std::int64_t offset, std::size_t bytes) {
@@ -69,8 +76,8 @@ std::shared_ptr<void> ShmBackend::allocate(std::size_t bytes) {
     const std::size_t off = *offset;
     return std::shared_ptr<void>(segment().base() + segment().arena_offset(me_) + off,
                                  [keep, off](void*) {
-                                   std::lock_guard<std::mutex> held(keep->mu);
-                                   keep->arena->give_back(off);
+                                   std::lock_guard<std::mutex> held(keep->pool->mu);
+                                   keep->pool->allocator.give_back(off);
                                  });
   }
   if (!warned_.exchange(true)) {
@@ -216,6 +223,7 @@ void ShmBackend::open_segment() {
     try {
       state_->segment = shm::Segment::create(
           name, shm::Geometry::from_env(local_size_, config_.shm_chunk_bytes), me_);
+      carry_arena();
     } catch (const std::exception& e) {
       config_.store->set(key,
                          "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
@@ -226,16 +234,17 @@ void ShmBackend::open_segment() {
   } else {
     state_->segment = attach_published(key, deadline);
     tune_text = config_.store->get(tune_key, connect_);
+    carry_arena();
     state_->segment->mark_attached();
     // Peers' pids are known once all attached (they are watched for death).
     state_->segment->wait_attached_and_unlink(deadline);
   }
+  state_->segment->map_carried_arenas();
   choices_ = shm::table_for(
       me_ == 0 ? tune_entries_
                : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"),
       local_size_);
   for (const auto& entry : choices_) sources_[entry.first] = Source::kFile;
-  state_->arena = std::make_unique<shm::ArenaAllocator>(segment().geometry().arena_bytes);
   std::vector<shm::Peer> peers;
   for (int k = 0; k < local_size_; ++k) {
     peers.push_back({&segment().control(k).word, static_cast<pid_t>(segment().control(k).pid),
@@ -243,6 +252,37 @@ void ShmBackend::open_segment() {
   }
   sync_ = std::make_unique<shm::PhaseSync>(std::move(peers), me_,
                                            shm::WaitPolicy::for_ranks(local_size_));
+}
+
+namespace {
+std::atomic<bool> took_over_logged{false};  // once per process
+}  // namespace
+
+void ShmBackend::carry_arena() {
+  const std::size_t bytes = segment().geometry().arena_bytes;
+  if (config_.shm_carry_arena) {
+    const std::string run =
+        config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
+    // A relaunched rank of a healing job takes over the arena its
+    // predecessor left (ddprun renamed it for this rank).
+    std::string heir;
+    const auto& env = detail::worker_env();
+    if (env && env->heal && env->incarnation > 0 && env->run_id == config_.run_id)
+      heir = shm_arena_heir_name(run, env->rank);
+    state_->carried = shm::CarriedArena::get(run, bytes, heir);
+  }
+  if (!state_->carried) {
+    state_->pool = std::make_shared<shm::ArenaPool>(bytes);
+    return;
+  }
+  state_->pool = state_->carried->pool();
+  segment().carry_arena(state_->carried->fd(), state_->carried->name());
+  if (state_->carried->inherited() && !took_over_logged.exchange(true)) {
+    log::write(log::Level::kInfo, true,
+               fmt::format("shm: took over the arena of the process this one replaces ({:.1f} MiB "
+                           "of pages made)",
+                           static_cast<double>(state_->carried->resident_bytes()) / (1 << 20)));
+  }
 }
 
 bool ShmBackend::same_local_size_on_every_node() {

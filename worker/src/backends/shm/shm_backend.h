@@ -36,6 +36,7 @@
 #include <optional>
 #include <thread>
 #include "backends/shm/arena.h"
+#include "backends/shm/carried_arena.h"
 #include "backends/shm/segment.h"
 #include "backends/shm/sync.h"
 #include "backends/shm/tune_file.h"
@@ -149,9 +150,17 @@ inline Algorithm runnable(Algorithm wanted, bool can_pull, bool can_push) {
 // deleters of allocate()'s blocks, so the mapping outlives the backend while
 // a block is still held.
 struct SharedState {
+  std::shared_ptr<shm::CarriedArena> carried;  // null: this rank's arena is in the segment
+  std::shared_ptr<shm::ArenaPool> pool;        // this rank's arena's offsets
   std::unique_ptr<shm::Segment> segment;
-  std::mutex mu;
-  std::unique_ptr<shm::ArenaAllocator> arena;  // this rank's arena
+  // offer_node_shared()'s blocks: they go with the segment, so a carried
+  // arena takes them back when this rank's last use of the segment ends.
+  std::vector<std::size_t> node_shared;
+  ~SharedState() {
+    if (!pool) return;
+    std::lock_guard<std::mutex> lock(pool->mu);
+    for (std::size_t offset : node_shared) pool->allocator.give_back(offset);
+  }
 };
 
 class ShmBackend final : public Backend {
@@ -399,6 +408,9 @@ class ShmBackend final : public Backend {
                                                  Clock::time_point deadline);
 
   void open_segment();
+  // ProcessGroupOptions::shm_carry_arena: this rank's arena is the process's
+  // carried one (when its size fits the segment's), mapped in and published.
+  void carry_arena();
 
   // Hierarchical all-reduce needs the same number of ranks on every node.
   bool same_local_size_on_every_node();

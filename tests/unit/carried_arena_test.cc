@@ -1,0 +1,143 @@
+// The shm arena a process carries from one group to the next
+// (ProcessGroupOptions::shm_carry_arena, backends/shm/carried_arena.h): a
+// later group's blocks get the pages an earlier group's blocks had, the
+// collectives run in place over arenas mapped from other files, and a
+// relaunched process takes over the arena its predecessor left.
+
+#include "backends/shm/carried_arena.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/common/random_id.h"
+#include "ddp/common/shm_names.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool shm_exists(const std::string& name) { return std::filesystem::exists("/dev/shm" + name); }
+
+// A file of `bytes` named `name` whose first page is filled with `fill`.
+void make_file(const std::string& name, std::size_t bytes, unsigned char fill) {
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  ASSERT_EQ(pwrite(fd, std::string(4096, static_cast<char>(fill)).data(), 4096, 0), 4096);
+  close(fd);
+}
+
+unsigned char first_byte(int fd) {
+  unsigned char c = 0;
+  EXPECT_EQ(pread(fd, &c, 1, 0), 1);
+  return c;
+}
+
+TEST(CarriedArena, ARelaunchTakesOverItsPredecessorsArenaWithItsPages) {
+  const std::string heir = "/ddp-carried-test-heir-" + random_hex(8);
+  const std::string name = "/ddp-carried-test-" + random_hex(8);
+  make_file(heir, 8 << 20, 0x5a);
+  {
+    auto arena = shm::CarriedArena::make(name, 8 << 20, heir);
+    EXPECT_TRUE(arena->inherited());
+    EXPECT_EQ(first_byte(arena->fd()), 0x5a) << "the predecessor's pages come along";
+    EXPECT_EQ(arena->resident_bytes(), 4096u);
+    EXPECT_FALSE(shm_exists(heir));
+    EXPECT_TRUE(shm_exists(name));
+  }
+  EXPECT_FALSE(shm_exists(name)) << "an arena's name goes with it";
+}
+
+TEST(CarriedArena, AnHeirOfAnotherSizeIsRemovedAndAFreshArenaMade) {
+  const std::string heir = "/ddp-carried-test-heir-" + random_hex(8);
+  const std::string name = "/ddp-carried-test-" + random_hex(8);
+  make_file(heir, 4 << 20, 0x5a);
+  auto arena = shm::CarriedArena::make(name, 8 << 20, heir);
+  EXPECT_FALSE(arena->inherited());
+  EXPECT_EQ(first_byte(arena->fd()), 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(arena->fd(), &st), 0);
+  EXPECT_EQ(st.st_size, 8 << 20);
+  EXPECT_FALSE(shm_exists(heir));
+  // Without an heir, or when it is not there: a fresh one.
+  const std::string other = "/ddp-carried-test-" + random_hex(8);
+  EXPECT_FALSE(shm::CarriedArena::make(other, 8 << 20, "")->inherited());
+  EXPECT_FALSE(shm::CarriedArena::make(other, 8 << 20, heir)->inherited());
+}
+
+MemberSet pair_at(std::uint64_t epoch) {
+  MemberSet set;
+  set.epoch = epoch;
+  set.members = {{0, 0}, {1, 0}};
+  return set;
+}
+
+// Each rank (a thread) takes a block of `count` floats, reads its first
+// value, fills it with rank + 1 and all-reduces it in place (the shm
+// backend's zero-copy path: every block is in the segment). Returns the
+// first values read, by rank; checks the sums.
+std::vector<float> take_fill_and_sum(const MemberSet& set, const std::shared_ptr<Store>& store,
+                                     const ProcessGroupOptions& options, std::size_t count) {
+  std::vector<std::future<float>> ranks;
+  for (const Member& m : set.members) {
+    ranks.push_back(std::async(std::launch::async, [&, id = m.id] {
+      auto group = ProcessGroup::create(set, id, store, options);
+      auto block = group->allocate(count * sizeof(float));
+      auto* data = static_cast<float*>(block.get());
+      const float was = data[0];
+      std::fill(data, data + count, static_cast<float>(group->rank() + 1));
+      group->all_reduce(data, count, DType::kFloat32);
+      for (std::size_t i = 0; i < count; i += 4096) {
+        if (data[i] != 3.0f) ADD_FAILURE() << "element " << i << " holds " << data[i];
+      }
+      group->barrier();  // nobody's block goes while a peer may still read it
+      return was;
+    }));
+  }
+  std::vector<float> seen;
+  for (auto& r : ranks) seen.push_back(r.get());
+  return seen;
+}
+
+TEST(CarriedArena, ALaterGroupsBlocksHaveTheEarlierGroupsPages) {
+  const std::size_t count = 1 << 20;  // 4 MiB per rank
+  ProcessGroupOptions options = ProcessGroupOptions::of("shm");
+  options.timeout = 20s;
+  options.run_id = "carried" + std::to_string(getpid());
+  // In place, and no variant timed on scratch pages taken (and returned
+  // empty) between the two ranks' blocks.
+  options.shm_algorithm = "push";
+  const auto store = make_memory_store();
+
+  // Without the option every group's arena is in its own new segment: zeros.
+  take_fill_and_sum(pair_at(0), store, options, count);
+  for (float was : take_fill_and_sum(pair_at(1), store, options, count)) EXPECT_EQ(was, 0.0f);
+
+  // With it, the second group's blocks hold what the first group's left.
+  options.shm_carry_arena = true;
+  for (float was : take_fill_and_sum(pair_at(2), store, options, count)) EXPECT_EQ(was, 0.0f);
+  for (float was : take_fill_and_sum(pair_at(3), store, options, count)) EXPECT_EQ(was, 3.0f);
+
+  // The arena is named for this process (ddprun removes it when it dies).
+  bool named = false;
+  const std::string prefix = shm_arena_prefix(options.run_id, getpid());
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    named = named || entry.path().filename().string().rfind(prefix, 0) == 0;
+  EXPECT_TRUE(named) << "no /dev/shm entry starts with " << prefix;
+}
+
+}  // namespace
+}  // namespace ddp
