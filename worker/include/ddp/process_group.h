@@ -68,9 +68,9 @@ struct ProcessGroupOptions {
   // For shm: this rank's arena (where allocate() takes its blocks) is not
   // made inside the group's segment but carried by the process from one
   // such group to the next: a file of its own, named under run_id in
-  // /dev/shm while the process lives (removed at exit; ddprun also removes
-  // it when it sees the process die, and every file of its run when the job
-  // ends). A block taken in a later group reuses the pages an earlier
+  // /dev/shm while the process lives (removed at exit; ddprun hands a dead
+  // worker's to the process it relaunches in its place, and removes every
+  // file of its run when the job ends). A block taken in a later group reuses the pages an earlier
   // group's blocks had, instead of fresh pages the kernel must zero, and a
   // group's end frees no pages. What a group rebuilt after every failure
   // wants (ddp::Healer sets it): for a model of 1 GiB the new epoch's

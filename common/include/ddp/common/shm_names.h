@@ -23,7 +23,7 @@ std::string shm_segment_name(const std::string& run_id, long round, const std::s
 
 // The name of a process's carried shm arena (ProcessGroupOptions::shm_carry_arena):
 // "/ddp-<run>-arena-p<pid>-<unique>". Its pid is the process's as its
-// launcher sees it, so ddprun can remove the arena of a worker it saw die.
+// launcher sees it, so ddprun can find the arena of a worker it saw die.
 std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique);
 
 // What every arena name of process `pid` of `run_id` starts with (no leading

@@ -10,8 +10,9 @@
 // into each of its groups' segments at that rank's arena (and by the peers
 // there), so the pages a block had in the last group are the pages it has in
 // the next. Its name (shm_names.h) lives while the process does: removed at
-// exit, by ddprun when it sees the process die, and by ddprun's sweep of the
-// run's segments at the end of a job.
+// exit; when the process dies, ddprun renames it for the process it
+// relaunches in its place (which takes it over, pages and all), and its
+// sweep of the run's segments removes whatever is left when a job ends.
 
 #include <sys/types.h>
 
