@@ -134,6 +134,10 @@ int rank_main(const char* self, int rank, const std::string& when) {
     check(cudaMemcpy(buf, ones.data(), g_floats * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     all_reduce(buf, comm, stream);
     const std::string error = finish(comm, stream, 30);
+    // Leaves only once the survivor saw the all-reduce through: NCCL may
+    // report this process's exit to a survivor still polling otherwise.
+    int seen = 0;
+    take("next-done", &seen, sizeof seen);
     ncclCommAbort(comm);
     return error.empty() ? 0 : 1;
   }
@@ -175,6 +179,8 @@ int rank_main(const char* self, int rank, const std::string& when) {
   check(cudaMemcpy(buf, values.data(), g_floats * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   all_reduce(buf, next, stream);
   const std::string next_error = finish(next, stream, 30);
+  const int done = 1;
+  put("next-done", &done, sizeof done);
   check(cudaMemcpy(values.data(), buf, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   std::printf("  its all-reduce: %s (%.1f, expected 4.0)\n",
               next_error.empty() ? "done" : next_error.c_str(), values[0]);
