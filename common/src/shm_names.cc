@@ -66,15 +66,35 @@ std::string shm_arena_heir_name(const std::string& run_id, int rank) {
   return "/" + shm_run_prefix(run_id) + "arena-heir-r" + std::to_string(rank);
 }
 
-bool pass_arena_to_heir(const std::string& run_id, long pid, int rank, const std::string& dir) {
-  const std::string prefix = shm_arena_prefix(run_id, pid);
+std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique) {
+  return "/" + shm_run_prefix(run_id) + "state-p" + std::to_string(pid) + "-" +
+         sanitise(unique, 32);
+}
+
+std::string shm_state_heir_name(const std::string& run_id, int rank) {
+  return "/" + shm_run_prefix(run_id) + "state-heir-r" + std::to_string(rank);
+}
+
+namespace {
+
+// Renames the first entry of `dir` whose name starts with `prefix` to `to`.
+bool rename_first(const std::string& dir, const std::string& prefix, const std::string& to) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().filename().string().rfind(prefix, 0) != 0) continue;
-    const std::string heir = dir + shm_arena_heir_name(run_id, rank);
-    return std::rename(entry.path().c_str(), heir.c_str()) == 0;
+    return std::rename(entry.path().c_str(), (dir + to).c_str()) == 0;
   }
   return false;
+}
+
+}  // namespace
+
+int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
+                                const std::string& dir) {
+  const std::string run = shm_run_prefix(run_id), p = "p" + std::to_string(pid) + "-";
+  return static_cast<int>(
+             rename_first(dir, shm_arena_prefix(run_id, pid), shm_arena_heir_name(run_id, rank))) +
+         static_cast<int>(rename_first(dir, run + "state-" + p, shm_state_heir_name(run_id, rank)));
 }
 
 int remove_segments_with_prefix(const char* dir, const char* prefix) {

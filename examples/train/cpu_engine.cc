@@ -12,8 +12,12 @@ namespace {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const Config& c, const std::vector<int>& dims, bool draw_weights)
-      : config_(c), model_(dims, c.seed, draw_weights), opt_(c, param_counts(model_)) {
+  CpuEngine(const Config& c, const std::vector<int>& dims, bool draw_weights,
+            const StateMemory& state_memory)
+      : config_(c),
+        memory_(state_memory ? state_memory(state_bytes(c, dims)) : nullptr),
+        model_(dims, c.seed, draw_weights, floats_at(0)),
+        opt_(c, Mlp::param_counts(dims), floats_at(Mlp::param_floats(dims))) {
     openblas_set_num_threads(1);
   }
 
@@ -85,7 +89,17 @@ class CpuEngine final : public Engine {
   bool holds_whole_state() const override { return !healing_ || healing_->whole(); }
 
  private:
+  // The weights, then the optimizer's buffers, in one block.
+  static std::size_t state_bytes(const Config& c, const std::vector<int>& dims) {
+    const std::size_t weights = Mlp::param_floats(dims);
+    return (weights + Optimizer::state_floats(c, Mlp::param_counts(dims))) * sizeof(float);
+  }
+  float* floats_at(std::size_t offset) const {
+    return memory_ ? static_cast<float*>(memory_.get()) + offset : nullptr;
+  }
+
   Config config_;
+  std::shared_ptr<void> memory_;  // the state's memory when the caller gave one
   Mlp model_;
   Optimizer opt_;
   // With --shard_optimizer: the heal loop's shards (HealingShards), made on
@@ -103,8 +117,9 @@ class CpuEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims,
-                                        bool draw_weights) {
-  return std::make_unique<CpuEngine>(config, dims, draw_weights);
+                                        bool draw_weights, const StateMemory& state_memory) {
+  return std::make_unique<CpuEngine>(config, dims, draw_weights,
+                                     config.shard_optimizer ? nullptr : state_memory);
 }
 
 }  // namespace train

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,8 +103,14 @@ std::vector<ddp::ParamBuffer> model_and_optimizer_state(Model& model, Opt& opt) 
 
 // `draw_weights` false: the weights start at zero (they are about to be
 // received, as in a rank relaunched under --on_failure=heal).
+// `state_memory`, when set, gives the zeroed memory (of the bytes asked)
+// that holds the weights and the optimizer's buffers: ddp::Healer::state_memory,
+// which a relaunch inherits with its pages. Not with --shard_optimizer,
+// whose weights live in the shards.
+using StateMemory = std::function<std::shared_ptr<void>(std::size_t bytes)>;
 std::unique_ptr<Engine> make_cpu_engine(const Config& config, const std::vector<int>& dims,
-                                        bool draw_weights = true);
+                                        bool draw_weights = true,
+                                        const StateMemory& state_memory = nullptr);
 
 // The GPU engine (--backend nccl), compiled only when the build found CUDA,
 // cuBLAS and NCCL (see flags.h's gpu_path_missing()).

@@ -107,7 +107,8 @@ class HealingTrainer {
     if (hooks.before_model) hooks.before_model();
     // On the GPU the relaunch draws weights too (a kernel, cheap), then receives them.
     if (backend == "nccl") return make_gpu_engine(c, dims, ddp::local_rank());
-    return make_cpu_engine(c, dims, !ddp::Healer::relaunched());
+    // The state lives in memory that a relaunch of this rank inherits, pages made.
+    return make_cpu_engine(c, dims, !ddp::Healer::relaunched(), ddp::Healer::state_memory);
   }
   static ddp::InitOptions init_options(const std::string& backend) {
     ddp::InitOptions init;

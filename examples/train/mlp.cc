@@ -18,21 +18,40 @@ constexpr std::uint64_t kInitStream = 4;  // Random stream of the initial weight
 
 }  // namespace
 
-Mlp::Mlp(std::vector<int> dims, std::uint64_t seed, bool draw) : dims_(std::move(dims)) {
-  Random rng(seed, kInitStream);
-  for (int l = 0; l < num_layers(); ++l) {
-    const int in = dims_[l], out = dims_[l + 1];
-    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-    std::vector<float> w(static_cast<std::size_t>(out) * in), b(static_cast<std::size_t>(out));
-    if (draw) {
-      for (auto& v : w) v = rng.uniform(-bound, bound);
-      for (auto& v : b) v = rng.uniform(-bound, bound);
-    }
-    tensors_.push_back(std::move(w));
-    tensors_.push_back(std::move(b));
+Mlp::Mlp(std::vector<int> dims, std::uint64_t seed, bool draw, float* storage)
+    : dims_(std::move(dims)), counts_(param_counts(dims_)) {
+  if (!storage) {
+    own_.assign(param_floats(dims_), 0.0f);
+    storage = own_.data();
   }
-  for (auto& t : tensors_) data_.push_back(t.data());
+  for (std::size_t n : counts_) {
+    data_.push_back(storage);
+    storage += n;
+  }
+  Random rng(seed, kInitStream);
+  for (int l = 0; draw && l < num_layers(); ++l) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(dims_[l]));
+    for (std::size_t p = 2 * static_cast<std::size_t>(l); p < 2 * static_cast<std::size_t>(l) + 2;
+         ++p)
+      for (std::size_t i = 0; i < counts_[p]; ++i) data_[p][i] = rng.uniform(-bound, bound);
+  }
   act_.resize(static_cast<std::size_t>(num_layers()));
+}
+
+std::vector<std::size_t> Mlp::param_counts(const std::vector<int>& dims) {
+  std::vector<std::size_t> counts;
+  for (std::size_t l = 0; l + 1 < dims.size(); ++l) {
+    const auto in = static_cast<std::size_t>(dims[l]), out = static_cast<std::size_t>(dims[l + 1]);
+    counts.push_back(out * in);  // weight
+    counts.push_back(out);       // bias
+  }
+  return counts;
+}
+
+std::size_t Mlp::param_floats(const std::vector<int>& dims) {
+  std::size_t total = 0;
+  for (std::size_t n : param_counts(dims)) total += n;
+  return total;
 }
 
 void Mlp::bind(const std::vector<float*>& storage, bool copy) {

@@ -24,14 +24,20 @@ class Mlp {
   // flags are checked so). Weights and biases start uniform in
   // +-1/sqrt(fan_in), as torch's nn.Linear does, drawn from `seed`; zero
   // when `draw` is false (a model whose values are about to be received).
-  Mlp(std::vector<int> dims, std::uint64_t seed, bool draw = true);
+  // `storage`: param_floats(dims) zeroed floats that hold the parameters
+  // (owned by the caller, outliving the model, e.g. ddp::Healer's state
+  // memory), else the model allocates its own.
+  Mlp(std::vector<int> dims, std::uint64_t seed, bool draw = true, float* storage = nullptr);
+  // The element count of each parameter tensor of a model of `dims`, and their sum.
+  static std::vector<std::size_t> param_counts(const std::vector<int>& dims);
+  static std::size_t param_floats(const std::vector<int>& dims);
 
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
   const std::vector<int>& dims() const { return dims_; }
 
   // Parameter tensors (2 per layer) and their element counts.
-  std::size_t num_tensors() const { return tensors_.size(); }
-  std::size_t count(std::size_t param) const { return tensors_[param].size(); }
+  std::size_t num_tensors() const { return counts_.size(); }
+  std::size_t count(std::size_t param) const { return counts_[param]; }
   float* data(std::size_t param) { return data_[param]; }
   // Moves the parameters into storage[p] (count(p) floats each, owned by the
   // caller and outliving the model: ddp::ParamShards' views): the current
@@ -58,8 +64,9 @@ class Mlp {
 
  private:
   std::vector<int> dims_;
-  std::vector<std::vector<float>> tensors_;  // the parameters' own storage, until bind()
-  std::vector<float*> data_;                 // where each parameter's values are
+  std::vector<std::size_t> counts_;
+  std::vector<float> own_;    // the parameters' storage when the caller gave none
+  std::vector<float*> data_;  // where each parameter's values are
   int batch_ = 0;
   const float* x_ = nullptr;
   std::vector<std::vector<float>> act_;  // act_[l]: output of layer l (post-ReLU for hidden)

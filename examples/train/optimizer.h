@@ -19,8 +19,12 @@ namespace train {
 
 class Optimizer {
  public:
-  // counts[i]: parameter i's element count.
-  Optimizer(const Config& config, std::vector<std::size_t> counts);
+  // counts[i]: parameter i's element count. `storage`: state_floats(config,
+  // counts) zeroed floats that hold the per-parameter buffers (owned by the
+  // caller, outliving the optimizer), else the optimizer allocates its own.
+  Optimizer(const Config& config, std::vector<std::size_t> counts, float* storage = nullptr);
+  // How many floats of per-parameter state an optimizer of `config` keeps.
+  static std::size_t state_floats(const Config& config, const std::vector<std::size_t>& counts);
   // Starts an optimizer step (Adam's bias correction counts them).
   void begin_step() { ++steps_; }
   // Applies this step's update to elements [begin, end) of parameter `param`
@@ -43,7 +47,8 @@ class Optimizer {
   float lr_, momentum_, beta1_, beta2_, eps_;
   std::vector<std::size_t> counts_;
   std::int64_t steps_ = 0;
-  std::vector<std::vector<std::vector<float>>> state_;  // [group][param]
+  std::vector<float> own_;                  // the buffers' storage when the caller gave none
+  std::vector<std::vector<float*>> state_;  // [group][param]: where each buffer is
 };
 
 }  // namespace train

@@ -31,9 +31,10 @@ bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
   if (spent == 0) return false;
   launcher_log().warn("{}", relaunch_line(failed, spent, in_.spec.max_restarts));
   marks_.clear(local);
-  // Its carried shm arena (libddp's live recovery keeps one per process)
-  // goes to the relaunch, whose gradient buckets then find their pages made.
-  pass_arena_to_heir(in_.spec.run_id, failed.pid, failed.rank);
+  // Its carried shm arena and state memory (libddp's live recovery keeps
+  // them in /dev/shm) go to the relaunch, whose gradient buckets, weights
+  // and optimizer state then find their pages made.
+  pass_carried_memory_to_heir(in_.spec.run_id, failed.pid, failed.rank);
   try {
     group.relaunch(i, worker_relaunch(in_, local, ++incarnations_[i]));
   } catch (const Error& e) {

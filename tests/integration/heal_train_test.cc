@@ -26,9 +26,13 @@ TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
   const auto run = run_heal(4, {"--kill", "3@150"}, 2500, {"--rdzv_id=" + run_id});
   expect_healed(run, 4, 2500);
   const std::string& out = run.result.out;
-  // ddprun gave the dead rank's shm arena to its relaunch, and nothing of
-  // the run is left in /dev/shm.
+  // ddprun gave the dead rank's shm arena and state memory to its relaunch,
+  // and nothing of the run is left in /dev/shm.
   EXPECT_NE(out.find("[rank 3] shm: took over the arena of the process this one replaces"),
+            std::string::npos)
+      << out;
+  // And its state memory (weights and optimizer buffers: Healer::state_memory).
+  EXPECT_NE(out.find("[rank 3] heal: took over the state memory of the process this one replaces"),
             std::string::npos)
       << out;
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});

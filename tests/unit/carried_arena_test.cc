@@ -2,7 +2,8 @@
 // (ProcessGroupOptions::shm_carry_arena, backends/shm/carried_arena.h): a
 // later group's blocks get the pages an earlier group's blocks had, the
 // collectives run in place over arenas mapped from other files, and a
-// relaunched process takes over the arena its predecessor left.
+// relaunched process takes over the arena its predecessor left; and
+// Healer::state_memory() outside heal mode.
 
 #include "backends/shm/carried_arena.h"
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -20,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
 #include "ddp/common/shm_names.h"
+#include "ddp/heal.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -76,6 +80,28 @@ TEST(CarriedArena, AnHeirOfAnotherSizeIsRemovedAndAFreshArenaMade) {
   const std::string other = "/ddp-carried-test-" + random_hex(8);
   EXPECT_FALSE(shm::CarriedArena::make(other, 8 << 20, "")->inherited());
   EXPECT_FALSE(shm::CarriedArena::make(other, 8 << 20, heir)->inherited());
+}
+
+TEST(StateMemory, OutsideHealModeItIsPrivateZeroedMemoryAndZeroBytesIsRefused) {
+  ASSERT_FALSE(Healer::requested()) << "this test runs outside ddprun";
+  const std::size_t bytes = (3 << 20) + 100;
+  std::shared_ptr<void> a = Healer::state_memory(bytes), b = Healer::state_memory(bytes);
+  auto* pa = static_cast<unsigned char*>(a.get());
+  auto* pb = static_cast<unsigned char*>(b.get());
+  ASSERT_NE(pa, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pa) % 4096, 0u) << "page-aligned";
+  for (std::size_t i = 0; i < bytes; i += 4099) EXPECT_EQ(pa[i], 0) << "byte " << i;
+  EXPECT_EQ(pa[bytes - 1], 0);
+  std::memset(pa, 0x5a, bytes);
+  EXPECT_TRUE(pb + bytes <= pa || pa + bytes <= pb) << "two blocks never overlap";
+  EXPECT_EQ(pb[0], 0);
+  // No file of this process: outside heal mode the memory is private.
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_EQ(e.path().filename().string().find("state-p" + std::to_string(getpid()) + "-"),
+              std::string::npos)
+        << e.path();
+  }
+  EXPECT_THROW(Healer::state_memory(0), Error);
 }
 
 MemberSet pair_at(std::uint64_t epoch) {

@@ -112,20 +112,28 @@ TEST(ShmNames, ArenaNamesArePerProcessAndTheRunsSweepTakesThem) {
   EXPECT_EQ(remove_run_segments("job42", dir.path()), 1);
 }
 
-TEST(ShmNames, ADeadProcesssArenaPassesToTheHeirOfItsRank) {
+TEST(ShmNames, ADeadProcesssArenaAndStateMemoryPassToTheHeirOfItsRank) {
   TempDir dir;
   const std::string dead = shm_arena_name("job42", 123, "ab").substr(1);
+  const std::string dead_state = shm_state_name("job42", 123, "ef").substr(1);
   const std::string other = shm_arena_name("job42", 1234, "cd").substr(1);
   const std::string heir = shm_arena_heir_name("job42", 2).substr(1);
+  const std::string state_heir = shm_state_heir_name("job42", 2).substr(1);
+  EXPECT_EQ(dead_state, "ddp-job42-state-p123-ef");
+  EXPECT_EQ(state_heir, "ddp-job42-state-heir-r2");
   dir.touch(dead);
+  dir.touch(dead_state);
   dir.touch(other);
-  EXPECT_TRUE(pass_arena_to_heir("job42", 123, 2, dir.path()));
-  EXPECT_EQ(dir.names(), (std::set<std::string>{heir, other}));
-  // An heir nobody took over is replaced by the next one.
-  EXPECT_TRUE(pass_arena_to_heir("job42", 1234, 2, dir.path()));
-  EXPECT_EQ(dir.names(), (std::set<std::string>{heir}));
-  EXPECT_FALSE(pass_arena_to_heir("job42", 99, 2, dir.path())) << "pid 99 made no arena";
-  EXPECT_FALSE(pass_arena_to_heir("job42", 99, 2, "/nonexistent/ddp-shm-names-test"));
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", 123, 2, dir.path()), 2);
+  EXPECT_EQ(dir.names(), (std::set<std::string>{heir, state_heir, other}));
+  // An heir nobody took over is replaced by the next one; a process with an
+  // arena but no state memory passes the arena alone.
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", 1234, 2, dir.path()), 1);
+  EXPECT_EQ(dir.names(), (std::set<std::string>{heir, state_heir}));
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", 99, 2, dir.path()), 0) << "pid 99 made none";
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", 99, 2, "/nonexistent/ddp-shm-names-test"), 0);
+  // The run's sweep takes state memory too.
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 2);
 }
 
 TEST(ShmNames, RemoveRunSegmentsOnAMissingDirectoryRemovesNothing) {

@@ -35,11 +35,17 @@ std::string shm_arena_prefix(const std::string& run_id, long pid);
 // "/ddp-<run>-arena-heir-r<rank>".
 std::string shm_arena_heir_name(const std::string& run_id, int rank);
 
-// Renames the carried arena of process `pid` of `run_id` in `dir` (if it
-// made one) to shm_arena_heir_name(run_id, rank), replacing an heir's arena
-// nobody took over. Returns whether there was one.
-bool pass_arena_to_heir(const std::string& run_id, long pid, int rank,
-                        const std::string& dir = "/dev/shm");
+// The name of a process's state memory (ddp::Healer::state_memory):
+// "/ddp-<run>-state-p<pid>-<unique>", and the name it is given for the
+// process relaunched in its place: "/ddp-<run>-state-heir-r<rank>".
+std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique);
+std::string shm_state_heir_name(const std::string& run_id, int rank);
+
+// Renames the carried arena and the state memory of process `pid` of
+// `run_id` in `dir` (those it made) to their heir names for `rank`,
+// replacing an heir's file nobody took over. Returns how many it renamed.
+int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
+                                const std::string& dir = "/dev/shm");
 
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
 // behind shm_open). Returns how many were removed. Best effort, for teardown:

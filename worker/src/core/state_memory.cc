@@ -1,0 +1,74 @@
+// Healer::state_memory(): the program's state in a file that ddprun hands to
+// the process it relaunches in this one's place.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "core/carried_file.h"
+#include "core/init_parts.h"
+#include "ddp/common/error.h"
+#include "ddp/common/random_id.h"
+#include "ddp/common/shm_names.h"
+#include "ddp/heal.h"
+#include "ddp/log.h"
+
+namespace ddp {
+namespace {
+
+std::atomic<bool> carried_held{false};  // one carried block per process at a time
+
+std::shared_ptr<void> map_or_throw(std::size_t bytes, int flags, int fd, const std::string& what) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) {
+    throw Error("heal: cannot map " + std::to_string(bytes) + " bytes of state memory (" + what +
+                "): " + std::strerror(errno));
+  }
+  return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
+}
+
+}  // namespace
+
+std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
+  if (bytes == 0) throw Error("heal: state_memory() needs a size above 0 bytes");
+  const auto& env = detail::worker_env();
+  if (!requested() || carried_held.exchange(true))
+    return map_or_throw(bytes, MAP_PRIVATE | MAP_ANONYMOUS, -1, "private");
+  const std::string name = shm_state_name(env->run_id, getpid(), random_hex(8));
+  const std::string heir = env->incarnation > 0 ? shm_state_heir_name(env->run_id, env->rank) : "";
+  detail::CarriedFile file;
+  std::shared_ptr<void> mapped;
+  try {
+    file = detail::make_carried_file(name, bytes, heir, "heal: this process's state memory");
+    // An inherited file's pages exist: mapping them all at once costs a
+    // fraction of faulting them in one by one.
+    mapped = map_or_throw(bytes, MAP_SHARED | (file.inherited ? MAP_POPULATE : 0), file.fd, name);
+  } catch (...) {
+    if (file.fd >= 0) {
+      shm_unlink(name.c_str());
+      close(file.fd);
+    }
+    carried_held = false;
+    throw;
+  }
+  if (file.inherited) {
+    const std::size_t resident = detail::resident_bytes(file.fd);
+    std::memset(mapped.get(), 0, bytes);  // the contract: zeros, whatever the predecessor left
+    log::write(log::Level::kInfo, true,
+               fmt::format("heal: took over the state memory of the process this one replaces "
+                           "({:.1f} MiB of pages made)",
+                           static_cast<double>(resident) / (1 << 20)));
+  }
+  close(file.fd);  // the mapping keeps the file
+  const pid_t owner = getpid();
+  return std::shared_ptr<void>(mapped.get(), [mapped, name, owner](void*) mutable {
+    mapped.reset();
+    if (getpid() == owner) shm_unlink(name.c_str());  // not a forked child's to remove
+    carried_held = false;
+  });
+}
+
+}  // namespace ddp
