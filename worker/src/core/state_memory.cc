@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -30,6 +31,23 @@ std::shared_ptr<void> map_or_throw(std::size_t bytes, int flags, int fd, const s
   return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
 }
 
+// Zeroes inherited pages (the contract: zeros, whatever the predecessor
+// left). Their pages exist: mapping each chunk's at once first costs a
+// fraction of faulting them in one by one (0.17 s instead of 0.75 s for
+// 1 GiB on a busy 2-vCPU machine). In chunks, not MAP_POPULATE, which holds
+// the process's memory map while it runs: the Healer's thread, asking to
+// join meanwhile, could not allocate.
+void zero_inherited(char* p, std::size_t bytes) {
+  constexpr std::size_t kChunk = std::size_t{64} << 20;
+  for (std::size_t at = 0; at < bytes; at += kChunk) {
+    const std::size_t n = std::min(kChunk, bytes - at);
+#ifdef MADV_POPULATE_READ
+    madvise(p + at, n, MADV_POPULATE_READ);  // best effort: memset faults what it left
+#endif
+    std::memset(p + at, 0, n);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
@@ -43,9 +61,7 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   std::shared_ptr<void> mapped;
   try {
     file = detail::make_carried_file(name, bytes, heir, "heal: this process's state memory");
-    // An inherited file's pages exist: mapping them all at once costs a
-    // fraction of faulting them in one by one.
-    mapped = map_or_throw(bytes, MAP_SHARED | (file.inherited ? MAP_POPULATE : 0), file.fd, name);
+    mapped = map_or_throw(bytes, MAP_SHARED, file.fd, name);
   } catch (...) {
     if (file.fd >= 0) {
       shm_unlink(name.c_str());
@@ -56,7 +72,7 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   }
   if (file.inherited) {
     const std::size_t resident = detail::resident_bytes(file.fd);
-    std::memset(mapped.get(), 0, bytes);  // the contract: zeros, whatever the predecessor left
+    zero_inherited(static_cast<char*>(mapped.get()), bytes);
     log::write(log::Level::kInfo, true,
                fmt::format("heal: took over the state memory of the process this one replaces "
                            "({:.1f} MiB of pages made)",
