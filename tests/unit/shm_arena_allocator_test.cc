@@ -19,8 +19,8 @@ namespace {
 
 // ---- ArenaAllocator: the bookkeeping behind allocate() ------------------------------------
 
-using shm::ArenaAllocator;
 using ::ddp::testing::error_of;
+using shm::ArenaAllocator;
 
 TEST(ArenaAllocator, OffsetsAreAlignedAndSizesRoundUp) {
   ArenaAllocator page(1 << 20);
