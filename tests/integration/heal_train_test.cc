@@ -151,6 +151,39 @@ TEST(HealTrain, AHealThatCannotFinishRestartsTheGroupFromTheCheckpoint) {
   EXPECT_NE(all.find("resumed from " + dir + "/ckpt at step 100"), std::string::npos) << all;
 }
 
+// A /dev/shm too small for the ranks' state memory (a container's, say):
+// each rank says so once and keeps its weights and momentum in private
+// memory instead of failing with SIGBUS at first touch, and a killed rank
+// is still replaced (it receives the state; there is nothing to inherit).
+TEST(HealTrain, ADevShmWithoutRoomForTheStateKeepsItPrivateAndTheRunStillHeals) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: a mount namespace with a 16 MiB /dev/shm";
+  const std::string dir = make_temp_dir();
+  std::vector<std::string> train = train_args(dir, 120);
+  // 32-1024-1024-1024-10 with SGD momentum: 16.4 MiB of state per rank.
+  const auto hidden = std::find(train.begin(), train.end(), "--hidden");
+  ASSERT_NE(hidden, train.end());
+  *(hidden + 1) = "1024";
+  std::vector<std::string> argv = {
+      "unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=16m tmpfs /dev/shm && exec \"$@\"",
+      "sh"};
+  for (const std::string& a : heal_argv(2, {}, {"--kill", "1@40"}, train)) argv.push_back(a);
+  Subprocess p(argv, kEnv);
+  HealRun run{p.wait(120s), dir};
+  expect_healed(run, 2, 120);
+  const std::string all = run.result.out + run.result.err;
+  for (const char* rank : {"[rank 0]", "[rank 1]"}) {
+    EXPECT_NE(all.find(std::string(rank) +
+                       " WARNING: heal: /dev/shm has no room for 16.4 MiB of state memory"),
+              std::string::npos)
+        << all;
+  }
+  EXPECT_EQ(all.find("took over the state memory"), std::string::npos) << all;
+  EXPECT_NE(
+      run.result.err.find("rank 1 (local rank 1) exited with signal 9 (SIGKILL): relaunching"),
+      std::string::npos)
+      << run.result.err;
+}
+
 TEST(ElasticPlan, EveryEpochsSamplesAreInExactlyOneSliceWhateverTheWorldSize) {
   train::ElasticPlan plan(kDataset, 32, 2, 7);
   train::Position at;

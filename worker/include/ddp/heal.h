@@ -101,8 +101,9 @@ class Healer {
   // relaunches in its place, whose state_memory() of the same size takes it
   // over, zeroed, and says so once. A large model's relaunch then finds its
   // pages made instead of waiting for the kernel to zero fresh ones (about
-  // 1 GB/s on a busy virtual machine). Otherwise (no heal mode, or this
-  // process's first block still lives) private memory. Callable before a
+  // 1 GB/s on a busy virtual machine). Otherwise (no heal mode, this
+  // process's first block still lives, or /dev/shm has no room for it: a
+  // warning says so) private memory. Callable before a
   // Healer exists. Throws ddp::Error for 0 bytes, or naming the file when
   // /dev/shm refuses it.
   static std::shared_ptr<void> state_memory(std::size_t bytes);

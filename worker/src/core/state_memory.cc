@@ -1,6 +1,7 @@
 // Healer::state_memory(): the program's state in a file that ddprun hands to
 // the process it relaunches in this one's place.
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -58,20 +59,38 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   const std::string name = shm_state_name(env->run_id, getpid(), random_hex(8));
   const std::string heir = env->incarnation > 0 ? shm_state_heir_name(env->run_id, env->rank) : "";
   detail::CarriedFile file;
+  std::size_t resident = 0;  // bytes of an inherited file with pages
   std::shared_ptr<void> mapped;
-  try {
-    file = detail::make_carried_file(name, bytes, heir, "heal: this process's state memory");
-    mapped = map_or_throw(bytes, MAP_SHARED, file.fd, name);
-  } catch (...) {
+  const auto give_up = [&] {
     if (file.fd >= 0) {
       shm_unlink(name.c_str());
       close(file.fd);
+      file.fd = -1;
     }
     carried_held = false;
+  };
+  try {
+    file = detail::make_carried_file(name, bytes, heir, "heal: this process's state memory");
+    resident = file.inherited ? detail::resident_bytes(file.fd) : 0;
+    // The file's pages are reserved now (unless an inherited file has them
+    // all), so a /dev/shm too small for them (a container's 64 MiB, say)
+    // says so here rather than with SIGBUS at first touch; the state then
+    // lives in private memory.
+    const int rc = resident >= bytes ? 0 : posix_fallocate(file.fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      give_up();
+      log::write(log::Level::kWarn, true,
+                 fmt::format("heal: /dev/shm has no room for {:.1f} MiB of state memory ({}): "
+                             "private memory instead, which a relaunch cannot inherit",
+                             static_cast<double>(bytes) / (1 << 20), std::strerror(rc)));
+      return map_or_throw(bytes, MAP_PRIVATE | MAP_ANONYMOUS, -1, "private");
+    }
+    mapped = map_or_throw(bytes, MAP_SHARED, file.fd, name);
+  } catch (...) {
+    give_up();
     throw;
   }
   if (file.inherited) {
-    const std::size_t resident = detail::resident_bytes(file.fd);
     zero_inherited(static_cast<char*>(mapped.get()), bytes);
     log::write(log::Level::kInfo, true,
                fmt::format("heal: took over the state memory of the process this one replaces "
