@@ -199,8 +199,11 @@ bool HealingTrainer::settle() {
   } else if (mine < 0) {
     ddp::log::info_all(
         "heal: joined epoch {} as rank {} of {} | received {:.2f} MB (state at committed step {}) "
-        "in {:.1f} ms",
-        g.epoch(), g.rank(), g.size(), mb, committed_, report.seconds * 1e3);
+        "in {:.1f} ms{}",
+        g.epoch(), g.rank(), g.size(), mb, committed_, report.seconds * 1e3,
+        report.read_directly
+            ? fmt::format(" | read straight from rank {}'s state memory", report.donor)
+            : std::string());
   }
   return !admit_more;
 }

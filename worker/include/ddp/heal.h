@@ -81,6 +81,9 @@ struct HealReport {
   std::int64_t committed = 0;  // the committed step every member now holds
   std::uint64_t bytes = 0;     // bytes the donor (or donors, together) sent
   double seconds = 0;          // time sync_state() took
+  // The members behind read the donor's buffers straight from its state
+  // memory (Healer::state_memory(), one node) instead of receiving them.
+  bool read_directly = false;
 };
 
 class Healer {

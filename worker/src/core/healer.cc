@@ -18,6 +18,7 @@
 #include "core/init_parts.h"
 #include "core/process_identity.h"
 #include "core/quorum.h"
+#include "core/state_memory.h"
 #include "ddp/common/rendezvous_types.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
@@ -115,17 +116,23 @@ struct StateTransfer {
 
   // `donor` sends every buffer to the members behind, in a group of their
   // own: the members that hold it already neither copy it again nor take the
-  // cores the copy needs.
-  void whole(int donor, const std::vector<ParamBuffer>& state) const {
+  // cores the copy needs. On one node, from the donor's state memory, they
+  // copy it straight from there (host buffers only: not over NCCL).
+  // Returns whether the members behind read the state straight from the
+  // donor's state memory.
+  bool whole(int donor, const std::vector<ParamBuffer>& state) const {
     const MemberSet transfer = behind_and(group.members(), counts, most, donor);
     if (transfer.size() == group.size() || !store) {
+      if (store && detail::copy_state_directly(group, donor, state)) return true;
       for (const ParamBuffer& b : state) group.broadcast(b.data, b.count, b.dtype, donor);
     } else if (transfer.rank_of(self_id) >= 0) {
       const auto sync = carrier(transfer, "sync");
       const int root =
           transfer.rank_of(group.members().members[static_cast<std::size_t>(donor)].id);
+      if (detail::copy_state_directly(*sync, root, state)) return true;
       for (const ParamBuffer& b : state) sync->broadcast(b.data, b.count, b.dtype, root);
     }
+    return false;
   }
 
   // Sender j of `senders` sends share j of every buffer to the members
@@ -490,7 +497,7 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
     transfer.striped(holders, state);
   } else {
     report.donors = {report.donor};
-    transfer.whole(report.donor, state);
+    report.read_directly = transfer.whole(report.donor, state);
   }
   committed = report.committed;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -1,6 +1,8 @@
 // Healer::state_memory(): the program's state in a file that ddprun hands to
 // the process it relaunches in this one's place.
 
+#include "core/state_memory.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "core/carried_file.h"
 #include "core/init_parts.h"
@@ -22,6 +25,25 @@ namespace ddp {
 namespace {
 
 std::atomic<bool> carried_held{false};  // one carried block per process at a time
+
+// The carried block while it lives, for state_memory_place().
+struct CarriedPlace {
+  std::mutex mu;
+  const char* base = nullptr;
+  std::size_t bytes = 0;
+  std::string name;
+};
+CarriedPlace& carried_place() {
+  static CarriedPlace place;
+  return place;
+}
+void set_carried_place(const char* base, std::size_t bytes, const std::string& name) {
+  CarriedPlace& place = carried_place();
+  std::lock_guard<std::mutex> lock(place.mu);
+  place.base = base;
+  place.bytes = bytes;
+  place.name = name;
+}
 
 std::shared_ptr<void> map_or_throw(std::size_t bytes, int flags, int fd, const std::string& what) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
@@ -99,11 +121,28 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   }
   close(file.fd);  // the mapping keeps the file
   const pid_t owner = getpid();
+  set_carried_place(static_cast<const char*>(mapped.get()), bytes, name);
   return std::shared_ptr<void>(mapped.get(), [mapped, name, owner](void*) mutable {
+    set_carried_place(nullptr, 0, "");
     mapped.reset();
     if (getpid() == owner) shm_unlink(name.c_str());  // not a forked child's to remove
     carried_held = false;
   });
 }
+
+namespace detail {
+
+std::optional<StatePlace> state_memory_place(const void* p, std::size_t bytes) {
+  CarriedPlace& place = carried_place();
+  std::lock_guard<std::mutex> lock(place.mu);
+  const auto* at = static_cast<const char*>(p);
+  if (!place.base || at < place.base || at > place.base + place.bytes ||
+      bytes > static_cast<std::size_t>(place.base + place.bytes - at)) {
+    return std::nullopt;
+  }
+  return StatePlace{place.name, static_cast<std::size_t>(at - place.base)};
+}
+
+}  // namespace detail
 
 }  // namespace ddp

@@ -1,0 +1,105 @@
+// The state transfer that reads the donor's carried state memory straight
+// from its file (core/state_memory.h).
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/state_memory.h"
+#include "ddp/types.h"
+
+namespace ddp::detail {
+namespace {
+
+std::size_t bytes_of(const ParamBuffer& b) { return b.count * dtype_size(b.dtype); }
+
+constexpr std::uint64_t kElsewhere = ~std::uint64_t{0};  // a buffer not in the file
+
+// The root's description of its state: each buffer's offset in its carried
+// state memory (kElsewhere for one outside it, e.g. a step counter), then
+// the file's name; "" when no buffer is there.
+std::string describe(const std::vector<ParamBuffer>& state) {
+  std::string name;
+  std::vector<std::uint64_t> offsets;
+  for (const ParamBuffer& b : state) {
+    const auto place = state_memory_place(b.data, bytes_of(b));
+    offsets.push_back(place ? place->offset : kElsewhere);
+    if (place) name = place->file;  // one carried block per process: one name
+  }
+  if (name.empty()) return "";
+  std::string out(offsets.size() * sizeof(std::uint64_t), '\0');
+  std::memcpy(out.data(), offsets.data(), out.size());
+  return out + name;
+}
+
+std::vector<std::uint64_t> offsets_in(const std::string& description, std::size_t buffers) {
+  std::vector<std::uint64_t> offsets(buffers);
+  std::memcpy(offsets.data(), description.data(), buffers * sizeof(std::uint64_t));
+  return offsets;
+}
+
+// Maps the root's file read-only and copies the buffers it holds; false
+// when the file cannot be mapped or is too short for them.
+bool copy_from(const std::string& description, const std::vector<ParamBuffer>& state) {
+  const std::size_t table = state.size() * sizeof(std::uint64_t);
+  if (description.size() <= table) return false;
+  const std::vector<std::uint64_t> offsets = offsets_in(description, state.size());
+  const std::string name = description.substr(table);
+  const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct stat st {};
+  const bool sized = fstat(fd, &st) == 0 && st.st_size > 0;
+  const auto size = sized ? static_cast<std::size_t>(st.st_size) : 0;
+  void* p = sized ? mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) return false;
+  bool fits = true;
+  for (std::size_t i = 0; i < state.size() && fits; ++i) {
+    fits =
+        offsets[i] == kElsewhere || (offsets[i] <= size && bytes_of(state[i]) <= size - offsets[i]);
+  }
+  for (std::size_t i = 0; i < state.size() && fits; ++i) {
+    if (offsets[i] != kElsewhere)
+      std::memcpy(state[i].data, static_cast<const char*>(p) + offsets[i], bytes_of(state[i]));
+  }
+  munmap(p, size);
+  return fits;
+}
+
+}  // namespace
+
+bool copy_state_directly(ProcessGroup& group, int root, const std::vector<ParamBuffer>& state) {
+  const auto& members = group.members().members;
+  const int node = members[static_cast<std::size_t>(root)].node;
+  // The same member set on every member: all decide alike without a word.
+  if (state.empty() || std::any_of(members.begin(), members.end(),
+                                   [&](const Member& m) { return m.node != node; })) {
+    return false;
+  }
+  std::string description = group.rank() == root ? describe(state) : "";
+  std::int64_t length = static_cast<std::int64_t>(description.size());
+  group.broadcast(&length, 1, DType::kInt64, root);
+  if (length == 0) return false;
+  description.resize(static_cast<std::size_t>(length));
+  group.broadcast(description.data(), description.size(), DType::kUInt8, root);
+  std::int32_t copied = group.rank() == root || copy_from(description, state) ? 1 : 0;
+  // Also the root's wait: its state must not change while the others read it.
+  group.all_reduce(&copied, 1, DType::kInt32, ReduceOp::kMin);
+  if (copied != 1) return false;
+  // The buffers outside the file (a step counter, a data position) the usual way.
+  const std::vector<std::uint64_t> offsets = offsets_in(description, state.size());
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    if (offsets[i] == kElsewhere)
+      group.broadcast(state[i].data, state[i].count, state[i].dtype, root);
+  }
+  return true;
+}
+
+}  // namespace ddp::detail
