@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/state_memory.h"
+#include "ddp/log.h"
 #include "ddp/types.h"
 
 namespace ddp::detail {
@@ -89,7 +91,13 @@ bool copy_state_directly(ProcessGroup& group, int root, const std::vector<ParamB
   if (length == 0) return false;
   description.resize(static_cast<std::size_t>(length));
   group.broadcast(description.data(), description.size(), DType::kUInt8, root);
+  const auto t0 = std::chrono::steady_clock::now();
   std::int32_t copied = group.rank() == root || copy_from(description, state) ? 1 : 0;
+  if (copied && group.rank() != root) {
+    log::debug_all(
+        "heal: read the state straight from rank {}'s state memory in {:.1f} ms", root,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   // Also the root's wait: its state must not change while the others read it.
   group.all_reduce(&copied, 1, DType::kInt32, ReduceOp::kMin);
   if (copied != 1) return false;
