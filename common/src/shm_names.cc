@@ -66,9 +66,18 @@ std::string shm_arena_heir_name(const std::string& run_id, int rank) {
   return "/" + shm_run_prefix(run_id) + "arena-heir-r" + std::to_string(rank);
 }
 
+namespace {
+
+// What every state-memory name of process `pid` of `run_id` starts with (no
+// leading slash), as shm_arena_prefix() for arenas.
+std::string shm_state_prefix(const std::string& run_id, long pid) {
+  return shm_run_prefix(run_id) + "state-p" + std::to_string(pid) + "-";
+}
+
+}  // namespace
+
 std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique) {
-  return "/" + shm_run_prefix(run_id) + "state-p" + std::to_string(pid) + "-" +
-         sanitise(unique, 32);
+  return "/" + shm_state_prefix(run_id, pid) + sanitise(unique, 32);
 }
 
 std::string shm_state_heir_name(const std::string& run_id, int rank) {
@@ -91,10 +100,10 @@ bool rename_first(const std::string& dir, const std::string& prefix, const std::
 
 int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
                                 const std::string& dir) {
-  const std::string run = shm_run_prefix(run_id), p = "p" + std::to_string(pid) + "-";
   return static_cast<int>(
              rename_first(dir, shm_arena_prefix(run_id, pid), shm_arena_heir_name(run_id, rank))) +
-         static_cast<int>(rename_first(dir, run + "state-" + p, shm_state_heir_name(run_id, rank)));
+         static_cast<int>(
+             rename_first(dir, shm_state_prefix(run_id, pid), shm_state_heir_name(run_id, rank)));
 }
 
 int remove_segments_with_prefix(const char* dir, const char* prefix) {
