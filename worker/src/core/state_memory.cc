@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -24,25 +23,41 @@
 namespace ddp {
 namespace {
 
-std::atomic<bool> carried_held{false};  // one carried block per process at a time
-
-// The carried block while it lives, for state_memory_place().
-struct CarriedPlace {
+// The process's one carried block: reserved before its file exists (a
+// second state_memory() meanwhile gets private memory), placed once mapped
+// (for state_memory_place()), released when the program lets it go.
+struct CarriedBlock {
   std::mutex mu;
+  bool held = false;
   const char* base = nullptr;
   std::size_t bytes = 0;
   std::string name;
 };
-CarriedPlace& carried_place() {
-  static CarriedPlace place;
-  return place;
+CarriedBlock& carried_block() {
+  static CarriedBlock block;
+  return block;
 }
-void set_carried_place(const char* base, std::size_t bytes, const std::string& name) {
-  CarriedPlace& place = carried_place();
-  std::lock_guard<std::mutex> lock(place.mu);
-  place.base = base;
-  place.bytes = bytes;
-  place.name = name;
+bool reserve_carried_block() {
+  CarriedBlock& block = carried_block();
+  std::lock_guard<std::mutex> lock(block.mu);
+  if (block.held) return false;
+  block.held = true;
+  return true;
+}
+void place_carried_block(const char* base, std::size_t bytes, const std::string& name) {
+  CarriedBlock& block = carried_block();
+  std::lock_guard<std::mutex> lock(block.mu);
+  block.base = base;
+  block.bytes = bytes;
+  block.name = name;
+}
+void release_carried_block() {
+  CarriedBlock& block = carried_block();
+  std::lock_guard<std::mutex> lock(block.mu);
+  block.held = false;
+  block.base = nullptr;
+  block.bytes = 0;
+  block.name.clear();
 }
 
 std::shared_ptr<void> map_or_throw(std::size_t bytes, int flags, int fd, const std::string& what) {
@@ -76,7 +91,7 @@ void zero_inherited(char* p, std::size_t bytes) {
 std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   if (bytes == 0) throw Error("heal: state_memory() needs a size above 0 bytes");
   const auto& env = detail::worker_env();
-  if (!requested() || carried_held.exchange(true))
+  if (!requested() || !reserve_carried_block())
     return map_or_throw(bytes, MAP_PRIVATE | MAP_ANONYMOUS, -1, "private");
   const std::string name = shm_state_name(env->run_id, getpid(), random_hex(8));
   const std::string heir = env->incarnation > 0 ? shm_state_heir_name(env->run_id, env->rank) : "";
@@ -89,7 +104,7 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
       close(file.fd);
       file.fd = -1;
     }
-    carried_held = false;
+    release_carried_block();
   };
   try {
     file = detail::make_carried_file(name, bytes, heir, "heal: this process's state memory");
@@ -121,26 +136,25 @@ std::shared_ptr<void> Healer::state_memory(std::size_t bytes) {
   }
   close(file.fd);  // the mapping keeps the file
   const pid_t owner = getpid();
-  set_carried_place(static_cast<const char*>(mapped.get()), bytes, name);
+  place_carried_block(static_cast<const char*>(mapped.get()), bytes, name);
   return std::shared_ptr<void>(mapped.get(), [mapped, name, owner](void*) mutable {
-    set_carried_place(nullptr, 0, "");
+    release_carried_block();  // before the unmap: no reader may be pointed at it after
     mapped.reset();
     if (getpid() == owner) shm_unlink(name.c_str());  // not a forked child's to remove
-    carried_held = false;
   });
 }
 
 namespace detail {
 
 std::optional<StatePlace> state_memory_place(const void* p, std::size_t bytes) {
-  CarriedPlace& place = carried_place();
-  std::lock_guard<std::mutex> lock(place.mu);
+  CarriedBlock& block = carried_block();
+  std::lock_guard<std::mutex> lock(block.mu);
   const auto* at = static_cast<const char*>(p);
-  if (!place.base || at < place.base || at > place.base + place.bytes ||
-      bytes > static_cast<std::size_t>(place.base + place.bytes - at)) {
+  if (!block.base || at < block.base || at > block.base + block.bytes ||
+      bytes > static_cast<std::size_t>(block.base + block.bytes - at)) {
     return std::nullopt;
   }
-  return StatePlace{place.name, static_cast<std::size_t>(at - place.base)};
+  return StatePlace{block.name, static_cast<std::size_t>(at - block.base)};
 }
 
 }  // namespace detail
