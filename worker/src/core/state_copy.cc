@@ -2,15 +2,18 @@
 // from its file (core/state_memory.h).
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/mman.h>  // shm_open
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/state_memory.h"
@@ -47,8 +50,51 @@ std::vector<std::uint64_t> offsets_in(const std::string& description, std::size_
   return offsets;
 }
 
-// Maps the root's file read-only and copies the buffers it holds; false
-// when the file cannot be mapped or is too short for them.
+// Reads [offset, offset + bytes) of `fd` into `to`; false on an error or a
+// file that ends first.
+bool read_fully(int fd, char* to, std::size_t bytes, std::uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = pread(fd, to, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    to += n;
+    bytes -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+// A piece of one buffer to read from the root's file.
+struct Piece {
+  char* to;
+  std::size_t bytes;
+  std::uint64_t offset;
+};
+
+// Reads the pieces on up to one thread per CPU (at most 4), each taking the
+// next 64 MiB piece: the copy is bound by one core's page-by-page copying,
+// and the other ranks wait meanwhile. False when any read failed.
+bool read_pieces(int fd, const std::vector<Piece>& pieces) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> ok{true};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < pieces.size() && ok; i = next++) {
+      if (!read_fully(fd, pieces[i].to, pieces[i].bytes, pieces[i].offset)) ok = false;
+    }
+  };
+  const std::size_t helpers = std::min<std::size_t>(
+      {pieces.size(), std::max(1u, std::thread::hardware_concurrency()), 4});
+  std::vector<std::thread> threads;
+  for (std::size_t i = 1; i < helpers; ++i) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  return ok;
+}
+
+// Reads the buffers the root's file holds; false when the file cannot be
+// opened or is too short for them. pread, not a mapping: the kernel copies
+// from the file's pages without making page-table entries for them, which
+// on small pages cost more than the copy.
 bool copy_from(const std::string& description, const std::vector<ParamBuffer>& state) {
   const std::size_t table = state.size() * sizeof(std::uint64_t);
   if (description.size() <= table) return false;
@@ -57,21 +103,21 @@ bool copy_from(const std::string& description, const std::vector<ParamBuffer>& s
   const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return false;
   struct stat st {};
-  const bool sized = fstat(fd, &st) == 0 && st.st_size > 0;
-  const auto size = sized ? static_cast<std::size_t>(st.st_size) : 0;
-  void* p = sized ? mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  const auto size = fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  bool fits = size > 0;
+  constexpr std::size_t kPiece = std::size_t{64} << 20;
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < state.size() && fits; ++i) {
+    if (offsets[i] == kElsewhere) continue;
+    const std::size_t bytes = bytes_of(state[i]);
+    fits = offsets[i] <= size && bytes <= size - offsets[i];
+    for (std::size_t at = 0; at < bytes && fits; at += kPiece) {
+      pieces.push_back({static_cast<char*>(state[i].data) + at, std::min(kPiece, bytes - at),
+                        offsets[i] + at});
+    }
+  }
+  fits = fits && read_pieces(fd, pieces);
   close(fd);
-  if (p == MAP_FAILED) return false;
-  bool fits = true;
-  for (std::size_t i = 0; i < state.size() && fits; ++i) {
-    fits =
-        offsets[i] == kElsewhere || (offsets[i] <= size && bytes_of(state[i]) <= size - offsets[i]);
-  }
-  for (std::size_t i = 0; i < state.size() && fits; ++i) {
-    if (offsets[i] != kElsewhere)
-      std::memcpy(state[i].data, static_cast<const char*>(p) + offsets[i], bytes_of(state[i]));
-  }
-  munmap(p, size);
   return fits;
 }
 

@@ -24,7 +24,7 @@ std::optional<StatePlace> state_memory_place(const void* p, std::size_t bytes);
 
 // A collective of `group` that moves the root's `state` to every member:
 // when every member is on the node of `root` and buffers of the root's lie
-// in its carried state memory, each other member maps the root's file and
+// in its carried state memory, each other member reads the root's file and
 // copies those buffers straight into its own (one copy, no chunked hand-over
 // through a segment), the root waiting until all have, and the rest are
 // broadcast. Returns false, having moved nothing, when no buffer can be
