@@ -82,8 +82,8 @@ bool read_pieces(int fd, const std::vector<Piece>& pieces) {
       if (!read_fully(fd, pieces[i].to, pieces[i].bytes, pieces[i].offset)) ok = false;
     }
   };
-  const std::size_t helpers = std::min<std::size_t>(
-      {pieces.size(), std::max(1u, std::thread::hardware_concurrency()), 4});
+  const std::size_t helpers =
+      std::min<std::size_t>({pieces.size(), std::max(1u, std::thread::hardware_concurrency()), 4});
   std::vector<std::thread> threads;
   for (std::size_t i = 1; i < helpers; ++i) threads.emplace_back(work);
   work();
@@ -112,8 +112,8 @@ bool copy_from(const std::string& description, const std::vector<ParamBuffer>& s
     const std::size_t bytes = bytes_of(state[i]);
     fits = offsets[i] <= size && bytes <= size - offsets[i];
     for (std::size_t at = 0; at < bytes && fits; at += kPiece) {
-      pieces.push_back({static_cast<char*>(state[i].data) + at, std::min(kPiece, bytes - at),
-                        offsets[i] + at});
+      pieces.push_back(
+          {static_cast<char*>(state[i].data) + at, std::min(kPiece, bytes - at), offsets[i] + at});
     }
   }
   fits = fits && read_pieces(fd, pieces);
