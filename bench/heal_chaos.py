@@ -177,15 +177,34 @@ STEP = re.compile(r"\[rank 0\] step (\d+)(?:/\d+)? \| epoch \d+ \|(?: world \d+ 
 
 def goodput(run, global_batch):
     """Samples in committed steps per second, at the last progress line."""
-    last = None
+    points = committed_samples(run, global_batch)
+    return points[-1][1] / points[-1][0] if points and points[-1][0] > 0 else 0.0
+
+
+def committed_samples(run, global_batch):
+    """Rank 0's progress lines: (seconds since the run's start, samples committed)."""
+    points = []
     for t, line in run.lines:
         m = STEP.search(line)
         if m:
-            samples = int(m.group(2)) if m.group(2) else int(m.group(1)) * global_batch
-            last = (t, samples)
-    if last is None:
-        return 0.0
-    return last[1] / (last[0] - run.start)
+            points.append((t - run.start,
+                           int(m.group(2)) if m.group(2) else int(m.group(1)) * global_batch))
+    return points
+
+
+def progress_lost(points, at, window):
+    """Seconds of progress lost in `window` s after `at`, against the rate of the `window` s
+    before it (from the run's own lines: drift between runs does not enter); None when the
+    run does not cover both windows."""
+    def samples_at(t):
+        for (t0, s0), (t1, s1) in zip(points, points[1:]):
+            if t0 <= t <= t1:
+                return s0 + (s1 - s0) * (t - t0) / (t1 - t0) if t1 > t0 else s0
+        return None
+    before, now, after = samples_at(at - window), samples_at(at), samples_at(at + window)
+    if None in (before, now, after) or now <= before:
+        return None
+    return window - (after - now) / ((now - before) / window)
 
 
 def after_kills(run, pattern):
@@ -353,6 +372,8 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
              if name in args.runs.split(",") and (peer or not name.startswith("torchft"))]
     g = {name: [] for name in order}
     heals = []
+    points = {"heal": [], "clean": []}  # each round's committed samples over time
+    kill_times = []  # each heal run's kills, seconds after its start
     n = len(order)
     for r in range(args.rounds):
         for name in order[r % n:] + order[:r % n]:
@@ -370,6 +391,10 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
                     f.writelines("%.3f %s\n" % (t - run.start, l) for t, l in run.lines)
             if name == "heal":
                 heals.append(run)
+            if name in ("heal", "clean"):
+                points[name].append(committed_samples(run, batch * args.nproc))
+                if run.kills:
+                    kill_times.append([k - run.start for k in run.kills])
     med = {name: statistics.median(v) for name, v in g.items()}
     # The machine drifts between rounds: each run is also compared with the
     # clean run of its own round, and the median of those ratios reported.
@@ -388,10 +413,35 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
               (100 * med["torchft"] / med["torchft-clean"]))
     if not heals:
         return
+    print_progress_lost(points, kill_times, args.kill_every)
     print("heal: kill -> survivors' first committed step: " +
           ms([d for run in heals for d in after_kills(run, r"heal: step \d+ committed")]))
     print("heal: kill -> relaunched rank holds the live state (joined): " +
           ms([d for run in heals for d in after_kills(run, r"heal: joined epoch")]))
+
+
+def print_progress_lost(points, kill_times, kill_every):
+    """What each kill cost the heal run, measured on its own rate before and after the kill,
+    beside the same measure taken on the clean runs at the same moments (where nothing
+    happened: the measure's own noise on this machine)."""
+    window = min(10.0, kill_every / 2)
+    times = sorted({t for run in kill_times for t in run})
+    lost = [x for pts, ks in zip(points["heal"], kill_times) for k in ks
+            for x in [progress_lost(pts, k, window)] if x is not None]
+    placebo = [x for pts in points["clean"] for k in times
+               for x in [progress_lost(pts, k, window)] if x is not None]
+    if not lost:
+        return
+    line = ("heal: progress lost per kill (%.0f s after it against the %.0f s before, rank 0's "
+            "lines): median %.2f s, mean %.2f s, %.2f..%.2f (%d kills); mean %.1f%% of the time "
+            "between kills" % (window, window, statistics.median(lost), statistics.mean(lost),
+                               min(lost), max(lost), len(lost),
+                               100 * statistics.mean(lost) / kill_every))
+    if placebo:
+        line += ("; the clean runs at the same moments: median %.2f s, mean %.2f s, %.2f..%.2f (%d)"
+                 % (statistics.median(placebo), statistics.mean(placebo), min(placebo),
+                    max(placebo), len(placebo)))
+    print(line)
 
 
 def big_heal(launcher, train, env, kills):

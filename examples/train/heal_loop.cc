@@ -205,6 +205,7 @@ bool HealingTrainer::settle() {
             ? fmt::format(" | read straight from rank {}'s state memory", report.donor)
             : std::string());
   }
+  if (!admit_more && hooks_.after_settle) hooks_.after_settle();
   return !admit_more;
 }
 

@@ -25,6 +25,9 @@ struct Hooks {
   // Under heal, after the step's gradients were averaged, before its
   // optimizer update; `step`: the committed count the update would make.
   AfterStep before_update;
+  // Under heal, on every member: once a reform's state exchange is done and
+  // the group is settled (its GradSync built), before the next step.
+  std::function<void()> after_settle;
 };
 
 // Parses argv (argv[0]: the program) and trains. Returns the exit code: 0;

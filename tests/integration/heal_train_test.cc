@@ -70,6 +70,27 @@ TEST(HealTrain, ARelaunchWaitingWhenTheSurvivorsShrankIsAdmittedBeforeTheyBuildA
   EXPECT_EQ(out.find(" 3 ranks, communication"), std::string::npos) << out;
 }
 
+TEST(HealTrain, ARelaunchAskingWhileTheSurvivorsSettleIsAdmittedBeforeTheirNextStep) {
+  // Rank 3 dies after step 150; its relaunch starts 300 ms late, after the
+  // survivors closed the epoch of three and asked for arrivals once; they
+  // then linger 3 s settled (GradSync built) before their first step. They
+  // ask again before that step and admit the relaunch: the three of them
+  // commit no step (asking right after a reform must not make them skip
+  // the next boundary, which for a large model costs the relaunch a step).
+  const auto run = run_heal(
+      4, {"--kill", "3@150", "--relaunch_delay", "300", "--linger_after_settle", "3000"}, 600);
+  expect_healed(run, 4, 600);
+  const std::string& out = run.result.out;
+  EXPECT_NE(out.find("left 3 | arrived none | replaced none | world 4 -> 3 | resumed at committed "
+                     "step 150 |"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("left none | arrived 3 | replaced none | world 3 -> 4 | resumed at "
+                     "committed step 150 |"),
+            std::string::npos)
+      << out;
+}
+
 TEST(HealTrain, ARelaunchAsksToBeAdmittedWhileItAllocatesItsModel) {
   // Rank 3 dies after step 150; the survivors wait 1.5 s before they reform
   // and its relaunch takes 4 s to allocate its model. The relaunch asks to be

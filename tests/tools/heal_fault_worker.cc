@@ -5,6 +5,7 @@
 //   heal_fault_worker [--kill ID@STEP]... [--kill_before_update ID@STEP]...
 //                     [--stop ID@STEP] [--die_in_heal ID]
 //                     [--linger_before_reform MS] [--linger_after_reform MS]
+//                     [--linger_after_settle MS]
 //                     [--relaunch_delay MS] [--relaunch_model_delay MS]
 //                     [--slow_before_reform MS] [--slow_after_reform MS] TRAIN_FLAGS...
 //
@@ -17,15 +18,15 @@
 // it SIGKILLs itself right after its first reform, while the survivors
 // exchange state. --linger_before_reform / --linger_after_reform: every rank
 // sleeps MS ms before / after its first reform (the one after the first
-// failure). Each fault fires in a rank's first launch only (DDP_INCARNATION
-// and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted group,
-// trains normally; but --relaunch_delay: a relaunched process sleeps MS ms
-// before it starts; --relaunch_model_delay: before it allocates its model
-// (as a large model's allocation takes time). --slow_before_reform: until
-// its first reform, and --slow_after_reform: between its first and second
-// reform (the group shrunk, until it grows again), a rank of the first
-// launch sleeps MS ms after each step (--slow_after_reform: any rank), so
-// that a node started seconds later still finds the job running.
+// failure); --linger_after_settle: after settling in that reform's group
+// (state exchanged, GradSync built), before its first step. Each fault fires in a rank's first
+// launch only (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted
+// group, trains normally; but --relaunch_delay: a relaunched process sleeps MS ms before it starts;
+// --relaunch_model_delay: before it allocates its model (as a large model's allocation takes time).
+// --slow_before_reform: until its first reform, and --slow_after_reform: between its first and
+// second reform (the group shrunk, until it grows again), a rank of the first launch sleeps MS ms
+// after each step (--slow_after_reform: any rank), so that a node started seconds later still finds
+// the job running.
 
 #include <signal.h>
 #include <unistd.h>
@@ -62,8 +63,8 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 int main(int argc, char** argv) {
   std::multimap<int, std::int64_t> kills, stops, update_kills;
   int die_in_heal = -1;
-  long linger_before_ms = 0, linger_ms = 0, relaunch_delay_ms = 0, model_delay_ms = 0, slow_ms = 0,
-       slow_before_ms = 0;
+  long linger_before_ms = 0, linger_ms = 0, linger_settled_ms = 0, relaunch_delay_ms = 0,
+       model_delay_ms = 0, slow_ms = 0, slow_before_ms = 0;
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
       model_delay_ms = std::atol(argv[++i]);
     } else if (arg == "--linger_after_reform" && i + 1 < argc) {
       linger_ms = std::atol(argv[++i]);
+    } else if (arg == "--linger_after_settle" && i + 1 < argc) {
+      linger_settled_ms = std::atol(argv[++i]);
     } else if (arg == "--slow_before_reform" && i + 1 < argc) {
       slow_before_ms = std::atol(argv[++i]);
     } else if (arg == "--slow_after_reform" && i + 1 < argc) {
@@ -144,6 +147,13 @@ int main(int argc, char** argv) {
     }
     reformed = true;
     ++reforms;
+  };
+  bool settled_after_reform = false;
+  hooks.after_settle = [&] {
+    if (first_launch && reformed && !settled_after_reform) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(linger_settled_ms));
+      settled_after_reform = true;
+    }
   };
   hooks.before_model = [&] {
     if (relaunched) std::this_thread::sleep_for(std::chrono::milliseconds(model_delay_ms));

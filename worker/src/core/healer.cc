@@ -179,9 +179,15 @@ struct Healer::Impl {
   detail::DeathOracle dead = detail::local_death_oracle();
   std::map<int, Arrival> joiners;  // by id: the newest ticket of each
   std::int64_t tickets_read = 0;
-  // arrivals_waiting(): boundaries left to skip, and since the last asking.
+  // arrivals_waiting(): boundaries left to skip, and since the last asking;
+  // `paced`: that asking was at a boundary of this group. The time from a
+  // group's making to its first asking says nothing of a step's length
+  // (right after a reform it is a few ms): skipping on it would let the
+  // first step go by unasked, and a relaunch asking meanwhile would wait a
+  // whole step (seconds for a large model).
   int skip = 0, last_skip = 0;
   int boundaries = 0;
+  bool paced = false;
   Clock::time_point last_asked = Clock::now();
 
   std::string key(std::uint64_t n, const std::string& rest) const {
@@ -289,6 +295,7 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
 bool Healer::Impl::join(std::uint64_t from, Clock::time_point give_up) {
   const std::int64_t ticket = store->add("joiners", 1);
   store->set("joiner/" + std::to_string(ticket), detail::encode(me));
+  log::debug_all("heal: asked to be admitted (ticket {}, from epoch {})", ticket, from);
   std::uint64_t n = from;
   if (auto latest = peek(*store, "latest"))
     n = std::max<std::uint64_t>(n, std::stoull(*latest) + 1);
@@ -416,10 +423,12 @@ bool Healer::arrivals_waiting() {
   if (group_->rank() == 0) {
     const auto now = Clock::now();
     word[0] = s.joiner_pending() ? 1 : 0;
-    word[1] = detail::boundaries_to_skip(now - s.last_asked, s.boundaries,
-                                         std::chrono::milliseconds(50), s.last_skip);
+    word[1] = s.paced ? detail::boundaries_to_skip(now - s.last_asked, s.boundaries,
+                                                   std::chrono::milliseconds(50), s.last_skip)
+                      : 0;
   }
   group_->broadcast(word, 2, DType::kInt32, 0);
+  s.paced = true;
   s.skip = s.last_skip = word[1];
   s.boundaries = 0;
   s.last_asked = Clock::now();
@@ -442,8 +451,9 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
                                     s.rebuilt());
       change_ = detail::epoch_change(before, s.current);
-      s.skip = s.last_skip = 0;  // the new group's first boundary asks
+      s.skip = s.last_skip = 0;  // the new group's first two boundaries ask
       s.boundaries = 0;
+      s.paced = false;
       s.last_asked = Clock::now();
       return group_;
     } catch (const Error& e) {
