@@ -140,8 +140,9 @@ class Healer {
   // Collective on group(), at every step boundary on every member: whether
   // processes wait to be admitted (then every member calls reform()). The
   // same on every member. The members communicate (one small broadcast from
-  // rank 0) only about every 50 ms of boundaries: after a rebuild at every
-  // boundary, then skipping 1, 3, 7, ... and at most 64 in a row (so
+  // rank 0) only about every 50 ms of boundaries: the first two calls after
+  // a rebuild ask (the first one's time since the rebuild is no step's
+  // length), then skipping 1, 3, 7, ... and at most 64 in a row (so
   // admission waits at most 65 steps); at the others it returns false at
   // once. Throws as a collective does when a peer died.
   bool arrivals_waiting();
