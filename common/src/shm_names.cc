@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -106,6 +107,30 @@ int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
              rename_first(dir, shm_state_prefix(run_id, pid), shm_state_heir_name(run_id, rank)));
 }
 
+namespace {
+
+// Whether `rest` (a name after the run's prefix) is a live process's arena or
+// state memory: "arena-p<pid>-..." or "state-p<pid>-..." whose pid runs.
+// Another ddprun of the run on this machine (two nodes on one host, or test
+// hosts in network namespaces, which share /dev/shm) may still use it. No
+// allocation: the orphan guard calls this from a forked child.
+bool of_a_live_process(const char* rest) {
+  const char* digits = nullptr;
+  if (std::strncmp(rest, "arena-p", 7) == 0 || std::strncmp(rest, "state-p", 7) == 0) {
+    digits = rest + 7;
+  }
+  if (digits == nullptr || *digits < '0' || *digits > '9') return false;
+  long pid = 0;
+  for (; *digits >= '0' && *digits <= '9'; ++digits) {
+    pid = pid * 10 + (*digits - '0');
+    if (pid > (1L << 30)) return false;  // no such pid
+  }
+  if (*digits != '-' || pid <= 0) return false;
+  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
 int remove_segments_with_prefix(const char* dir, const char* prefix) {
   const std::size_t prefix_len = std::strlen(prefix);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -125,7 +150,7 @@ int remove_segments_with_prefix(const char* dir, const char* prefix) {
         const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
         // unlinkat on a /dev/shm entry is what shm_unlink does.
         if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 &&
-            unlinkat(fd, entry->d_name, 0) == 0) {
+            !of_a_live_process(entry->d_name + prefix_len) && unlinkat(fd, entry->d_name, 0) == 0) {
           ++removed;
         }
         if (entry->d_reclen == 0) break;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
@@ -20,6 +21,15 @@ namespace fs = std::filesystem;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;
+}
+
+// The pid of a process that has exited (and been reaped): the run's sweep
+// removes its files, as it keeps those of a running one.
+long dead_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  if (child < 0 || waitpid(child, nullptr, 0) != child) std::abort();
+  return child;
 }
 
 // A fresh directory standing in for /dev/shm; removed at the end of the test.
@@ -108,27 +118,47 @@ TEST(ShmNames, ArenaNamesArePerProcessAndTheRunsSweepTakesThem) {
       starts_with(shm_arena_name("job42", 123, "ab").substr(1), shm_arena_prefix("job42", 12)));
   EXPECT_TRUE(starts_with(shm_arena_heir_name("job42", 3).substr(1), shm_run_prefix("job42")));
   TempDir dir;
-  dir.touch(shm_arena_name("job42", 123, "ab").substr(1));
+  dir.touch(shm_arena_name("job42", dead_pid(), "ab").substr(1));
   EXPECT_EQ(remove_run_segments("job42", dir.path()), 1);
+}
+
+TEST(ShmNames, TheRunsSweepKeepsTheArenaAndStateMemoryOfAProcessStillRunning) {
+  // Another ddprun of the run on this machine (two nodes on one host, or
+  // test hosts in network namespaces) may still use them; a dead process's
+  // go, and so do the names that only look like a process's.
+  TempDir dir;
+  const long live = getpid(), dead = dead_pid();
+  const std::set<std::string> kept = {shm_arena_name("job42", live, "ab").substr(1),
+                                      shm_state_name("job42", live, "cd").substr(1)};
+  for (const std::string& name : kept) dir.touch(name);
+  dir.touch(shm_arena_name("job42", dead, "ab").substr(1));
+  dir.touch(shm_state_name("job42", dead, "cd").substr(1));
+  dir.touch(shm_arena_heir_name("job42", 1).substr(1));
+  dir.touch("ddp-job42-arena-p-x");
+  dir.touch("ddp-job42-state-p" + std::to_string(live) + "x");
+  dir.touch("ddp-job42-arena-p99999999999999999999-x");
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 6);
+  EXPECT_EQ(dir.names(), kept);
 }
 
 TEST(ShmNames, ADeadProcesssArenaAndStateMemoryPassToTheHeirOfItsRank) {
   TempDir dir;
-  const std::string dead = shm_arena_name("job42", 123, "ab").substr(1);
-  const std::string dead_state = shm_state_name("job42", 123, "ef").substr(1);
-  const std::string other = shm_arena_name("job42", 1234, "cd").substr(1);
+  const long pid = dead_pid(), other_pid = dead_pid();
+  const std::string dead = shm_arena_name("job42", pid, "ab").substr(1);
+  const std::string dead_state = shm_state_name("job42", pid, "ef").substr(1);
+  const std::string other = shm_arena_name("job42", other_pid, "cd").substr(1);
   const std::string heir = shm_arena_heir_name("job42", 2).substr(1);
   const std::string state_heir = shm_state_heir_name("job42", 2).substr(1);
-  EXPECT_EQ(dead_state, "ddp-job42-state-p123-ef");
+  EXPECT_EQ(shm_state_name("job42", 123, "ef"), "/ddp-job42-state-p123-ef");
   EXPECT_EQ(state_heir, "ddp-job42-state-heir-r2");
   dir.touch(dead);
   dir.touch(dead_state);
   dir.touch(other);
-  EXPECT_EQ(pass_carried_memory_to_heir("job42", 123, 2, dir.path()), 2);
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", pid, 2, dir.path()), 2);
   EXPECT_EQ(dir.names(), (std::set<std::string>{heir, state_heir, other}));
   // An heir nobody took over is replaced by the next one; a process with an
   // arena but no state memory passes the arena alone.
-  EXPECT_EQ(pass_carried_memory_to_heir("job42", 1234, 2, dir.path()), 1);
+  EXPECT_EQ(pass_carried_memory_to_heir("job42", other_pid, 2, dir.path()), 1);
   EXPECT_EQ(dir.names(), (std::set<std::string>{heir, state_heir}));
   EXPECT_EQ(pass_carried_memory_to_heir("job42", 99, 2, dir.path()), 0) << "pid 99 made none";
   EXPECT_EQ(pass_carried_memory_to_heir("job42", 99, 2, "/nonexistent/ddp-shm-names-test"), 0);

@@ -48,11 +48,14 @@ int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
                                 const std::string& dir = "/dev/shm");
 
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
-// behind shm_open). Returns how many were removed. Best effort, for teardown:
-// an unreadable directory removes nothing and is not an error.
+// behind shm_open), but the arenas and state memory of processes still
+// running (another ddprun of the run on this machine may use them). Returns
+// how many were removed. Best effort, for teardown: an unreadable directory
+// removes nothing and is not an error.
 int remove_run_segments(const std::string& run_id, const std::string& dir = "/dev/shm");
 
-// The same for every entry of `dir` whose name starts with `prefix`, without
+// The same for every entry of `dir` whose name starts with `prefix` (a run's
+// prefix: live processes' arenas and state memory are kept), without
 // allocating (getdents64 + unlinkat), so a forked child of a multi-threaded
 // process may call it (ddprun's orphan guard does).
 int remove_segments_with_prefix(const char* dir, const char* prefix);
