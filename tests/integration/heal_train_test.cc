@@ -53,6 +53,20 @@ TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
       << run.result.err;
 }
 
+TEST(HealTrain, ADonorWhoseStateFileIsGoneHealsThroughTheGroup) {
+  // Rank 3 dies after step 150; rank 0, the donor, removes its state
+  // memory's file right after the reform. The relaunch cannot read the
+  // state straight from it, so every member falls back to the transfer
+  // through the group, and the run still ends with equal weights.
+  const auto run = run_heal(4, {"--kill", "3@150", "--unlink_state_memory", "0"}, 600);
+  expect_healed(run, 4, 600);
+  const std::string& out = run.result.out;
+  EXPECT_NE(run.result.err.find("--unlink_state_memory 0: removing /dev/shm/"), std::string::npos)
+      << run.result.err;
+  EXPECT_NE(out.find("[rank 3] heal: joined epoch"), std::string::npos) << out;
+  EXPECT_EQ(out.find("read straight from"), std::string::npos) << out;
+}
+
 TEST(HealTrain, ARelaunchWaitingWhenTheSurvivorsShrankIsAdmittedBeforeTheyBuildAGradSync) {
   // Rank 3 dies after step 150; its relaunch starts 300 ms late, after the
   // survivors closed the epoch of three, and asks to be admitted while they

@@ -3,7 +3,7 @@
 // ddprun --on_failure=heal:
 //
 //   heal_fault_worker [--kill ID@STEP]... [--kill_before_update ID@STEP]...
-//                     [--stop ID@STEP] [--die_in_heal ID]
+//                     [--stop ID@STEP] [--die_in_heal ID] [--unlink_state_memory ID]
 //                     [--linger_before_reform MS] [--linger_after_reform MS]
 //                     [--linger_after_settle MS]
 //                     [--relaunch_delay MS] [--relaunch_model_delay MS]
@@ -16,12 +16,14 @@
 // averaged, before its optimizer update (the others have the gradients and
 // may update, but cannot finish the step). --die_in_heal:
 // it SIGKILLs itself right after its first reform, while the survivors
-// exchange state. --linger_before_reform / --linger_after_reform: every rank
-// sleeps MS ms before / after its first reform (the one after the first
-// failure); --linger_after_settle: after settling in that reform's group
-// (state exchanged, GradSync built), before its first step. Each fault fires in a rank's first
-// launch only (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted
-// group, trains normally; but --relaunch_delay: a relaunched process sleeps MS ms before it starts;
+// exchange state. --unlink_state_memory: right after its first reform, it
+// removes its state memory's file from /dev/shm (the mapping stays), so a
+// member behind cannot read the state straight from there. --linger_before_reform /
+// --linger_after_reform: every rank sleeps MS ms before / after its first reform (the one after the
+// first failure); --linger_after_settle: after settling in that reform's group (state exchanged,
+// GradSync built), before its first step. Each fault fires in a rank's first launch only
+// (DDP_INCARNATION and TORCHELASTIC_RESTART_COUNT 0), so a relaunch, or a restarted group, trains
+// normally; but --relaunch_delay: a relaunched process sleeps MS ms before it starts;
 // --relaunch_model_delay: before it allocates its model (as a large model's allocation takes time).
 // --slow_before_reform: until its first reform, and --slow_after_reform: between its first and
 // second reform (the group shrunk, until it grows again), a rank of the first launch sleeps MS ms
@@ -34,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -62,7 +65,7 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 
 int main(int argc, char** argv) {
   std::multimap<int, std::int64_t> kills, stops, update_kills;
-  int die_in_heal = -1;
+  int die_in_heal = -1, unlink_state = -1;
   long linger_before_ms = 0, linger_ms = 0, linger_settled_ms = 0, relaunch_delay_ms = 0,
        model_delay_ms = 0, slow_ms = 0, slow_before_ms = 0;
   std::vector<std::string> args;
@@ -74,6 +77,8 @@ int main(int argc, char** argv) {
       update_kills.insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--die_in_heal" && i + 1 < argc) {
       die_in_heal = std::atoi(argv[++i]);
+    } else if (arg == "--unlink_state_memory" && i + 1 < argc) {
+      unlink_state = std::atoi(argv[++i]);
     } else if (arg == "--linger_before_reform" && i + 1 < argc) {
       linger_before_ms = std::atol(argv[++i]);
     } else if (arg == "--relaunch_model_delay" && i + 1 < argc) {
@@ -141,6 +146,16 @@ int main(int argc, char** argv) {
     if (id == die_in_heal && first_launch && !reformed) {
       ddp::log::warn("--die_in_heal {}: killing this rank during the heal (SIGKILL)", id);
       ::kill(::getpid(), SIGKILL);
+    }
+    if (id == unlink_state && first_launch && !reformed) {
+      const std::string mine = "-state-p" + std::to_string(::getpid()) + "-";
+      for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("ddp-", 0) == 0 && name.find(mine) != std::string::npos) {
+          ddp::log::warn("--unlink_state_memory {}: removing /dev/shm/{}", id, name);
+          std::filesystem::remove(entry.path());
+        }
+      }
     }
     if (first_launch && !reformed) {
       std::this_thread::sleep_for(std::chrono::milliseconds(linger_ms));
