@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -85,7 +86,13 @@ bool read_pieces(int fd, const std::vector<Piece>& pieces) {
   const std::size_t helpers =
       std::min<std::size_t>({pieces.size(), std::max(1u, std::thread::hardware_concurrency()), 4});
   std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < helpers; ++i) threads.emplace_back(work);
+  for (std::size_t i = 1; i < helpers; ++i) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (a process limit): fewer readers
+    }
+  }
   work();
   for (std::thread& t : threads) t.join();
   return ok;
