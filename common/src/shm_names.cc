@@ -43,6 +43,11 @@ std::string sanitise(const std::string& text, std::size_t longest) {
   return out;
 }
 
+// What follows a run's prefix in the name of a process's arena and state
+// memory, before the process's pid: made and parsed from these alone.
+constexpr char kArenaTag[] = "arena-p";
+constexpr char kStateTag[] = "state-p";
+
 }  // namespace
 
 std::string shm_run_prefix(const std::string& run_id) {
@@ -56,7 +61,7 @@ std::string shm_segment_name(const std::string& run_id, long round, const std::s
 }
 
 std::string shm_arena_prefix(const std::string& run_id, long pid) {
-  return shm_run_prefix(run_id) + "arena-p" + std::to_string(pid) + "-";
+  return shm_run_prefix(run_id) + kArenaTag + std::to_string(pid) + "-";
 }
 
 std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique) {
@@ -72,7 +77,7 @@ namespace {
 // What every state-memory name of process `pid` of `run_id` starts with (no
 // leading slash), as shm_arena_prefix() for arenas.
 std::string shm_state_prefix(const std::string& run_id, long pid) {
-  return shm_run_prefix(run_id) + "state-p" + std::to_string(pid) + "-";
+  return shm_run_prefix(run_id) + kStateTag + std::to_string(pid) + "-";
 }
 
 }  // namespace
@@ -115,9 +120,11 @@ namespace {
 // hosts in network namespaces, which share /dev/shm) may still use it. No
 // allocation: the orphan guard calls this from a forked child.
 bool of_a_live_process(const char* rest) {
+  constexpr std::size_t kTag = sizeof(kArenaTag) - 1;
+  static_assert(sizeof(kStateTag) - 1 == kTag);
   const char* digits = nullptr;
-  if (std::strncmp(rest, "arena-p", 7) == 0 || std::strncmp(rest, "state-p", 7) == 0) {
-    digits = rest + 7;
+  if (std::strncmp(rest, kArenaTag, kTag) == 0 || std::strncmp(rest, kStateTag, kTag) == 0) {
+    digits = rest + kTag;
   }
   if (digits == nullptr || *digits < '0' || *digits > '9') return false;
   long pid = 0;
