@@ -220,6 +220,10 @@ void HealingTrainer::train_step() {
     const std::int64_t first = 0;
     data_.train.gather(slice.empty() ? std::span<const std::int64_t>(&first, 1) : slice, batch_);
     engine_->forward(batch_);
+    if (hooks_.after_forward) hooks_.after_forward(committed_ + 1);
+    // A peer that died since the step began fails it here, not at its first
+    // all-reduce a backward pass later (Mlp::backward asks between layers too).
+    g.check_peers();
     // The step's mean: this slice's share, times 1/slice in the loss gradient.
     const float scale = static_cast<float>(slice.size()) / static_cast<float>(samples);
     std::optional<ddp::GradAverager::NoSync> no_sync;

@@ -120,6 +120,8 @@ void input_grad(const float* dz, const float* w, const float* relu_out, int batc
 void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
+    // A step that cannot commit (a peer died) stops before the next layer's work.
+    if (l < num_layers() - 1) sync.group().check_peers();
     const int n_in = dims_[l], n_out = dims_[l + 1];
     const float* in = l == 0 ? x_ : act_[l - 1].data();
     const std::size_t bias = 2 * static_cast<std::size_t>(l) + 1;

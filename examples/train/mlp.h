@@ -59,7 +59,10 @@ class Mlp {
   // dLoss/dParam, written (accumulate = false) or added (true) into
   // a GradSync's grad_view(p), then mark_ready(p); with a SharedGradSum
   // each gradient goes to contribute() instead, each block of rows stored or
-  // added as the block says.
+  // added as the block says. Before each layer below the output layer it
+  // asks sync.group().check_peers(): once a peer is known gone the step cannot
+  // commit, and the pass ends there with that ddp::Error (the caller drops
+  // the averager, or calls finish(), which then throws too).
   void backward(ddp::GradAverager& sync, float scale, bool accumulate);
 
  private:

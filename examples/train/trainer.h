@@ -25,6 +25,9 @@ struct Hooks {
   // Under heal, after the step's gradients were averaged, before its
   // optimizer update; `step`: the committed count the update would make.
   AfterStep before_update;
+  // Under heal, after each forward pass of the step that would make `step`
+  // committed, before the rank looks whether its peers are still there.
+  AfterStep after_forward;
   // Under heal, on every member: once a reform's state exchange is done and
   // the group is settled (its GradSync built), before the next step.
   std::function<void()> after_settle;

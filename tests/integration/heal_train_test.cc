@@ -122,6 +122,24 @@ TEST(HealTrain, ARelaunchAsksToBeAdmittedWhileItAllocatesItsModel) {
   EXPECT_EQ(count_of(out, "heal: epoch "), 3u) << out;  // one reform, one line per survivor
 }
 
+TEST(HealTrain, ARankKilledInTheForwardPassFailsTheStepBeforeTheBackwardPass) {
+  // Rank 3 dies after the forward pass of the step that would commit 151;
+  // the others look at their peers 1 s later, before their backward pass:
+  // the step fails there, naming the dead rank, instead of at its first
+  // all-reduce (a whole backward pass later on a large model).
+  const auto run = run_heal(4, {"--kill_after_forward", "3@151"}, 600);
+  expect_healed(run, 4, 600);
+  const std::string all = run.result.out + run.result.err;
+  EXPECT_EQ(count_of(all, "did not commit"), 3u) << all;
+  for (int r : {0, 1, 2}) {
+    EXPECT_NE(all.find("heal: step 150 did not commit: rank " + std::to_string(r) +
+                       " (epoch 0): a peer is gone: rank 3 (pid "),
+              std::string::npos)
+        << all;
+  }
+  EXPECT_TRUE(dropped(run.result.out, 3)) << run.result.out;
+}
+
 TEST(HealTrain, ARankKilledMidStepFromOutsideIsReplaced) {
   const std::string dir = make_temp_dir();
   Subprocess p(heal_argv(3, {}, {}, train_args(dir, 4000)), kEnv);

@@ -3,6 +3,7 @@
 // ddprun --on_failure=heal:
 //
 //   heal_fault_worker [--kill ID@STEP]... [--kill_before_update ID@STEP]...
+//                     [--kill_after_forward ID@STEP]
 //                     [--stop ID@STEP] [--die_in_heal ID] [--unlink_state_memory ID]
 //                     [--linger_before_reform MS] [--linger_after_reform MS]
 //                     [--linger_after_settle MS]
@@ -14,7 +15,10 @@
 // SIGSTOPs itself there (alive but silent, as a hung rank is).
 // --kill_before_update: it SIGKILLs itself once step STEP's gradients are
 // averaged, before its optimizer update (the others have the gradients and
-// may update, but cannot finish the step). --die_in_heal:
+// may update, but cannot finish the step). --kill_after_forward: it
+// SIGKILLs itself after step STEP's forward pass, and every other rank
+// sleeps 1 s after that forward pass, so the death is in the past when they
+// look at their peers (before their backward pass). --die_in_heal:
 // it SIGKILLs itself right after its first reform, while the survivors
 // exchange state. --unlink_state_memory: right after its first reform, it
 // removes its state memory's file from /dev/shm (the mapping stays), so a
@@ -64,7 +68,7 @@ std::pair<int, std::int64_t> parse_fault(const std::string& flag, const std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::multimap<int, std::int64_t> kills, stops, update_kills;
+  std::multimap<int, std::int64_t> kills, stops, update_kills, forward_kills;
   int die_in_heal = -1, unlink_state = -1;
   long linger_before_ms = 0, linger_ms = 0, linger_settled_ms = 0, relaunch_delay_ms = 0,
        model_delay_ms = 0, slow_ms = 0, slow_before_ms = 0;
@@ -75,6 +79,8 @@ int main(int argc, char** argv) {
       (arg == "--kill" ? kills : stops).insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--kill_before_update" && i + 1 < argc) {
       update_kills.insert(parse_fault(arg, argv[++i]));
+    } else if (arg == "--kill_after_forward" && i + 1 < argc) {
+      forward_kills.insert(parse_fault(arg, argv[++i]));
     } else if (arg == "--die_in_heal" && i + 1 < argc) {
       die_in_heal = std::atoi(argv[++i]);
     } else if (arg == "--unlink_state_memory" && i + 1 < argc) {
@@ -135,6 +141,18 @@ int main(int argc, char** argv) {
     if (fires(update_kills, step)) {
       ddp::log::warn("--kill_before_update {}@{}: killing this rank (SIGKILL)", id, step);
       ::kill(::getpid(), SIGKILL);
+    }
+  };
+  hooks.after_forward = [&](std::int64_t step) {
+    if (fires(forward_kills, step)) {
+      ddp::log::warn("--kill_after_forward {}@{}: killing this rank (SIGKILL)", id, step);
+      ::kill(::getpid(), SIGKILL);
+    }
+    for (const auto& [victim, at] : forward_kills) {
+      if (at == step && victim != id && first_launch) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        break;
+      }
     }
   };
   hooks.before_reform = [&] {

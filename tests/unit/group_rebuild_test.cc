@@ -1,8 +1,11 @@
 // A process group made from a member set, aborted, and made again over a new
-// set in the same process (what live recovery stands on), with every rank a
-// thread: real shm and Gloo backends over one in-memory store.
+// set in the same process (what live recovery stands on), and asked whether
+// its peers are still there, with every rank a thread: real shm and Gloo
+// backends over one in-memory store.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/process_identity.h"
 #include "ddp/common/error.h"
 #include "ddp/process_group.h"
 
@@ -145,6 +149,50 @@ TEST_P(GroupRebuild, AMemberThatNeverConnectsFailsTheCreationWithinTheConnectTim
   }
   for (auto& outcome : outcomes) EXPECT_NE(outcome.get(), "<made>");
   EXPECT_LT(Clock::now() - start, 10s);
+}
+
+// check_peers(): what a trainer asks between layers, without a collective.
+TEST_P(GroupRebuild, CheckPeersNamesAMemberThatExitedOrLeftWithoutACollective) {
+  const std::string here = detail::pid_namespace_of(detail::process_identity());
+  if (here.empty()) GTEST_SKIP() << "no /proc identity here";
+  const auto store = make_memory_store();
+  const MemberSet set = set_of(7, {0, 1, 2});
+  auto groups = make_groups(set, store, options_for(GetParam()));
+  // The members are threads of this process; member 1's key is made to name
+  // a process that has exited (as if it were another process, now dead).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  store->set("e7/proc/1", here + " " + std::to_string(child));
+  const std::string exited = "a peer is gone: rank 1 (pid " + std::to_string(child) + ") exited";
+  for (int r : {0, 2}) {
+    try {
+      groups[r]->check_peers();
+      FAIL() << "member " << r << " must see that member 1 exited";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(r) + " (epoch 7): " + exited),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(groups[1]->check_peers());  // its own key is not looked at
+
+  // Member 2 aborts: it knows at once, member 1 within the store's 200 ms spacing.
+  groups[2]->abort();
+  EXPECT_THROW(groups[2]->check_peers(), Error);
+  const auto deadline = Clock::now() + 2s;
+  std::string seen;
+  while (seen.empty() && Clock::now() < deadline) {
+    try {
+      groups[1]->check_peers();
+      std::this_thread::sleep_for(20ms);
+    } catch (const Error& e) {
+      seen = e.what();
+    }
+  }
+  EXPECT_NE(seen.find("rank 1 (epoch 7): a peer is gone: rank 2 left the group"), std::string::npos)
+      << seen;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GroupRebuild, ::testing::Values("shm", "gloo"),

@@ -115,7 +115,8 @@ class Backend;
 class Executor;
 namespace detail {
 struct Collective;
-}
+class PeerCheck;
+}  // namespace detail
 
 class ProcessGroup {
  public:
@@ -166,6 +167,19 @@ class ProcessGroup {
   // wait; thread-safe; idempotent.
   void abort();
   bool aborted() const;
+
+  // Throws ddp::Error, as a collective would, when this group can no longer
+  // complete a collective for a reason known without communicating: a
+  // member's process on this node has exited, some member aborted the group
+  // (the store is asked at most every 200 ms), or this rank did. Otherwise
+  // returns. For the pauses of a long step (after the forward pass, between
+  // layers): a step that cannot commit stops there instead of at its next
+  // collective, which may be a whole forward and backward pass away. A
+  // member on another node that died without aborting is not seen here
+  // (its collectives time out). Cheap: it looks at most every 10 ms (a
+  // poll per member on this node, a microsecond each) and returns at once
+  // otherwise, or while another thread looks. Thread-safe.
+  void check_peers();
 
   // data[i] = op over ranks of data[i]. kAvg divides the sum by size()
   // (integer types: truncating division).
@@ -259,6 +273,7 @@ class ProcessGroup {
   std::uint64_t issued_ = 0;  // collectives issued (guarded by the executor's queue lock)
   MemberSet members_;
   std::shared_ptr<std::atomic<bool>> aborted_;
+  std::unique_ptr<detail::PeerCheck> peer_check_;  // check_peers()
 };
 
 }  // namespace ddp

@@ -3,7 +3,7 @@
 // (internal), for transports that do not always notice a dead or departed
 // peer themselves (NCCL between GPUs of one machine spins in its kernel;
 // Gloo leaves a transfer under way waiting): their waits ask now and then,
-// and stop as soon as one is gone.
+// and stop as soon as one is gone; and for ProcessGroup::check_peers().
 //
 // - Exited: the ranks of this rank's node (the group's placement) whose
 //   process, found through the "proc/<rank>" key every ProcessGroup member
@@ -54,11 +54,11 @@ class PeerWatch {
 
   // "rank R (pid P) exited" for the first watched rank whose process is
   // gone, else nullopt. Cheap: a peer's key is read once it is there, and
-  // then only /proc is asked.
+  // then only its pidfd is polled (ProcessWatch).
   std::optional<std::string> first_exited() {
     learn_pids();
-    for (const auto& [r, pid] : pids_) {
-      if (proc_says_dead(pid)) return exited(r, pid);
+    for (const auto& [r, process] : processes_) {
+      if (process.gone()) return exited(r, process.pid());
     }
     return std::nullopt;
   }
@@ -69,8 +69,14 @@ class PeerWatch {
   // 200 ms). nullopt while neither is known.
   std::optional<std::string> gone(int r) {
     learn_pids();
-    if (auto it = pids_.find(r); it != pids_.end() && proc_says_dead(it->second))
-      return exited(r, it->second);
+    if (auto it = processes_.find(r); it != processes_.end() && it->second.gone())
+      return exited(r, it->second.pid());
+    return departed();
+  }
+
+  // "rank R left the group" once some rank aborted the group (R: the first
+  // to), else nullopt; the store is asked at most every 200 ms.
+  std::optional<std::string> departed() {
     const auto now = now_();
     if (!left_ && (!left_asked_ || now - *left_asked_ >= std::chrono::milliseconds(200))) {
       left_asked_ = now;
@@ -111,7 +117,7 @@ class PeerWatch {
       try {
         const std::string there =
             store_->get("proc/" + std::to_string(*it), std::chrono::milliseconds(1));
-        if (auto pid = checkable_pid(there, here_)) pids_[*it] = *pid;
+        if (auto pid = checkable_pid(there, here_)) processes_.try_emplace(*it, *pid);
         it = unknown_.erase(it);  // known: watched, or in another PID namespace (not)
       } catch (const std::exception&) {
         ++it;  // not set yet: ask again next time
@@ -122,8 +128,8 @@ class PeerWatch {
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> departures_;  // where "left_count" is: store_ unless told otherwise
   std::string here_;
-  std::set<int> unknown_;      // this node's ranks whose key was not read yet
-  std::map<int, pid_t> pids_;  // this node's ranks in this PID namespace
+  std::set<int> unknown_;                  // this node's ranks whose key was not read yet
+  std::map<int, ProcessWatch> processes_;  // this node's ranks in this PID namespace
   std::function<Clock::time_point()> now_;
   std::optional<Clock::time_point> learned_;     // learn_pids(): the last ask
   std::optional<Clock::time_point> left_asked_;  // gone(): the last ask of the store

@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "core/executor.h"
+#include "core/peer_check.h"
 #include "core/process_identity.h"
 #include "core/progress_counter.h"
 #include "ddp/common/error.h"
@@ -111,6 +112,8 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
     backend_ = make_nccl_backend(config);
   }
   executor_ = std::make_unique<Executor>();
+  peer_check_ = std::make_unique<detail::PeerCheck>(store_, rank_, rank_ - config.local_rank,
+                                                    config.local_size);
   // Where this rank runs, so that after a failure the others can tell a dead
   // rank on their machine at once (see missing_ranks).
   if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());

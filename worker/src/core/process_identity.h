@@ -4,7 +4,9 @@
 // the space see each other's pids (same kernel, same PID namespace), so one
 // may check whether the other's process still exists.
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,5 +52,31 @@ inline bool proc_says_dead(pid_t pid) {
   char state = line[close + 2];
   return state == 'Z' || state == 'X';
 }
+
+// A process this one can see (checkable_pid), asked whether it is gone:
+// through a pidfd where the kernel has them (readable once the process
+// exits; a poll, and immune to pid reuse), else proc_says_dead. Open it
+// while the process is known alive.
+class ProcessWatch {
+ public:
+  explicit ProcessWatch(pid_t pid)
+      : pid_(pid), fd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))) {}
+  ~ProcessWatch() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ProcessWatch(const ProcessWatch&) = delete;
+  ProcessWatch& operator=(const ProcessWatch&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool gone() const {
+    if (fd_ < 0) return proc_says_dead(pid_);
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+  }
+
+ private:
+  pid_t pid_;
+  int fd_;  // -1: no pidfd (an old kernel, or the process was already gone)
+};
 
 }  // namespace ddp::detail
