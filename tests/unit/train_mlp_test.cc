@@ -23,12 +23,17 @@ using namespace std::chrono_literals;
 TEST(MlpBackward, StopsAtTheNextLayerOnceAPeerLeftTheGroup) {
   const std::vector<int> dims = {4, 8, 8, 2};  // three layers
   const auto store = ddp::make_memory_store();
-  ddp::ProcessGroupOptions options = ddp::ProcessGroupOptions::of("gloo");
-  options.timeout = 20s;
-  // Two members, each a thread: both make their group and GradSync (collective).
+  // Two members, each a thread standing for a node of its own (so that a
+  // departure is asked of the store): both make their group and GradSync
+  // (collective).
   Mlp mine(dims, 1), theirs(dims, 1);
   auto join = [&](int rank, Mlp& model) {
     return std::async(std::launch::async, [&, rank] {
+      ddp::ProcessGroupOptions options = ddp::ProcessGroupOptions::of("gloo");
+      options.timeout = 20s;
+      options.local_size = 1;
+      options.node = rank;
+      options.nodes = 2;
       auto group = ddp::ProcessGroup::create(rank, 2, store, options);
       return std::make_unique<ddp::GradSync>(group, model.grad_params());
     });

@@ -171,14 +171,15 @@ class ProcessGroup {
   // Throws ddp::Error, as a collective would, when this group can no longer
   // complete a collective for a reason known without communicating: a
   // member's process on this node has exited, some member aborted the group
-  // (the store is asked at most every 200 ms), or this rank did. Otherwise
-  // returns. For the pauses of a long step (after the forward pass, between
-  // layers): a step that cannot commit stops there instead of at its next
-  // collective, which may be a whole forward and backward pass away. A
-  // member on another node that died without aborting is not seen here
-  // (its collectives time out). Cheap: it looks at most every 10 ms (a
-  // poll per member on this node, a microsecond each) and returns at once
-  // otherwise, or while another thread looks. Thread-safe.
+  // (asked of the store, at most every second, only when the group spans
+  // several nodes), or this rank did. Otherwise returns. For the pauses of
+  // a long step (after the forward pass, between layers): a step that
+  // cannot commit stops there instead of at its next collective, which may
+  // be a whole forward and backward pass away. A member on another node
+  // that died without aborting is not seen here (its collectives time
+  // out). Cheap: it looks at most every 10 ms (a poll per member on this
+  // node, a microsecond each) and returns at once otherwise, or while
+  // another thread looks. Thread-safe.
   void check_peers();
 
   // data[i] = op over ranks of data[i]. kAvg divides the sum by size()

@@ -8,22 +8,27 @@ namespace detail {
 std::optional<std::string> PeerCheck::gone() {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !store_) return std::nullopt;
-  const auto now = PeerWatch::Clock::now();
+  const auto now = Clock::now();
   if (looked_ && now - *looked_ < std::chrono::milliseconds(10)) return std::nullopt;
   looked_ = now;
   if (!watch_) watch_ = std::make_unique<PeerWatch>(store_, rank_, first_local_, local_size_);
   if (auto exited = watch_->first_exited()) return exited;
-  return watch_->departed();
+  if (spans_nodes_ && !left_ && (!asked_ || now - *asked_ >= std::chrono::seconds(1))) {
+    asked_ = now;
+    left_ = watch_->departed();
+  }
+  return left_;
 }
 
 }  // namespace detail
 
 void ProcessGroup::check_peers() {
-  const std::string where =
-      "rank " + std::to_string(rank_) + " (epoch " + std::to_string(members_.epoch) + ")";
-  if (aborted()) throw Error(where + ": this rank left the group by aborting it");
+  auto where = [this] {
+    return "rank " + std::to_string(rank_) + " (epoch " + std::to_string(members_.epoch) + ")";
+  };
+  if (aborted()) throw Error(where() + ": this rank left the group by aborting it");
   if (size_ <= 1) return;
-  if (auto why = peer_check_->gone()) throw Error(where + ": a peer is gone: " + *why);
+  if (auto why = peer_check_->gone()) throw Error(where() + ": a peer is gone: " + *why);
 }
 
 }  // namespace ddp

@@ -1,7 +1,7 @@
 #pragma once
 // What ProcessGroup::check_peers() looks at (internal): a PeerWatch of the
-// group's ranks on this node and of departures, asked from any thread, at
-// most every 10 ms.
+// group's ranks on this node, and of departures when the group spans
+// several nodes, asked from any thread, at most every 10 ms.
 
 #include <chrono>
 #include <memory>
@@ -17,22 +17,34 @@ namespace ddp::detail {
 class PeerCheck {
  public:
   // `store`: the group's (null: nothing to watch). This node's ranks are
-  // first_local .. first_local + local_size - 1. Reads nothing yet: the
-  // watch is made at the first look.
-  PeerCheck(std::shared_ptr<Store> store, int rank, int first_local, int local_size)
-      : store_(std::move(store)), rank_(rank), first_local_(first_local), local_size_(local_size) {}
+  // first_local .. first_local + local_size - 1 of `size`. Reads nothing
+  // yet: the watch is made at the first look.
+  PeerCheck(std::shared_ptr<Store> store, int rank, int first_local, int local_size, int size)
+      : store_(std::move(store)),
+        rank_(rank),
+        first_local_(first_local),
+        local_size_(local_size),
+        spans_nodes_(local_size < size) {}
 
   // Why some member can no longer take part ("rank R (pid P) exited", "rank
   // R left the group"), else nullopt: also when another thread is looking,
-  // or the last look was less than 10 ms ago.
+  // or the last look was less than 10 ms ago. Departures are asked of the
+  // store only when the group spans several nodes (on one node a dead
+  // member's process says it all), and at most every second: a store round
+  // trip on the caller's thread is a pause every rank of a busy machine
+  // then waits for in its next collective.
   std::optional<std::string> gone();
 
  private:
+  using Clock = PeerWatch::Clock;
   std::mutex mutex_;
   std::shared_ptr<Store> store_;
   int rank_, first_local_, local_size_;
-  std::unique_ptr<PeerWatch> watch_;                    // made by the first look
-  std::optional<PeerWatch::Clock::time_point> looked_;  // the last look
+  bool spans_nodes_;
+  std::unique_ptr<PeerWatch> watch_;         // made by the first look
+  std::optional<Clock::time_point> looked_;  // the last look
+  std::optional<Clock::time_point> asked_;   // the last ask of the store
+  std::optional<std::string> left_;          // its answer, once someone left
 };
 
 }  // namespace ddp::detail

@@ -113,7 +113,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
   }
   executor_ = std::make_unique<Executor>();
   peer_check_ = std::make_unique<detail::PeerCheck>(store_, rank_, rank_ - config.local_rank,
-                                                    config.local_size);
+                                                    config.local_size, size_);
   // Where this rank runs, so that after a failure the others can tell a dead
   // rank on their machine at once (see missing_ranks).
   if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());
