@@ -55,9 +55,9 @@ std::string shm_run_prefix(const std::string& run_id) {
 }
 
 std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
-                             int node, const std::string& unique) {
+                             int node, long pid, const std::string& unique) {
   return "/" + shm_run_prefix(run_id) + "r" + std::to_string(round) + "-" + sanitise(group, 64) +
-         "-n" + std::to_string(node) + "-" + sanitise(unique, 32);
+         "-n" + std::to_string(node) + "-p" + std::to_string(pid) + "-" + sanitise(unique, 32);
 }
 
 std::string shm_arena_prefix(const std::string& run_id, long pid) {
@@ -114,18 +114,63 @@ int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
 
 namespace {
 
-// Whether `rest` (a name after the run's prefix) is a live process's arena or
-// state memory: "arena-p<pid>-..." or "state-p<pid>-..." whose pid runs.
-// Another ddprun of the run on this machine (two nodes on one host, or test
-// hosts in network namespaces, which share /dev/shm) may still use it. No
-// allocation: the orphan guard calls this from a forked child.
-bool of_a_live_process(const char* rest) {
+// `text` past the decimal digits it starts with; nullptr when none.
+const char* after_digits(const char* text) {
+  const char* end = text;
+  while (*end >= '0' && *end <= '9') ++end;
+  return end == text ? nullptr : end;
+}
+
+// Where the creator's pid starts in `rest` (a name after the run's prefix):
+// "arena-p<pid>-...", "state-p<pid>-..." or a segment's
+// "r<round>-<group>-n<node>-p<pid>-..." (a sanitised group holds no '-');
+// nullptr for any other name.
+const char* creator_pid_digits(const char* rest) {
   constexpr std::size_t kTag = sizeof(kArenaTag) - 1;
   static_assert(sizeof(kStateTag) - 1 == kTag);
-  const char* digits = nullptr;
   if (std::strncmp(rest, kArenaTag, kTag) == 0 || std::strncmp(rest, kStateTag, kTag) == 0) {
-    digits = rest + kTag;
+    return rest + kTag;
   }
+  if (*rest != 'r') return nullptr;
+  const char* at = after_digits(rest + 1);
+  if (at == nullptr || *at != '-') return nullptr;
+  at = std::strchr(at + 1, '-');
+  if (at == nullptr || at[1] != 'n') return nullptr;
+  at = after_digits(at + 2);
+  if (at == nullptr || at[0] != '-' || at[1] != 'p') return nullptr;
+  return at + 2;
+}
+
+// Whether process `pid` runs: exists and is no zombie (a zombie's files are
+// nobody's, and nothing may reap it for a long while). No allocation.
+bool process_running(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno != EPERM) return false;
+  char path[32] = "/proc/";  // "/proc/<pid>/stat", without snprintf (no locale)
+  char digits[16];
+  int count = 0;
+  for (long left = pid; left > 0 && count < 15; left /= 10) digits[count++] = '0' + left % 10;
+  std::size_t at = 6;
+  while (count > 0) path[at++] = digits[--count];
+  std::memcpy(path + at, "/stat", 6);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT;  // no /proc to read: kill(2)'s word stands
+  char stat[512];
+  const ssize_t n = read(fd, stat, sizeof stat - 1);
+  close(fd);
+  if (n <= 0) return true;
+  stat[n] = 0;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+  const char* paren = std::strrchr(stat, ')');
+  if (paren == nullptr || paren[1] != ' ') return true;
+  return paren[2] != 'Z' && paren[2] != 'X';
+}
+
+// Whether `rest` (a name after the run's prefix) was made by a process still
+// running: another ddprun of the run on this machine (two nodes on one host,
+// or test hosts in network namespaces, which share /dev/shm) may still use
+// it. No allocation: the orphan guard calls this from a forked child.
+bool of_a_live_process(const char* rest) {
+  const char* digits = creator_pid_digits(rest);
   if (digits == nullptr || *digits < '0' || *digits > '9') return false;
   long pid = 0;
   for (; *digits >= '0' && *digits <= '9'; ++digits) {
@@ -133,7 +178,7 @@ bool of_a_live_process(const char* rest) {
     if (pid > (1L << 30)) return false;  // no such pid
   }
   if (*digits != '-' || pid <= 0) return false;
-  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  return process_running(static_cast<pid_t>(pid));
 }
 
 }  // namespace

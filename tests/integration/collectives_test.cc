@@ -347,7 +347,7 @@ TEST(CollectiveFailures,
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   char ns[128] = {};
   ASSERT_GT(readlink("/proc/self/ns/pid", ns, sizeof ns - 1), 0);
-  const std::string name = shm_segment_name(run_id, 0, "default", 0, "dead0");
+  const std::string name = shm_segment_name(run_id, 0, "default", 0, dead, "dead0");
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_GE(fd, 0) << name;
   close(fd);

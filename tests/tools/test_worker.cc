@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     std::printf("SHM STALE %d\n", stale);
     // Created the way libddp's shm backend creates its segments.
     std::string name = ddp::shm_segment_name(env->run_id, env->round, "default", env->group_rank,
-                                             "leak" + std::to_string(env->rank));
+                                             getpid(), "leak" + std::to_string(env->rank));
     int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
     if (fd < 0 || ftruncate(fd, 1 << 20) != 0) {
       std::fprintf(stderr, "shm-leak: %s: %s\n", name.c_str(), std::strerror(errno));

@@ -32,6 +32,16 @@ long dead_pid() {
   return child;
 }
 
+// Waits (at most ~5 s) until `child` has exited and is not yet reaped.
+bool wait_until_zombie(pid_t child) {
+  for (int tick = 0; tick < 500; ++tick) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT) == 0) return true;
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
 // A fresh directory standing in for /dev/shm; removed at the end of the test.
 class TempDir {
  public:
@@ -58,12 +68,13 @@ class TempDir {
 
 TEST(ShmNames, PrefixAndSegmentNameFormat) {
   EXPECT_EQ(shm_run_prefix("job42"), "ddp-job42-");
-  EXPECT_EQ(shm_segment_name("job42", 3, "default", 1, "ab12"), "/ddp-job42-r3-default-n1-ab12");
+  EXPECT_EQ(shm_segment_name("job42", 3, "default", 1, 77, "ab12"),
+            "/ddp-job42-r3-default-n1-p77-ab12");
   // '_' doubles, other characters outside [A-Za-z0-9.] become '_' and hex:
   // no '/' inside a name, no '-' inside the id, and distinct ids stay distinct.
   EXPECT_EQ(shm_run_prefix("a-b/c d"), "ddp-a_2db_2fc_20d-");
   EXPECT_EQ(shm_run_prefix("a_b"), "ddp-a__b-");
-  EXPECT_EQ(shm_segment_name("r", 0, "my group", 0, "u/v"), "/ddp-r-r0-my_20group-n0-u_2fv");
+  EXPECT_EQ(shm_segment_name("r", 0, "my group", 0, 5, "u/v"), "/ddp-r-r0-my_20group-n0-p5-u_2fv");
 }
 
 TEST(ShmNames, NoRunsPrefixMatchesAnotherRunsSegments) {
@@ -72,7 +83,7 @@ TEST(ShmNames, NoRunsPrefixMatchesAnotherRunsSegments) {
                                         "a.b", "a-b-c", "A",   "r1",   "a-r1"};
   for (const auto& x : ids) {
     for (const auto& y : ids) {
-      const std::string segment = shm_segment_name(y, 1, "default", 0, "u").substr(1);
+      const std::string segment = shm_segment_name(y, 1, "default", 0, 1, "u").substr(1);
       EXPECT_EQ(starts_with(segment, shm_run_prefix(x)), x == y)
           << "run '" << x << "' vs segment of '" << y << "'";
     }
@@ -85,8 +96,8 @@ TEST(ShmNames, LongIdsStayUnderNameMaxAndStayDistinct) {
   EXPECT_LT(shm_run_prefix(long_a).size(), 255u);
   EXPECT_NE(shm_run_prefix(long_a), shm_run_prefix(long_b));
   EXPECT_FALSE(starts_with(shm_run_prefix(long_b), shm_run_prefix(long_a)));
-  const std::string name =
-      shm_segment_name(long_a, 1234567890123L, std::string(500, 'g'), 65535, std::string(300, 'f'));
+  const std::string name = shm_segment_name(long_a, 1234567890123L, std::string(500, 'g'), 65535,
+                                            1L << 30, std::string(300, 'f'));
   ASSERT_EQ(name[0], '/');
   EXPECT_LE(name.size() - 1, static_cast<size_t>(NAME_MAX)) << name;
   EXPECT_TRUE(starts_with(name.substr(1), shm_run_prefix(long_a)));
@@ -97,12 +108,15 @@ TEST(ShmNames, LongIdsStayUnderNameMaxAndStayDistinct) {
 TEST(ShmNames, RemoveRunSegmentsRemovesOnlyThatRunsFiles) {
   TempDir dir;
   const std::string run = "a";
-  const std::vector<std::string> mine = {shm_segment_name(run, 1, "default", 0, "x").substr(1),
-                                         shm_segment_name(run, 2, "default", 1, "y").substr(1)};
-  const std::vector<std::string> others = {shm_segment_name("a-b", 1, "default", 0, "x").substr(1),
-                                           shm_segment_name("ab", 1, "default", 0, "x").substr(1),
-                                           "ddp-a",  // no '-' after the id: not a segment of "a"
-                                           "other-file", "sem.ddp-a-r1"};
+  const long dead = dead_pid();
+  const std::vector<std::string> mine = {
+      shm_segment_name(run, 1, "default", 0, dead, "x").substr(1),
+      shm_segment_name(run, 2, "default", 1, dead, "y").substr(1)};
+  const std::vector<std::string> others = {
+      shm_segment_name("a-b", 1, "default", 0, dead, "x").substr(1),
+      shm_segment_name("ab", 1, "default", 0, dead, "x").substr(1),
+      "ddp-a",  // no '-' after the id: not a segment of "a"
+      "other-file", "sem.ddp-a-r1"};
   for (const auto& n : mine) dir.touch(n);
   for (const auto& n : others) dir.touch(n);
   EXPECT_EQ(remove_run_segments(run, dir.path()), 2);
@@ -141,6 +155,30 @@ TEST(ShmNames, TheRunsSweepKeepsTheArenaAndStateMemoryOfAProcessStillRunning) {
   EXPECT_EQ(dir.names(), kept);
 }
 
+TEST(ShmNames, TheRunsSweepKeepsTheSegmentsOfACreatorStillRunningButNotAZombiesOrADeadOnes) {
+  // Two agents of one run on one host: one agent's sweep at the end of its
+  // attempt must not take a segment the other's local rank 0 is setting up.
+  TempDir dir;
+  const long live = getpid(), dead = dead_pid();
+  const pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  ASSERT_GT(zombie, 0);
+  ASSERT_TRUE(wait_until_zombie(zombie));
+  const std::string kept = shm_segment_name("job42", 3, "my group", 1, live, "ab").substr(1);
+  dir.touch(kept);
+  dir.touch(shm_segment_name("job42", 3, "my group", 1, dead, "cd").substr(1));
+  dir.touch(shm_segment_name("job42", 4, "default", 0, zombie, "ef").substr(1));
+  dir.touch(shm_arena_name("job42", zombie, "gh").substr(1));
+  // Names that only look like a segment's go too (an older ddprun's, say).
+  dir.touch("ddp-job42-r3-default-n1-" + std::to_string(live));
+  dir.touch("ddp-job42-r3-default-n1-x" + std::to_string(live) + "-ab");
+  dir.touch("ddp-job42-r-default-n1-p" + std::to_string(live) + "-ab");
+  dir.touch("ddp-job42-r3-default-m1-p" + std::to_string(live) + "-ab");
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 7);
+  EXPECT_EQ(dir.names(), std::set<std::string>{kept});
+  waitpid(zombie, nullptr, 0);
+}
+
 TEST(ShmNames, ADeadProcesssArenaAndStateMemoryPassToTheHeirOfItsRank) {
   TempDir dir;
   const long pid = dead_pid(), other_pid = dead_pid();
@@ -172,7 +210,7 @@ TEST(ShmNames, RemoveRunSegmentsOnAMissingDirectoryRemovesNothing) {
 
 TEST(ShmNames, RealSegmentWithALongRunIdIsCreatedAndRemoved) {
   const std::string run = std::string(400, 'z') + "-" + std::to_string(getpid());
-  const std::string name = shm_segment_name(run, 7, "default", 0, "unit");
+  const std::string name = shm_segment_name(run, 7, "default", 0, dead_pid(), "unit");
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_GE(fd, 0) << name;
   close(fd);

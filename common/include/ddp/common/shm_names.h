@@ -16,10 +16,12 @@ namespace ddp {
 std::string shm_run_prefix(const std::string& run_id);
 
 // The name of one segment, as shm_open takes it:
-// "/ddp-<run>-r<round>-<group>-n<node>-<unique>". `group` is sanitised like
-// the run id; `unique` is chosen by the creator (random hex).
+// "/ddp-<run>-r<round>-<group>-n<node>-p<pid>-<unique>". `group` is
+// sanitised like the run id; `pid` is the creating process's (as its
+// launcher sees it: the sweep keeps the segments of running creators);
+// `unique` is chosen by the creator (random hex).
 std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
-                             int node, const std::string& unique);
+                             int node, long pid, const std::string& unique);
 
 // The name of a process's carried shm arena (ProcessGroupOptions::shm_carry_arena):
 // "/ddp-<run>-arena-p<pid>-<unique>". Its pid is the process's as its
@@ -48,14 +50,15 @@ int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
                                 const std::string& dir = "/dev/shm");
 
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
-// behind shm_open), but the arenas and state memory of processes still
-// running (another ddprun of the run on this machine may use them). Returns
+// behind shm_open), but the segments, arenas and state memory made by
+// processes still running (another ddprun of the run on this machine may use
+// them; a zombie counts as gone). Returns
 // how many were removed. Best effort, for teardown: an unreadable directory
 // removes nothing and is not an error.
 int remove_run_segments(const std::string& run_id, const std::string& dir = "/dev/shm");
 
 // The same for every entry of `dir` whose name starts with `prefix` (a run's
-// prefix: live processes' arenas and state memory are kept), without
+// prefix: what running processes made is kept), without
 // allocating (getdents64 + unlinkat), so a forked child of a multi-threaded
 // process may call it (ddprun's orphan guard does).
 int remove_segments_with_prefix(const char* dir, const char* prefix);

@@ -202,8 +202,8 @@ void ShmBackend::open_segment() {
   if (me_ == 0) {
     const std::string run =
         config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
-    const std::string name =
-        shm_segment_name(run, config_.round, config_.group_name, config_.node, random_hex(8));
+    const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node,
+                                              getpid(), random_hex(8));
     if (const char* path = std::getenv("DDP_SHM_TUNE_FILE"); path != nullptr && *path != 0) {
       tune_path_ = path;
       try {
