@@ -153,7 +153,8 @@ bool process_running(pid_t pid) {
   while (count > 0) path[at++] = digits[--count];
   std::memcpy(path + at, "/stat", 6);
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno != ENOENT;  // no /proc to read: kill(2)'s word stands
+  // Gone since kill(2) looked, or no /proc to read (then kill(2)'s word stands).
+  if (fd < 0) return errno != ENOENT || kill(pid, 0) == 0 || errno == EPERM;
   char stat[512];
   const ssize_t n = read(fd, stat, sizeof stat - 1);
   close(fd);
