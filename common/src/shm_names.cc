@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ddp/common/proc_stat.h"
+
 namespace ddp {
 namespace {
 
@@ -145,25 +147,18 @@ const char* creator_pid_digits(const char* rest) {
 // nobody's, and nothing may reap it for a long while). No allocation.
 bool process_running(pid_t pid) {
   if (kill(pid, 0) != 0 && errno != EPERM) return false;
-  char path[32] = "/proc/";  // "/proc/<pid>/stat", without snprintf (no locale)
+  char dir[32] = "/proc/";  // "/proc/<pid>", without snprintf (no locale)
   char digits[16];
   int count = 0;
   for (long left = pid; left > 0 && count < 15; left /= 10) digits[count++] = '0' + left % 10;
   std::size_t at = 6;
-  while (count > 0) path[at++] = digits[--count];
-  std::memcpy(path + at, "/stat", 6);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  // Gone since kill(2) looked, or no /proc to read (then kill(2)'s word stands).
-  if (fd < 0) return errno != ENOENT || kill(pid, 0) == 0 || errno == EPERM;
+  while (count > 0) dir[at++] = digits[--count];
+  dir[at] = '\0';
   char stat[512];
-  const ssize_t n = read(fd, stat, sizeof stat - 1);
-  close(fd);
-  if (n <= 0) return true;
-  stat[n] = 0;
-  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
-  const char* paren = std::strrchr(stat, ')');
-  if (paren == nullptr || paren[1] != ' ') return true;
-  return paren[2] != 'Z' && paren[2] != 'X';
+  const char* state = read_proc_stat(AT_FDCWD, dir, stat);
+  // Gone since kill(2) looked, or no /proc to read: kill(2)'s word stands.
+  if (state == nullptr) return kill(pid, 0) == 0 || errno == EPERM;
+  return !proc_state_exited(*state);
 }
 
 // Whether `rest` (a name after the run's prefix) was made by a process still

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ddp/common/error.h"
+#include "ddp/common/proc_stat.h"
 #include "ddp/common/shm_names.h"
 #include "worker_group/process.h"
 
@@ -26,23 +27,10 @@ constexpr int kMaxGroups = 4096;
 // Whether /proc/<pid>/stat (`pid` as its decimal name, relative to `proc`)
 // shows a process that is still running (not a zombie) in one of `groups`.
 bool running_in(int proc, const char* pid, const pid_t* groups, int count) {
-  char path[32];
-  const size_t len = std::strlen(pid);
-  if (len > 20) return false;
-  std::memcpy(path, pid, len);
-  std::memcpy(path + len, "/stat", 6);
-  int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;  // gone meanwhile
   char stat[512];
-  ssize_t n = read(fd, stat, sizeof(stat) - 1);
-  close(fd);
-  if (n <= 0) return false;
-  stat[n] = '\0';
-  // "pid (comm) S ppid pgrp ...": comm may hold ')', so find the last one.
-  const char* p = std::strrchr(stat, ')');
-  if (p == nullptr || p[1] != ' ' || p[2] == '\0') return false;
-  if (p[2] == 'Z' || p[2] == 'X' || p[2] == 'x') return false;  // dead: creates nothing more
-  p += 3;
+  const char* p = read_proc_stat(proc, pid, stat);          // gone meanwhile: nullptr
+  if (p == nullptr || proc_state_exited(*p)) return false;  // dead: creates nothing more
+  p += 1;
   for (int field = 0; field < 2; ++field) {  // skip " ppid", then parse " pgrp"
     if (*p != ' ') return false;
     ++p;

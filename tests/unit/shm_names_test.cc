@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -32,14 +33,14 @@ long dead_pid() {
   return child;
 }
 
-// Waits (at most ~5 s) until `child` has exited and is not yet reaped.
+// Waits until `child` has exited, leaving it unreaped (a zombie).
 bool wait_until_zombie(pid_t child) {
-  for (int tick = 0; tick < 500; ++tick) {
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT) == 0) return true;
-    usleep(10 * 1000);
-  }
-  return false;
+  siginfo_t info{};
+  int done;
+  do {
+    done = waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);
+  } while (done != 0 && errno == EINTR);
+  return done == 0;
 }
 
 // A fresh directory standing in for /dev/shm; removed at the end of the test.

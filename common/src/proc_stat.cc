@@ -1,0 +1,32 @@
+#include "ddp/common/proc_stat.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ddp {
+
+const char* read_proc_stat(int proc, const char* dir, char (&buf)[512]) {
+  char path[48];
+  const std::size_t len = std::strlen(dir);
+  if (len > 40) {
+    errno = ENAMETOOLONG;
+    return nullptr;
+  }
+  std::memcpy(path, dir, len);
+  std::memcpy(path + len, "/stat", 6);
+  const int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return nullptr;
+  buf[n] = '\0';
+  // "pid (comm) S ppid pgrp ...": comm may hold ')', so find the last one.
+  const char* paren = std::strrchr(buf, ')');
+  if (paren == nullptr || paren[1] != ' ' || paren[2] == '\0') return nullptr;
+  return paren + 2;
+}
+
+}  // namespace ddp
