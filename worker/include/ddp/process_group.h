@@ -179,7 +179,9 @@ class ProcessGroup {
   // that died without aborting is not seen here (its collectives time
   // out). Cheap: it looks at most every 10 ms (a poll per member on this
   // node, a microsecond each) and returns at once otherwise, or while
-  // another thread looks. Thread-safe.
+  // another thread looks. Once it has thrown for a peer, every later call
+  // throws the same at once (a member gone stays gone from this epoch).
+  // Thread-safe.
   void check_peers();
 
   // data[i] = op over ranks of data[i]. kAvg divides the sum by size()

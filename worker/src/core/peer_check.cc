@@ -6,8 +6,18 @@ namespace ddp {
 namespace detail {
 
 std::optional<std::string> PeerCheck::gone() {
+  if (known_.load(std::memory_order_acquire)) return gone_;
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !store_) return std::nullopt;
+  auto found = look();
+  if (found) {
+    gone_ = *found;
+    known_.store(true, std::memory_order_release);
+  }
+  return found;
+}
+
+std::optional<std::string> PeerCheck::look() {
   const auto now = Clock::now();
   if (looked_ && now - *looked_ < std::chrono::milliseconds(10)) return std::nullopt;
   looked_ = now;

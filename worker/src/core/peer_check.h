@@ -3,6 +3,7 @@
 // group's ranks on this node, and of departures when the group spans
 // several nodes, asked from any thread, at most every 10 ms.
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -28,7 +29,9 @@ class PeerCheck {
 
   // Why some member can no longer take part ("rank R (pid P) exited", "rank
   // R left the group"), else nullopt: also when another thread is looking,
-  // or the last look was less than 10 ms ago. Departures are asked of the
+  // or the last look was less than 10 ms ago. Once an answer was found it is
+  // given at every later call, at once (a member gone stays gone from this
+  // group). Departures are asked of the
   // store only when the group spans several nodes (on one node a dead
   // member's process says it all), and at most every second: a store round
   // trip on the caller's thread is a pause every rank of a busy machine
@@ -37,6 +40,7 @@ class PeerCheck {
 
  private:
   using Clock = PeerWatch::Clock;
+  std::optional<std::string> look();  // with mutex_ held
   std::mutex mutex_;
   std::shared_ptr<Store> store_;
   int rank_, first_local_, local_size_;
@@ -45,6 +49,8 @@ class PeerCheck {
   std::optional<Clock::time_point> looked_;  // the last look
   std::optional<Clock::time_point> asked_;   // the last ask of the store
   std::optional<std::string> left_;          // its answer, once someone left
+  std::string gone_;                         // the first answer; set once
+  std::atomic<bool> known_{false};           // gone_ is set (read without the lock)
 };
 
 }  // namespace ddp::detail
