@@ -21,12 +21,26 @@ const char* read_proc_stat(int proc, const char* dir, char (&buf)[512]) {
   if (fd < 0) return nullptr;
   const ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return nullptr;
+  if (n < 0) return nullptr;
   buf[n] = '\0';
   // "pid (comm) S ppid pgrp ...": comm may hold ')', so find the last one.
   const char* paren = std::strrchr(buf, ')');
-  if (paren == nullptr || paren[1] != ' ' || paren[2] == '\0') return nullptr;
+  if (paren == nullptr || paren[1] != ' ' || paren[2] == '\0') {
+    errno = EINVAL;
+    return nullptr;
+  }
   return paren + 2;
+}
+
+const char* read_proc_stat(pid_t pid, char (&buf)[512]) {
+  char dir[32] = "/proc/";  // "/proc/<pid>", without snprintf (no locale)
+  char digits[16];
+  int count = 0;
+  for (long left = pid; left > 0 && count < 15; left /= 10) digits[count++] = '0' + left % 10;
+  std::size_t at = 6;
+  while (count > 0) dir[at++] = digits[--count];
+  dir[at] = '\0';
+  return read_proc_stat(AT_FDCWD, dir, buf);
 }
 
 }  // namespace ddp

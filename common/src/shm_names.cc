@@ -147,15 +147,8 @@ const char* creator_pid_digits(const char* rest) {
 // nobody's, and nothing may reap it for a long while). No allocation.
 bool process_running(pid_t pid) {
   if (kill(pid, 0) != 0 && errno != EPERM) return false;
-  char dir[32] = "/proc/";  // "/proc/<pid>", without snprintf (no locale)
-  char digits[16];
-  int count = 0;
-  for (long left = pid; left > 0 && count < 15; left /= 10) digits[count++] = '0' + left % 10;
-  std::size_t at = 6;
-  while (count > 0) dir[at++] = digits[--count];
-  dir[at] = '\0';
   char stat[512];
-  const char* state = read_proc_stat(AT_FDCWD, dir, stat);
+  const char* state = read_proc_stat(pid, stat);
   // Gone since kill(2) looked, or no /proc to read: kill(2)'s word stands.
   if (state == nullptr) return kill(pid, 0) == 0 || errno == EPERM;
   return !proc_state_exited(*state);

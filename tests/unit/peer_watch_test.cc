@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/process_identity.h"
 #include "ddp/process_group.h"
 #include "ddp/store.h"
 
@@ -145,6 +146,23 @@ TEST(PeerWatch, AGroupWithoutAStoreWatchesNobody) {
   EXPECT_EQ(watch.first_exited(), std::nullopt);
   EXPECT_EQ(watch.first_left(), std::nullopt);
   EXPECT_EQ(watch.gone(1), std::nullopt);
+}
+
+// What the shm backend's waits and a ProcessWatch without a pidfd ask: a
+// running process is not dead, a zombie is (it can do nothing more), and so
+// is a reaped one.
+TEST(PeerWatch, ProcSaysDeadOfARunningAZombieAndAReapedProcess) {
+  const pid_t pid = sleeper();
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(proc_says_dead(pid));
+  EXPECT_FALSE(proc_says_dead(::getpid()));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  siginfo_t info{};
+  // WNOWAIT: wait for the exit but leave the zombie.
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_TRUE(proc_says_dead(pid)) << "a zombie is dead";
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_TRUE(proc_says_dead(pid)) << "a reaped process is dead";
 }
 
 }  // namespace

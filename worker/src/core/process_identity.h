@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "ddp/common/proc_stat.h"
+
 namespace ddp::detail {
 
 inline std::string process_identity() {
@@ -41,16 +43,14 @@ inline std::optional<pid_t> checkable_pid(const std::string& identity, const std
 
 // Whether `pid` is gone or a zombie (it can no longer take part), as far as
 // this process can see: kill(pid, 0) and its /proc state.
+// A /proc entry that cannot be read counts as gone; a malformed one as
+// running (nothing says otherwise).
 inline bool proc_says_dead(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return false;
-  char state = line[close + 2];
-  return state == 'Z' || state == 'X';
+  char buf[512];
+  const char* state = read_proc_stat(pid, buf);
+  if (state == nullptr) return errno != EINVAL;
+  return proc_state_exited(*state);
 }
 
 // A process this one can see (checkable_pid), asked whether it is gone:

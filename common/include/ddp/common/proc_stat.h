@@ -2,14 +2,20 @@
 // Reading a process's /proc/<pid>/stat without allocating, for code that may
 // run in a forked child of a multi-threaded process (ddprun's orphan guard).
 
+#include <sys/types.h>
+
 namespace ddp {
 
 // Reads `dir`/stat relative to `proc` (an open /proc directory and a pid's
 // decimal name, or AT_FDCWD and "/proc/<pid>"; `dir` at most 40 characters)
 // into `buf` and returns where its fields after "(comm) " start: the state
 // letter, then " ppid pgrp ...". nullptr when it cannot be read (the process
-// is gone, or /proc is not there; errno says which) or is malformed.
+// is gone, or /proc is not there; errno says which) or is malformed (errno
+// EINVAL).
 const char* read_proc_stat(int proc, const char* dir, char (&buf)[512]);
+
+// read_proc_stat() of "/proc/<pid>" (pid > 0).
+const char* read_proc_stat(pid_t pid, char (&buf)[512]);
 
 // Whether a state letter from read_proc_stat() is a process that has exited
 // (a zombie or dead one), which can do nothing more.
