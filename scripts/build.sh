@@ -11,5 +11,8 @@ if [[ ${DDP_SANITIZE:-0} == 1 ]]; then
   extra+=("-DCMAKE_C_FLAGS=$san" "-DCMAKE_CXX_FLAGS=$san" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
           "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined")
 fi
+# Ninja where it is installed (scripts/install-deps.sh installs it): it keeps
+# every core busy across targets. A folder already configured keeps its generator.
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]] && command -v ninja >/dev/null; then extra+=(-G Ninja); fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "${extra[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
