@@ -31,8 +31,9 @@
 // --relaunch_model_delay: before it allocates its model (as a large model's allocation takes time).
 // --slow_before_reform: until its first reform, and --slow_after_reform: between its first and
 // second reform (the group shrunk, until it grows again), a rank of the first launch sleeps MS ms
-// after each step (--slow_after_reform: any rank), so that a node started seconds later still finds
-// the job running.
+// after each step (--slow_after_reform: any rank that trained from the first step, never one that
+// joined the running job: its first reform is another's arrival), so that a node started seconds
+// later still finds the job running.
 
 #include <signal.h>
 #include <unistd.h>
@@ -122,8 +123,10 @@ int main(int argc, char** argv) {
   };
   bool reformed = false;
   int reforms = 0;
+  std::int64_t first_step = 0;  // the first committed count this process made
   train::Hooks hooks;
   hooks.after_step = [&](std::int64_t step) {
+    if (first_step == 0) first_step = step;
     if (fires(kills, step)) {
       ddp::log::warn("--kill {}@{}: killing this rank (SIGKILL)", id, step);
       ::kill(::getpid(), SIGKILL);
@@ -135,7 +138,9 @@ int main(int argc, char** argv) {
     if (first_launch && reforms == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(slow_before_ms));
     }
-    if (reforms == 1) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    if (reforms == 1 && first_step == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    }
   };
   hooks.before_update = [&](std::int64_t step) {
     if (fires(update_kills, step)) {
