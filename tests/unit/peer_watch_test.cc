@@ -13,6 +13,7 @@
 #include "core/process_identity.h"
 #include "ddp/process_group.h"
 #include "ddp/store.h"
+#include "zombie.h"
 
 namespace ddp::detail {
 namespace {
@@ -83,8 +84,7 @@ TEST(PeerWatch, ANodesRankIsWatchedOnceItsKeyIsThereAndAZombieIsGone) {
   ::waitpid(other, nullptr, 0);
   EXPECT_EQ(watch.first_exited(), std::nullopt);
   ::kill(one, SIGKILL);  // a zombie, not yet reaped, is gone too
-  siginfo_t info{};
-  ::waitid(P_PID, static_cast<id_t>(one), &info, WEXITED | WNOWAIT);
+  ASSERT_TRUE(testing::wait_until_zombie(one));
   EXPECT_EQ(watch.first_exited(), "rank 1 (pid " + std::to_string(one) + ") exited");
   ::waitpid(one, nullptr, 0);
 }
@@ -157,9 +157,7 @@ TEST(PeerWatch, ProcSaysDeadOfARunningAZombieAndAReapedProcess) {
   EXPECT_FALSE(proc_says_dead(pid));
   EXPECT_FALSE(proc_says_dead(::getpid()));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  siginfo_t info{};
-  // WNOWAIT: wait for the exit but leave the zombie.
-  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);
+  ASSERT_TRUE(testing::wait_until_zombie(pid));
   EXPECT_TRUE(proc_says_dead(pid)) << "a zombie is dead";
   ::waitpid(pid, nullptr, 0);
   EXPECT_TRUE(proc_says_dead(pid)) << "a reaped process is dead";

@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -15,10 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "zombie.h"
+
 namespace ddp {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ddp::testing::wait_until_zombie;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;
@@ -31,16 +33,6 @@ long dead_pid() {
   if (child == 0) _exit(0);
   if (child < 0 || waitpid(child, nullptr, 0) != child) std::abort();
   return child;
-}
-
-// Waits until `child` has exited, leaving it unreaped (a zombie).
-bool wait_until_zombie(pid_t child) {
-  siginfo_t info{};
-  int done;
-  do {
-    done = waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);
-  } while (done != 0 && errno == EINTR);
-  return done == 0;
 }
 
 // A fresh directory standing in for /dev/shm; removed at the end of the test.
