@@ -23,11 +23,11 @@ std::optional<std::string> PeerCheck::look() {
   looked_ = now;
   if (!watch_) watch_ = std::make_unique<PeerWatch>(store_, rank_, first_local_, local_size_);
   if (auto exited = watch_->first_exited()) return exited;
-  if (spans_nodes_ && !left_ && (!asked_ || now - *asked_ >= std::chrono::seconds(1))) {
+  if (spans_nodes_ && (!asked_ || now - *asked_ >= std::chrono::seconds(1))) {
     asked_ = now;
-    left_ = watch_->departed();
+    return watch_->departed();
   }
-  return left_;
+  return std::nullopt;
 }
 
 }  // namespace detail

@@ -48,7 +48,6 @@ class PeerCheck {
   std::unique_ptr<PeerWatch> watch_;         // made by the first look
   std::optional<Clock::time_point> looked_;  // the last look
   std::optional<Clock::time_point> asked_;   // the last ask of the store
-  std::optional<std::string> left_;          // its answer, once someone left
   std::string gone_;                         // the first answer; set once
   std::atomic<bool> known_{false};           // gone_ is set (read without the lock)
 };
