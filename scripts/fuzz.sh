@@ -14,6 +14,8 @@
 # one is built and run, for all of SECONDS. New inputs go to the build folder,
 # not the repository; a crash leaves its input there (crash-*) and fails the
 # script (exit 1: libFuzzer's default of 77 would read as a skip).
+# FUZZ_OPT (default -O1) is the optimization of the instrumented code; ctest
+# builds the service at -O0 (half the build time; its inputs run mostly in gRPC).
 # Usage: scripts/fuzz.sh [SECONDS [TARGET]]   (ctest runs 30 state and 30 service)
 # Exit 77 (a skip, for ctest) when clang++ or libFuzzer is missing.
 set -euo pipefail
@@ -39,7 +41,7 @@ if ! "$CXX" -fsanitize=fuzzer "$probe" -o "$OUT/probe" 2>/dev/null; then
   echo "skipped: $CXX cannot link libFuzzer (install libclang-rt-14-dev)"
   exit 77
 fi
-flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+flags=(-std=c++20 -g "${FUZZ_OPT:--O1}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -Ilauncher -Icommon/include)
 mkdir -p "$OUT/seeds"
 # The committed seeds (a minimized corpus, one archive per target) are

@@ -1,5 +1,6 @@
 #include "cli/hostfile_args.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <sstream>
 

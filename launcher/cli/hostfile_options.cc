@@ -1,5 +1,7 @@
 #include "cli/hostfile_options.h"
 
+#include <CLI/CLI.hpp>
+
 namespace ddp::launcher {
 
 void declare_hostfile_options(CLI::App& app, HostfileText& text) {

@@ -3,9 +3,14 @@
 // agent per host over ssh), declared with the launcher's other flags so that
 // --help and abbreviations know them. Only the front end reads them.
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
+
+// CLI11 itself only where options are declared or parsed: its header adds
+// seconds to the compile of every file that includes it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace ddp::launcher {
 

@@ -1,5 +1,7 @@
 #include "cli/launch_options.h"
 
+#include <CLI/CLI.hpp>
+
 #include "ddp/common/error.h"
 
 namespace ddp::launcher {

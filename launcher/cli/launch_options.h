@@ -3,13 +3,18 @@
 // their PET_* variables) and ddprun's own. Declaring them is all this file
 // does; launch_spec.cc checks and combines the values.
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/hostfile_options.h"
 #include "cli/launch_spec.h"
 #include "cli/option_prefixes.h"
+
+// CLI11 itself only where options are declared or parsed: its header adds
+// seconds to the compile of every file that includes it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace ddp::launcher {
 

@@ -1,5 +1,6 @@
 #include "rpc/subcommand_args.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 

@@ -1,10 +1,15 @@
 #pragma once
 // The command line of a `ddprun SUBCOMMAND ...` (argv[2...]) through CLI11.
 
-#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
 #include <vector>
+
+// CLI11 itself only where options are declared or parsed: its header adds
+// seconds to the compile of every file that includes it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace ddp::launcher {
 
