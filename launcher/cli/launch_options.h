@@ -10,12 +10,6 @@
 #include "cli/launch_spec.h"
 #include "cli/option_prefixes.h"
 
-// CLI11 itself only where options are declared or parsed: its header adds
-// seconds to the compile of every file that includes it.
-namespace CLI {
-class App;
-}  // namespace CLI
-
 namespace ddp::launcher {
 
 // Values kept as given, for launch_spec.cc to check after parsing.

@@ -16,9 +16,9 @@
 namespace ddp::testing {
 
 // One failure per buffer, naming the first element that differs.
-inline void expect_elements(const Buffer& got, std::size_t first, std::size_t n,
-                            const std::function<double(std::size_t)>& expected,
-                            const std::string& what) {
+template <class Expected>
+void expect_elements(const Buffer& got, std::size_t first, std::size_t n, Expected&& expected,
+                     const std::string& what) {
   std::string message = got.mismatch(first, n, expected, what);
   if (!message.empty()) ADD_FAILURE() << message;
 }

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,9 +45,11 @@ inline double moved_value(int r, std::size_t k, DType dtype) {
   return is_signed(dtype) ? v - 100 : v;
 }
 
-// op over the world's values; averages of integer types truncate toward zero.
-inline double reference(ReduceOp op, DType dtype, int world,
-                        const std::function<double(int)>& value) {
+// op over the world's values (value(r) for rank r); averages of integer types
+// truncate toward zero. Callables are template parameters here and below: the
+// checks call them once per element, too often for std::function's heap copy.
+template <class Value>
+double reference(ReduceOp op, DType dtype, int world, Value&& value) {
   double sum = 0, product = 1, lo = value(0), hi = value(0);
   for (int r = 0; r < world; ++r) {
     double v = value(r);
@@ -147,13 +148,14 @@ class Buffer {
     return 0;
   }
   // Fills elements [first, first + n) with f(j), j counting from 0.
-  void fill(std::size_t first, std::size_t n, const std::function<double(std::size_t)>& f) {
+  template <class F>
+  void fill(std::size_t first, std::size_t n, F&& f) {
     for (std::size_t j = 0; j < n; ++j) set(first + j, f(j));
   }
   // "" when elements [first, first + n) equal expected(j); else a message
   // naming `what`, the dtype and the first element that differs.
-  std::string mismatch(std::size_t first, std::size_t n,
-                       const std::function<double(std::size_t)>& expected,
+  template <class Expected>
+  std::string mismatch(std::size_t first, std::size_t n, Expected&& expected,
                        const std::string& what) const {
     for (std::size_t j = 0; j < n; ++j) {
       double want = expected(j), have = get(first + j);
