@@ -13,13 +13,19 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   mapfile -t files < <(find common launcher worker tests bench fuzz proto -name '*.cc' -o -name '*.h' -o -name '*.c' -o -name '*.cu')
 fi
-bad=()
+present=()
 for f in "${files[@]}"; do
-  [[ -e $f ]] || continue
-  clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+  if [[ -e $f ]]; then present+=("$f"); fi
 done
-if ((${#bad[@]})); then
-  printf 'not clang-formatted: %s\n' "${bad[@]}"
+# One clang-format for all (one per file took seven times as long); it names
+# each file that differs in its diagnostics ("FILE:LINE:COL: error: ...").
+if ! report=$(clang-format --dry-run --Werror "${present[@]}" 2>&1); then
+  mapfile -t bad < <(sed -n 's/^\(.*\):[0-9]*:[0-9]*: error: .*/\1/p' <<<"$report" | sort -u)
+  if ((${#bad[@]})); then
+    printf 'not clang-formatted: %s\n' "${bad[@]}"
+  else
+    printf 'clang-format failed:\n%s\n' "$report"
+  fi
   exit 1
 fi
 echo "clang-format: ${#files[@]} files as formatted"
