@@ -384,8 +384,12 @@ TEST_F(Hostfile, ACutLinkToOneHostStopsTheWorkersEverywhere) {
   start_hosts(3);
   const std::string dir = make_temp_dir();
   const std::string hosts = hostfile("node1 slots=2\nnode2 slots=2\nnode3 slots=2\n");
+  // ssh's keep-alives every second (the last --ssh_opts is the one, and the
+  // user's options win over ddprun's 5 s): the front end gives up on node3
+  // after about 3 s, not 15 s.
   auto job =
       front({"--hostfile", hosts, "--shutdown_timeout=1",
+             "--ssh_opts=-F " + ssh_->config() + " -o ServerAliveInterval=1",
              "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2", kWorker, "hold", dir});
   ASSERT_TRUE(wait_until([&] { return read_pids(dir, "child_").size() == 6; }, 30s))
       << job->read_err();
