@@ -1,6 +1,7 @@
 #include "ddp/common/proc_stat.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,6 +31,16 @@ const char* read_proc_stat(int proc, const char* dir, char (&buf)[512]) {
     return nullptr;
   }
   return paren + 2;
+}
+
+bool process_exited(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char buf[512];
+  const char* state = read_proc_stat(pid, buf);
+  if (state != nullptr) return proc_state_exited(*state);
+  if (errno == EINVAL) return false;
+  // Gone since kill(2) looked (reaped), or no /proc to read: ask kill(2) again.
+  return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 const char* read_proc_stat(pid_t pid, char (&buf)[512]) {

@@ -74,15 +74,9 @@ std::string shm_arena_heir_name(const std::string& run_id, int rank) {
   return "/" + shm_run_prefix(run_id) + "arena-heir-r" + std::to_string(rank);
 }
 
-namespace {
-
-// What every state-memory name of process `pid` of `run_id` starts with (no
-// leading slash), as shm_arena_prefix() for arenas.
 std::string shm_state_prefix(const std::string& run_id, long pid) {
   return shm_run_prefix(run_id) + kStateTag + std::to_string(pid) + "-";
 }
-
-}  // namespace
 
 std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique) {
   return "/" + shm_state_prefix(run_id, pid) + sanitise(unique, 32);
@@ -143,17 +137,6 @@ const char* creator_pid_digits(const char* rest) {
   return at + 2;
 }
 
-// Whether process `pid` runs: exists and is no zombie (a zombie's files are
-// nobody's, and nothing may reap it for a long while). No allocation.
-bool process_running(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno != EPERM) return false;
-  char stat[512];
-  const char* state = read_proc_stat(pid, stat);
-  // Gone since kill(2) looked, or no /proc to read: kill(2)'s word stands.
-  if (state == nullptr) return kill(pid, 0) == 0 || errno == EPERM;
-  return !proc_state_exited(*state);
-}
-
 // Whether `rest` (a name after the run's prefix) was made by a process still
 // running: another ddprun of the run on this machine (two nodes on one host,
 // or test hosts in network namespaces, which share /dev/shm) may still use
@@ -167,7 +150,7 @@ bool of_a_live_process(const char* rest) {
     if (pid > (1L << 30)) return false;  // no such pid
   }
   if (*digits != '-' || pid <= 0) return false;
-  return process_running(static_cast<pid_t>(pid));
+  return !process_exited(static_cast<pid_t>(pid));  // a zombie's files are nobody's
 }
 
 }  // namespace

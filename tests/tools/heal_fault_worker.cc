@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/common/shm_names.h"
 #include "ddp/ddp.h"
 #include "ddp/log.h"
 #include "trainer.h"
@@ -171,10 +172,11 @@ int main(int argc, char** argv) {
       ::kill(::getpid(), SIGKILL);
     }
     if (id == unlink_state && first_launch && !reformed) {
-      const std::string mine = "-state-p" + std::to_string(::getpid()) + "-";
+      const char* run_id = std::getenv("DDP_RUN_ID");
+      const std::string mine = ddp::shm_state_prefix(run_id ? run_id : "", ::getpid());
       for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
         const std::string name = entry.path().filename().string();
-        if (name.rfind("ddp-", 0) == 0 && name.find(mine) != std::string::npos) {
+        if (name.rfind(mine, 0) == 0) {
           ddp::log::warn("--unlink_state_memory {}: removing /dev/shm/{}", id, name);
           std::filesystem::remove(entry.path());
         }

@@ -151,16 +151,16 @@ TEST(PeerWatch, AGroupWithoutAStoreWatchesNobody) {
 // What the shm backend's waits and a ProcessWatch without a pidfd ask: a
 // running process is not dead, a zombie is (it can do nothing more), and so
 // is a reaped one.
-TEST(PeerWatch, ProcSaysDeadOfARunningAZombieAndAReapedProcess) {
+TEST(PeerWatch, ProcessExitedOfARunningAZombieAndAReapedProcess) {
   const pid_t pid = sleeper();
   ASSERT_GT(pid, 0);
-  EXPECT_FALSE(proc_says_dead(pid));
-  EXPECT_FALSE(proc_says_dead(::getpid()));
+  EXPECT_FALSE(process_exited(pid));
+  EXPECT_FALSE(process_exited(::getpid()));
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(testing::wait_until_zombie(pid));
-  EXPECT_TRUE(proc_says_dead(pid)) << "a zombie is dead";
+  EXPECT_TRUE(process_exited(pid)) << "a zombie is dead";
   ::waitpid(pid, nullptr, 0);
-  EXPECT_TRUE(proc_says_dead(pid)) << "a reaped process is dead";
+  EXPECT_TRUE(process_exited(pid)) << "a reaped process is dead";
 }
 
 }  // namespace

@@ -265,7 +265,7 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
         } catch (const Error&) {
         }
         auto pid = local_pids.find(r);
-        if (pid != local_pids.end() && detail::proc_says_dead(pid->second)) {
+        if (pid != local_pids.end() && process_exited(pid->second)) {
           missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) +
                             ", exited)");
           if (!found_dead) dead_seen = std::chrono::steady_clock::now();

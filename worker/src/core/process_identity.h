@@ -41,21 +41,9 @@ inline std::optional<pid_t> checkable_pid(const std::string& identity, const std
   return static_cast<pid_t>(std::stoi(identity.substr(identity.rfind(' ') + 1)));
 }
 
-// Whether `pid` is gone or a zombie (it can no longer take part), as far as
-// this process can see: kill(pid, 0) and its /proc state.
-// A /proc entry that cannot be read counts as gone; a malformed one as
-// running (nothing says otherwise).
-inline bool proc_says_dead(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char buf[512];
-  const char* state = read_proc_stat(pid, buf);
-  if (state == nullptr) return errno != EINVAL;
-  return proc_state_exited(*state);
-}
-
 // A process this one can see (checkable_pid), asked whether it is gone:
 // through a pidfd where the kernel has them (readable once the process
-// exits; a poll, and immune to pid reuse), else proc_says_dead. Open it
+// exits; a poll, and immune to pid reuse), else process_exited. Open it
 // while the process is known alive.
 class ProcessWatch {
  public:
@@ -69,7 +57,7 @@ class ProcessWatch {
 
   pid_t pid() const { return pid_; }
   bool gone() const {
-    if (fd_ < 0) return proc_says_dead(pid_);
+    if (fd_ < 0) return process_exited(pid_);
     pollfd p{fd_, POLLIN, 0};
     return poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
   }

@@ -43,7 +43,7 @@ DeathOracle local_death_oracle() {
   return [here](const std::string& proc) {
     if (here.empty() || pid_namespace_of(proc) != here) return false;
     const pid_t pid = static_cast<pid_t>(std::stol(proc.substr(proc.rfind(' ') + 1)));
-    return pid != getpid() && proc_says_dead(pid);
+    return pid != getpid() && process_exited(pid);
   };
 }
 

@@ -111,7 +111,7 @@ bool SharedSum::exited(int rank, Clock::time_point since, Clock::time_point& che
   checked = now;
   const std::int64_t pid = pid_of(rank).load(std::memory_order_relaxed);
   if (pid <= 0 || pid == static_cast<std::int64_t>(getpid())) return false;  // ranks as threads
-  return detail::proc_says_dead(static_cast<pid_t>(pid));
+  return process_exited(static_cast<pid_t>(pid));
 }
 
 std::atomic<std::uint64_t>& SharedSum::missing_word(std::size_t param, std::uint64_t window) const {

@@ -21,4 +21,11 @@ const char* read_proc_stat(pid_t pid, char (&buf)[512]);
 // (a zombie or dead one), which can do nothing more.
 inline bool proc_state_exited(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
 
+// Whether process `pid` has exited (gone, or a zombie: it can do nothing
+// more, and nothing may reap it for a long while), as far as this process can
+// see: kill(2) and the /proc state. Where /proc cannot be read, kill(2)'s
+// word stands; a malformed entry counts as running (nothing says otherwise).
+// No allocation; safe in a forked child.
+bool process_exited(pid_t pid);
+
 }  // namespace ddp

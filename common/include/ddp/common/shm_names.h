@@ -43,6 +43,10 @@ std::string shm_arena_heir_name(const std::string& run_id, int rank);
 std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique);
 std::string shm_state_heir_name(const std::string& run_id, int rank);
 
+// What every state-memory name of process `pid` of `run_id` starts with (no
+// leading slash), as shm_arena_prefix() for arenas.
+std::string shm_state_prefix(const std::string& run_id, long pid);
+
 // Renames the carried arena and the state memory of process `pid` of
 // `run_id` in `dir` (those it made) to their heir names for `rank`,
 // replacing an heir's file nobody took over. Returns how many it renamed.

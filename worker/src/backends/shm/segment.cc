@@ -240,7 +240,7 @@ void Segment::wait_attached_and_unlink(std::chrono::steady_clock::time_point dea
       // A pid without `attached` is the creator's, written with the segment.
       (void)peer.attached.load(std::memory_order_acquire);
       if (peer.pid <= 0) continue;
-      if (detail::proc_says_dead(peer.pid)) {
+      if (process_exited(peer.pid)) {
         unlink();
         throw Error("shm: local rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid) +
                     ") exited while the ranks of this node were attaching to segment " + name_);

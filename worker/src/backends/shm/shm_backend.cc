@@ -174,7 +174,7 @@ std::unique_ptr<shm::Segment> ShmBackend::attach_published(const std::string& ke
   auto next_look = Clock::now() + std::chrono::milliseconds(100);
   for (;;) {
     if (auto segment = shm::Segment::try_attach(name, me_, local_size_)) return segment;
-    if (can_see_creator && detail::proc_says_dead(creator_pid)) {
+    if (can_see_creator && process_exited(creator_pid)) {
       shm_unlink(name.c_str());  // ENOENT when it died before creating it
       throw Error("shm: local rank 0 (rank " + std::to_string(first_rank_) + ", pid " +
                   std::to_string(creator_pid) + ") exited before it had made segment " + name +

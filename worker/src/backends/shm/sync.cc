@@ -101,7 +101,7 @@ bool PhaseSync::peer_dead(int k) {
     pollfd p{pidfds_[k], POLLIN, 0};
     return poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
   }
-  return detail::proc_says_dead(peers_[k].pid);
+  return process_exited(peers_[k].pid);
 }
 
 void PhaseSync::wait_for(int k, std::uint32_t target,
