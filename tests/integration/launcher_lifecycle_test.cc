@@ -337,18 +337,12 @@ TEST(Launcher, MasterPortIsReservedUntilTheProgramBindsIt) {
 }
 
 TEST(Launcher, MasterPortInUseIsAnError) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  BusyPort busy;
+  const int port = busy.port();
+  ASSERT_GT(port, 0);
   auto dir = make_temp_dir();
   auto r =
       ddprun({"--nproc_per_node=1", "--master_port=" + std::to_string(port), kWorker, "hold", dir});
-  close(fd);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--master_port=" + std::to_string(port) + ": port in use"),
             std::string::npos)

@@ -305,17 +305,11 @@ TEST(MultiNode, ServerDyingMidJobStopsTheAgents) {
 }
 
 TEST(MultiNode, BusyRendezvousPortIsAnError) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::string ep = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  BusyPort busy;
+  ASSERT_GT(busy.port(), 0);
+  std::string ep = "127.0.0.1:" + std::to_string(busy.port());
   auto n0 = agent(ep, 2, 0, 1, {kWorker, "env"});
   auto r = n0->wait(20s);
-  close(fd);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--rdzv_endpoint=" + ep), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;

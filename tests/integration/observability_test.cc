@@ -6,8 +6,6 @@
 // --events_file (the records of a restart, a full disk).
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -156,19 +154,12 @@ TEST(Status, AForeignServerGetsAClearMessage) {
 }
 
 TEST(Metrics, APortInUseIsAnErrorBeforeAnyWorkerStarts) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
+  BusyPort busy;
+  const int port = busy.port();
+  ASSERT_GT(port, 0);
   const std::string dir = make_temp_dir();
   ProcessResult r = run_process(
       {kDdprun, "--metrics_port=" + std::to_string(port), "/usr/bin/touch", dir + "/ran"}, {}, 30s);
-  close(fd);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--metrics_port=" + std::to_string(port)), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir + "/ran"));

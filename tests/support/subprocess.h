@@ -64,6 +64,21 @@ std::string run_dir(const std::string& log_dir, const std::string& run_id);
 // -1 when none can be bound.
 int free_port(int family = AF_INET);
 
+// A TCP socket listening on an ephemeral port of every IPv4 address: a port
+// in use, as ddprun meets it. Closed on destruction.
+class BusyPort {
+ public:
+  BusyPort();
+  ~BusyPort();
+  BusyPort(const BusyPort&) = delete;
+  BusyPort& operator=(const BusyPort&) = delete;
+  int port() const { return port_; }  // 0 when no socket could listen
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
 // A TCP connection to 127.0.0.1:`port`, or -1 when refused.
 int connect_loopback(int port);
 // GET http://127.0.0.1:`port``path` (HTTP/1.0, 5 s read timeout): the body,
