@@ -288,7 +288,7 @@ def main():
         peer = torchft_peer(args, hosts, batch)
         trio(args, launcher, train, model, env, batch, ckpt, peer)
     if args.big or args.only_big:
-        big_heal(launcher, train, env, args.big_kills)
+        big_heal(launcher, train, env, args.big_kills, shlex.split(args.train_args))
 
 
 def free_port():
@@ -444,11 +444,11 @@ def print_progress_lost(points, kill_times, kill_every):
     print(line)
 
 
-def big_heal(launcher, train, env, kills):
+def big_heal(launcher, train, env, kills, train_args):
     """`kills` kills of the 1 GiB run, one at a time: the next once the last relaunch joined."""
     # About 1 GiB per rank: weights + SGD momentum of hidden 11585 x 2 layers.
     big = ["--hidden", "11585", "--layers", "2", "--batch_size", "8", "--input_dim", "64",
-           "--steps", "100000000", "--log_every", "1"]
+           "--steps", "100000000", "--log_every", "1"] + train_args
     run = Run([l + ["--on_failure=heal", train] + big for l in launcher], env)
     deadline = time.time() + 300 + 60 * kills
 
