@@ -2,7 +2,8 @@
 // (ProcessGroupOptions::shm_carry_arena, backends/shm/carried_arena.h): a
 // later group's blocks get the pages an earlier group's blocks had, the
 // collectives run in place over arenas mapped from other files, and a
-// relaunched process takes over the arena its predecessor left; and
+// relaunched process takes over the arena its predecessor left, and a rank
+// alone on its node takes its blocks from the arena too; and
 // Healer::state_memory() outside heal mode.
 
 #include "backends/shm/carried_arena.h"
@@ -13,10 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -163,6 +167,94 @@ TEST(CarriedArena, ALaterGroupsBlocksHaveTheEarlierGroupsPages) {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     named = named || entry.path().filename().string().rfind(prefix, 0) == 0;
   EXPECT_TRUE(named) << "no /dev/shm entry starts with " << prefix;
+}
+
+// The /dev/shm file mapped at `p` in this process ("" when none): its name
+// in /proc/self/maps.
+std::string shm_file_at(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || at < lo || at >= hi) continue;
+    const auto path = line.find("/dev/shm/");
+    return path == std::string::npos ? "" : line.substr(path + 9);
+  }
+  return "";
+}
+
+// A group that shrank to one rank on its node has no segment, but its
+// blocks still come from the process's carried arena (the pages its last
+// group's blocks had), not from fresh private memory.
+TEST(CarriedArena, ARankAloneOnItsNodeTakesItsBlocksFromTheArena) {
+  ProcessGroupOptions options = ProcessGroupOptions::of("shm");
+  options.timeout = 20s;
+  options.run_id = "lone" + std::to_string(getpid());
+  const auto store = make_memory_store();
+  MemberSet alone;
+  alone.members = {{0, 0}};
+  const std::size_t bytes = 4 << 20;
+  const std::string arena_of_this_process = "-arena-p" + std::to_string(getpid()) + "-";
+
+  auto group = ProcessGroup::create(alone, 0, store, options);
+  auto block = group->allocate(bytes);
+  EXPECT_EQ(shm_file_at(block.get()), "") << "without the option: private memory";
+
+  options.shm_carry_arena = true;
+  alone.epoch = 1;
+  group = ProcessGroup::create(alone, 0, store, options);
+  block = group->allocate(bytes);
+  EXPECT_EQ(group->backend_name(), "shm");
+  EXPECT_NE(shm_file_at(block.get()).find(arena_of_this_process), std::string::npos)
+      << "mapped from '" << shm_file_at(block.get()) << "'";
+  std::memset(block.get(), 7, bytes);
+  block.reset();
+  group.reset();
+
+  // The next lone group's block has those pages, and two blocks never overlap.
+  alone.epoch = 2;
+  group = ProcessGroup::create(alone, 0, store, options);
+  block = group->allocate(bytes);
+  auto second = group->allocate(bytes);
+  EXPECT_EQ(static_cast<unsigned char*>(block.get())[bytes - 1], 7);
+  auto* a = static_cast<char*>(block.get());
+  auto* b = static_cast<char*>(second.get());
+  EXPECT_TRUE(a + bytes <= b || b + bytes <= a);
+  EXPECT_NE(shm_file_at(second.get()).find(arena_of_this_process), std::string::npos);
+}
+
+// The same for a rank alone on its node in a group of several nodes: its
+// blocks come from the carried arena, and the collectives across the nodes
+// run on them.
+TEST(CarriedArena, ARankAloneOnItsNodeOfSeveralTakesItsBlocksFromTheArena) {
+  ProcessGroupOptions options = ProcessGroupOptions::of("shm");
+  options.timeout = 20s;
+  options.run_id = "lone-nodes" + std::to_string(getpid());
+  options.shm_carry_arena = true;
+  const auto store = make_memory_store();
+  MemberSet two_nodes;
+  two_nodes.members = {{0, 0}, {1, 1}};
+  const std::string arena_of_this_process = "-arena-p" + std::to_string(getpid()) + "-";
+  std::vector<std::future<std::string>> ranks;
+  for (int id : {0, 1}) {
+    ranks.push_back(std::async(std::launch::async, [&, id] {
+      auto group = ProcessGroup::create(two_nodes, id, store, options);
+      const std::size_t count = 1 << 18;
+      auto block = group->allocate(count * sizeof(float));
+      auto* data = static_cast<float*>(block.get());
+      std::fill(data, data + count, static_cast<float>(group->rank() + 1));
+      group->all_reduce(data, count, DType::kFloat32);
+      EXPECT_EQ(data[count - 1], 3.0f);
+      group->barrier();
+      return shm_file_at(block.get());
+    }));
+  }
+  for (auto& r : ranks) {
+    const std::string file = r.get();
+    EXPECT_NE(file.find(arena_of_this_process), std::string::npos)
+        << "mapped from '" << file << "'";
+  }
 }
 
 }  // namespace

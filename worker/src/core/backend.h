@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -96,11 +97,24 @@ struct BackendConfig : ProcessGroupOptions {
   std::shared_ptr<Store> group_store;
 };
 
-std::unique_ptr<Backend> make_local_backend();
+// Where a backend's allocate() may take its blocks from instead of private
+// memory (Backend::allocate). Thread-safe, as allocate() is.
+using Allocator = std::function<std::shared_ptr<void>(std::size_t bytes)>;
+
+// A world of one: its collectives copy or do nothing. `allocate` (empty:
+// private memory) is where its allocate() takes blocks from.
+std::unique_ptr<Backend> make_local_backend(Allocator allocate = {});
 std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
 // Shared memory among the ranks of each node, Gloo across nodes and for the
 // collectives it does not implement itself.
 std::unique_ptr<Backend> make_shm_backend(const BackendConfig& config);
+// For a world of one on the shm backend under shm_carry_arena (a healing
+// group that shrank to one rank): blocks from the process's carried arena,
+// whose pages the process's last group's blocks had, instead of fresh
+// private memory the kernel must zero. Empty when the options carry no arena
+// (or have no store), or the process's arena has another size. Throws
+// ddp::Error naming the file when /dev/shm refuses the arena.
+Allocator make_lone_shm_allocator(const BackendConfig& config);
 // Throws ddp::Error when this build has no NCCL.
 std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config);
 

@@ -103,7 +103,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
     throw Error("process group: the " + b + " backend needs a store");
   if (b != "local" && size > 1) ignore_sigpipe_unless_chosen();
   if (b == "local" || (size == 1 && b != "nccl")) {
-    backend_ = make_local_backend();
+    backend_ = make_local_backend(b == "shm" ? make_lone_shm_allocator(config) : Allocator{});
   } else if (b == "gloo") {
     backend_ = make_gloo_backend(config);
   } else if (b == "shm") {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/backend.h"
 
@@ -18,6 +19,10 @@ namespace {
 
 class LocalBackend final : public Backend {
  public:
+  explicit LocalBackend(Allocator allocate) : allocate_(std::move(allocate)) {}
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    return allocate_ ? allocate_(bytes) : Backend::allocate(bytes);
+  }
   void all_reduce(void*, std::size_t, DType, ReduceOp) override {}
   void broadcast(void*, std::size_t, DType, int) override {}
   void reduce(void*, std::size_t, DType, ReduceOp, int) override {}
@@ -43,10 +48,14 @@ class LocalBackend final : public Backend {
   static void copy(const void* in, void* out, std::size_t count, DType dtype) {
     if (count > 0 && in != out) std::memmove(out, in, count * dtype_size(dtype));
   }
+
+  Allocator allocate_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_local_backend() { return std::make_unique<LocalBackend>(); }
+std::unique_ptr<Backend> make_local_backend(Allocator allocate) {
+  return std::make_unique<LocalBackend>(std::move(allocate));
+}
 
 }  // namespace ddp

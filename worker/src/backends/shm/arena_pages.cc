@@ -37,27 +37,35 @@ void populate(char* p, std::size_t len) {
 
 }  // namespace
 
+ShmBackend::ArenaView ShmBackend::my_arena() const {
+  if (state_) {
+    return {*state_->pool, segment().arena_fd(), segment().arena_file_offset(),
+            segment().base() + segment().arena_offset(me_), segment().geometry().arena_bytes};
+  }
+  const shm::CarriedArena& carried = lone_->carried();
+  return {*carried.pool(), carried.fd(), 0, lone_->base(), carried.bytes()};
+}
+
 std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string* why,
                                                   bool zeroed) {
-  shm::ArenaPool& pool = *state_->pool;
-  std::lock_guard<std::mutex> lock(pool.mu);
-  const auto offset = pool.allocator.take(bytes);
+  const ArenaView arena = my_arena();
+  std::lock_guard<std::mutex> lock(arena.pool.mu);
+  const auto offset = arena.pool.allocator.take(bytes);
   if (!offset) {
-    *why = "this rank's " + std::to_string(segment().geometry().arena_bytes >> 20) +
+    *why = "this rank's " + std::to_string(arena.bytes >> 20) +
            " MiB arena is used up (DDP_SHM_ARENA_MB)";
     return std::nullopt;
   }
   const std::size_t len = page_rounded(bytes);
-  const auto at = static_cast<off_t>(segment().arena_file_offset() + *offset);
-  const int fd = segment().arena_fd();
-  if (zeroed) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at, len);
-  const int rc = posix_fallocate(fd, at, static_cast<off_t>(len));
+  const auto at = static_cast<off_t>(arena.file_offset + *offset);
+  if (zeroed) fallocate(arena.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at, len);
+  const int rc = posix_fallocate(arena.fd, at, static_cast<off_t>(len));
   if (rc != 0) {
-    pool.allocator.give_back(*offset);
+    arena.pool.allocator.give_back(*offset);
     *why = "/dev/shm has no room: " + std::string(std::strerror(rc));
     return std::nullopt;
   }
-  populate(segment().base() + segment().arena_offset(me_) + *offset, len);
+  populate(arena.base + *offset, len);
   return offset;
 }
 

@@ -3,7 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "core/carried_file.h"
+#include "ddp/common/error.h"
 #include "ddp/common/random_id.h"
 #include "ddp/common/shm_names.h"
 
@@ -43,5 +47,16 @@ std::shared_ptr<CarriedArena> CarriedArena::get(const std::string& run_id, std::
   held = make(shm_arena_name(run_id, getpid(), random_hex(8)), bytes, heir);
   return held;
 }
+
+LoneArena::LoneArena(std::shared_ptr<CarriedArena> carried) : carried_(std::move(carried)) {
+  void* p = mmap(nullptr, carried_->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, carried_->fd(), 0);
+  if (p == MAP_FAILED) {
+    throw Error("shm: cannot map this rank's carried arena " + carried_->name() + ": " +
+                std::strerror(errno));
+  }
+  base_ = static_cast<char*>(p);
+}
+
+LoneArena::~LoneArena() { munmap(base_, carried_->bytes()); }
 
 }  // namespace ddp::shm

@@ -76,4 +76,26 @@ class CarriedArena {
   std::shared_ptr<ArenaPool> pool_;
 };
 
+// A carried arena mapped on its own: the arena of a rank alone on its node
+// (a group that shrank to one rank there), which has no segment to map it
+// into. Its blocks come from the carried arena's pool, so they get the pages
+// the process's last group's blocks had, and a later group's never overlap
+// them.
+class LoneArena {
+ public:
+  // Maps all of `carried` (sparse: no pages are made). Throws ddp::Error
+  // naming the file when it cannot be mapped.
+  explicit LoneArena(std::shared_ptr<CarriedArena> carried);
+  ~LoneArena();
+  LoneArena(const LoneArena&) = delete;
+  LoneArena& operator=(const LoneArena&) = delete;
+
+  char* base() const { return base_; }
+  const CarriedArena& carried() const { return *carried_; }
+
+ private:
+  std::shared_ptr<CarriedArena> carried_;
+  char* base_;
+};
+
 }  // namespace ddp::shm

@@ -32,7 +32,16 @@ ShmBackend::ShmBackend(const BackendConfig& config)
                 " with " + std::to_string(local_size_) + " local ranks does not fit a group of " +
                 std::to_string(config.size));
   }
-  if (local_size_ > 1) open_segment();
+  if (local_size_ > 1) {
+    open_segment();
+  } else if (config.shm_carry_arena) {
+    // Alone on its node (a group that shrank to this rank here): its blocks
+    // still come from the carried arena, whose pages the last group's had,
+    // instead of fresh private memory the kernel must zero.
+    const std::size_t bytes = shm::Geometry::from_env(1, config.shm_chunk_bytes).arena_bytes;
+    if (auto carried = bytes > 0 ? carried_arena(bytes) : nullptr)
+      lone_ = std::make_shared<shm::LoneArena>(std::move(carried));
+  }
   if (config.nodes > 1 && same_local_size_on_every_node()) {
     BackendConfig cross = config;
     cross.rank = config.node;
@@ -69,16 +78,17 @@ std::shared_ptr<void> ShmBackend::node_shared_at(std::int64_t offset, std::size_
 }
 
 std::shared_ptr<void> ShmBackend::allocate(std::size_t bytes) {
-  if (!state_) return Backend::allocate(bytes);
+  if (!state_ && !lone_) return Backend::allocate(bytes);
   std::string why;
   if (auto offset = take_pages(bytes, &why)) {
-    std::shared_ptr<SharedState> keep = state_;
+    // The deleter keeps the mapping (segment or lone arena) and the pool.
+    std::shared_ptr<void> keep = state_ ? std::shared_ptr<void>(state_) : lone_;
+    std::shared_ptr<shm::ArenaPool> pool = state_ ? state_->pool : lone_->carried().pool();
     const std::size_t off = *offset;
-    return std::shared_ptr<void>(segment().base() + segment().arena_offset(me_) + off,
-                                 [keep, off](void*) {
-                                   std::lock_guard<std::mutex> held(keep->pool->mu);
-                                   keep->pool->allocator.give_back(off);
-                                 });
+    return std::shared_ptr<void>(my_arena().base + off, [keep, pool, off](void*) {
+      std::lock_guard<std::mutex> held(pool->mu);
+      pool->allocator.give_back(off);
+    });
   }
   if (!warned_.exchange(true)) {
     log::write(log::Level::kWarn, true,
@@ -258,31 +268,34 @@ namespace {
 std::atomic<bool> took_over_logged{false};  // once per process
 }  // namespace
 
+std::shared_ptr<shm::CarriedArena> ShmBackend::carried_arena(std::size_t bytes) {
+  const std::string run =
+      config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
+  // A relaunched rank of a healing job takes over the arena its
+  // predecessor left (ddprun renamed it for this rank).
+  std::string heir;
+  const auto& env = detail::worker_env();
+  if (env && env->heal && env->incarnation > 0 && env->run_id == config_.run_id)
+    heir = shm_arena_heir_name(run, env->rank);
+  auto carried = shm::CarriedArena::get(run, bytes, heir);
+  if (carried && carried->inherited() && !took_over_logged.exchange(true)) {
+    log::write(log::Level::kInfo, true,
+               fmt::format("shm: took over the arena of the process this one replaces ({:.1f} MiB "
+                           "of pages made)",
+                           static_cast<double>(carried->resident_bytes()) / (1 << 20)));
+  }
+  return carried;
+}
+
 void ShmBackend::carry_arena() {
   const std::size_t bytes = segment().geometry().arena_bytes;
-  if (config_.shm_carry_arena) {
-    const std::string run =
-        config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
-    // A relaunched rank of a healing job takes over the arena its
-    // predecessor left (ddprun renamed it for this rank).
-    std::string heir;
-    const auto& env = detail::worker_env();
-    if (env && env->heal && env->incarnation > 0 && env->run_id == config_.run_id)
-      heir = shm_arena_heir_name(run, env->rank);
-    state_->carried = shm::CarriedArena::get(run, bytes, heir);
-  }
+  if (config_.shm_carry_arena) state_->carried = carried_arena(bytes);
   if (!state_->carried) {
     state_->pool = std::make_shared<shm::ArenaPool>(bytes);
     return;
   }
   state_->pool = state_->carried->pool();
   segment().carry_arena(state_->carried->fd(), state_->carried->name());
-  if (state_->carried->inherited() && !took_over_logged.exchange(true)) {
-    log::write(log::Level::kInfo, true,
-               fmt::format("shm: took over the arena of the process this one replaces ({:.1f} MiB "
-                           "of pages made)",
-                           static_cast<double>(state_->carried->resident_bytes()) / (1 << 20)));
-  }
 }
 
 bool ShmBackend::same_local_size_on_every_node() {
@@ -312,6 +325,16 @@ namespace ddp {
 
 std::unique_ptr<Backend> make_shm_backend(const BackendConfig& config) {
   return std::make_unique<shm_backend::ShmBackend>(config);
+}
+
+Allocator make_lone_shm_allocator(const BackendConfig& config) {
+  if (!config.shm_carry_arena || !config.store) return {};
+  BackendConfig alone = config;
+  alone.local_rank = 0;
+  alone.local_size = 1;
+  auto backend = std::make_shared<shm_backend::ShmBackend>(alone);
+  if (!backend->carries_lone_arena()) return {};
+  return [backend](std::size_t bytes) { return backend->allocate(bytes); };
 }
 
 }  // namespace ddp

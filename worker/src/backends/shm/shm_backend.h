@@ -208,6 +208,8 @@ class ShmBackend final : public Backend {
   std::shared_ptr<void> node_shared_at(std::int64_t offset, std::size_t bytes) override;
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
+  // Alone on its node under shm_carry_arena: allocate() takes from the carried arena.
+  bool carries_lone_arena() const { return lone_ != nullptr; }
 
   std::string algorithm_for(const std::string& collective, std::size_t bytes) const override;
 
@@ -310,6 +312,17 @@ class ShmBackend final : public Backend {
 
   // ---- Pages of this rank's arena -----------------------------------------------------------
 
+  // Where this rank's arena is: in the segment (or the arena it carries,
+  // mapped there), or on its own for a rank alone on its node (lone_).
+  struct ArenaView {
+    shm::ArenaPool& pool;
+    int fd;                   // the file holding its pages
+    std::size_t file_offset;  // where the arena starts in that file
+    char* base;               // where the arena starts in this process
+    std::size_t bytes;
+  };
+  ArenaView my_arena() const;
+
   // Takes `bytes` of this rank's arena and faults its pages in now, so a full
   // /dev/shm is ENOSPC here rather than SIGBUS later; `zeroed`: whatever an
   // earlier block left there is dropped first. The offset in the arena, or
@@ -411,6 +424,9 @@ class ShmBackend final : public Backend {
   // ProcessGroupOptions::shm_carry_arena: this rank's arena is the process's
   // carried one (when its size fits the segment's), mapped in and published.
   void carry_arena();
+  // The process's carried arena of `bytes` (a relaunch's is its
+  // predecessor's), or nullptr when it has another size.
+  std::shared_ptr<shm::CarriedArena> carried_arena(std::size_t bytes);
 
   // Hierarchical all-reduce needs the same number of ranks on every node.
   bool same_local_size_on_every_node();
@@ -437,6 +453,8 @@ class ShmBackend final : public Backend {
   double timing_spent_ms_ = 0;  // the slowest rank's timed runs so far (the same on every rank)
   bool tune_warned_ = false;
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
+  // Alone on its node under shm_carry_arena: the carried arena allocate() takes from.
+  std::shared_ptr<shm::LoneArena> lone_;
   std::unique_ptr<shm::PhaseSync> sync_;
   std::unique_ptr<Backend> cross_;     // Gloo among the ranks of this local rank on every node
   std::unique_ptr<Backend> fallback_;  // Gloo among all ranks
