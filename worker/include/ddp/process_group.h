@@ -77,7 +77,8 @@ struct ProcessGroupOptions {
   // gradient buckets are then ready in a fraction of the time. The arena's
   // pages stay until the process exits. A process's groups with this option
   // share one arena (DDP_SHM_ARENA_MB, sparse); one whose geometry differs
-  // keeps its arena in its segment.
+  // keeps its arena in its segment. A rank alone on its node (a world of one
+  // included) has no segment but still takes allocate()'s blocks from it.
   bool shm_carry_arena = false;
 
   // Defaults with another backend: ProcessGroupOptions::of("local").
