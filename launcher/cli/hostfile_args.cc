@@ -33,7 +33,7 @@ bool has_inline_value(const std::string& token) {
 bool kept_by_front_end(const std::string& canonical) {
   const auto& own = hostfile_flag_names();
   return std::find(own.begin(), own.end(), canonical) != own.end() || canonical == "--rdzv_conf" ||
-         canonical == "--run_id" || canonical == "--nproc_per_node";
+         canonical == "--run_id" || canonical == "--nproc_per_node" || canonical == "--nnodes";
 }
 
 // Splits the (expanded) arguments into the forwarded flags and the program.
@@ -127,9 +127,25 @@ std::optional<FrontEndArgs> parse_front_end_args(const std::vector<std::string>&
   out.rdzv_conf = without_is_host(text.rdzv_conf);
   out.run_id = text.run_id;
   if (app.count("--nproc_per_node") > 0) out.nproc = spec.nproc_per_node_text;
+  if (app.count("--nnodes") > 0) {
+    parse_nnodes(text.nnodes);  // malformed: refused here, before any host is read
+    out.nnodes = text.nnodes;
+  }
   out.shutdown_timeout_s = spec.shutdown_timeout_s;
   split_tokens(args, known, out);
   return out;
+}
+
+NodeRange hostfile_node_range(const std::string& nnodes, size_t hosts, const std::string& source) {
+  const int n = static_cast<int>(hosts);
+  if (nnodes.empty()) return {n, n};
+  const NodeRange range = parse_nnodes(nnodes);
+  if (range.max != n) {
+    throw Error("--nnodes=" + nnodes + " does not fit the " + std::to_string(n) + " host(s) of " +
+                source + ": with --hostfile or --hosts it is " + std::to_string(n) +
+                ", or MIN:" + std::to_string(n) + " for a job that goes on while MIN hosts remain");
+  }
+  return range;
 }
 
 std::string host_address(const std::string& ssh_name) {
@@ -156,7 +172,7 @@ std::vector<std::string> agent_args(const FrontEndArgs& args, const std::vector<
   gate << gate_timeout_s;
   std::vector<std::string> argv = {
       "--remote_agent=" + gate.str(),
-      "--nnodes=" + std::to_string(hosts.size()),
+      "--nnodes=" + (args.nnodes.empty() ? std::to_string(hosts.size()) : args.nnodes),
       "--nproc_per_node=" + (args.nproc.empty() ? std::to_string(host.workers()) : args.nproc),
       "--rdzv_backend=c10d",
       "--rdzv_endpoint=" + Endpoint{host_address(hosts.front().name), 29400}.to_string(),

@@ -9,6 +9,7 @@
 
 #include "cli/hostfile.h"
 #include "cli/hostfile_options.h"
+#include "cli/launch_spec.h"
 
 namespace ddp::launcher {
 
@@ -20,6 +21,7 @@ struct FrontEndArgs {
   std::string rdzv_conf;  // as given ("" when not)
   std::string run_id;     // as given ("" when not)
   std::string nproc;      // --nproc_per_node as given ("" when not: each host's slots)
+  std::string nnodes;     // --nnodes as given ("" when not: every host, a fixed number)
   double shutdown_timeout_s = 30;
   std::vector<std::string> program;  // the program and its arguments
 };
@@ -27,8 +29,8 @@ struct FrontEndArgs {
 // nullopt when `argv` (argv[0] first) gives neither --hostfile nor --hosts:
 // a local job or one node's agent, for parse_launch_args. Throws ddp::Error
 // (exit 2) for a front-end command line that cannot run: a flag the front
-// end sets itself (--nnodes, --node_rank, --rdzv_endpoint, ...), both
-// --hostfile and --hosts, --include without either, no program.
+// end sets itself (--node_rank, --rdzv_endpoint, ...), a malformed --nnodes,
+// both --hostfile and --hosts, --include without either, no program.
 std::optional<FrontEndArgs> parse_front_end_args(const std::vector<std::string>& argv);
 
 // What host `index` of `hosts` runs after its ddprun executable: the gate
@@ -38,6 +40,12 @@ std::optional<FrontEndArgs> parse_front_end_args(const std::vector<std::string>&
 // the program.
 std::vector<std::string> agent_args(const FrontEndArgs& args, const std::vector<HostSlots>& hosts,
                                     size_t index, const std::string& run_id, double gate_timeout_s);
+
+// The hosts the job needs, from --nnodes as given (`nnodes`, "" for all) and
+// the `hosts` of `source` (the hostfile, or --hosts): N, or MIN:N, where N
+// is the number of hosts (the job goes on while MIN of them remain). Throws
+// ddp::Error naming --nnodes and the host count for any other range.
+NodeRange hostfile_node_range(const std::string& nnodes, size_t hosts, const std::string& source);
 
 // "user@host" -> "host" (what the other hosts connect to).
 std::string host_address(const std::string& ssh_name);

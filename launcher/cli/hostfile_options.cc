@@ -37,8 +37,8 @@ const std::vector<std::string>& hostfile_flag_names() {
 
 const std::vector<std::string>& flags_set_by_front_end() {
   static const std::vector<std::string> names = {
-      "--nnodes",      "--node_rank",   "--rdzv_endpoint", "--rdzv_backend",
-      "--master_addr", "--master_port", "--standalone",    "--local_addr"};
+      "--node_rank",   "--rdzv_endpoint", "--rdzv_backend", "--master_addr",
+      "--master_port", "--standalone",    "--local_addr"};
   return names;
 }
 

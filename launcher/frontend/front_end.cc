@@ -40,6 +40,7 @@ struct Plan {
   std::string source;  // the hostfile, or --hosts
   EnvList env;
   std::string workdir, ddprun, run_id, token;
+  NodeRange nodes;  // --nnodes: the job goes on while nodes.min hosts remain
 };
 
 std::optional<std::string> process_env(const std::string& name) {
@@ -78,6 +79,7 @@ Plan make_plan(const FrontEndArgs& args) {
   }
   plan.hosts =
       select_hosts(std::move(plan.hosts), args.text.include, args.text.exclude, plan.source);
+  plan.nodes = hostfile_node_range(args.nnodes, plan.hosts.size(), plan.source);
   char path[PATH_MAX] = {};
   if (getcwd(path, sizeof path) == nullptr) throw Error("cannot read the working directory");
   plan.workdir = path;
@@ -192,6 +194,7 @@ class FrontEnd {
   void on_line(size_t h, int stream, const std::string& line);
   int launch();
   int supervise();
+  bool one_failed_for_good();
   void send_all(const std::string& line);
   bool all_ended() const;
 
@@ -204,6 +207,7 @@ class FrontEnd {
   bool console_closed_ = false;  // a write to stdout or stderr failed with EPIPE
   std::vector<HostEnd> ends_;
   std::vector<ReportCatcher> reports_;
+  std::vector<bool> loss_said_;  // a host the job goes on without was named
   long ended_ = 0, reported_ = 0;
   int rdzv_port_ = 0;
 };
@@ -373,11 +377,9 @@ int FrontEnd::supervise() {
       for (auto& s : sessions_) s->close_input();  // each agent kills its workers at once
       kill_at = Clock::now() + 5s;
     }
-    const bool one_failed = std::any_of(ends_.begin(), ends_.end(), [](const HostEnd& e) {
-      return e.ended_at >= 0 && e.code != 0;
-    });
     // The others hear of a failure through the rendezvous; this is the fallback.
-    if (one_failed && signal == 0 && !stop_at && !kill_at) stop_at = Clock::now() + grace + 30s;
+    if (signal == 0 && !stop_at && !kill_at && one_failed_for_good())
+      stop_at = Clock::now() + grace + 30s;
     if (stop_at && Clock::now() >= *stop_at) {
       log.warn("hosts still running {} s after one failed: stopping them",
                std::chrono::duration_cast<std::chrono::seconds>(grace + 30s).count());
@@ -390,9 +392,36 @@ int FrontEnd::supervise() {
       kill_at.reset();
     }
   }
-  Verdict verdict = decide(ends_, signal);
-  for (const auto& line : verdict.summary) log.error("{}", line);
+  Verdict verdict = decide(ends_, signal, static_cast<size_t>(plan_.nodes.min));
+  for (const auto& line : verdict.summary) {
+    if (verdict.code == 0) {
+      log.warn("{}", line);
+    } else {
+      log.error("{}", line);
+    }
+  }
   return verdict.code;
+}
+
+// Whether a host ended non-zero and the job cannot go on without it. With
+// --nnodes=MIN:N the rendezvous leaves a lost host out while MIN remain
+// (scale-down, or a heal at node scale): the others are not stopped, and
+// the host is named once. The first host hosts the rendezvous: nothing goes
+// on without it.
+bool FrontEnd::one_failed_for_good() {
+  const bool one_failed = std::any_of(
+      ends_.begin(), ends_.end(), [](const HostEnd& e) { return e.ended_at >= 0 && e.code != 0; });
+  if (!one_failed) return false;
+  const auto min = static_cast<size_t>(plan_.nodes.min);
+  const bool rendezvous_lost = ends_[0].ended_at >= 0 && ends_[0].code != 0;
+  if (min >= ends_.size() || rendezvous_lost || !job_can_go_on(ends_, min)) return true;
+  for (size_t h = 0; h < ends_.size(); ++h) {
+    if (ends_[h].ended_at < 0 || ends_[h].code == 0 || loss_said_[h]) continue;
+    loss_said_[h] = true;
+    launcher_log().warn("{}; the other hosts go on while at least {} of {} remain (--nnodes={}:{})",
+                        how_host_ended(ends_[h]), min, ends_.size(), min, ends_.size());
+  }
+  return false;
 }
 
 int FrontEnd::run() {
@@ -407,6 +436,7 @@ int FrontEnd::run() {
   ready_.assign(plan_.hosts.size(), false);
   ends_.resize(plan_.hosts.size());
   reports_.resize(plan_.hosts.size());
+  loss_said_.assign(plan_.hosts.size(), false);
   for (size_t h = 0; h < plan_.hosts.size(); ++h) {
     ends_[h].host = plan_.hosts[h].name;
     sessions_.push_back(

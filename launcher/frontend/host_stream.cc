@@ -102,10 +102,36 @@ bool ReportCatcher::add(const std::string& line) {
   return true;
 }
 
-Verdict decide(const std::vector<HostEnd>& hosts, int signal) {
+std::string how_host_ended(const HostEnd& end) {
+  return end.code == 255
+             ? "the ssh connection to host " + end.host + " failed or was lost (ssh exit code 255)"
+             : "the agent on host " + end.host + " ended with exit code " +
+                   std::to_string(end.code) + " (its lines above say why)";
+}
+
+bool job_can_go_on(const std::vector<HostEnd>& hosts, size_t min_hosts) {
+  const auto alive = std::count_if(hosts.begin(), hosts.end(),
+                                   [](const HostEnd& h) { return h.ended_at < 0 || h.code == 0; });
+  return static_cast<size_t>(alive) >= min_hosts;
+}
+
+Verdict decide(const std::vector<HostEnd>& hosts, int signal, size_t min_hosts) {
   Verdict verdict;
   if (signal != 0) {
     verdict.code = 128 + signal;
+    return verdict;
+  }
+  const auto finished =
+      std::count_if(hosts.begin(), hosts.end(), [](const HostEnd& h) { return h.code == 0; });
+  const size_t done = static_cast<size_t>(finished);
+  if (min_hosts > 0 && done >= min_hosts && done < hosts.size()) {
+    // The rendezvous went on without the others (--nnodes=MIN:N): the job finished.
+    for (const auto& h : hosts) {
+      if (h.code == 0) continue;
+      verdict.summary.push_back("the job finished on " + std::to_string(finished) + " of " +
+                                std::to_string(hosts.size()) + " hosts without host " + h.host +
+                                ": " + how_host_ended(h));
+    }
     return verdict;
   }
   const HostEnd* reported = nullptr;
@@ -125,12 +151,7 @@ Verdict decide(const std::vector<HostEnd>& hosts, int signal) {
   }
   if (first_bad == nullptr) return verdict;
   verdict.code = first_bad->code;
-  verdict.summary.push_back(first_bad->code == 255
-                                ? "job failed: the ssh connection to host " + first_bad->host +
-                                      " failed or was lost (ssh exit code 255)"
-                                : "job failed: the agent on host " + first_bad->host +
-                                      " ended with exit code " + std::to_string(first_bad->code) +
-                                      " (its lines above say why)");
+  verdict.summary.push_back("job failed: " + how_host_ended(*first_bad));
   return verdict;
 }
 

@@ -68,13 +68,26 @@ struct HostEnd {
 
 struct Verdict {
   int code = 0;
-  std::vector<std::string> summary;  // lines for the front end's log ("" when it succeeded)
+  // Lines for the front end's log: why the job failed, or, for a job that
+  // finished without some of its hosts, which hosts it lost.
+  std::vector<std::string> summary;
 };
 
+// How host `end` ended, for a line: "the ssh connection to host b failed or
+// was lost (ssh exit code 255)", "the agent on host b ended with exit code 1".
+std::string how_host_ended(const HostEnd& end);
+
+// Whether the job can still finish: at least `min_hosts` hosts run or ended 0
+// (a host that ended non-zero is lost to the job; --nnodes=MIN:N lets the
+// rendezvous go on without it).
+bool job_can_go_on(const std::vector<HostEnd>& hosts, size_t min_hosts);
+
 // The job's exit code: 128 + `signal` when the front end was stopped; else 0
-// when every host ended 0; else the code of the host whose failure report
-// came first (its host, rank and stderr tail in the summary); else the first
-// host that ended non-zero.
-Verdict decide(const std::vector<HostEnd>& hosts, int signal);
+// when every host ended 0, or when at least `min_hosts` of them did and the
+// others were lost on the way (the summary names each, for a warning); else
+// the code of the host whose failure report came first (its host, rank and
+// stderr tail in the summary); else the first host that ended non-zero.
+// `min_hosts` 0 means every host.
+Verdict decide(const std::vector<HostEnd>& hosts, int signal, size_t min_hosts = 0);
 
 }  // namespace ddp::launcher

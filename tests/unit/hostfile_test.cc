@@ -182,9 +182,9 @@ TEST(FrontEndArgs, SplitsTheFrontEndsFlagsFromTheAgentsAndTheProgram) {
   EXPECT_EQ(given->nproc, "2");
   EXPECT_EQ(given->program, (std::vector<std::string>{"p"}));
   EXPECT_EQ(error_of([] {
-              parse_front_end_args({"ddprun", "-H", "a:1", "--nnodes=2", "p"});
+              parse_front_end_args({"ddprun", "-H", "a:1", "--node_rank=1", "p"});
             }),
-            "--nnodes cannot be combined with --hosts: the front end starts one agent per host "
+            "--node_rank cannot be combined with --hosts: the front end starts one agent per host "
             "and sets it for each");
   EXPECT_EQ(error_of([] {
               parse_front_end_args({"ddprun", "--include", "a", "p"});
@@ -194,6 +194,36 @@ TEST(FrontEndArgs, SplitsTheFrontEndsFlagsFromTheAgentsAndTheProgram) {
               parse_front_end_args({"ddprun", "-H", "a:1"});
             }),
             "no program given: usage: ddprun --hostfile FILE [OPTIONS] PROGRAM [ARGS...]");
+}
+
+// --nnodes=MIN:N: the agents get it as given, so the rendezvous goes on while
+// MIN hosts remain; any range but N or MIN:N (N hosts) is refused by name.
+TEST(FrontEndArgs, NnodesIsTheHostCountOrAMinimumOfIt) {
+  auto args = parse_front_end_args({"ddprun", "-H", "a:2,b:2,c:2", "--nnodes=2:3", "p"});
+  ASSERT_TRUE(args);
+  EXPECT_EQ(args->nnodes, "2:3");
+  EXPECT_TRUE(args->forwarded.empty());
+  const auto hosts = parse_host_list("a:2,b:2,c:2");
+  EXPECT_EQ(agent_args(*args, hosts, 2, "j", 20)[1], "--nnodes=2:3");
+  auto fixed = parse_front_end_args({"ddprun", "-H", "a:2,b:2,c:2", "p"});
+  ASSERT_TRUE(fixed);
+  EXPECT_EQ(agent_args(*fixed, hosts, 0, "j", 20)[1], "--nnodes=3");
+
+  EXPECT_EQ(hostfile_node_range("", 3, "hf").min, 3);
+  EXPECT_EQ(hostfile_node_range("3", 3, "hf").min, 3);
+  const NodeRange range = hostfile_node_range("1:3", 3, "hf");
+  EXPECT_EQ(range.min, 1);
+  EXPECT_EQ(range.max, 3);
+  EXPECT_EQ(error_of([] { hostfile_node_range("2:4", 3, "hosts.txt"); }),
+            "--nnodes=2:4 does not fit the 3 host(s) of hosts.txt: with --hostfile or --hosts it "
+            "is 3, or MIN:3 for a job that goes on while MIN hosts remain");
+  EXPECT_EQ(error_of([] { hostfile_node_range("2", 3, "--hosts"); }),
+            "--nnodes=2 does not fit the 3 host(s) of --hosts: with --hostfile or --hosts it is 3, "
+            "or MIN:3 for a job that goes on while MIN hosts remain");
+  EXPECT_EQ(error_of([] {
+              parse_front_end_args({"ddprun", "-H", "a:1", "--nnodes=3:2", "p"});
+            }),
+            "--nnodes=3:2: MIN is larger than MAX");
 }
 
 TEST(HostStream, ProtocolLines) {
@@ -252,6 +282,34 @@ TEST(HostStream, TheFirstReportDecidesTheExitCode) {
             "job failed: the ssh connection to host b failed or was lost (ssh exit code 255)");
   for (auto& e : ends) e.code = 0;
   EXPECT_EQ(decide(ends, 0).code, 0);
+}
+
+// --nnodes=2:3: a host lost on the way (ssh 255, or its agent left out)
+// does not fail a job the others finished; fewer than 2 finishing does.
+TEST(HostStream, AJobOfAtLeastMinHostsFinishesWithoutTheLostOnes) {
+  std::vector<HostEnd> ends(3);
+  ends[0] = {"a", 0, -1, -1, {}};
+  ends[1] = {"b", 0, -1, -1, {}};
+  ends[2] = {"c", 255, 0, -1, {}};
+  EXPECT_TRUE(job_can_go_on(ends, 2));
+  EXPECT_FALSE(job_can_go_on(ends, 3));
+  ends[0].ended_at = 1;
+  ends[1].ended_at = 2;
+  Verdict v = decide(ends, 0, 2);
+  EXPECT_EQ(v.code, 0);
+  ASSERT_EQ(v.summary.size(), 1u);
+  EXPECT_EQ(v.summary.front(),
+            "the job finished on 2 of 3 hosts without host c: the ssh connection to host c failed "
+            "or was lost (ssh exit code 255)");
+  EXPECT_EQ(decide(ends, 0).code, 255);  // every host was needed
+  EXPECT_EQ(decide(ends, 0, 3).code, 255);
+  EXPECT_EQ(decide(ends, SIGTERM, 2).code, 128 + SIGTERM);
+  ends[1].code = 1;  // b failed too: one host finished, two were needed
+  EXPECT_FALSE(job_can_go_on(ends, 2));
+  v = decide(ends, 0, 2);
+  EXPECT_EQ(v.code, 255);
+  EXPECT_EQ(v.summary.front(),
+            "job failed: the ssh connection to host c failed or was lost (ssh exit code 255)");
 }
 
 }  // namespace
