@@ -8,32 +8,21 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "heal_run.h"
 #include "netns_hosts.h"
-#include "netns_test.h"
 #include "ssh_hosts.h"
+#include "ssh_test.h"
 
 namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-class HealHostfile : public NetnsTest {
- protected:
-  void SetUp() override {
-    NetnsTest::SetUp();
-    if (IsSkipped()) return;
-    if (auto why = SshHosts::unavailable(); !why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
-  }
-};
+class HealHostfile : public SshTest {};
 
 TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
   NetnsHosts hosts(3);  // the front end's host, node1 (the rendezvous), node2

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "netns_hosts.h"
-#include "netns_test.h"
 #include "rdzv_output.h"
 #include "ssh_hosts.h"
+#include "ssh_test.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -32,16 +32,8 @@ const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = TEST_WORKER_PATH;
 const std::string kTorchTrain = TORCH_TRAIN_SCRIPT;
 
-class Hostfile : public NetnsTest {
+class Hostfile : public SshTest {
  protected:
-  void SetUp() override {
-    NetnsTest::SetUp();
-    if (IsSkipped()) return;
-    if (auto why = SshHosts::unavailable(); !why.empty()) {
-      std::printf("skipped: %s\n", why.c_str());
-      GTEST_SKIP() << why;
-    }
-  }
   void TearDown() override {
     ssh_.reset();  // the sshds first, then their namespaces
     net_.reset();
