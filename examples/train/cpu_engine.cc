@@ -4,6 +4,7 @@
 
 #include "ddp/param_shards.h"
 #include "engine.h"
+#include "float_mode.h"
 #include "healing_shards.h"
 #include "optimizer.h"
 
@@ -22,7 +23,8 @@ class CpuEngine final : public Engine {
   }
 
   std::string description() const override {
-    return std::string("the CPU (OpenBLAS, ") + openblas_get_corename() + " kernels, 1 thread)";
+    return std::string("the CPU (OpenBLAS, ") + openblas_get_corename() + " kernels, 1 thread" +
+           (denormals_flushed() ? ", denormals flushed to zero)" : ")");
   }
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
 

@@ -178,6 +178,9 @@ void add_sync_flags(CLI::App& app, Config& c) {
   app.add_flag("--shard_optimizer,--shard-optimizer", c.shard_optimizer,
                "ZeRO: each rank reduces the gradients of and updates its 1/N of the parameters, "
                "which are then all-gathered (ddp::ParamShards; same results; CPU only)");
+  app.add_flag("--keep_denormals,--keep-denormals", c.keep_denormals,
+               "Compute denormal floats as such on the CPU (IEEE gradual underflow, tens of times "
+               "slower per operation on x86) instead of flushing them to zero");
   app.add_option("--backend", c.backend,
                  "Process group backend: auto, shm or gloo (math on the CPU), or nccl (math on "
                  "CUDA device LOCAL_RANK with cuBLAS; builds with CUDA and NCCL only) (default: "

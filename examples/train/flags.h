@@ -58,6 +58,9 @@ struct Config {
   // "" : $DDP_BACKEND, else auto (shm with several local ranks, else gloo: the
   // CPU engine); nccl: the GPU engine (math on CUDA device LOCAL_RANK).
   std::string backend;
+  // IEEE gradual underflow on the CPU: denormal floats are computed as such
+  // (slowly) instead of flushed to zero (float_mode.h).
+  bool keep_denormals = false;
 
   std::string checkpoint;               // "" : no checkpoints
   std::int64_t checkpoint_every = 100;  // steps; 0: only at the end

@@ -28,6 +28,7 @@
 #include "ddp/metrics.h"
 #include "engine.h"
 #include "flags.h"
+#include "float_mode.h"
 #include "heal_loop.h"
 
 namespace train {
@@ -396,6 +397,8 @@ int run_trainer(const std::vector<std::string>& argv, const Hooks& hooks) {
     if (!parsed.text.empty() && parsed.text.back() != '\n') std::fputc('\n', out);
     return parsed.exit_code;
   }
+  // Before any thread starts: libddp's threads inherit the mode.
+  if (!parsed.config->keep_denormals) flush_denormals();
   try {
     return run(*parsed.config, hooks);
   } catch (const FlagError& e) {

@@ -363,6 +363,20 @@ TEST(Train, OnlyRankZeroPrintsProgress) {
   EXPECT_NE(line[0].find("samples/s | ETA "), std::string::npos) << line[0];
 }
 
+// The CPU engine flushes denormal floats to zero (x86-64 and AArch64) unless
+// --keep_denormals; its first line says which.
+TEST(Train, FlushesDenormalsToZeroUnlessAskedToKeepThem) {
+  auto flushed = train_on(1, kSmall);
+  expect_ok(flushed);
+  auto kept = train_on(1, kSmall + std::vector<std::string>{"--keep_denormals"});
+  expect_ok(kept);
+  EXPECT_EQ(kept.out.find("denormals flushed to zero"), std::string::npos) << kept.out;
+#if defined(__x86_64__) || defined(__aarch64__)
+  EXPECT_NE(flushed.out.find("1 thread, denormals flushed to zero)"), std::string::npos)
+      << flushed.out;
+#endif
+}
+
 TEST(Train, BadFlagsGiveOneLineAndExitCode2) {
   struct Case {
     std::vector<std::string> args;
