@@ -47,6 +47,8 @@ def main():
                     help="the address peers reach this replica's manager at (a test host's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    # The same float mode as ddprun's reference trainer (denormals flushed to zero).
+    torch.set_flush_denormal(True)
     replica = int(os.environ.get("REPLICA_GROUP_ID", "0"))
 
     gen = torch.Generator().manual_seed(0)
