@@ -31,18 +31,27 @@ TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
   SshHosts ssh(hosts, names, {1, 2});
   const std::string dir = make_temp_dir(), work = make_temp_dir(), home = make_temp_dir();
   write_file(work + "/hosts", "node1 slots=2\nnode2 slots=2\n");
+  // ssh's keep-alives every second: the front end gives up on the lost host
+  // after about 3 s, not 15 s.
   std::vector<std::string> argv = {
-      "env", "-C", work, kDdprun, "--ssh_opts=-F " + ssh.config(), "--hostfile", work + "/hosts",
-      "--nnodes=1:2", "--on_failure=heal", "--max_restarts=4",
+      "env", "-C", work, kDdprun, "--ssh_opts=-F " + ssh.config() + " -o ServerAliveInterval=1",
+      "--hostfile", work + "/hosts", "--nnodes=1:2", "--on_failure=heal", "--max_restarts=4",
       // A host lost in 2 s; the survivors drop its ranks after 2 s.
       "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20", "--env",
-      "DDP_HEAL_WAIT_S=2", "--env", "DDP_TIMEOUT_S=30", "--env", "OPENBLAS_NUM_THREADS=1", "--env",
+      "DDP_HEAL_WAIT_S=2", "--env", "DDP_TIMEOUT_S=10", "--env", "OPENBLAS_NUM_THREADS=1", "--env",
       "DDP_GLOO_IFACE=eth0", kWorker};
   for (const auto& a : train_args(dir, 4000)) argv.push_back(a);
   Subprocess job(hosts.on(0, argv), {{"HOME", home}});
   // Both hosts train (rank 0 has logged its first steps), then node2 is lost.
   ASSERT_TRUE(wait_until([&] { return job.read_out().find("] step ") != std::string::npos; }, 60s))
       << job.read_out() << job.read_err();
+  // The machine is lost as a dead one is: its link first (nothing it says
+  // reaches anyone any more), then every process on it. (Killed with its link
+  // up, its agent could see its sshd die first and tell the rendezvous it was
+  // stopped, which ends the round for every host.) No connection to it
+  // closes, so the survivors' all-reduce in flight fails only at the group's
+  // timeout (DDP_TIMEOUT_S, 10 s here).
+  hosts.set_link(2, false);
   hosts.kill_everything_on(2);
 
   HealRun run{job.wait(120s), dir};
