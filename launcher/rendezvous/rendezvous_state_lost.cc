@@ -15,6 +15,13 @@ namespace ddp::launcher {
 void RendezvousState::lose(Round& r, int group_rank, const std::string& why) {
   Member& m = r.members[group_rank];
   m.lost = m.left = m.informed = true;  // gone: nobody to tell
+  // For the workers of the other nodes, whose groups stop waiting on its ranks.
+  try {
+    const std::int64_t k = store_.add(lost_nodes_key(current_round()), 1);
+    store_.set(lost_node_key(current_round(), k), cat(group_rank, " ", why));
+  } catch (const RpcError&) {
+    // A full store: the other nodes' workers notice at their groups' timeout.
+  }
   const auto going_on = std::count_if(r.members.begin(), r.members.end(),
                                       [](const Member& other) { return !other.lost; });
   if (lost_observer_) {

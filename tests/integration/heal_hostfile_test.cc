@@ -38,8 +38,8 @@ TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
       "--hostfile", work + "/hosts", "--nnodes=1:2", "--on_failure=heal", "--max_restarts=4",
       // A host lost in 2 s; the survivors drop its ranks after 2 s.
       "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20", "--env",
-      "DDP_HEAL_WAIT_S=2", "--env", "DDP_TIMEOUT_S=10", "--env", "OPENBLAS_NUM_THREADS=1", "--env",
-      "DDP_GLOO_IFACE=eth0", kWorker};
+      "DDP_HEAL_WAIT_S=2", "--env", "OPENBLAS_NUM_THREADS=1", "--env", "DDP_GLOO_IFACE=eth0",
+      kWorker};
   for (const auto& a : train_args(dir, 4000)) argv.push_back(a);
   Subprocess job(hosts.on(0, argv), {{"HOME", home}});
   // Both hosts train (rank 0 has logged its first steps), then node2 is lost.
@@ -49,8 +49,8 @@ TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
   // reaches anyone any more), then every process on it. (Killed with its link
   // up, its agent could see its sshd die first and tell the rendezvous it was
   // stopped, which ends the round for every host.) No connection to it
-  // closes, so the survivors' all-reduce in flight fails only at the group's
-  // timeout (DDP_TIMEOUT_S, 10 s here).
+  // closes: the survivors' all-reduce in flight fails once the rendezvous
+  // has left the node out.
   hosts.set_link(2, false);
   hosts.kill_everything_on(2);
 
@@ -59,6 +59,9 @@ TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
   const std::string& err = run.result.err;
   EXPECT_TRUE(dropped(run.result.out, 2) && dropped(run.result.out, 3)) << run.result.out;
   EXPECT_NE(err.find("left out of round 1 (--on_failure=heal); 1 node(s) go on"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("did not commit: "), std::string::npos) << err;
+  EXPECT_NE(err.find("node 1 was left out by the rendezvous (node 1 (host "), std::string::npos)
       << err;
   EXPECT_NE(err.find("the ssh connection to host node2 failed or was lost (ssh exit code 255); "
                      "the other hosts go on while at least 1 of 2 remain (--nnodes=1:2)"),

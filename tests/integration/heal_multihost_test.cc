@@ -69,28 +69,42 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
       << run.result.err;
 }
 
-// A whole host lost mid-run (its agent and workers SIGKILLed): two hosts of
-// 2 ranks train with `args` and host 1 is lost; the rendezvous (on host 0)
-// leaves the node out of the running round (--nnodes=1:2 allows one node),
-// the survivors drop the lost ranks after HealOptions::wait and finish the
-// run on their own, losing no committed step or sample. `out`: host 0's
-// output.
+// How a host is lost: its processes are SIGKILLed (their connections
+// close), or the machine dies with its link (nothing it had open closes).
+enum class Loss { kProcesses, kWithItsLink };
+
+// A whole host lost mid-run: two hosts of 2 ranks train with `args` and
+// host 1 is lost; the rendezvous (on host 0) leaves the node out of the
+// running round (--nnodes=1:2 allows one node), the survivors drop the lost
+// ranks and finish the run on their own, losing no committed step or
+// sample. `out`, `err`: host 0's output. `env`: beside kEnv.
 void lose_a_whole_host(const std::function<std::vector<std::string>(const std::string&)>& args,
-                       std::string& out) {
+                       std::string& out, Loss loss = Loss::kProcesses,
+                       const std::map<std::string, std::string>& more_env = {{"DDP_HEAL_WAIT_S",
+                                                                              "2"}},
+                       std::string* err = nullptr) {
   NetnsHosts hosts(2);
   const std::string dir = make_temp_dir();
   const auto launcher = hosts_launcher(hosts, "1:2", "heal-lost");
   std::map<std::string, std::string> env = kEnv;
-  env["DDP_HEAL_WAIT_S"] = "2";
+  for (const auto& [k, v] : more_env) env[k] = v;
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int h = 0; h < 2; ++h) {
-    nodes.push_back(
-        std::make_unique<Subprocess>(hosts.on(h, heal_argv(2, launcher, {}, args(dir))), env));
+    std::vector<std::string> argv = heal_argv(2, launcher, {}, args(dir));
+    // A machine of its own in full (namespace hosts share one kernel): host
+    // 0 cannot look up host 1's pids, which would tell it a rank died, and
+    // host 1 has a /dev/shm of its own, where no pid of host 0's is alive.
+    if (loss == Loss::kWithItsLink && h == 1) {
+      argv.insert(argv.begin(), {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+                                 "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\""});
+    }
+    nodes.push_back(std::make_unique<Subprocess>(hosts.on(h, argv), env));
   }
   // Both hosts train (rank 0 has logged its first steps), then host 1 is lost.
   ASSERT_TRUE(
       wait_until([&] { return nodes[0]->read_out().find("step ") != std::string::npos; }, 60s))
       << nodes[0]->read_out() << nodes[0]->read_err();
+  if (loss == Loss::kWithItsLink) hosts.set_link(1, false);
   hosts.kill_everything_on(1);
   const ProcessResult lost = nodes[1]->wait(10s);
   ASSERT_TRUE(lost.exited);
@@ -107,11 +121,29 @@ void lose_a_whole_host(const std::function<std::vector<std::string>(const std::s
       << run.result.err;
   EXPECT_EQ(run.result.err.find("joining the next round"), std::string::npos) << run.result.err;
   out = run.result.out;
+  if (err) *err = run.result.err;
 }
 
 TEST_F(HealMultiHost, AWholeHostLostMidRunIsLeftOutAndTheOtherHostFinishes) {
   std::string out;
   lose_a_whole_host([](const std::string& dir) { return train_args(dir, 4000); }, out);
+}
+
+// A machine that dies with its link closes no connection, so no transport
+// sees its ranks go; the rendezvous leaves its node out once its heartbeats
+// stop (2 s here), and that is what fails the survivors' collective in
+// flight and closes their next epoch: not their group's timeout, nor
+// HealOptions::wait, both a minute here.
+TEST_F(HealMultiHost, AHostThatDiesWithItsLinkIsDroppedAtTheHeartbeatTimeoutNotTheGroupTimeout) {
+  std::string out, err;
+  lose_a_whole_host([](const std::string& dir) { return train_args(dir, 4000); }, out,
+                    Loss::kWithItsLink, {{"DDP_TIMEOUT_S", "60"}, {"DDP_HEAL_WAIT_S", "60"}}, &err);
+  EXPECT_NE(err.find("did not commit: "), std::string::npos) << err;
+  EXPECT_NE(err.find("node 1 was left out by the rendezvous (node 1 (host "), std::string::npos)
+      << err;
+  std::smatch waited;
+  ASSERT_TRUE(std::regex_search(out, waited, std::regex("survivors waited ([0-9.]+) ms"))) << out;
+  EXPECT_LT(std::stod(waited[1]), 30000.0) << out;
 }
 
 // Ranks 2 and 3 go together: their optimizer shards' replicas are on the

@@ -52,7 +52,7 @@ TEST(PeerWatch, NamesARankOfThisNodeOnceItsProcessExited) {
   ASSERT_GT(one, 0);
   ASSERT_GT(other, 0);
   FakeClock clock;
-  PeerWatch watch(store, 0, 0, 3, nullptr,
+  PeerWatch watch(store, 0, 0, 3, nullptr, std::nullopt,
                   clock.fn());                    // rank 0 of a node of ranks 0-2, in a world of 6
   EXPECT_EQ(watch.first_exited(), std::nullopt);  // no key yet: nothing known, nothing dead
   store->set("proc/1", here(one));
@@ -112,7 +112,7 @@ TEST(PeerWatch, SaysWhyARankCanNoLongerTakePart) {
   ASSERT_GT(one, 0);
   store->set("proc/1", here(one));
   FakeClock clock;
-  PeerWatch watch(store, 0, 0, 2, nullptr, clock.fn());
+  PeerWatch watch(store, 0, 0, 2, nullptr, std::nullopt, clock.fn());
   EXPECT_EQ(watch.gone(1), std::nullopt);
   EXPECT_EQ(watch.gone(5), std::nullopt);  // another node's rank: alive as far as we know
   auto rank3 = ProcessGroup::create(3, 6, store, ProcessGroupOptions::of("local"));
@@ -132,7 +132,7 @@ TEST(PeerWatch, AnInnerGroupLearnsOfDeparturesFromTheEnclosingGroupsStore) {
   const auto outer = make_memory_store();
   const auto inner = make_prefix_store(outer, "inner");
   FakeClock clock;
-  PeerWatch watch(inner, 0, 0, 1, outer, clock.fn());
+  PeerWatch watch(inner, 0, 0, 1, outer, std::nullopt, clock.fn());
   EXPECT_EQ(watch.gone(1), std::nullopt);
   auto rank2 = ProcessGroup::create(2, 3, outer, ProcessGroupOptions::of("local"));
   rank2->abort();  // leaves the enclosing group: counted in `outer`

@@ -30,6 +30,10 @@ TEST_F(RendezvousStateTest, UnderHealASilentNodeIsLostAndTheOthersGoOn) {
   EXPECT_EQ(lost[0],
             "node 2 (host 'host2') stopped sending heartbeats for 30.0s: left out of round 1 "
             "(--on_failure=heal); 2 node(s) go on");
+  // For the other nodes' workers, whose groups stop waiting on its ranks.
+  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);
+  EXPECT_EQ(s.get(kAuth, lost_node_key(1, 1)),
+            "2 node 2 (host 'host2') stopped sending heartbeats for 30.0s");
   EXPECT_EQ(s.broken_invariant(), "");
 
   // The lost node, if it speaks again, hears that its round ended for it for
@@ -119,6 +123,8 @@ TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunn
             "(ranks 1-1; --on_failure=heal): its workers heal from the live ranks");
   // One relaunch spent from the job's budget (max_restarts 2).
   EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 1);
+  // Node 1 was counted lost once, when it went silent: taking its place is no loss.
+  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);
   EXPECT_EQ(s.broken_invariant(), "");
 
   // The newcomer heartbeats as node 1; the old agent, speaking again with
@@ -180,6 +186,9 @@ TEST_F(RendezvousStateTest, UnderHealARelaunchOfALiveNodeTakesItsPlaceAndItsOldA
   EXPECT_EQ(said[0],
             "node 1 (host 'host1') was relaunched (a new agent joined): left out of round 1 "
             "(--on_failure=heal); 1 node(s) go on");
+  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);  // the old agent's ranks are gone
+  EXPECT_EQ(s.get(kAuth, lost_node_key(1, 1)),
+            "1 node 1 (host 'host1') was relaunched (a new agent joined)");
   EXPECT_EQ(s.broken_invariant(), "");
 }
 

@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/lost_nodes.h"
 #include "ddp/common/error.h"
 #include "ddp/process_group.h"
 #include "ddp/store.h"
@@ -95,6 +97,9 @@ struct BackendConfig : ProcessGroupOptions {
   // a store of their own) are made: where ProcessGroup::abort() counts the
   // ranks that left ("left_count").
   std::shared_ptr<Store> group_store;
+  // The group's nodes the rendezvous leaves out from now on (a group over
+  // several nodes under --on_failure=heal), for the waits' PeerWatch.
+  std::optional<detail::LostNodes> lost_nodes;
 };
 
 // Where a backend's allocate() may take its blocks from instead of private

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "core/init_parts.h"
+#include "core/lost_nodes.h"
 #include "core/process_identity.h"
 #include "core/quorum.h"
 #include "core/state_memory.h"
@@ -177,6 +179,11 @@ struct Healer::Impl {
   std::vector<Arrival> current;  // the current epoch's members
   std::uint64_t epoch = 0;
   detail::DeathOracle dead = detail::local_death_oracle();
+  // The current epoch's nodes the rendezvous leaves out from the time its
+  // members were known: their members count as dead when the next one forms
+  // (across machines no pid can be checked, and one that died with its link
+  // would otherwise be waited for until HealOptions::wait).
+  std::optional<detail::LostNodes> lost;
   std::map<int, Arrival> joiners;  // by id: the newest ticket of each
   std::int64_t tickets_read = 0;
   // arrivals_waiting(): boundaries left to skip, and since the last asking;
@@ -263,21 +270,32 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
                                                        Clock::time_point give_up) {
   store->set(key(n, "arrived/" + std::to_string(me.id)), detail::encode(me));
   if (joining) close_by = Clock::time_point::max();
+  std::set<std::string> on_lost_nodes;  // procs of `previous` (this rank's epoch) left out
+  const detail::DeathOracle gone = [&](const std::string& proc) {
+    return on_lost_nodes.count(proc) > 0 || dead(proc);
+  };
   for (;;) {
     if (auto text = peek(*store, key(n, "members"))) {
       auto members = detail::decode_arrivals(*text, "key " + key(n, "members"));
       if (!admitted(members)) return std::nullopt;
+      lost = detail::LostNodes::of_group(detail::member_set(n, members));
       return members;
     }
     const auto now = Clock::now();
     if (joining && peek(*store, "finished")) return std::vector<Arrival>{};
+    if (!joining && lost) {
+      lost->refresh();
+      for (const Arrival& a : previous) {
+        if (lost->lost(a.node)) on_lost_nodes.insert(a.proc);
+      }
+    }
     if (!previous.empty() || !joining) {
       auto found = arrivals(n, previous);
-      auto members = detail::quorum_members(found, dead);
-      if (detail::quorum_ready(previous, found, dead, now, close_by) &&
+      auto members = detail::quorum_members(found, gone);
+      if (detail::quorum_ready(previous, found, gone, now, close_by) &&
           static_cast<int>(members.size()) >= heal.min_members &&
           store->add(key(n, "close"), 1) == 1) {
-        members = detail::quorum_members(arrivals(n, previous), dead);
+        members = detail::quorum_members(arrivals(n, previous), gone);
         store->set(key(n, "members"), detail::encode(members));
         store->set("latest", std::to_string(n));
         continue;  // read back what was published, as every member does

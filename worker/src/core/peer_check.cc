@@ -21,7 +21,10 @@ std::optional<std::string> PeerCheck::look() {
   const auto now = Clock::now();
   if (looked_ && now - *looked_ < std::chrono::milliseconds(10)) return std::nullopt;
   looked_ = now;
-  if (!watch_) watch_ = std::make_unique<PeerWatch>(store_, rank_, first_local_, local_size_);
+  if (!watch_) {
+    watch_ = std::make_unique<PeerWatch>(store_, rank_, first_local_, local_size_, nullptr,
+                                         std::move(lost_));
+  }
   if (auto exited = watch_->first_exited()) return exited;
   if (spans_nodes_ && (!asked_ || now - *asked_ >= std::chrono::seconds(1))) {
     asked_ = now;

@@ -10,10 +10,12 @@
 //   sets, is gone; only those in this process's PID namespace can be asked.
 // - Left: ProcessGroup::abort() counts each rank that leaves under
 //   "left_count", and the first one names itself under "left_first" (a
-//   departed peer on this machine is alive: its pid says nothing).
+//   departed peer on this machine is alive: its pid says nothing); or the
+//   rendezvous left out one of the group's nodes (LostNodes: a machine that
+//   died with its link closes no connection).
 // Store traffic stays independent of the world's size: one key per peer of
 // this node, read once (missing ones asked again every 200 ms), and one
-// counter.
+// counter (two with LostNodes).
 
 #include <sys/types.h>
 
@@ -25,6 +27,7 @@
 #include <set>
 #include <string>
 
+#include "core/lost_nodes.h"
 #include "core/process_identity.h"
 #include "ddp/store.h"
 
@@ -38,13 +41,16 @@ class PeerWatch {
   // when it is not `store` (a backend's inner group, with a prefixed store
   // of its own, watches the enclosing ProcessGroup's); null: `store`.
   // Not thread-safe: one thread asks (the group's executor, or a watcher).
+  // `lost`: the group's nodes the rendezvous leaves out (none: not asked).
   // `now`: the clock the 200 ms spacings are measured on (tests inject one).
   using Clock = std::chrono::steady_clock;
   PeerWatch(std::shared_ptr<Store> store, int rank, int first_local, int local_size,
             std::shared_ptr<Store> departures = nullptr,
+            std::optional<LostNodes> lost = std::nullopt,
             std::function<Clock::time_point()> now = Clock::now)
       : store_(std::move(store)),
         departures_(departures ? std::move(departures) : store_),
+        lost_(std::move(lost)),
         here_(pid_namespace_of(process_identity())),
         now_(std::move(now)) {
     for (int r = first_local; r < first_local + local_size && store_ && !here_.empty(); ++r) {
@@ -75,7 +81,8 @@ class PeerWatch {
   }
 
   // "rank R left the group" once some rank aborted the group (R: the first
-  // to), else nullopt; the store is asked at most every 200 ms.
+  // to), or "node N was left out by the rendezvous (...)", else nullopt; the
+  // store is asked at most every 200 ms.
   std::optional<std::string> departed() {
     const auto now = now_();
     if (!left_ && (!left_asked_ || now - *left_asked_ >= std::chrono::milliseconds(200))) {
@@ -85,10 +92,12 @@ class PeerWatch {
     return left_;
   }
 
-  // "rank R left the group" once some rank aborted the group (R: the first
-  // to), else nullopt. A store round trip or two: ask it only of a wait that
-  // is already long.
+  // departed()'s answer, asked now. A store round trip or a few: ask it only
+  // of a wait that is already long.
   std::optional<std::string> first_left() {
+    if (lost_) {
+      if (auto node = lost_->first_lost()) return node;
+    }
     if (!departures_) return std::nullopt;
     try {
       if (departures_->add("left_count", 0) == 0) return std::nullopt;
@@ -127,6 +136,7 @@ class PeerWatch {
 
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> departures_;  // where "left_count" is: store_ unless told otherwise
+  std::optional<LostNodes> lost_;
   std::string here_;
   std::set<int> unknown_;                  // this node's ranks whose key was not read yet
   std::map<int, ProcessWatch> processes_;  // this node's ranks in this PID namespace

@@ -95,7 +95,9 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
   const std::string& b = options.backend;
   // NCCL in a world of one still exchanges its unique id through a store.
   if (b == "nccl" && size == 1 && !store_) store_ = make_memory_store();
-  const BackendConfig config = BackendConfig::of(rank, size, store_, options);
+  BackendConfig config = BackendConfig::of(rank, size, store_, options);
+  // Counted before connecting: a node left out from now on had ranks in this group.
+  config.lost_nodes = detail::LostNodes::of_group(members_);
   if (b != "local" && b != "gloo" && b != "nccl" && b != "shm") {
     throw Error("unknown backend '" + b + "' (expected shm, gloo, nccl or local)");
   }
@@ -113,7 +115,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
   }
   executor_ = std::make_unique<Executor>();
   peer_check_ = std::make_unique<detail::PeerCheck>(store_, rank_, rank_ - config.local_rank,
-                                                    config.local_size, size_);
+                                                    config.local_size, size_, config.lost_nodes);
   // Where this rank runs, so that after a failure the others can tell a dead
   // rank on their machine at once (see missing_ranks).
   if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());

@@ -45,6 +45,17 @@ inline std::string healing_round_key(std::int64_t round) {
   return "ddprun/heal/round" + std::to_string(round);
 }
 
+// Under --on_failure=heal the rendezvous counts the nodes it leaves out of
+// round `round` (heartbeats stopped, or a new agent took the node's place)
+// under lost_nodes_key(round), and the k-th (from 1) is described under
+// lost_node_key(round, k) as "<GROUP_RANK> <why>": libddp's groups stop
+// waiting on the ranks of such a node at once, not at their timeout (a
+// machine that died with its link closes no connection).
+inline std::string lost_nodes_key(std::int64_t round) { return healing_round_key(round) + "/lost"; }
+inline std::string lost_node_key(std::int64_t round, std::int64_t k) {
+  return lost_nodes_key(round) + "/" + std::to_string(k);
+}
+
 // How a round stands, as a heartbeat hears it.
 struct RoundStatus {
   bool round_ended = false;  // stop the workers

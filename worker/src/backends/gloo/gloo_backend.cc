@@ -122,9 +122,10 @@ class GlooBackend final : public Backend {
       // A wait Gloo would leave to the timeout ends once its peers are gone:
       // processes exited (their keys are in this group's store), or a rank
       // left the enclosing ProcessGroup (an inner group of the shm backend
-      // has a store of its own).
-      auto peers = std::make_shared<detail::PeerWatch>(
-          config.store, rank_, rank_ - config.local_rank, config.local_size, config.group_store);
+      // has a store of its own), or the rendezvous left one of its nodes out.
+      auto peers = std::make_shared<detail::PeerWatch>(config.store, rank_,
+                                                       rank_ - config.local_rank, config.local_size,
+                                                       config.group_store, config.lost_nodes);
       auto context = std::make_shared<gloo_watch::WatchedContext>(
           rank_, size_, [peers](int r) { return peers->gone(r); });
       context->setTimeout(connect);

@@ -123,7 +123,8 @@ class NcclBackend final : public Backend {
         size_(config.size),
         timeout_(config.timeout),
         device_(config.device),
-        peers_(config.store, config.rank, config.rank - config.local_rank, config.local_size) {
+        peers_(config.store, config.rank, config.rank - config.local_rank, config.local_size,
+               nullptr, config.lost_nodes) {
     int devices = 0;
     if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
       (void)cudaGetLastError();
