@@ -121,10 +121,9 @@ Verdict decide(const std::vector<HostEnd>& hosts, int signal, size_t min_hosts) 
     verdict.code = 128 + signal;
     return verdict;
   }
-  const auto finished =
-      std::count_if(hosts.begin(), hosts.end(), [](const HostEnd& h) { return h.code == 0; });
-  const size_t done = static_cast<size_t>(finished);
-  if (min_hosts > 0 && done >= min_hosts && done < hosts.size()) {
+  const auto finished = static_cast<size_t>(
+      std::count_if(hosts.begin(), hosts.end(), [](const HostEnd& h) { return h.code == 0; }));
+  if (min_hosts > 0 && finished >= min_hosts && finished < hosts.size()) {
     // The rendezvous went on without the others (--nnodes=MIN:N): the job finished.
     for (const auto& h : hosts) {
       if (h.code == 0) continue;
