@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
     OrphanGuard guard(parsed.spec->run_id);  // forked while ddprun is single-threaded
     if (remote_gate_s > 0) gate.watch();     // a thread: after the guard's fork
     Agent agent(*parsed.spec, guard, signal_fd);
+    if (remote_gate_s > 0) agent.on_front_end_lost(&RemoteGate::front_end_lost);
     code = agent.run();
     // Leave without destructors: the workers' rendezvous server may still be
     // loading on its thread (it has nothing to save), and waiting for it would

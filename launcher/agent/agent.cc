@@ -180,7 +180,14 @@ std::optional<int> Agent::outcome_of(const RoundAssignment& round, const Attempt
   auto& log = launcher_log();
   if (result.signal != 0) {
     log.warn("stopped workers after {}", signal_name(result.signal));
-    if (spec_.multi_node()) {
+    if (leaves_as_lost()) {
+      // Ending the round would stop every node; a lost node stops only itself.
+      log.warn(
+          "the front end is gone: this node leaves round {} without ending it; the rendezvous "
+          "leaves it out once its heartbeats stop and the other nodes go on (--on_failure=heal, "
+          "--nnodes={}:{})",
+          round.round, spec_.min_nodes, spec_.nnodes);
+    } else if (spec_.multi_node()) {
       try {
         control_->report_failure(round,
                                  "node " + std::to_string(round.group_rank) + " (host " +
@@ -271,6 +278,11 @@ int Agent::run_rounds() {
     observe_end(result);
     if (const std::optional<int> code = outcome_of(round, result)) return *code;
   }
+}
+
+bool Agent::leaves_as_lost() const {
+  return front_end_lost_ && front_end_lost_() && spec_.multi_node() && !spec_.hosts_rendezvous() &&
+         spec_.on_failure == OnFailure::kHeal && spec_.min_nodes < spec_.nnodes;
 }
 
 void Agent::observe_end(const AttemptResult& result) {

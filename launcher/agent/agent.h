@@ -13,6 +13,7 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,13 @@ class Agent {
   // was lost). Throws ddp::Error when nothing could be started.
   int run();
 
+  // `lost`: whether this ddprun was stopped because the front end of a
+  // --hostfile job is gone (RemoteGate). Under --on_failure=heal with room
+  // for fewer nodes, such a stop leaves the running round without ending it:
+  // the rendezvous leaves this node out once its heartbeats stop, and the
+  // other nodes go on.
+  void on_front_end_lost(std::function<bool()> lost) { front_end_lost_ = std::move(lost); }
+
  private:
   int run_rounds();
   NodeInfo set_up(std::optional<PortReservation>* reservation, std::string* rdzv_target);
@@ -60,6 +68,8 @@ class Agent {
   // a signal cuts it short.
   enum class Linger { kFullTime, kUntilDelivered };
   void linger(Linger until);
+  // A stop by signal that leaves the round to go on without this node.
+  bool leaves_as_lost() const;
 
   const LaunchSpec& spec_;
   OrphanGuard& guard_;
@@ -72,6 +82,7 @@ class Agent {
   std::unique_ptr<RuntimeRegistration> registration_;  // for ddprun status on this machine
   std::string hostname_;
   std::string node_address_;  // advertised to other nodes (and to workers as DDP_NODE_ADDR)
+  std::function<bool()> front_end_lost_;
 };
 
 }  // namespace ddp::launcher

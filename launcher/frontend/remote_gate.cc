@@ -6,6 +6,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <string>
@@ -24,6 +25,8 @@ namespace ddp::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> lost_front_end{false};  // RemoteGate::front_end_lost()
 
 void write_all(int fd, const std::string& text) {
   size_t done = 0;
@@ -128,10 +131,13 @@ void RemoteGate::watch() {
       }
     }
     launcher_log().warn("{}: stopping this host's workers", why);
+    lost_front_end = true;
     kill(getpid(), SIGTERM);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     kill(getpid(), SIGTERM);  // a second request: the agent kills its workers' groups now
   }).detach();
 }
+
+bool RemoteGate::front_end_lost() { return lost_front_end; }
 
 }  // namespace ddp::launcher

@@ -10,8 +10,10 @@
 // channel's end (the front end died) or its silence for kFrontEndSilence (the
 // front end's network cut, or the front end stopped) into SIGTERM at once and
 // a second SIGTERM 0.5 s later: the agent then kills its own workers' process
-// groups without waiting out the shutdown grace. Nothing is matched by name: each agent
-// stops exactly the workers it started.
+// groups without waiting out the shutdown grace (and, under --on_failure=heal
+// with room for fewer nodes, leaves the round without ending it:
+// Agent::on_front_end_lost). Nothing is matched by name: each agent stops
+// exactly the workers it started.
 
 #include <optional>
 
@@ -26,6 +28,9 @@ class RemoteGate {
   // left, a signal, or no go-ahead within `timeout_s`).
   int open(LaunchSpec& spec, double timeout_s, int signal_fd);
   void watch();
+  // Whether watch() stopped this ddprun because the channel ended or fell
+  // silent (not for a signal the front end passed on). Thread-safe.
+  static bool front_end_lost();
 
  private:
   int control_fd_ = -1;
