@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,10 @@ TEST(Hang, ANativeProgramUsingNoCpuIsHungAndTheGroupStopped) {
                        {}, 60s);
   ASSERT_TRUE(r.exited) << r.err;
   EXPECT_EQ(r.code, 124) << r.err;
-  EXPECT_NE(headline(r.err).find(": ranks 0 (local rank 0"), std::string::npos) << r.err;
+  // Both ranks hold; rank 1 is named too unless it was still starting (used
+  // CPU) within the first second, as on a loaded machine.
+  EXPECT_TRUE(std::regex_search(headline(r.err), std::regex(": ranks? 0 \\(local rank 0")))
+      << r.err;
   EXPECT_NE(r.err.find("rank 0: used no CPU time"), std::string::npos) << r.err;
   // Nothing of the group is left: the held grandchildren are gone too.
   for (const char* name : {"/child_0", "/child_1"}) {
