@@ -51,6 +51,12 @@ class ControlPlane {
   // server's, so there none is left for relaunches.
   virtual int restarts_left() const { return 0; }
   virtual int spend_restart() { return 0; }
+  // --on_failure=heal: this node's worker of launch rank `rank` (pid `pid`)
+  // exited, for the other nodes' ranks, which cannot look its pid up
+  // (exited_rank_key). Best effort; a single node needs none.
+  virtual void note_exited(const RoundAssignment& round, int rank, long pid) {
+    (void)round, (void)rank, (void)pid;
+  }
   // Every local worker succeeded.
   virtual void leave(const RoundAssignment& round, int exit_code) = 0;
   // Heartbeats for a round (nullptr when the node is alone and needs none).

@@ -21,6 +21,7 @@ Healer::Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs
 bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
   WorkerOutcome failed = group[i].outcome;
   failed.hung = hung_.count(i) > 0;
+  control_.note_exited(in_.round, failed.rank, failed.pid);
   const int local = static_cast<int>(i);
   const bool opted_in = marks_.exists(local);
   if (heal_step(opted_in, control_.restarts_left()) != HealStep::kRelaunch) {

@@ -156,6 +156,13 @@ class RemoteControlPlane final : public ControlPlane {
     const auto spent = client_->add(kHealRelaunchesKey, 1);
     return spent <= spec_.max_restarts ? static_cast<int>(spent) : 0;
   }
+  void note_exited(const RoundAssignment& round, int rank, long pid) override {
+    try {
+      client_->set(exited_rank_key(round.round, rank), std::to_string(pid));
+    } catch (const Error&) {
+      // The others then wait out their diagnosis window (a few seconds).
+    }
+  }
   bool outcome_delivered() const override {
     return !server_ || server_->service().outcome_delivered();
   }

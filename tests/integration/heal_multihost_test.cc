@@ -69,6 +69,16 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
       << run.result.err;
 }
 
+// `argv` run as on a machine of its own in full (namespace hosts share one
+// kernel): the other hosts cannot look up its pids, which would tell them
+// its ranks died, and it has a /dev/shm of its own, where no pid of theirs
+// is alive.
+std::vector<std::string> as_own_machine(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+                             "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\""});
+  return argv;
+}
+
 // How a host is lost: its processes are SIGKILLed (their connections
 // close), or the machine dies with its link (nothing it had open closes).
 enum class Loss { kProcesses, kWithItsLink };
@@ -91,24 +101,27 @@ void lose_a_whole_host(const std::function<std::vector<std::string>(const std::s
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int h = 0; h < 2; ++h) {
     std::vector<std::string> argv = heal_argv(2, launcher, {}, args(dir));
-    // A machine of its own in full (namespace hosts share one kernel): host
-    // 0 cannot look up host 1's pids, which would tell it a rank died, and
-    // host 1 has a /dev/shm of its own, where no pid of host 0's is alive.
-    if (loss == Loss::kWithItsLink && h == 1) {
-      argv.insert(argv.begin(), {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
-                                 "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\""});
-    }
+    if (loss == Loss::kWithItsLink && h == 1) argv = as_own_machine(argv);
     nodes.push_back(std::make_unique<Subprocess>(hosts.on(h, argv), env));
   }
   // Both hosts train (rank 0 has logged its first steps), then host 1 is lost.
   ASSERT_TRUE(
       wait_until([&] { return nodes[0]->read_out().find("step ") != std::string::npos; }, 60s))
       << nodes[0]->read_out() << nodes[0]->read_err();
+  const auto cut = std::chrono::steady_clock::now();
   if (loss == Loss::kWithItsLink) hosts.set_link(1, false);
   hosts.kill_everything_on(1);
   const ProcessResult lost = nodes[1]->wait(10s);
   ASSERT_TRUE(lost.exited);
   EXPECT_TRUE(lost.signaled);
+  if (loss == Loss::kWithItsLink) {  // for the reader: how long the survivors waited on it
+    const bool failed = wait_until(
+        [&] { return nodes[0]->read_err().find("did not commit") != std::string::npos; }, 90s);
+    std::printf("the survivors' step failed %.1f s after the link went down\n",
+                failed
+                    ? std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count()
+                    : -1.0);
+  }
 
   HealRun run{nodes[0]->wait(120s), dir};
   expect_healed(run, 2, 4000);
@@ -141,9 +154,49 @@ TEST_F(HealMultiHost, AHostThatDiesWithItsLinkIsDroppedAtTheHeartbeatTimeoutNotT
   EXPECT_NE(err.find("did not commit: "), std::string::npos) << err;
   EXPECT_NE(err.find("node 1 was left out by the rendezvous (node 1 (host "), std::string::npos)
       << err;
+  // Named at once, not after the failure report's few seconds of waiting for them.
+  EXPECT_NE(err.find("ranks that had not arrived: 2 (its node 1 was left out by the rendezvous), "
+                     "3 (its node 1 was left out by the rendezvous)"),
+            std::string::npos)
+      << err;
   std::smatch waited;
   ASSERT_TRUE(std::regex_search(out, waited, std::regex("survivors waited ([0-9.]+) ms"))) << out;
   EXPECT_LT(std::stod(waited[1]), 30000.0) << out;
+}
+
+// One rank per machine, and the machines cannot look up each other's pids:
+// rank 1 is killed, and its node's ddprun, which sees it exit, says so in
+// the rendezvous's store, so the survivor names it dead at once (instead of
+// waiting out the few seconds a failure report waits for ranks it cannot
+// check), and the relaunch heals from it.
+TEST_F(HealMultiHost, ARankKilledOnAMachineOfItsOwnIsNamedDeadThroughItsNodesDdprun) {
+  NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const auto launcher = hosts_launcher(hosts, "2", "heal-own");
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    std::vector<std::string> argv =
+        heal_argv(1, launcher, {"--kill", "1@150"}, train_args(dir, 2500));
+    if (h == 1) argv = as_own_machine(argv);
+    nodes.push_back(std::make_unique<Subprocess>(hosts.on(h, argv), kEnv));
+  }
+  HealRun run{{}, dir};
+  run.result.exited = true;
+  run.result.code = 0;
+  for (auto& node : nodes) {
+    const ProcessResult r = node->wait(120s);
+    ASSERT_TRUE(r.exited) << r.out << r.err;
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    run.result.out += r.out;
+    run.result.err += r.err;
+  }
+  expect_healed(run, 2, 2500);
+  EXPECT_TRUE(dropped(run.result.out, 1)) << run.result.out;
+  EXPECT_TRUE(std::regex_search(
+      run.result.err,
+      std::regex(
+          R"(ranks that had not arrived: 1 \(pid [0-9]+, exited, as its node's ddprun saw\))")))
+      << run.result.err;
 }
 
 // Ranks 2 and 3 go together: their optimizer shards' replicas are on the

@@ -117,6 +117,7 @@ class Executor;
 namespace detail {
 struct Collective;
 class PeerCheck;
+class LostNodes;
 }  // namespace detail
 
 class ProcessGroup {
@@ -278,6 +279,7 @@ class ProcessGroup {
   MemberSet members_;
   std::shared_ptr<std::atomic<bool>> aborted_;
   std::unique_ptr<detail::PeerCheck> peer_check_;  // check_peers()
+  std::unique_ptr<detail::LostNodes> lost_nodes_;  // missing_ranks(); null but under heal
 };
 
 }  // namespace ddp

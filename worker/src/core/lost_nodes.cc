@@ -37,6 +37,16 @@ std::optional<std::string> LostNodes::first_lost() {
   return first_;
 }
 
+bool LostNodes::exited(int rank, long pid) const {
+  if (!job_) return false;
+  try {
+    return job_->get(exited_rank_key(round_, rank), std::chrono::milliseconds(1)) ==
+           std::to_string(pid);
+  } catch (const std::exception&) {
+    return false;  // none said so (or the store is unreachable)
+  }
+}
+
 void LostNodes::refresh() {
   if (!job_) return;
   try {

@@ -1,6 +1,7 @@
 #pragma once
 // Which nodes of a group the rendezvous has left out since the group was
-// made (internal), under ddprun --on_failure=heal: a machine that died with
+// made, and which ranks on other machines their agents saw exit (internal),
+// under ddprun --on_failure=heal: a machine that died with
 // its link closes no connection, so Gloo would wait on its ranks until the
 // collective's timeout, while the rendezvous knows within its heartbeat
 // timeout (lost_nodes_key). Only nodes left out after the count was first
@@ -45,6 +46,11 @@ class LostNodes {
   // Whether node `node` was left out since construction, as of the last
   // refresh() (first_lost() refreshes until it finds one).
   bool lost(int node) const { return lost_.count(node) > 0; }
+
+  // Whether the agent of its node said that the process `pid` of launch
+  // rank `rank` exited (exited_rank_key). One store round trip; false when
+  // the store cannot be reached.
+  bool exited(int rank, long pid) const;
 
  private:
   std::shared_ptr<Store> job_;

@@ -13,6 +13,7 @@
 
 #include "core/backend.h"
 #include "core/executor.h"
+#include "core/lost_nodes.h"
 #include "core/peer_check.h"
 #include "core/process_identity.h"
 #include "core/progress_counter.h"
@@ -116,6 +117,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store,
   executor_ = std::make_unique<Executor>();
   peer_check_ = std::make_unique<detail::PeerCheck>(store_, rank_, rank_ - config.local_rank,
                                                     config.local_size, size_, config.lost_nodes);
+  if (config.lost_nodes) lost_nodes_ = std::make_unique<detail::LostNodes>(*config.lost_nodes);
   // Where this rank runs, so that after a failure the others can tell a dead
   // rank on their machine at once (see missing_ranks).
   if (store_ && size_ > 1) store_->set("proc/" + std::to_string(rank_), detail::process_identity());
@@ -215,82 +217,6 @@ void ProcessGroup::check_signature(const detail::Collective& call) {
                                 std::to_string(most) + " of " + std::to_string(size_) +
                                 " ranks agree); rank(s) " + differ + " differ (rank " +
                                 std::to_string(first) + " has " + show(first) + ")");
-}
-
-std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
-  // Each rank whose collective failed says so; ranks that never say so within a
-  // short window had not arrived (stuck elsewhere or dead). A rank in this
-  // process's PID namespace whose process is gone is known dead at once: no
-  // need to wait out the window for it.
-  try {
-    std::string key = "diag/" + std::to_string(sequence) + "/";
-    store_->set(key + std::to_string(rank_), "1");
-    const std::string here_ns = detail::pid_namespace_of(detail::process_identity());
-    std::map<int, pid_t> local_pids;  // ranks whose pid this process can check
-    std::vector<int> undecided;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      undecided.push_back(r);
-      try {
-        const std::string there =
-            store_->get("proc/" + std::to_string(r), std::chrono::milliseconds(1));
-        if (auto pid = detail::checkable_pid(there, here_ns)) local_pids[r] = *pid;
-      } catch (const std::exception&) {
-      }
-    }
-    std::vector<std::string> missing;
-    bool found_dead = false;
-    std::chrono::steady_clock::time_point dead_seen;
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(3));
-    while (!undecided.empty()) {
-      // Once a dead rank explains the failure, ranks that have not said so
-      // within 100 ms more are named as they are rather than waited for (one
-      // may be stuck in the collective behind this very rank, and free only
-      // once it gives up).
-      const auto now = std::chrono::steady_clock::now();
-      const bool last_look =
-          now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
-      std::erase_if(undecided, [&](int r) {
-        try {
-          store_->get(key + std::to_string(r), std::chrono::milliseconds(1));
-          return true;  // it reached the collective
-        } catch (const Error&) {
-        }
-        try {
-          store_->get("left/" + std::to_string(r), std::chrono::milliseconds(1));
-          missing.push_back(std::to_string(r) + " (left the group)");
-          if (!found_dead) dead_seen = std::chrono::steady_clock::now();
-          found_dead = true;
-          return true;
-        } catch (const Error&) {
-        }
-        auto pid = local_pids.find(r);
-        if (pid != local_pids.end() && process_exited(pid->second)) {
-          missing.push_back(std::to_string(r) + " (pid " + std::to_string(pid->second) +
-                            ", exited)");
-          if (!found_dead) dead_seen = std::chrono::steady_clock::now();
-          found_dead = true;
-          return true;
-        }
-        if (!last_look) return false;
-        missing.push_back(std::to_string(r) +
-                          (found_dead ? " (alive; maybe still inside this collective)" : ""));
-        return true;
-      });
-      if (!undecided.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    std::sort(missing.begin(), missing.end(), [](const std::string& a, const std::string& b) {
-      return std::stoi(a) < std::stoi(b);
-    });
-    if (missing.empty()) return "; every rank reached this collective";
-    std::string list;
-    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    return "; ranks that had not arrived: " + list;
-  } catch (const std::exception&) {
-    return "";
-  }
 }
 
 namespace {

@@ -56,6 +56,14 @@ inline std::string lost_node_key(std::int64_t round, std::int64_t k) {
   return lost_nodes_key(round) + "/" + std::to_string(k);
 }
 
+// Under --on_failure=heal across nodes, the agent that saw its worker of
+// launch rank `rank` exit sets exited_rank_key(round, rank) to that
+// worker's pid (the newest death of that rank): ranks on other machines,
+// which cannot look its pid up, then know at once that it is gone.
+inline std::string exited_rank_key(std::int64_t round, int rank) {
+  return healing_round_key(round) + "/exited/" + std::to_string(rank);
+}
+
 // How a round stands, as a heartbeat hears it.
 struct RoundStatus {
   bool round_ended = false;  // stop the workers
