@@ -180,9 +180,10 @@ struct Healer::Impl {
   std::uint64_t epoch = 0;
   detail::DeathOracle dead = detail::local_death_oracle();
   // The current epoch's nodes the rendezvous leaves out from the time its
-  // members were known: their members count as dead when the next one forms
-  // (across machines no pid can be checked, and one that died with its link
-  // would otherwise be waited for until HealOptions::wait).
+  // members were known, and its members whose node's ddprun saw them exit:
+  // they count as dead when the next one forms (across machines no pid can
+  // be checked, and they would otherwise be waited for until
+  // HealOptions::wait, or until a relaunch arrives in their place).
   std::optional<detail::LostNodes> lost;
   std::map<int, Arrival> joiners;  // by id: the newest ticket of each
   std::int64_t tickets_read = 0;
@@ -214,6 +215,10 @@ struct Healer::Impl {
                                            bool may_close, Clock::time_point close_by,
                                            Clock::time_point give_up);
   bool admitted(const std::vector<Arrival>& members) const;
+  // Adds to `gone` the processes of `previous` (this rank's epoch) that
+  // `lost` knows to be gone, but those that arrived (`found`).
+  void note_gone(const std::vector<Arrival>& previous, const std::map<int, Arrival>& found,
+                 std::set<std::string>& gone);
   bool joiner_pending();
   // Waits to be admitted as an arrival, from epoch `from` on; false when the
   // job finished first.
@@ -252,6 +257,17 @@ std::map<int, Arrival> Healer::Impl::arrivals(std::uint64_t n,
   return found;
 }
 
+void Healer::Impl::note_gone(const std::vector<Arrival>& previous,
+                             const std::map<int, Arrival>& found, std::set<std::string>& gone) {
+  lost->refresh();
+  for (const Arrival& a : previous) {
+    if (gone.count(a.proc) > 0 || dead(a.proc)) continue;
+    const auto arrived = found.find(a.id);
+    if (arrived != found.end() && arrived->second.proc == a.proc) continue;
+    if (lost->lost(a.node) || lost->exited(a.id, detail::pid_in(a.proc))) gone.insert(a.proc);
+  }
+}
+
 bool Healer::Impl::admitted(const std::vector<Arrival>& members) const {
   return std::any_of(members.begin(), members.end(),
                      [&](const Arrival& a) { return a.id == me.id && a.proc == me.proc; });
@@ -270,9 +286,9 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
                                                        Clock::time_point give_up) {
   store->set(key(n, "arrived/" + std::to_string(me.id)), detail::encode(me));
   if (joining) close_by = Clock::time_point::max();
-  std::set<std::string> on_lost_nodes;  // procs of `previous` (this rank's epoch) left out
+  std::set<std::string> known_gone;  // procs of `previous` (this rank's epoch): note_gone()
   const detail::DeathOracle gone = [&](const std::string& proc) {
-    return on_lost_nodes.count(proc) > 0 || dead(proc);
+    return known_gone.count(proc) > 0 || dead(proc);
   };
   for (;;) {
     if (auto text = peek(*store, key(n, "members"))) {
@@ -283,14 +299,9 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
     }
     const auto now = Clock::now();
     if (joining && peek(*store, "finished")) return std::vector<Arrival>{};
-    if (!joining && lost) {
-      lost->refresh();
-      for (const Arrival& a : previous) {
-        if (lost->lost(a.node)) on_lost_nodes.insert(a.proc);
-      }
-    }
     if (!previous.empty() || !joining) {
       auto found = arrivals(n, previous);
+      if (!joining && lost) note_gone(previous, found, known_gone);
       auto members = detail::quorum_members(found, gone);
       if (detail::quorum_ready(previous, found, gone, now, close_by) &&
           static_cast<int>(members.size()) >= heal.min_members &&

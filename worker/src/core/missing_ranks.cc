@@ -27,15 +27,6 @@ std::optional<std::string> peek(Store& store, const std::string& key) {
   }
 }
 
-// The pid in a process identity ("<boot id>/<pid namespace> <pid>"); -1 when none.
-long pid_in(const std::string& identity) {
-  try {
-    return std::stol(identity.substr(identity.rfind(' ') + 1));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
 }  // namespace
 
 std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
@@ -65,7 +56,7 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       }
       const auto proc = procs.find(r);
       if (proc == procs.end()) return std::nullopt;
-      const long pid = pid_in(proc->second);
+      const long pid = detail::pid_in(proc->second);
       if (detail::checkable_pid(proc->second, here_ns)) {
         if (process_exited(static_cast<pid_t>(pid)))
           return "pid " + std::to_string(pid) + ", exited";

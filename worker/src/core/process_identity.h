@@ -34,6 +34,15 @@ inline std::string pid_namespace_of(const std::string& identity) {
   return ns == "unknown" ? std::string() : ns;
 }
 
+// The pid in `identity`, as its own PID namespace numbers it; -1 when it has none.
+inline long pid_in(const std::string& identity) {
+  try {
+    return std::stol(identity.substr(identity.rfind(' ') + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 // The pid in `identity` when this process can check it (same kernel and PID
 // namespace as `here`, this process's pid_namespace_of), else nullopt.
 inline std::optional<pid_t> checkable_pid(const std::string& identity, const std::string& here) {
