@@ -1,12 +1,13 @@
 #pragma once
 // Which nodes of a group the rendezvous has left out since the group was
 // made, and which ranks on other machines their agents saw exit (internal),
-// under ddprun --on_failure=heal: a machine that died with
-// its link closes no connection, so Gloo would wait on its ranks until the
-// collective's timeout, while the rendezvous knows within its heartbeat
-// timeout (lost_nodes_key). Only nodes left out after the count was first
-// read are news: a node lost before the group was made has no rank in it
-// (its place, if taken, is another agent's, whose ranks arrived later).
+// under ddprun --on_failure=heal: a machine that died with its link closes
+// no connection, so Gloo would wait on its ranks until the collective's
+// timeout, while the rendezvous knows within its heartbeat timeout
+// (lost_nodes_key); and no pid of another machine can be looked up
+// (exited_rank_key). Only nodes left out after the count was first read are
+// news: a node lost before the group was made has no rank in it (its place,
+// if taken, is another agent's, whose ranks arrived later).
 
 #include <cstdint>
 #include <memory>
