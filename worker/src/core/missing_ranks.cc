@@ -40,12 +40,18 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
     const std::string key = "diag/" + std::to_string(sequence) + "/";
     store_->set(key + std::to_string(rank_), "1");
     const std::string here_ns = detail::pid_namespace_of(detail::process_identity());
-    std::map<int, std::string> procs;  // the identities the ranks set
+    struct Process {
+      long pid;    // as its own PID namespace numbers it
+      bool local;  // in this process's PID namespace: its pid can be checked
+    };
+    std::map<int, Process> procs;  // of the ranks that set their identity
     std::vector<int> undecided;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       undecided.push_back(r);
-      if (auto there = peek(*store_, "proc/" + std::to_string(r))) procs[r] = *there;
+      const auto there = peek(*store_, "proc/" + std::to_string(r));
+      const long pid = there ? detail::pid_in(*there) : -1;
+      if (pid > 0) procs[r] = {pid, detail::checkable_pid(*there, here_ns).has_value()};
     }
     // Why rank r is known to be gone, else nullopt.
     const auto gone = [&](int r) -> std::optional<std::string> {
@@ -56,11 +62,11 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
       }
       const auto proc = procs.find(r);
       if (proc == procs.end()) return std::nullopt;
-      const long pid = detail::pid_in(proc->second);
-      if (detail::checkable_pid(proc->second, here_ns)) {
+      const auto [pid, local] = proc->second;
+      if (local) {
         if (process_exited(static_cast<pid_t>(pid)))
           return "pid " + std::to_string(pid) + ", exited";
-      } else if (lost_nodes_ && pid > 0 && lost_nodes_->exited(m.id, pid)) {
+      } else if (lost_nodes_ && lost_nodes_->exited(m.id, pid)) {
         return "pid " + std::to_string(pid) + ", exited, as its node's ddprun saw";
       }
       return std::nullopt;
