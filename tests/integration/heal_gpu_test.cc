@@ -39,21 +39,6 @@ std::unique_ptr<Subprocess> gpu_node(int nnodes, int node, int port,
   return std::make_unique<Subprocess>(heal_argv(1, launcher, faults, train), env);
 }
 
-// Every node's output as one run's.
-HealRun gather(std::vector<std::unique_ptr<Subprocess>>& nodes, const std::string& dir) {
-  HealRun run{{}, dir};
-  run.result.exited = true;
-  run.result.code = 0;
-  for (auto& node : nodes) {
-    const ProcessResult r = node->wait(150s);
-    run.result.exited = run.result.exited && r.exited;
-    if (r.code != 0) run.result.code = r.code;
-    run.result.out += r.out;
-    run.result.err += r.err;
-  }
-  return run;
-}
-
 TEST(HealGpu, RanksKilledBetweenStepsAndMidStepAreReplacedOverNccl) {
   REQUIRE_TRAIN_GPUS(kWorker, 1);
   const std::string dir = make_temp_dir();
@@ -68,7 +53,7 @@ TEST(HealGpu, RanksKilledBetweenStepsAndMidStepAreReplacedOverNccl) {
         args));
   }
   const bool killed = kill_after_committing(dir, 1, 500);
-  HealRun run = gather(nodes, dir);
+  HealRun run = gather(nodes, dir, 150s);
   ASSERT_TRUE(killed) << run.result.out << run.result.err;
   expect_healed(run, 3, 1000);
   const std::string& out = run.result.out;

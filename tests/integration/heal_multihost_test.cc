@@ -35,22 +35,6 @@ std::vector<std::string> hosts_launcher(const NetnsHosts& hosts, const std::stri
           "--rdzv_conf=heartbeat_interval=0.2,heartbeat_timeout=2,join_timeout=20" + more_conf};
 }
 
-// Every host's ddprun, waited for (each must end 0): their output together.
-HealRun every_host_ended(std::vector<std::unique_ptr<Subprocess>>& nodes, const std::string& dir) {
-  HealRun run{{}, dir};
-  run.result.exited = true;
-  run.result.code = 0;
-  for (auto& node : nodes) {
-    const ProcessResult r = node->wait(120s);
-    EXPECT_TRUE(r.exited) << r.out << r.err;
-    EXPECT_EQ(r.code, 0) << r.out << r.err;
-    run.result.exited = run.result.exited && r.exited;
-    run.result.out += r.out;
-    run.result.err += r.err;
-  }
-  return run;
-}
-
 TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
   NetnsHosts hosts(2);
   const std::string dir = make_temp_dir();
@@ -63,7 +47,7 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
     nodes.push_back(std::make_unique<Subprocess>(
         hosts.on(h, heal_argv(2, launcher, {"--kill", "3@150"}, train_args(dir, 2500))), env));
   }
-  const HealRun run = every_host_ended(nodes, dir);
+  const HealRun run = gather(nodes, dir, 120s);
   expect_healed(run, 4, 2500);
   EXPECT_TRUE(dropped(run.result.out, 3)) << run.result.out;
   // The group spans two hosts: the three holders each sent a share of the
@@ -193,7 +177,7 @@ TEST_F(HealMultiHost, ARankKilledOnAMachineOfItsOwnIsNamedDeadThroughItsNodesDdp
     env["DDP_HEAL_WAIT_S"] = "30";
     nodes.push_back(std::make_unique<Subprocess>(hosts.on(h, argv), env));
   }
-  const HealRun run = every_host_ended(nodes, dir);
+  const HealRun run = gather(nodes, dir, 120s);
   expect_healed(run, 2, 2500);
   EXPECT_TRUE(dropped(run.result.out, 1)) << run.result.out;
   EXPECT_TRUE(std::regex_search(

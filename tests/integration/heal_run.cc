@@ -43,6 +43,21 @@ const std::map<std::string, std::string> kEnv = {{"DDP_TIMEOUT_S", "30"},
                                                  {"DDP_DEBUG", "\x01"},
                                                  {"OPENBLAS_NUM_THREADS", "1"}};
 
+HealRun gather(std::vector<std::unique_ptr<Subprocess>>& nodes, const std::string& dir,
+               std::chrono::milliseconds timeout) {
+  HealRun run{{}, dir};
+  run.result.exited = true;
+  run.result.code = 0;
+  for (auto& node : nodes) {
+    const ProcessResult r = node->wait(timeout);
+    run.result.exited = run.result.exited && r.exited;
+    if (run.result.code == 0) run.result.code = r.code;
+    run.result.out += r.out;
+    run.result.err += r.err;
+  }
+  return run;
+}
+
 HealRun run_heal(int nproc, const std::vector<std::string>& faults, std::int64_t steps,
                  const std::vector<std::string>& launcher) {
   HealRun run;

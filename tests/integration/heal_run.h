@@ -6,9 +6,11 @@
 // sample of every epoch in exactly one committed step (the --sample_log
 // ledger every process writes).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +45,11 @@ std::vector<std::string> with_checkpoints(const std::string& dir, std::vector<st
 std::vector<std::string> heal_argv(int nproc, const std::vector<std::string>& launcher,
                                    const std::vector<std::string>& faults,
                                    const std::vector<std::string>& train);
+// Each node's ddprun of one run (hosts, or nodes of one machine), waited for
+// (`timeout` each): their output together, ended (exited) when all ended,
+// with the first non-zero exit code among them (0 when all ended 0).
+HealRun gather(std::vector<std::unique_ptr<Subprocess>>& nodes, const std::string& dir,
+               std::chrono::milliseconds timeout);
 // One run on this machine, waited for (2 minutes at most).
 HealRun run_heal(int nproc, const std::vector<std::string>& faults, std::int64_t steps,
                  const std::vector<std::string>& launcher = {});
