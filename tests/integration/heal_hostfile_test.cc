@@ -104,14 +104,6 @@ HealRun lose_node2(Loss loss) {
 TEST_F(HealHostfile, AHostLostMidRunIsLeftOutAndTheFrontEndEndsZero) {
   const HealRun run = lose_node2(Loss::kMachine);
   const std::string& err = run.result.err;
-  EXPECT_NE(err.find("the ssh connection to host node2 failed or was lost (ssh exit code 255); "
-                     "the other hosts go on while at least 1 of 2 remain (--nnodes=1:2)"),
-            std::string::npos)
-      << err;
-  EXPECT_NE(err.find("[ddprun] the job finished on 1 of 2 hosts without host node2: "
-                     "the ssh connection to host node2 failed or was lost"),
-            std::string::npos)
-      << err;
   EXPECT_NE(err.find("did not commit: "), std::string::npos) << err;
   EXPECT_NE(err.find("node 1 was left out by the rendezvous (node 1 (host "), std::string::npos)
       << err;
