@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,11 +47,27 @@ std::string sanitise(const std::string& text, std::size_t longest) {
 }
 
 // What follows a run's prefix in the name of a process's arena and state
-// memory, before the process's pid: made and parsed from these alone.
+// memory, before the process's pid, and in an heir's name, before its rank:
+// made and parsed from these alone.
 constexpr char kArenaTag[] = "arena-p";
 constexpr char kStateTag[] = "state-p";
+constexpr char kArenaHeirTag[] = "arena-heir-r";
+constexpr char kStateHeirTag[] = "state-heir-r";
+
+// "<number>i<namespace>" (or the number alone where the namespace is not
+// known): a pid or an heir's rank, then the PID namespace it is counted in.
+std::string in_namespace(long number) {
+  const unsigned long ns = pid_namespace_id();
+  return std::to_string(number) + (ns == 0 ? "" : "i" + std::to_string(ns));
+}
 
 }  // namespace
+
+unsigned long pid_namespace_id() {
+  struct stat st {};
+  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<unsigned long>(st.st_ino);
+}
 
 std::string shm_run_prefix(const std::string& run_id) {
   return "ddp-" + sanitise(run_id, 96) + "-";
@@ -59,11 +76,11 @@ std::string shm_run_prefix(const std::string& run_id) {
 std::string shm_segment_name(const std::string& run_id, long round, const std::string& group,
                              int node, long pid, const std::string& unique) {
   return "/" + shm_run_prefix(run_id) + "r" + std::to_string(round) + "-" + sanitise(group, 64) +
-         "-n" + std::to_string(node) + "-p" + std::to_string(pid) + "-" + sanitise(unique, 32);
+         "-n" + std::to_string(node) + "-p" + in_namespace(pid) + "-" + sanitise(unique, 32);
 }
 
 std::string shm_arena_prefix(const std::string& run_id, long pid) {
-  return shm_run_prefix(run_id) + kArenaTag + std::to_string(pid) + "-";
+  return shm_run_prefix(run_id) + kArenaTag + in_namespace(pid) + "-";
 }
 
 std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique) {
@@ -71,11 +88,11 @@ std::string shm_arena_name(const std::string& run_id, long pid, const std::strin
 }
 
 std::string shm_arena_heir_name(const std::string& run_id, int rank) {
-  return "/" + shm_run_prefix(run_id) + "arena-heir-r" + std::to_string(rank);
+  return "/" + shm_run_prefix(run_id) + kArenaHeirTag + in_namespace(rank);
 }
 
 std::string shm_state_prefix(const std::string& run_id, long pid) {
-  return shm_run_prefix(run_id) + kStateTag + std::to_string(pid) + "-";
+  return shm_run_prefix(run_id) + kStateTag + in_namespace(pid) + "-";
 }
 
 std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique) {
@@ -83,7 +100,7 @@ std::string shm_state_name(const std::string& run_id, long pid, const std::strin
 }
 
 std::string shm_state_heir_name(const std::string& run_id, int rank) {
-  return "/" + shm_run_prefix(run_id) + "state-heir-r" + std::to_string(rank);
+  return "/" + shm_run_prefix(run_id) + kStateHeirTag + in_namespace(rank);
 }
 
 namespace {
@@ -137,26 +154,61 @@ const char* creator_pid_digits(const char* rest) {
   return at + 2;
 }
 
-// Whether `rest` (a name after the run's prefix) was made by a process still
-// running: another ddprun of the run on this machine (two nodes on one host,
-// or test hosts in network namespaces, which share /dev/shm) may still use
-// it. No allocation: the orphan guard calls this from a forked child.
-bool of_a_live_process(const char* rest) {
-  const char* digits = creator_pid_digits(rest);
-  if (digits == nullptr || *digits < '0' || *digits > '9') return false;
-  long pid = 0;
-  for (; *digits >= '0' && *digits <= '9'; ++digits) {
-    pid = pid * 10 + (*digits - '0');
-    if (pid > (1L << 30)) return false;  // no such pid
+// Reads what in_namespace() wrote at `text`: the number, and the namespace
+// (0 where the name holds none). Returns past it, or nullptr when `text`
+// does not start with a number below 2^30 (no pid or rank is larger).
+const char* read_in_namespace(const char* text, long* number, unsigned long* ns) {
+  *number = 0;
+  *ns = 0;
+  const char* at = text;
+  for (; *at >= '0' && *at <= '9'; ++at) {
+    *number = *number * 10 + (*at - '0');
+    if (*number > (1L << 30)) return nullptr;
   }
-  if (*digits != '-' || pid <= 0) return false;
-  return !process_exited(static_cast<pid_t>(pid));  // a zombie's files are nobody's
+  if (at == text) return nullptr;
+  if (*at != 'i') return at;
+  const char* digits = ++at;
+  for (; *at >= '0' && *at <= '9'; ++at) {
+    if (*ns > (~0UL - 9) / 10) return nullptr;
+    *ns = *ns * 10 + static_cast<unsigned long>(*at - '0');
+  }
+  return at == digits ? nullptr : at;
+}
+
+// Whether a name counted in PID namespace `ns` (0: it does not say) belongs
+// to another namespace than the sweeper's: a container or node that shares
+// /dev/shm but not pids, whose pids mean nothing here and whose own ddprun
+// sweeps its files.
+bool foreign(unsigned long ns, unsigned long own_ns) { return ns != 0 && ns != own_ns; }
+
+// Whether the sweep of a process in PID namespace `own_ns` keeps `rest` (a
+// name after the run's prefix): it was made by a process still running
+// (another ddprun of the run on this machine, two nodes on one host or test
+// hosts in network namespaces, may still use it), or in another PID
+// namespace. An heir's file is its namespace's to sweep. No allocation: the
+// orphan guard calls this from a forked child.
+bool kept_by_sweep(const char* rest, unsigned long own_ns) {
+  long number = 0;
+  unsigned long ns = 0;
+  for (const char* tag : {kArenaHeirTag, kStateHeirTag}) {
+    if (std::strncmp(rest, tag, std::strlen(tag)) == 0) {
+      const char* end = read_in_namespace(rest + std::strlen(tag), &number, &ns);
+      return end != nullptr && *end == '\0' && foreign(ns, own_ns);
+    }
+  }
+  const char* digits = creator_pid_digits(rest);
+  if (digits == nullptr) return false;
+  const char* end = read_in_namespace(digits, &number, &ns);
+  if (end == nullptr || *end != '-' || number <= 0) return false;
+  if (foreign(ns, own_ns)) return true;
+  return !process_exited(static_cast<pid_t>(number));  // a zombie's files are nobody's
 }
 
 }  // namespace
 
 int remove_segments_with_prefix(const char* dir, const char* prefix) {
   const std::size_t prefix_len = std::strlen(prefix);
+  const unsigned long own_ns = pid_namespace_id();
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return 0;
   alignas(alignof(struct dirent64)) char buf[8192];
@@ -174,7 +226,8 @@ int remove_segments_with_prefix(const char* dir, const char* prefix) {
         const auto* entry = reinterpret_cast<const struct dirent64*>(buf + off);
         // unlinkat on a /dev/shm entry is what shm_unlink does.
         if (std::strncmp(entry->d_name, prefix, prefix_len) == 0 &&
-            !of_a_live_process(entry->d_name + prefix_len) && unlinkat(fd, entry->d_name, 0) == 0) {
+            !kept_by_sweep(entry->d_name + prefix_len, own_ns) &&
+            unlinkat(fd, entry->d_name, 0) == 0) {
           ++removed;
         }
         if (entry->d_reclen == 0) break;

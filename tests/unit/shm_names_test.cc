@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +37,9 @@ long dead_pid() {
   return child;
 }
 
+// This process's PID namespace as names write it.
+std::string own_ns() { return std::to_string(pid_namespace_id()); }
+
 // A fresh directory standing in for /dev/shm; removed at the end of the test.
 class TempDir {
  public:
@@ -59,15 +64,22 @@ class TempDir {
   std::string path_;
 };
 
+TEST(ShmNames, ThePidNamespaceIdIsTheInodeNumberProcShows) {
+  char link[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/pid", link, sizeof link - 1), 0);
+  EXPECT_EQ("pid:[" + std::to_string(pid_namespace_id()) + "]", link);
+}
+
 TEST(ShmNames, PrefixAndSegmentNameFormat) {
   EXPECT_EQ(shm_run_prefix("job42"), "ddp-job42-");
   EXPECT_EQ(shm_segment_name("job42", 3, "default", 1, 77, "ab12"),
-            "/ddp-job42-r3-default-n1-p77-ab12");
+            "/ddp-job42-r3-default-n1-p77i" + own_ns() + "-ab12");
   // '_' doubles, other characters outside [A-Za-z0-9.] become '_' and hex:
   // no '/' inside a name, no '-' inside the id, and distinct ids stay distinct.
   EXPECT_EQ(shm_run_prefix("a-b/c d"), "ddp-a_2db_2fc_20d-");
   EXPECT_EQ(shm_run_prefix("a_b"), "ddp-a__b-");
-  EXPECT_EQ(shm_segment_name("r", 0, "my group", 0, 5, "u/v"), "/ddp-r-r0-my_20group-n0-p5-u_2fv");
+  EXPECT_EQ(shm_segment_name("r", 0, "my group", 0, 5, "u/v"),
+            "/ddp-r-r0-my_20group-n0-p5i" + own_ns() + "-u_2fv");
 }
 
 TEST(ShmNames, NoRunsPrefixMatchesAnotherRunsSegments) {
@@ -118,8 +130,8 @@ TEST(ShmNames, RemoveRunSegmentsRemovesOnlyThatRunsFiles) {
 }
 
 TEST(ShmNames, ArenaNamesArePerProcessAndTheRunsSweepTakesThem) {
-  EXPECT_EQ(shm_arena_name("job42", 123, "ab"), "/ddp-job42-arena-p123-ab");
-  EXPECT_EQ(shm_arena_heir_name("job42", 3), "/ddp-job42-arena-heir-r3");
+  EXPECT_EQ(shm_arena_name("job42", 123, "ab"), "/ddp-job42-arena-p123i" + own_ns() + "-ab");
+  EXPECT_EQ(shm_arena_heir_name("job42", 3), "/ddp-job42-arena-heir-r3i" + own_ns());
   // pid 12's prefix is not pid 123's; every arena is one of its run's files.
   EXPECT_FALSE(
       starts_with(shm_arena_name("job42", 123, "ab").substr(1), shm_arena_prefix("job42", 12)));
@@ -180,8 +192,8 @@ TEST(ShmNames, ADeadProcesssArenaAndStateMemoryPassToTheHeirOfItsRank) {
   const std::string other = shm_arena_name("job42", other_pid, "cd").substr(1);
   const std::string heir = shm_arena_heir_name("job42", 2).substr(1);
   const std::string state_heir = shm_state_heir_name("job42", 2).substr(1);
-  EXPECT_EQ(shm_state_name("job42", 123, "ef"), "/ddp-job42-state-p123-ef");
-  EXPECT_EQ(state_heir, "ddp-job42-state-heir-r2");
+  EXPECT_EQ(shm_state_name("job42", 123, "ef"), "/ddp-job42-state-p123i" + own_ns() + "-ef");
+  EXPECT_EQ(state_heir, "ddp-job42-state-heir-r2i" + own_ns());
   dir.touch(dead);
   dir.touch(dead_state);
   dir.touch(other);
@@ -195,6 +207,72 @@ TEST(ShmNames, ADeadProcesssArenaAndStateMemoryPassToTheHeirOfItsRank) {
   EXPECT_EQ(pass_carried_memory_to_heir("job42", 99, 2, "/nonexistent/ddp-shm-names-test"), 0);
   // The run's sweep takes state memory too.
   EXPECT_EQ(remove_run_segments("job42", dir.path()), 2);
+}
+
+TEST(ShmNames, TheRunsSweepLeavesTheFilesOfAnotherPidNamespace) {
+  // A container sharing this machine's /dev/shm but not its pids: its pid
+  // numbers say nothing here, so none of its files is taken, even where the
+  // same number is a dead process here; a name that only looks like one goes.
+  TempDir dir;
+  const long dead = dead_pid();
+  const std::string other = std::to_string(pid_namespace_id() + 1);
+  const std::set<std::string> kept = {
+      "ddp-job42-arena-p" + std::to_string(dead) + "i" + other + "-ab",
+      "ddp-job42-state-p" + std::to_string(dead) + "i" + other + "-cd",
+      "ddp-job42-r3-default-n1-p" + std::to_string(dead) + "i" + other + "-ef",
+      "ddp-job42-arena-heir-r2i" + other, "ddp-job42-state-heir-r2i" + other};
+  for (const std::string& name : kept) dir.touch(name);
+  dir.touch(shm_arena_name("job42", dead, "ab").substr(1));
+  dir.touch(shm_segment_name("job42", 3, "default", 1, dead, "ef").substr(1));
+  dir.touch(shm_arena_heir_name("job42", 2).substr(1));
+  dir.touch(shm_state_heir_name("job42", 2).substr(1));
+  dir.touch("ddp-job42-arena-p" + std::to_string(dead) + "i-ab");  // no namespace after 'i'
+  dir.touch("ddp-job42-state-heir-r2i" + other + "x");
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 6);
+  EXPECT_EQ(dir.names(), kept);
+}
+
+// Runs `inner` in a process of a new PID namespace (its pid 1) and returns
+// its exit code; -1 where this process may not make one (not root).
+int in_new_pid_namespace(const std::function<int()>& inner) {
+  const pid_t outer = fork();
+  if (outer == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(255);
+    const pid_t first = fork();  // the new namespace's first process
+    if (first == 0) _exit(inner());
+    int status = 0;
+    if (first < 0 || waitpid(first, &status, 0) != first || !WIFEXITED(status)) _exit(254);
+    _exit(WEXITSTATUS(status));
+  }
+  int status = 0;
+  if (outer < 0 || waitpid(outer, &status, 0) != outer || !WIFEXITED(status)) return 254;
+  return WEXITSTATUS(status) == 255 ? -1 : WEXITSTATUS(status);
+}
+
+TEST(ShmNames, TwoPidNamespacesSharingADirectoryEachSweepOnlyTheirOwn) {
+  // One pid number, dead in both namespaces: each sweep takes its own
+  // namespace's file of it and leaves the other's, and keeps a file whose
+  // creator runs in the other namespace.
+  TempDir dir;
+  const long dead = dead_pid();
+  const std::string outer_file = shm_arena_name("job42", dead, "outer").substr(1);
+  dir.touch(outer_file);
+  std::string inner_live;
+  const int removed_inside = in_new_pid_namespace([&] {
+    if (getpid() != 1) return 253;
+    dir.touch(shm_arena_name("job42", dead, "inner").substr(1));
+    dir.touch(shm_state_name("job42", getpid(), "live").substr(1));  // this process, running
+    return remove_run_segments("job42", dir.path());
+  });
+  if (removed_inside < 0) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (not root)";
+  EXPECT_EQ(removed_inside, 1) << "inside: its dead creator's file only";
+  const std::set<std::string> left = dir.names();
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left.count(outer_file), 1u);
+  // Its creator (pid 1 there) is gone now, but that namespace's to sweep.
+  EXPECT_EQ(remove_run_segments("job42", dir.path()), 1);
+  EXPECT_EQ(dir.names().count(outer_file), 0u);
+  EXPECT_EQ(dir.names().size(), 1u);
 }
 
 TEST(ShmNames, RemoveRunSegmentsOnAMissingDirectoryRemovesNothing) {

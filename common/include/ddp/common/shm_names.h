@@ -3,7 +3,11 @@
 // in one place so the worker that creates them and the launcher that removes
 // them agree. A segment's name starts with the run's prefix, so ddprun can
 // remove every segment of its run when it tears a job down, whatever killed
-// the workers.
+// the workers. Every pid and heir's rank in a name is followed by "i" and the
+// PID namespace it is counted in (pid_namespace_id(); left out where that is
+// not known), so a sweep leaves alone the files of another namespace that
+// shares /dev/shm (a container run with the host's IPC namespace), whose pids
+// it cannot check.
 
 #include <string>
 
@@ -15,8 +19,12 @@ namespace ddp {
 // characters (escaped) are shortened with a hash. No leading slash.
 std::string shm_run_prefix(const std::string& run_id);
 
+// The id of this process's PID namespace (the inode number of
+// /proc/self/ns/pid); 0 where /proc cannot say.
+unsigned long pid_namespace_id();
+
 // The name of one segment, as shm_open takes it:
-// "/ddp-<run>-r<round>-<group>-n<node>-p<pid>-<unique>". `group` is
+// "/ddp-<run>-r<round>-<group>-n<node>-p<pid>i<ns>-<unique>". `group` is
 // sanitised like the run id; `pid` is the creating process's (as its
 // launcher sees it: the sweep keeps the segments of running creators);
 // `unique` is chosen by the creator (random hex).
@@ -24,7 +32,7 @@ std::string shm_segment_name(const std::string& run_id, long round, const std::s
                              int node, long pid, const std::string& unique);
 
 // The name of a process's carried shm arena (ProcessGroupOptions::shm_carry_arena):
-// "/ddp-<run>-arena-p<pid>-<unique>". Its pid is the process's as its
+// "/ddp-<run>-arena-p<pid>i<ns>-<unique>". Its pid is the process's as its
 // launcher sees it, so ddprun can find the arena of a worker it saw die.
 std::string shm_arena_name(const std::string& run_id, long pid, const std::string& unique);
 
@@ -34,12 +42,12 @@ std::string shm_arena_prefix(const std::string& run_id, long pid);
 
 // The name a dead worker's carried arena is given for the process relaunched
 // in its place (the same global rank), which takes it over:
-// "/ddp-<run>-arena-heir-r<rank>".
+// "/ddp-<run>-arena-heir-r<rank>i<ns>".
 std::string shm_arena_heir_name(const std::string& run_id, int rank);
 
 // The name of a process's state memory (ddp::Healer::state_memory):
-// "/ddp-<run>-state-p<pid>-<unique>", and the name it is given for the
-// process relaunched in its place: "/ddp-<run>-state-heir-r<rank>".
+// "/ddp-<run>-state-p<pid>i<ns>-<unique>", and the name it is given for the
+// process relaunched in its place: "/ddp-<run>-state-heir-r<rank>i<ns>".
 std::string shm_state_name(const std::string& run_id, long pid, const std::string& unique);
 std::string shm_state_heir_name(const std::string& run_id, int rank);
 
@@ -56,7 +64,8 @@ int pass_carried_memory_to_heir(const std::string& run_id, long pid, int rank,
 // Removes (unlinks) every segment of `run_id` found in `dir` (the tmpfs
 // behind shm_open), but the segments, arenas and state memory made by
 // processes still running (another ddprun of the run on this machine may use
-// them; a zombie counts as gone). Returns
+// them; a zombie counts as gone) and every file named in another PID
+// namespace (its own ddprun removes those). Returns
 // how many were removed. Best effort, for teardown: an unreadable directory
 // removes nothing and is not an error.
 int remove_run_segments(const std::string& run_id, const std::string& dir = "/dev/shm");
