@@ -2,11 +2,16 @@
 // --on_failure=heal with the reference trainer (heal_fault_worker): a rank
 // killed on the second host, a whole host lost (with and without a sharded
 // optimizer; with the rendezvous on a machine apart, the host of rank 0), a
-// spare host taking a lost one's place, and a host joining a running round.
+// spare host taking a lost one's place, a host joining a running round, and
+// hosts that share /dev/shm but not pids.
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/shm_names.h"
 #include "heal_run.h"
 #include "netns_hosts.h"
 #include "netns_test.h"
@@ -67,6 +73,22 @@ TEST_F(HealMultiHost, ARankKilledOnTheSecondHostIsReplacedAndEveryHostGoesOn) {
 std::vector<std::string> as_own_machine(std::vector<std::string> argv) {
   argv.insert(argv.begin(), {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
                              "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\""});
+  return argv;
+}
+
+// `argv` run as in a container that shares this machine's /dev/shm (the
+// host's IPC namespace) but has its own pids: it runs until `trigger` (a
+// file) exists, then its ddprun is SIGKILLed, and the command ends once its
+// orphan guard has killed the workers and swept the run's files.
+std::vector<std::string> in_container_whose_ddprun_dies(std::vector<std::string> argv,
+                                                        const std::string& trigger) {
+  const std::string script =
+      "\"$0\" \"$@\" & p=$!; "
+      "while [ ! -e " +
+      trigger +
+      " ] && kill -0 $p 2>/dev/null; do sleep 0.05; done; "
+      "kill -9 $p; wait $p; while pgrep -x ddprun-guard >/dev/null; do sleep 0.05; done";
+  argv.insert(argv.begin(), {"unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script});
   return argv;
 }
 
@@ -193,6 +215,59 @@ TEST_F(HealMultiHost, ARankKilledOnAMachineOfItsOwnIsNamedDeadThroughItsNodesDdp
       run.result.out.find("heal: epoch 2: left none | arrived 1 | replaced none | world 1 -> 2"),
       std::string::npos)
       << run.result.out;
+}
+
+// Host 1 shares host 0's /dev/shm but not its pids (a container run with
+// the host's IPC namespace), and its ddprun dies: its orphan guard kills its
+// ranks and sweeps the run's files. It must leave host 0's alone, though it
+// cannot see their creators run: the survivors' arenas and state memory,
+// from which a rank killed and relaunched on host 0 then reads the state
+// straight. (The sweep removed them as dead before shm names said which
+// PID namespace their pids are counted in.)
+TEST_F(HealMultiHost, AHostSharingDevShmButNotPidsSweepsOnlyItsOwnFilesWhenItsDdprunDies) {
+  NetnsHosts hosts(2);
+  const std::string dir = make_temp_dir();
+  const std::string run_id = "heal-ipc-" + std::to_string(getpid());
+  const auto launcher = hosts_launcher(hosts, "1:2", run_id);
+  std::map<std::string, std::string> env = kEnv;
+  env["DDP_HEAL_WAIT_S"] = "2";
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int h = 0; h < 2; ++h) {
+    std::vector<std::string> argv =
+        heal_argv(2, launcher, {"--slow_after_reform", "10"}, train_args(dir, 1500));
+    if (h == 1) argv = in_container_whose_ddprun_dies(argv, dir + "/lose-host-1");
+    nodes.push_back(std::make_unique<Subprocess>(hosts.on(h, argv), env));
+  }
+  ASSERT_TRUE(
+      wait_until([&] { return nodes[0]->read_out().find("step ") != std::string::npos; }, 60s))
+      << nodes[0]->read_out() << nodes[0]->read_err();
+  std::ofstream(dir + "/lose-host-1") << "now";
+  const ProcessResult lost = nodes[1]->wait(30s);
+  ASSERT_TRUE(lost.exited) << lost.err;
+  // Host 1 swept its own ranks' state memory; host 0's two ranks still hold
+  // theirs, each under its name.
+  const std::string state = shm_run_prefix(run_id) + "state-p";
+  const std::string here = "i" + std::to_string(pid_namespace_id()) + "-";
+  std::vector<std::string> held;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(state, 0) == 0) held.push_back(name);
+  }
+  EXPECT_EQ(held.size(), 2u) << ::testing::PrintToString(held);
+  for (const std::string& name : held) EXPECT_NE(name.find(here), std::string::npos) << name;
+  ASSERT_TRUE(wait_until(
+      [&] { return nodes[0]->read_err().find("left out of round 1") != std::string::npos; }, 30s))
+      << nodes[0]->read_err();
+  ASSERT_TRUE(kill_after_committing(dir, 1, 400)) << nodes[0]->read_err();
+
+  nodes.pop_back();
+  HealRun run = gather(nodes, dir, 120s);
+  expect_healed(run, 2, 1500);
+  EXPECT_NE(run.result.out.find("[rank 1] heal: joined epoch"), std::string::npos)
+      << run.result.out;
+  EXPECT_NE(run.result.out.find("read straight from rank 0's state memory"), std::string::npos)
+      << run.result.out;
+  EXPECT_EQ(run.result.err.find("cannot open"), std::string::npos) << run.result.err;
 }
 
 // Ranks 2 and 3 go together: their optimizer shards' replicas are on the
