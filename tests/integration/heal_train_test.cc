@@ -53,6 +53,24 @@ TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
       << run.result.err;
 }
 
+// With steps of seconds (a large model), survivors that see a rank die hold
+// the next epoch open for about a step for its relaunch: it is admitted in
+// its predecessor's place in that one reform, instead of the survivors going
+// on with three ranks and forming again at a later step boundary, where the
+// relaunch would wait up to a step more. Here steps take 2 s and the
+// relaunch starts 2.5 s after the kill, about 0.5 s after the survivors
+// arrive at the next epoch.
+TEST(HealTrain, WithLongStepsTheSurvivorsAdmitTheRelaunchInTheReformThatDropsItsPredecessor) {
+  const auto run = run_heal(
+      4, {"--kill", "1@3", "--slow_before_reform", "2000", "--relaunch_delay", "2500"}, 40);
+  expect_healed(run, 4, 40);
+  const std::string& out = run.result.out;
+  EXPECT_NE(out.find("heal: epoch 1: left none | arrived none | replaced 1 | world 4 -> 4"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("heal: epoch 2:"), std::string::npos) << "one reform:\n" << out;
+}
+
 TEST(HealTrain, ADonorWhoseStateFileIsGoneHealsThroughTheGroup) {
   // Rank 3 dies after step 150; rank 0, the donor, removes its state
   // memory's file right after the reform. The relaunch cannot read the

@@ -53,6 +53,32 @@ TEST(Quorum, ReadyOnceEveryPreviousMemberArrivedOrIsKnownDead) {
   EXPECT_TRUE(quorum_ready(previous, arrived, is_dead, now, deadline));
 }
 
+TEST(Quorum, AReadyEpochIsHeldOpenForADeadMembersRelaunchUntilItsTime) {
+  const std::vector<Arrival> previous = {arrival(0, 0, "p0"), arrival(1, 0, "p1"),
+                                         arrival(2, 0, "p2")};
+  std::set<std::string> dead;
+  const DeathOracle is_dead = [&](const std::string& p) { return dead.count(p) > 0; };
+  const auto now = Clock::time_point{} + 100s;
+  const auto until = now + 800ms;
+  std::map<int, Arrival> arrived = {{0, arrival(0, 0, "p0")}, {1, arrival(1, 0, "p1")}};
+  EXPECT_FALSE(awaits_relaunch(previous, arrived, is_dead, now, until))
+      << "member 2 is not known dead: the quorum's own rule waits for it";
+  dead.insert("p2");
+  EXPECT_TRUE(awaits_relaunch(previous, arrived, is_dead, now, until))
+      << "member 2 died and nothing arrived in its place yet";
+  EXPECT_FALSE(awaits_relaunch(previous, arrived, is_dead, until, until))
+      << "its time is up: the epoch goes on without it";
+  arrived[2] = arrival(2, 0, "p2");  // it arrived, then died
+  EXPECT_TRUE(awaits_relaunch(previous, arrived, is_dead, now, until));
+  arrived[2] = arrival(2, 0, "p2-relaunched");
+  EXPECT_FALSE(awaits_relaunch(previous, arrived, is_dead, now, until))
+      << "the relaunch arrived under its predecessor's id";
+  dead.insert("p2-relaunched");
+  EXPECT_TRUE(awaits_relaunch(previous, arrived, is_dead, now, until))
+      << "the relaunch died too: another may follow";
+  EXPECT_FALSE(awaits_relaunch(previous, arrived, is_dead, now, now)) << "no time to wait";
+}
+
 TEST(Quorum, MembersAreTheLiveArrivalsByNodeThenId) {
   std::map<int, Arrival> arrived = {{5, arrival(5, 0, "a")},
                                     {1, arrival(1, 1, "b")},

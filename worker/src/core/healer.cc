@@ -197,6 +197,10 @@ struct Healer::Impl {
   int boundaries = 0;
   bool paced = false;
   Clock::time_point last_asked = Clock::now();
+  // The mean time between step boundaries at the last paced asking (0 until
+  // one): how long a reform holds its epoch open for a dead member's
+  // relaunch (detail::awaits_relaunch), at most HealOptions::wait.
+  std::chrono::nanoseconds step_time{0};
 
   std::string key(std::uint64_t n, const std::string& rest) const {
     return "e" + std::to_string(n) + "/" + rest;
@@ -290,6 +294,7 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
   const detail::DeathOracle gone = [&](const std::string& proc) {
     return known_gone.count(proc) > 0 || dead(proc);
   };
+  const auto relaunch_by = Clock::now() + std::min<Clock::duration>(step_time, heal.wait);
   for (;;) {
     if (auto text = peek(*store, key(n, "members"))) {
       auto members = detail::decode_arrivals(*text, "key " + key(n, "members"));
@@ -304,6 +309,7 @@ std::optional<std::vector<Arrival>> Healer::Impl::form(std::uint64_t n,
       if (!joining && lost) note_gone(previous, found, known_gone);
       auto members = detail::quorum_members(found, gone);
       if (detail::quorum_ready(previous, found, gone, now, close_by) &&
+          (joining || !detail::awaits_relaunch(previous, found, gone, now, relaunch_by)) &&
           static_cast<int>(members.size()) >= heal.min_members &&
           store->add(key(n, "close"), 1) == 1) {
         members = detail::quorum_members(arrivals(n, previous), gone);
@@ -457,6 +463,7 @@ bool Healer::arrivals_waiting() {
                       : 0;
   }
   group_->broadcast(word, 2, DType::kInt32, 0);
+  if (s.paced && s.boundaries > 0) s.step_time = (Clock::now() - s.last_asked) / s.boundaries;
   s.paced = true;
   s.skip = s.last_skip = word[1];
   s.boundaries = 0;

@@ -58,6 +58,17 @@ bool quorum_ready(const std::vector<Arrival>& previous, const std::map<int, Arri
   });
 }
 
+bool awaits_relaunch(const std::vector<Arrival>& previous, const std::map<int, Arrival>& arrived,
+                     const DeathOracle& is_dead, std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point until) {
+  if (now >= until) return false;
+  return std::any_of(previous.begin(), previous.end(), [&](const Arrival& member) {
+    if (!is_dead(member.proc)) return false;
+    auto it = arrived.find(member.id);
+    return it == arrived.end() || is_dead(it->second.proc);
+  });
+}
+
 std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
                                     const DeathOracle& is_dead) {
   std::vector<Arrival> members;

@@ -46,6 +46,17 @@ bool quorum_ready(const std::vector<Arrival>& previous, const std::map<int, Arri
                   const DeathOracle& is_dead, std::chrono::steady_clock::time_point now,
                   std::chrono::steady_clock::time_point deadline);
 
+// Whether the closer holds a ready epoch open for a relaunch: `now` is
+// before `until` and a member of `previous` whose process is known dead has
+// no live arrival under its id yet (a relaunch arrives under its
+// predecessor's id). Admitted in this epoch, in its predecessor's place, a
+// relaunch that asks within about a step costs one reform; left for a later
+// one, it would wait for a step boundary of the shrunk group (a whole step
+// of a large model) and the members would form twice.
+bool awaits_relaunch(const std::vector<Arrival>& previous, const std::map<int, Arrival>& arrived,
+                     const DeathOracle& is_dead, std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point until);
+
 // The next epoch's members: every arrival whose process is not known dead,
 // in rank order (node, then id).
 std::vector<Arrival> quorum_members(const std::map<int, Arrival>& arrived,
