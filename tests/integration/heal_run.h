@@ -56,7 +56,9 @@ HealRun run_heal(int nproc, const std::vector<std::string>& faults, std::int64_t
 
 // The ledger: every process's committed steps. "" when steps 0..steps-1
 // each appear with one (epoch, offset, count), and in order they tile every
-// epoch exactly; else the first problem.
+// epoch exactly; else the first problem. The last step of a process that
+// died before the end may differ (a host lost mid-step: its ranks can finish
+// a step on their own that the survivors redo).
 std::string ledger_problem(const std::string& dir, std::int64_t steps);
 // "[rank K] weights checksum: X | committed steps S | ..." -> K -> (X, S)
 std::map<int, std::pair<std::string, std::int64_t>> checksums(const std::string& out);

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +21,31 @@ namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The ledger check itself: every process's lines must agree, but for the
+// last line of a process that died before the end (a step its lost host
+// finished on its own, which the survivors redid).
+TEST(HealTrain, TheLedgerCheckAllowsOnlyADeadProcesssLastStepToDiffer) {
+  const std::string full =
+      "step 0 epoch 0 offset 0 count 128\nstep 1 epoch 0 offset 128 count 128\n"
+      "step 2 epoch 0 offset 256 count 64\n";
+  const std::string dir = make_temp_dir();
+  write_file(dir + "/slog.0.100", full);
+  write_file(dir + "/slog.1.101", full);
+  EXPECT_EQ(ledger_problem(dir, 3), "");
+  write_file(dir + "/slog.2.102",
+             "step 0 epoch 0 offset 0 count 128\nstep 1 epoch 0 offset 128 count 256\n");
+  EXPECT_EQ(ledger_problem(dir, 3), "") << "its last step, redone by the survivors";
+  write_file(dir + "/slog.3.103",
+             "step 0 epoch 0 offset 0 count 256\nstep 1 epoch 0 offset 256 count 256\n");
+  EXPECT_EQ(ledger_problem(dir, 3), "step 0 was logged with two different sample ranges");
+  std::filesystem::remove(dir + "/slog.3.103");
+  write_file(dir + "/slog.1.101",
+             "step 0 epoch 0 offset 0 count 128\nstep 1 epoch 0 offset 128 "
+             "count 128\nstep 2 epoch 0 offset 256 count 32\n");
+  EXPECT_EQ(ledger_problem(dir, 3), "step 2 was logged with two different sample ranges")
+      << "two processes that finished disagree";
+}
 
 TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
   const std::string run_id = "heal-train-" + std::to_string(::getpid());
