@@ -21,6 +21,7 @@
 #include "core/process_identity.h"
 #include "core/quorum.h"
 #include "core/state_memory.h"
+#include "core/state_transfer.h"
 #include "ddp/common/rendezvous_types.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
@@ -30,6 +31,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::Arrival;
+using detail::kBigTransferBytes;
+using detail::kMaxStripes;
+using detail::kTransferChunkBytes;
+using detail::StateTransfer;
 
 std::optional<std::string> peek(Store& store, const std::string& key) {
   try {
@@ -74,99 +79,6 @@ void mark_able_to_heal(const std::string& path) {
   if (fd < 0) throw Error("heal: cannot create DDP_HEAL_MARK file " + path);
   ::close(fd);
 }
-
-// Stripes of a heal across nodes: more senders share the links, but each
-// stripe is a group to connect (its cost grows with the count), so each
-// carries at least HealOptions::stripe_bytes.
-constexpr std::size_t kMaxStripes = 4;
-// A state of at least kBigTransferBytes crosses a node's shared memory in
-// chunks of kTransferChunkBytes: they synchronise the ranks a quarter as
-// often as the default's 256 KiB (3.1 against 1.3 GB/s, medians, for 1 GiB
-// on a 2-vCPU AMD EPYC machine). A small state keeps the default: its
-// carrier's larger slots would cost more to fault in than they save.
-constexpr std::size_t kTransferChunkBytes = std::size_t{1} << 20;
-constexpr std::uint64_t kBigTransferBytes = std::uint64_t{64} << 20;
-
-// The members of `members` that do not hold step `most`, plus `sender`, in rank order.
-MemberSet behind_and(const MemberSet& members, const std::vector<std::int64_t>& counts,
-                     std::int64_t most, int sender) {
-  MemberSet out{members.epoch, {}};
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    if (static_cast<int>(i) == sender || counts[i] != most)
-      out.members.push_back(members.members[i]);
-  }
-  return out;
-}
-
-// How sync_state() moves the state: the group it runs on, the options and
-// store its transfer groups are made with (none: the group's own broadcasts).
-struct StateTransfer {
-  ProcessGroup& group;
-  int self_id;
-  const ProcessGroupOptions& options;
-  const std::shared_ptr<Store>& store;
-  const std::vector<std::int64_t>& counts;  // every member's committed count
-  std::int64_t most;
-  std::size_t chunk_bytes;  // the carriers' shm chunk (0: the group's)
-
-  std::shared_ptr<ProcessGroup> carrier(const MemberSet& members, const std::string& name) const {
-    ProcessGroupOptions o = options;
-    o.group_name += "-" + name;
-    if (o.shm_chunk_bytes == 0) o.shm_chunk_bytes = chunk_bytes;
-    return ProcessGroup::create(members, self_id, make_prefix_store(store, name), o);
-  }
-
-  // `donor` sends every buffer to the members behind, in a group of their
-  // own: the members that hold it already neither copy it again nor take the
-  // cores the copy needs. On one node, from the donor's state memory, they
-  // copy it straight from there (host buffers only: not over NCCL).
-  // Returns whether the members behind read the state straight from the
-  // donor's state memory.
-  bool whole(int donor, const std::vector<ParamBuffer>& state) const {
-    const MemberSet transfer = behind_and(group.members(), counts, most, donor);
-    if (transfer.size() == group.size() || !store) {
-      if (store && detail::copy_state_directly(group, donor, state)) return true;
-      for (const ParamBuffer& b : state) group.broadcast(b.data, b.count, b.dtype, donor);
-    } else if (transfer.rank_of(self_id) >= 0) {
-      const auto sync = carrier(transfer, "sync");
-      const int root =
-          transfer.rank_of(group.members().members[static_cast<std::size_t>(donor)].id);
-      if (detail::copy_state_directly(*sync, root, state)) return true;
-      for (const ParamBuffer& b : state) sync->broadcast(b.data, b.count, b.dtype, root);
-    }
-    return false;
-  }
-
-  // Sender j of `senders` sends share j of every buffer to the members
-  // behind, in a group of the two of them; a member behind receives all
-  // shares at once.
-  void striped(const std::vector<int>& senders, const std::vector<ParamBuffer>& state) const {
-    const int me = group.rank();
-    const bool behind = counts[static_cast<std::size_t>(me)] != most;
-    const std::size_t k = senders.size();
-    std::vector<std::shared_ptr<ProcessGroup>> carriers;
-    std::vector<std::shared_ptr<Work>> pending;
-    try {
-      for (std::size_t j = 0; j < k; ++j) {
-        if (!behind && senders[j] != me) continue;
-        const MemberSet transfer = behind_and(group.members(), counts, most, senders[j]);
-        carriers.push_back(carrier(transfer, "sync" + std::to_string(j)));
-        const int root =
-            transfer.rank_of(group.members().members[static_cast<std::size_t>(senders[j])].id);
-        for (const ParamBuffer& b : state) {
-          const std::size_t begin = b.count * j / k, end = b.count * (j + 1) / k;
-          if (begin == end) continue;
-          void* share = static_cast<char*>(b.data) + begin * dtype_size(b.dtype);
-          pending.push_back(carriers.back()->broadcast_async(share, end - begin, b.dtype, root));
-        }
-      }
-      for (const auto& w : pending) w->wait();
-    } catch (...) {
-      for (const auto& c : carriers) c->abort();  // the other shares stop at once
-      throw;
-    }
-  }
-};
 
 }  // namespace
 
