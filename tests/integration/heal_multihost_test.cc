@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -23,6 +22,7 @@
 #include "heal_run.h"
 #include "netns_hosts.h"
 #include "netns_test.h"
+#include "shm_segments.h"
 
 namespace ddp::testing {
 namespace {
@@ -249,8 +249,7 @@ TEST_F(HealMultiHost, AHostSharingDevShmButNotPidsSweepsOnlyItsOwnFilesWhenItsDd
   const std::string state = shm_run_prefix(run_id) + "state-p";
   const std::string here = "i" + std::to_string(pid_namespace_id()) + "-";
   std::vector<std::string> held;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = e.path().filename().string();
+  for (const std::string& name : shm_segments_of(run_id)) {
     if (name.rfind(state, 0) == 0) held.push_back(name);
   }
   EXPECT_EQ(held.size(), 2u) << ::testing::PrintToString(held);
