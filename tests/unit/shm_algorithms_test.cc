@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/shm/algorithms.h"
+#include "backends/shm/learned_choices.h"
 #include "ddp/common/error.h"
 #include "error_of.h"
 
@@ -210,6 +211,37 @@ TEST(ShmTuneFile, AMalformedLineIsAnErrorNamingTheFileTheLineAndTheField) {
     EXPECT_TRUE(contains(error, "shm tune file /x/tune line 2")) << error;
     EXPECT_TRUE(contains(error, c.expected)) << c.line << ": " << error;
   }
+}
+
+TEST(ShmLearnedChoices, EachClassTakesTheLowestLocalRankThatHasAChoice) {
+  const int mib = size_class(1 << 20), kib = size_class(1 << 10);
+  const PackedChoices none{};  // a relaunched process: it learned nothing
+  const PackedChoices first = pack({{{Collective::kAllReduce, mib}, Algorithm::kPull}});
+  const PackedChoices second = pack({{{Collective::kAllReduce, mib}, Algorithm::kPush},
+                                     {{Collective::kBroadcast, kib}, Algorithm::kChunked}});
+  const ChoiceTable want = {{{Collective::kAllReduce, mib}, Algorithm::kPull},
+                            {{Collective::kBroadcast, kib}, Algorithm::kChunked}};
+  EXPECT_EQ(agreed({none, first, second}), want);
+  EXPECT_EQ(agreed({none}), ChoiceTable{});
+  // A byte that names no variant of its collective (small is all_reduce's only) is skipped.
+  PackedChoices odd{};
+  odd[static_cast<int>(Collective::kBroadcast)][kib - kFirstClass] =
+      static_cast<std::uint8_t>(Algorithm::kSmall);
+  odd[static_cast<int>(Collective::kAllGather)][0] = 200;
+  EXPECT_EQ(agreed({odd, second}), agreed({second}));
+}
+
+TEST(ShmLearnedChoices, AreKeptPerRunRoundAndShape) {
+  const ChoiceScope scope{"learned-test", 2, 4, 32 << 10, 256 << 10};
+  ChoiceScope other_shape = scope;
+  other_shape.local_size = 3;
+  ChoiceScope other_round = scope;
+  other_round.round = 3;
+  learn_choice(scope, Collective::kAllReduce, kLastClass, Algorithm::kChunked);
+  const ChoiceTable want = {{{Collective::kAllReduce, kLastClass}, Algorithm::kChunked}};
+  EXPECT_EQ(learned_choices(scope), want);
+  EXPECT_EQ(learned_choices(other_shape), ChoiceTable{});
+  EXPECT_EQ(learned_choices(other_round), ChoiceTable{});
 }
 
 }  // namespace

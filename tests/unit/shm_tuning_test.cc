@@ -292,6 +292,44 @@ TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
       << "nothing new was timed: " << text;
 }
 
+// A rebuilt group (live recovery makes one per epoch) starts from what the
+// run's earlier groups of its shape timed, rather than timing again in its
+// first step; another shape or another run times for itself.
+TEST_F(ShmTuning, AGroupStartsFromTheChoicesTheRunsEarlierGroupsOfItsShapeTimed) {
+  std::string timed;
+  on_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        auto block = pg.allocate(1 << 20);
+        pg.all_reduce(block.get(), (1 << 20) / 4, DType::kFloat32);
+        if (pg.rank() == 0) timed = pg.algorithm_for("all_reduce", 1 << 20);
+      },
+      options());
+  ASSERT_TRUE(contains(timed, "(timed)")) << timed;
+  const std::string chosen = timed.substr(0, timed.find(' '));
+  on_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        EXPECT_EQ(pg.algorithm_for("all_reduce", 1 << 20),
+                  chosen + " (timed by an earlier group of this run)");
+        EXPECT_EQ(pg.algorithm_for("broadcast", 1 << 20), "") << "never timed";
+        auto block = pg.allocate(1 << 20);
+        auto* f = static_cast<float*>(block.get());
+        for (std::size_t i = 0; i < (1 << 18); ++i) f[i] = 1.5f;
+        pg.all_reduce(f, 1 << 18, DType::kFloat32);
+        EXPECT_EQ(f[(1 << 18) - 1], 3.0f);
+      },
+      options());
+  on_ranks(
+      3, [&](ProcessGroup& pg) { EXPECT_EQ(pg.algorithm_for("all_reduce", 1 << 20), ""); },
+      options());
+  ProcessGroupOptions other_run = options();
+  other_run.run_id = run_id_ + "b";
+  on_ranks(
+      2, [&](ProcessGroup& pg) { EXPECT_EQ(pg.algorithm_for("all_reduce", 1 << 20), ""); },
+      other_run);
+}
+
 TEST_F(ShmTuning, AMalformedTuneFileFailsEveryRankNamingTheFileAndLine) {
   const std::string path = dir_ + "/bad";
   write_text(path, "all_reduce 2 1048576 pull\nall_reduce 2 1000 pull\n");

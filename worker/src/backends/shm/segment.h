@@ -22,6 +22,7 @@
 #include <string>
 
 #include "backends/shm/algorithms.h"
+#include "backends/shm/learned_choices.h"
 #include "backends/shm/sync.h"
 
 namespace ddp::shm {
@@ -66,6 +67,7 @@ struct alignas(kCacheLine) RankControl {
   std::int32_t pid = 0;
   std::atomic<std::uint32_t> attached{0};
   char arena_name[kArenaNameBytes] = {};  // the rank's carried arena; empty: in the segment
+  PackedChoices learned = {};             // what the rank's process timed in its earlier groups
 };
 
 // Written once by the creator, read by attachers before they map the rest.

@@ -239,22 +239,31 @@ void ShmBackend::open_segment() {
                          "!" + std::string(e.what()));  // peers fail with the reason, not a timeout
       throw;
     }
+    segment().control(me_).learned = shm::pack(shm::learned_choices(choice_scope()));
     state_->segment->mark_attached();
     state_->segment->wait_attached_and_unlink(deadline);
   } else {
     state_->segment = attach_published(key, deadline);
     tune_text = config_.store->get(tune_key, connect_);
     carry_arena();
+    segment().control(me_).learned = shm::pack(shm::learned_choices(choice_scope()));
     state_->segment->mark_attached();
     // Peers' pids are known once all attached (they are watched for death).
     state_->segment->wait_attached_and_unlink(deadline);
   }
   state_->segment->map_carried_arenas();
-  choices_ = shm::table_for(
+  std::vector<shm::PackedChoices> learned;
+  for (int k = 0; k < local_size_; ++k) learned.push_back(segment().control(k).learned);
+  choices_ = shm::agreed(learned);
+  for (const auto& entry : choices_) sources_[entry.first] = Source::kEarlier;
+  const shm::ChoiceTable from_file = shm::table_for(
       me_ == 0 ? tune_entries_
                : shm::parse_tune_file(tune_text, "of local rank 0 (DDP_SHM_TUNE_FILE)"),
       local_size_);
-  for (const auto& entry : choices_) sources_[entry.first] = Source::kFile;
+  for (const auto& [key, algorithm] : from_file) {
+    choices_[key] = algorithm;
+    sources_[key] = Source::kFile;
+  }
   std::vector<shm::Peer> peers;
   for (int k = 0; k < local_size_; ++k) {
     peers.push_back({&segment().control(k).word, static_cast<pid_t>(segment().control(k).pid),

@@ -256,14 +256,18 @@ class ShmBackend final : public Backend {
   // asks at the same point of the same call): forced, or this node's choice
   // for the call's size class, timed first when there is none yet (once the
   // timing budget is spent: the nearest timed class's choice). Tables
-  // start equal on every rank (local rank 0's tune file) and change only by
-  // choices every rank derives from the same timings, so all ranks agree.
+  // start equal on every rank (what the run's earlier groups timed, agreed
+  // through the segment, then local rank 0's tune file over it) and change
+  // only by choices every rank derives from the same timings, so all ranks
+  // agree.
   Algorithm algorithm_for_call(Collective c, std::size_t bytes, DType dtype, std::int32_t op,
                                int root);
 
   // Why a class has its choice (what algorithm_for() says).
-  enum class Source { kTimed, kFile, kNearest, kNoRoom };
+  enum class Source { kTimed, kFile, kEarlier, kNearest, kNoRoom };
   static const char* source_name(Source s);
+  // Which of this process's learned choices (learned_choices.h) this group's may use.
+  shm::ChoiceScope choice_scope() const;
 
   // Every local rank runs each candidate on scratch buffers in the segment
   // (zeros; the call's dtype, op, root and size, at most kLargestTimedBytes

@@ -32,6 +32,7 @@ Algorithm ShmBackend::algorithm_for_call(Collective c, std::size_t bytes, DType 
     choices_[key] = chosen;
     sources_[key] = timed ? Source::kTimed : Source::kNoRoom;
   }
+  if (timed) shm::learn_choice(choice_scope(), c, key.second, chosen);
   if (timing_spent_ms_ >= budget_ms_) {
     log::write(
         log::Level::kDebug, false,
@@ -44,12 +45,19 @@ Algorithm ShmBackend::algorithm_for_call(Collective c, std::size_t bytes, DType 
   return chosen;
 }
 
+shm::ChoiceScope ShmBackend::choice_scope() const {
+  const shm::Geometry& g = segment().geometry();
+  return {config_.run_id, config_.round, local_size_, g.small_bytes, g.chunk_bytes};
+}
+
 const char* ShmBackend::source_name(Source s) {
   switch (s) {
     case Source::kTimed:
       return "timed";
     case Source::kFile:
       return "DDP_SHM_TUNE_FILE";
+    case Source::kEarlier:
+      return "timed by an earlier group of this run";
     case Source::kNearest:
       return "as the nearest timed class: timing budget spent";
     case Source::kNoRoom:
@@ -174,7 +182,7 @@ void ShmBackend::save_tune_file() {
   {
     std::lock_guard<std::mutex> lock(choices_mu_);
     for (const auto& [key, source] : sources_) {
-      if (source == Source::kTimed || source == Source::kFile) known[key] = choices_.at(key);
+      if (source != Source::kNearest && source != Source::kNoRoom) known[key] = choices_.at(key);
     }
   }
   static const std::string model = shm::cpu_model();  // read once per process
