@@ -37,8 +37,9 @@ class CpuEngine final : public Engine {
                                      model_.output_grad());
   }
   LossResult loss() override { return loss_; }
-  void backward(ddp::GradAverager& sync, float scale, bool accumulate) override {
-    model_.backward(sync, scale, accumulate);
+  // The averager says whether a micro-step stores or adds (GradBlock::accumulate).
+  void backward(ddp::GradAverager& sync, float scale, bool /*accumulate*/) override {
+    model_.backward(sync, scale);
   }
   void step(ddp::GradAverager& sync) override {
     if (healing_) return healing_->step(sync);

@@ -35,7 +35,9 @@ class Engine {
   virtual void forward(const Batch& batch) = 0;
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
-  // As Mlp::backward: gradients into sync's views, scaled, written or accumulated.
+  // As Mlp::backward: gradients into sync, scaled, stored or added.
+  // `accumulate`: this micro-step adds to the window's earlier ones (the GPU
+  // engine's views; the CPU engine's contribute() blocks say it themselves).
   virtual void backward(ddp::GradAverager& sync, float scale, bool accumulate) = 0;
   // One optimizer step with the averaged gradients in sync's views.
   virtual void step(ddp::GradAverager& sync) = 0;

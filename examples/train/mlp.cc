@@ -117,7 +117,7 @@ void input_grad(const float* dz, const float* w, const float* relu_out, int batc
 
 }  // namespace
 
-void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
+void Mlp::backward(ddp::GradAverager& sync, float scale) {
   const int batch = batch_;
   for (int l = num_layers() - 1; l >= 0; --l) {
     // A step that cannot commit (a peer died) stops before the next layer's work.
@@ -142,19 +142,13 @@ void Mlp::backward(ddp::GradAverager& sync, float scale, bool accumulate) {
                   scale, dz + b.row_begin, n_out, in, n_in, b.accumulate ? 1.0f : 0.0f,
                   static_cast<float*>(b.data), n_in);
     };
-    if (auto* shared = dynamic_cast<ddp::SharedGradSum*>(&sync)) {
-      // Per block of rows, b.accumulate saying whether this rank is the
-      // block's first writer: the sum over ranks is made by the writes themselves.
-      shared->contribute(bias, bias_rows);
-      shared->contribute(weight, weight_rows);
-    } else {
-      // GradSync: the whole gradient as one block, into its view.
-      auto& buckets = dynamic_cast<ddp::GradSync&>(sync);
-      bias_rows({.data = buckets.grad_view(bias), .rows = n_out, .accumulate = accumulate});
-      buckets.mark_ready(bias);
-      weight_rows({.data = buckets.grad_view(weight), .rows = n_out, .accumulate = accumulate});
-      buckets.mark_ready(weight);
-    }
+    // Per block of rows, b.accumulate saying whether to add: with a
+    // SharedGradSum, whether this rank is the block's first writer (the sum
+    // over ranks is made by the writes themselves); with a GradSync (one
+    // block, the whole gradient), whether an earlier micro-step of the
+    // accumulation window wrote it.
+    sync.contribute(bias, bias_rows);
+    sync.contribute(weight, weight_rows);
     if (l == 0) break;
     // dLoss/din = dz W, then through the ReLU of layer l-1's output.
     input_grad(dz_.data(), data_[weight], in, batch, n_out, n_in, dz_next_.data());

@@ -55,15 +55,14 @@ class Mlp {
   // call it after forward(), which sizes it (before the first, it is null).
   float* output_grad() { return dz_.data(); }
   // Back-propagates output_grad() through the last forward, between
-  // sync.begin_backward() and sync.finish(). Each gradient is scale *
-  // dLoss/dParam, written (accumulate = false) or added (true) into
-  // a GradSync's grad_view(p), then mark_ready(p); with a SharedGradSum
-  // each gradient goes to contribute() instead, each block of rows stored or
-  // added as the block says. Before each layer below the output layer it
+  // sync.begin_backward() and sync.finish(). Each gradient, scale *
+  // dLoss/dParam, goes to sync.contribute(), stored or added block by block
+  // as each block says (the first micro-step of an accumulation window
+  // stores, later ones add). Before each layer below the output layer it
   // asks sync.group().check_peers(): once a peer is known gone the step cannot
   // commit, and the pass ends there with that ddp::Error (the caller drops
   // the averager, or calls finish(), which then throws too).
-  void backward(ddp::GradAverager& sync, float scale, bool accumulate);
+  void backward(ddp::GradAverager& sync, float scale);
 
  private:
   std::vector<int> dims_;

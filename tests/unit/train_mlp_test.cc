@@ -49,7 +49,7 @@ TEST(MlpBackward, StopsAtTheNextLayerOnceAPeerLeftTheGroup) {
   for (int i = 0; i < 2 * 2; ++i) mine.output_grad()[i] = 0.25f;
   sync->begin_backward();
   try {
-    mine.backward(*sync, 1.0f, false);
+    mine.backward(*sync, 1.0f);
     FAIL() << "the backward pass must stop once member 1 left";
   } catch (const ddp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("a peer is gone: rank 1 left the group"),

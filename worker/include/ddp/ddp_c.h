@@ -150,11 +150,14 @@ DDP_C_API int ddp_grad_sync_set_grad(ddp_grad_sync* gs, size_t index, const void
 DDP_C_API int ddp_grad_sync_add_grad(ddp_grad_sync* gs, size_t index, const void* src);
 DDP_C_API int ddp_grad_sync_zero_grad(ddp_grad_sync* gs);
 DDP_C_API int ddp_grad_sync_begin_backward(ddp_grad_sync* gs);
-/* DDP_COMM_SHARED: adds this rank's gradient of parameter `index` to the
- * node's sum, calling write(block, user) once per block (GradSync::contribute),
- * and marks it ready. Fails in other modes, for a parameter already handed
- * over, when write() returns non-zero, or when a block stays held by another
- * rank past the group's timeout (naming it). */
+/* Hands over this rank's gradient of parameter `index` by writing it:
+ * write(block, user) stores (block->accumulate 0) or adds (1) block->scale
+ * times the gradient at block->data, once per block (GradAverager::
+ * contribute: one block of every row in GradSync's modes, blocks of rows of
+ * the node's sum under DDP_COMM_SHARED), and the parameter is marked ready.
+ * Fails for a parameter already handed over, when write() returns non-zero,
+ * or when a block stays held by another rank past the group's timeout
+ * (naming it). */
 DDP_C_API int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_writer write,
                                        void* user);
 /* Fails (naming the parameter) when it was already marked in this iteration. */

@@ -26,12 +26,19 @@
 //     by grad() stay valid as each class states (re-fetch them each step).
 //     The process group must outlive the averager (the shared_ptr
 //     constructors keep it alive).
+//   Hand-over by writing: contribute(index, write) calls write(block) for
+//     blocks of the parameter's rows (GradSync: one block, every row;
+//     SharedGradSum: see there); write stores (block.accumulate false) or
+//     adds (true) block.scale times this rank's gradient at block.data. The
+//     first hand-over of a parameter in an accumulation window stores; later
+//     ones in no_sync iterations of the same window add.
 //   Threads: hand-overs (mark_ready/contribute, add_grad, set_grad) may come
 //     from several threads at once; everything else from one thread.
 //   Errors: ddp::Error, naming the parameter (name and index) or the rank.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -115,6 +122,18 @@ struct GradSyncStats {
   std::uint64_t synced_iterations = 0;
 };
 
+// One block of a parameter's gradient handed to contribute()'s writer:
+// rows [row_begin, row_begin + rows), row_elements elements each, of the
+// parameter's dtype, at `data` (rows = shape[0]; a scalar is one row).
+struct GradBlock {
+  void* data = nullptr;
+  std::int64_t row_begin = 0;
+  std::int64_t rows = 0;
+  std::size_t row_elements = 0;
+  bool accumulate = false;  // false: store scale * gradient; true: add it
+  float scale = 1.0f;       // what to multiply this rank's gradient by (each class says)
+};
+
 namespace detail {
 struct AveragerState;  // the implementation's state
 }
@@ -152,6 +171,13 @@ class GradAverager {
   // scaled by grad_scale() on the way in (see each class for device memory).
   virtual void set_grad(std::size_t index, const void* src) = 0;
   virtual void add_grad(std::size_t index, const void* src) = 0;
+  // Hands parameter `index`'s gradient over by writing it (see Hand-over by
+  // writing) and counts it handed over. Throws when the parameter was
+  // already handed over in this iteration, is frozen or out of range, or
+  // when a wait fails (naming whom); write()'s exceptions propagate, the
+  // parameter then counting as not handed over in this window.
+  virtual void contribute(std::size_t index,
+                          const std::function<void(const GradBlock&)>& write) = 0;
   // Zeroes every gradient. REQUIRES: between iterations.
   virtual void zero_grad() = 0;
 

@@ -13,6 +13,9 @@
 //     for (layer = last..first) {
 //       compute_grad(layer, sync.grad_view(p));      // write the gradient in place...
 //       sync.mark_ready(p);                          // ...bucket full: its all_reduce starts
+//       // or: sync.contribute(p, [&](const ddp::GradBlock& b) {   // stores or adds,
+//       //   gemm(..., beta = b.accumulate ? 1 : 0, out = b.data); // then marks ready
+//       // });
 //     }
 //     sync.finish();                                 // waits; views hold the mean
 //     optimizer_step(sync.grad_view(p) ...);         // re-fetch views (see Memory)
@@ -28,6 +31,11 @@
 // finish(), in the order rank 0 marked gradients ready (rebuild_buckets), and
 // by set_first_bucket_bytes(); values are kept but views MOVE:
 // layout_version() counts these changes. Fetch views each step (O(1)).
+// A gradient reads zeros until something writes it; host buckets are zeroed
+// a parameter at a time when first needed (its first grad(), mark_ready()
+// or add_grad(), or a finish() it was not handed to), never where
+// contribute() or set_grad() write it first: a large model's buckets are
+// not written twice when a group is rebuilt (live recovery).
 //
 // Launch order. A bucket's all-reduce starts when all its gradients are
 // marked ready AND every bucket before it has started, so every rank issues
@@ -79,7 +87,7 @@ class GradSync final : public GradAverager {
   // Collective over `group`. Reads every option but shared_block_bytes;
   // comm_mode kShared is refused (that is SharedGradSum). Checks, on every
   // rank, the options and parameters (gradient dtypes, host/device memory
-  // matching the backend), then lays out and allocates zeroed buckets.
+  // matching the backend), then lays out and allocates the buckets.
   GradSync(std::shared_ptr<ProcessGroup> group, std::vector<GradParam> params,
            GradSyncOptions options = {});
   // The same, on a group the caller keeps alive longer than this object.
@@ -93,6 +101,11 @@ class GradSync final : public GradAverager {
   // is, add_grad throws.
   void set_grad(std::size_t index, const void* src) override;
   void add_grad(std::size_t index, const void* src) override;
+  // One block: every row, at the parameter's view; block.scale is
+  // grad_scale(), or 1 for a device bucket without prescaled_grads (whose
+  // reduction divides). Then mark_ready(index). Device buckets: write's
+  // kernels must have completed when it returns.
+  void contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) override;
   void zero_grad() override;
 
   // Parameter `index`'s gradient is complete for this iteration; when its

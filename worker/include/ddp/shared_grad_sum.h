@@ -67,18 +67,6 @@
 
 namespace ddp {
 
-// One block of a parameter's gradient handed to contribute()'s writer:
-// rows [row_begin, row_begin + rows), row_elements elements each, of the
-// parameter's dtype, at `data` inside the node's sum.
-struct GradBlock {
-  void* data = nullptr;
-  std::int64_t row_begin = 0;
-  std::int64_t rows = 0;
-  std::size_t row_elements = 0;
-  bool accumulate = false;  // false: store scale * gradient; true: add it
-  float scale = 1.0f;       // grad_scale(): 1 / world_size
-};
-
 class SharedGradSum final : public GradAverager {
  public:
   // Collective over `group` (the ranks of one node under shm, or a world of
@@ -102,12 +90,9 @@ class SharedGradSum final : public GradAverager {
   // set_needed_gradients() changes nothing here (every element is summed).
 
   // Adds this rank's gradient of parameter `index` to the node's sum through
-  // write() (see Hand-over) and counts it handed over. May wait for blocks
-  // other ranks hold. Throws when the parameter was already handed over in
-  // this iteration, is frozen or out of range, or when a wait fails (naming
-  // the holder); write()'s exceptions propagate, the parameter then counting
-  // as missing for the window.
-  void contribute(std::size_t index, const std::function<void(const GradBlock&)>& write);
+  // write() (see Hand-over; block.scale is grad_scale()). May wait for blocks
+  // other ranks hold, and names the holder when that wait fails.
+  void contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) override;
 
   void finish() override;
 

@@ -335,13 +335,7 @@ int ddp_grad_sync_begin_backward(ddp_grad_sync* gs) {
 int ddp_grad_sync_contribute(ddp_grad_sync* gs, size_t index, ddp_grad_block_writer write,
                              void* user) {
   return guarded("ddp_grad_sync_contribute", [&] {
-    auto* sync = dynamic_cast<ddp::SharedGradSum*>(&checked(gs));
-    if (sync == nullptr) {
-      throw ddp::Error(
-          std::string("GradSync: contribute: parameter '") + checked(gs).param(index).name +
-          "': contribute() hands gradients to comm_mode shared; this handle's comm_mode is " +
-          ddp::comm_mode_name(checked(gs).comm_mode()) + " (write grad() and call mark_ready())");
-    }
+    ddp::GradAverager* sync = &checked(gs);
     if (write == nullptr) throw ddp::Error("write is NULL");
     sync->contribute(index, [&](const ddp::GradBlock& b) {
       const ddp_grad_block_t block{b.data,         b.row_begin,          b.rows,

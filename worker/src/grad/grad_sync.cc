@@ -130,8 +130,19 @@ void* GradSync::Impl::view(std::size_t index) const {
   return buckets[layout.bucket_of[index]]->data() + slot.offset * dtype_size(params[index].dtype);
 }
 
+void GradSync::Impl::zero_if_unwritten(std::size_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!unwritten[index]) return;
+    unwritten[index] = 0;
+    known_zero[index] = 1;
+  }
+  zero_bytes(view(index), params[index].count() * dtype_size(params[index].dtype));
+}
+
 void* GradSync::grad(std::size_t index) {
   impl().params.checked_trainable(index, "grad");
+  impl().zero_if_unwritten(index);
   return impl().view(index);
 }
 
@@ -162,6 +173,7 @@ void GradSync::zero_grad() {
   }
   std::lock_guard<std::mutex> lock(impl().mu);
   std::fill(impl().known_zero.begin(), impl().known_zero.end(), 1);
+  std::fill(impl().unwritten.begin(), impl().unwritten.end(), 0);
 }
 
 void GradSync::set_first_bucket_bytes(std::size_t bytes) {
@@ -244,6 +256,9 @@ void GradSync::Impl::copy_in(std::size_t index, const void* src, bool accumulate
                   std::to_string(stats.iterations() + 1) + " (its bucket may be in flight)");
     }
     if (!device_buckets) {
+      // Adding to a view never written is storing: its bytes are not zeros yet.
+      accumulate = accumulate && !unwritten[index];
+      unwritten[index] = 0;
       // A view holding unscaled values (a previous result, raw writes) is
       // brought to the same scale before scaled values are added to it.
       rescale_existing = accumulate && !scaled[index] && !known_zero[index] && scale != 1.0;
@@ -263,6 +278,7 @@ void GradSync::Impl::copy_in(std::size_t index, const void* src, bool accumulate
 void GradSync::mark_ready(std::size_t index) {
   Impl& m = impl();
   m.params.checked_trainable(index, "mark_ready");
+  m.zero_if_unwritten(index);  // marked without a write: its gradient is zero
   const auto now = detail::Clock::now();
   std::lock_guard<std::mutex> lock(m.mu);
   m.iteration.begin(now);
@@ -274,6 +290,33 @@ void GradSync::mark_ready(std::size_t index) {
   detail::Bucket& bucket = *m.buckets[m.layout.bucket_of[index]];
   if (--bucket.pending == 0) m.launch_ready_locked(false);
   m.poll_completions_locked(now);
+}
+
+void GradSync::contribute(std::size_t index, const std::function<void(const GradBlock&)>& write) {
+  Impl& m = impl();
+  m.params.checked_trainable(index, "contribute");
+  const GradParam& p = m.params[index];
+  GradBlock block;
+  block.data = m.view(index);
+  block.rows = p.shape.empty() ? 1 : p.shape[0];
+  block.row_elements = block.rows > 0 ? p.count() / static_cast<std::size_t>(block.rows) : 0;
+  block.scale = m.device_buckets && !m.options.prescaled_grads ? 1.0f : grad_scale();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.iteration.begin(detail::Clock::now());
+    if (m.iteration.marked[index]) {
+      throw Error("GradSync: contribute: parameter '" + p.name + "' (index " +
+                  std::to_string(index) + ") was already marked ready in iteration " +
+                  std::to_string(m.stats.iterations() + 1) + " (its bucket may be in flight)");
+    }
+    // Stores first in an accumulation window; adds in its later no_sync iterations.
+    block.accumulate = m.iteration.marked_window[index] != 0;
+    m.unwritten[index] = 0;
+    if (!m.device_buckets) m.scaled[index] = 1;
+    m.known_zero[index] = 0;
+  }
+  write(block);
+  mark_ready(index);
 }
 
 void GradSync::finish() { impl().finish(); }

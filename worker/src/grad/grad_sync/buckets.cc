@@ -30,17 +30,25 @@ void GradSync::Impl::apply_layout(BucketLayout fresh_layout, bool keep_values) {
     } else {
       bucket->buffer = group.allocate(bytes);
     }
-    zero_bytes(bucket->buffer.get(), bytes);
+    if (device_buckets) zero_bytes(bucket->buffer.get(), bytes);  // cudaMemset: cheap
     bucket->compressed = options.compression != Compression::kNone && world > 1 &&
                          (lb.dtype == DType::kFloat32 || lb.dtype == DType::kFloat64);
     if (bucket->compressed) bucket->wire = group.allocate(elements * sizeof(std::uint16_t));
     bucket->pending = lb.slots.size();
     fresh.push_back(std::move(bucket));
   }
+  // Host memory is zeroed a parameter at a time when first needed: where the
+  // first hand-over stores, never (a large model's buckets are not written
+  // twice when a group is rebuilt).
+  if (!keep_values) {
+    unwritten.assign(params.size(), 0);
+    for (std::size_t p = 0; p < params.size(); ++p)
+      unwritten[p] = !device_buckets && fresh_layout.bucket_of[p] != BucketLayout::kNone;
+  }
   if (keep_values) {
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (fresh_layout.bucket_of[p] == BucketLayout::kNone ||
-          layout.bucket_of[p] == BucketLayout::kNone)
+          layout.bucket_of[p] == BucketLayout::kNone || unwritten[p])
         continue;
       const BucketSlot& from = layout.slot(p);
       const BucketSlot& to = fresh_layout.slot(p);

@@ -45,6 +45,7 @@ void GradSync::Impl::finish() {
     if (!iteration.marked_window[p]) {
       zero_bytes(view(p), params[p].count() * dtype_size(params[p].dtype));
       known_zero[p] = 1;
+      unwritten[p] = 0;
     }
     --buckets[layout.bucket_of[p]]->pending;
   }

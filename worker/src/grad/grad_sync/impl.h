@@ -55,8 +55,11 @@ struct GradSync::Impl : detail::AveragerState {
   std::vector<std::unique_ptr<Bucket>> buckets;
 
   // Under mu:
-  std::vector<char> scaled;          // per parameter: values carry the 1/world_size factor
-  std::vector<char> known_zero;      // per parameter: the view is known to hold zeros
+  std::vector<char> scaled;      // per parameter: values carry the 1/world_size factor
+  std::vector<char> known_zero;  // per parameter: the view is known to hold zeros
+  // Per parameter (host buckets): the view holds what the memory held, not
+  // yet zeroed; it reads zeros once zero_if_unwritten() ran or a write came.
+  std::vector<char> unwritten;
   std::vector<ElementRange> needed;  // set_needed_gradients; empty: full all-reduces
   std::size_t next_launch = 0;
   std::size_t oldest_unfinished = 0;
@@ -74,13 +77,16 @@ struct GradSync::Impl : detail::AveragerState {
   // grad_sync.cc
   void* view(std::size_t index) const;  // unchecked
   void zero_bytes(void* p, std::size_t bytes) const;
+  // Zeroes the view of a parameter still `unwritten`. Takes mu.
+  void zero_if_unwritten(std::size_t index);
   void copy_in(std::size_t index, const void* src, bool accumulate);
   void maybe_rebuild();
   void relayout(BucketLayout fresh);
 
   // buckets.cc
-  // Allocates zeroed buckets for `fresh`; with keep_values, copies every
-  // gradient from the current buckets. Then makes it the layout.
+  // Allocates buckets for `fresh` (device ones zeroed; host parameters
+  // stay `unwritten` until zeroed or written); with keep_values, copies
+  // every written gradient from the current buckets. Then makes it the layout.
   void apply_layout(BucketLayout fresh, bool keep_values);
   // Launches the leading buckets whose slots are all ready, in order.
   void launch_ready_locked(bool status);
