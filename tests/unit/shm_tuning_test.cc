@@ -77,6 +77,22 @@ class ShmTuning : public ::testing::Test {
     o.shm_algorithm = algorithm;
     return o;
   }
+  // What a group of two ranks times for 1 MiB all_reduces ("" after a
+  // failure, which it reports), at its first such call.
+  std::string time_a_1_mib_all_reduce_on_two_ranks() const {
+    std::string timed;
+    on_ranks(
+        2,
+        [&](ProcessGroup& pg) {
+          auto block = pg.allocate(1 << 20);
+          pg.all_reduce(block.get(), (1 << 20) / 4, DType::kFloat32);
+          if (pg.rank() == 0) timed = pg.algorithm_for("all_reduce", 1 << 20);
+        },
+        options());
+    EXPECT_TRUE(contains(timed, "(timed)")) << timed;
+    if (!contains(timed, "(timed)")) return "";
+    return timed.substr(0, timed.find(' '));
+  }
   // Creates a group on each of `world` threads with options_of(rank) and runs
   // `body`; returns what each rank threw ("" for none), creation included.
   std::vector<std::string> errors_on_ranks(
@@ -255,17 +271,8 @@ TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
   const std::string path = dir_ + "/tune";
   write_text(path, "# mine\nall_reduce 7 1024 small\n");
   ScopedEnv env("DDP_SHM_TUNE_FILE", path);
-  std::string timed;
-  on_ranks(
-      2,
-      [&](ProcessGroup& pg) {
-        auto block = pg.allocate(1 << 20);
-        pg.all_reduce(block.get(), (1 << 20) / 4, DType::kFloat32);
-        if (pg.rank() == 0) timed = pg.algorithm_for("all_reduce", 1 << 20);
-      },
-      options());
-  ASSERT_TRUE(contains(timed, "(timed)")) << timed;
-  const std::string chosen = timed.substr(0, timed.find(' '));
+  const std::string chosen = time_a_1_mib_all_reduce_on_two_ranks();
+  ASSERT_FALSE(chosen.empty());
   std::string text = read_text(path);
   EXPECT_TRUE(contains(text, "all_reduce 2 1048576 " + chosen + "\n")) << text;
   EXPECT_TRUE(contains(text, "all_reduce 7 1024 small\n")) << text;
@@ -296,17 +303,8 @@ TEST_F(ShmTuning, TheTuneFileKeepsTheChoicesForTheNextGroup) {
 // run's earlier groups of its shape timed, rather than timing again in its
 // first step; another shape or another run times for itself.
 TEST_F(ShmTuning, AGroupStartsFromTheChoicesTheRunsEarlierGroupsOfItsShapeTimed) {
-  std::string timed;
-  on_ranks(
-      2,
-      [&](ProcessGroup& pg) {
-        auto block = pg.allocate(1 << 20);
-        pg.all_reduce(block.get(), (1 << 20) / 4, DType::kFloat32);
-        if (pg.rank() == 0) timed = pg.algorithm_for("all_reduce", 1 << 20);
-      },
-      options());
-  ASSERT_TRUE(contains(timed, "(timed)")) << timed;
-  const std::string chosen = timed.substr(0, timed.find(' '));
+  const std::string chosen = time_a_1_mib_all_reduce_on_two_ranks();
+  ASSERT_FALSE(chosen.empty());
   on_ranks(
       2,
       [&](ProcessGroup& pg) {
