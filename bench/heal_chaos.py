@@ -288,7 +288,7 @@ def main():
         peer = torchft_peer(args, hosts, batch)
         trio(args, launcher, train, model, env, batch, ckpt, peer)
     if args.big or args.only_big:
-        big_heal(launcher, train, env, args.big_kills, shlex.split(args.train_args))
+        big_heal(launcher, train, env, args.big_kills, shlex.split(args.train_args), args.log)
 
 
 def free_port():
@@ -386,9 +386,7 @@ def trio(args, launcher, train, model, env, batch, ckpt, peer):
                 run = drive(argv[name][0], env, args.duration, argv[name][1])
                 g[name].append(goodput(run, batch * args.nproc))
             if args.log:
-                os.makedirs(args.log, exist_ok=True)
-                with open(os.path.join(args.log, "%d-%s.log" % (r, name)), "w") as f:
-                    f.writelines("%.3f %s\n" % (t - run.start, l) for t, l in run.lines)
+                save_log(run, os.path.join(args.log, "%d-%s.log" % (r, name)))
             if name == "heal":
                 heals.append(run)
             if name in ("heal", "clean"):
@@ -444,7 +442,15 @@ def print_progress_lost(points, kill_times, kill_every):
     print(line)
 
 
-def big_heal(launcher, train, env, kills, train_args):
+def save_log(run, path):
+    """The run's lines, each with its seconds since the start; `KILL` lines mark the kills."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    marks = [(t, "KILL") for t in run.kills]
+    with open(path, "w") as f:
+        f.writelines("%.3f %s\n" % (t - run.start, l) for t, l in sorted(run.lines + marks))
+
+
+def big_heal(launcher, train, env, kills, train_args, log_dir=None):
     """`kills` kills of the 1 GiB run, one at a time: the next once the last relaunch joined."""
     # About 1 GiB per rank: weights + SGD momentum of hidden 11585 x 2 layers.
     big = ["--hidden", "11585", "--layers", "2", "--batch_size", "8", "--input_dim", "64",
@@ -466,6 +472,8 @@ def big_heal(launcher, train, env, kills, train_args):
         wait_for("[rank 0] step ", time.time())  # a step with the relaunch
         time.sleep(1)
     run.stop()
+    if log_dir:
+        save_log(run, os.path.join(log_dir, "big.log"))
     for t, line in run.lines:
         if "heal:" in line and t > run.kills[-1]:
             print("big (1 GiB state), last kill +%.0f ms: %s" % ((t - run.kills[-1]) * 1e3, line))

@@ -107,8 +107,14 @@ class HealingTrainer {
     if (hooks.before_model) hooks.before_model();
     // On the GPU the relaunch draws weights too (a kernel, cheap), then receives them.
     if (backend == "nccl") return make_gpu_engine(c, dims, ddp::local_rank());
-    // The state lives in memory that a relaunch of this rank inherits, pages made.
-    return make_cpu_engine(c, dims, !ddp::Healer::relaunched(), ddp::Healer::state_memory);
+    // The state lives in memory that a relaunch of this rank inherits, pages
+    // made; a relaunch's sync_state() overwrites it all, so it is not zeroed.
+    const bool relaunched = ddp::Healer::relaunched();
+    const auto fill =
+        relaunched ? ddp::Healer::StateFill::kUnspecified : ddp::Healer::StateFill::kZeros;
+    return make_cpu_engine(c, dims, !relaunched, [fill](std::size_t bytes) {
+      return ddp::Healer::state_memory(bytes, fill);
+    });
   }
   static ddp::InitOptions init_options(const std::string& backend) {
     ddp::InitOptions init;

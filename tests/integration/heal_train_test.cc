@@ -58,10 +58,12 @@ TEST(HealTrain, ARankKilledBetweenStepsIsReplacedAndTheRunLosesNothing) {
             std::string::npos)
       << out;
   // And its state memory (weights and optimizer buffers: Healer::state_memory),
-  // into which it copied the state straight from the donor's.
+  // not zeroed (the state it receives overwrites it all), into which it
+  // copied the state straight from the donor's.
   EXPECT_NE(out.find("[rank 3] heal: took over the state memory of the process this one replaces"),
             std::string::npos)
       << out;
+  EXPECT_NE(out.find("of pages made, not zeroed)"), std::string::npos) << out;
   EXPECT_NE(out.find("read straight from rank 0's state memory"), std::string::npos) << out;
   EXPECT_EQ(shm_segments_of(run_id), std::vector<std::string>{});
   // Either the survivors go on with three ranks and admit the relaunch later,

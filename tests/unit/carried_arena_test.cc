@@ -7,6 +7,7 @@
 // Healer::state_memory() outside heal mode.
 
 #include "backends/shm/carried_arena.h"
+#include "core/state_memory.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -108,6 +109,33 @@ TEST(StateMemory, OutsideHealModeItIsPrivateZeroedMemoryAndZeroBytesIsRefused) {
     EXPECT_TRUE(at == std::string::npos || std::isdigit(name[at + mine.size()])) << e.path();
   }
   EXPECT_THROW(Healer::state_memory(0), Error);
+}
+
+// A relaunch's inherited state memory (Healer::state_memory()): zeroed, or
+// left as the predecessor wrote it for a program whose state transfer
+// overwrites it all.
+TEST(StateMemory, AnInheritedBlockIsZeroedOrKeepsThePredecessorsBytesAsAsked) {
+  const std::size_t bytes = (3 << 20) + 4096;
+  for (const auto fill : {Healer::StateFill::kZeros, Healer::StateFill::kUnspecified}) {
+    const std::string name = "/ddp-carried-test-state-" + random_hex(8);
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    shm_unlink(name.c_str());
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    const std::string predecessors(bytes, '\x5a');
+    ASSERT_EQ(pwrite(fd, predecessors.data(), bytes, 0), static_cast<ssize_t>(bytes));
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    close(fd);
+    auto* c = static_cast<unsigned char*>(p);
+    detail::ready_inherited(static_cast<char*>(p), bytes, fill);
+    const unsigned char want = fill == Healer::StateFill::kZeros ? 0 : 0x5a;
+    for (std::size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(c[i], want) << "byte " << i;
+    EXPECT_EQ(c[bytes - 1], want);
+    c[bytes - 1] = 7;  // writable either way
+    EXPECT_EQ(c[bytes - 1], 7);
+    munmap(p, bytes);
+  }
 }
 
 MemberSet pair_at(std::uint64_t epoch) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/heal.h"
 #include "ddp/params.h"
 #include "ddp/process_group.h"
 
@@ -21,6 +22,10 @@ struct StatePlace {
   std::size_t offset = 0;
 };
 std::optional<StatePlace> state_memory_place(const void* p, std::size_t bytes);
+
+// Readies [p, p + bytes), a mapping of a state memory file inherited from a
+// dead predecessor: maps its pages, and zeroes them when `fill` says so.
+void ready_inherited(char* p, std::size_t bytes, Healer::StateFill fill);
 
 // A collective of `group` that moves the root's `state` to every member:
 // when every member is on the node of `root` and buffers of the root's lie
