@@ -28,8 +28,8 @@ class CpuEngine final : public Engine {
   }
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
 
-  void forward(const Batch& batch) override {
-    float* out = model_.forward(batch.x.data(), batch.size);
+  void forward(const Batch& batch, ddp::ProcessGroup* peers) override {
+    float* out = model_.forward(batch.x.data(), batch.size, peers);
     loss_ = config_.task == Task::kClassification
                 ? cross_entropy(out, batch.labels.data(), batch.size, config_.output_dim,
                                 model_.output_grad())

@@ -31,8 +31,10 @@ class Engine {
   // The parameters for the gradient averaging (device >= 0 on the GPU).
   virtual std::vector<ddp::GradParam> grad_params() const = 0;
 
-  // Forward pass, loss and dLoss/dOutputs of one batch (any size).
-  virtual void forward(const Batch& batch) = 0;
+  // Forward pass, loss and dLoss/dOutputs of one batch (any size). `peers`
+  // (may be null): the CPU engine asks it check_peers() within a large
+  // layer's pass (Mlp::forward); on a GPU the pass is only enqueued.
+  virtual void forward(const Batch& batch, ddp::ProcessGroup* peers) = 0;
   // The loss of the last forward(). On a GPU it waits for it: ask after backward().
   virtual LossResult loss() = 0;
   // As Mlp::backward: gradients into sync, scaled, stored or added.

@@ -463,7 +463,7 @@ class GpuEngine final : public Engine {
   }
   std::vector<ddp::GradParam> grad_params() const override { return model_.grad_params(); }
 
-  void forward(const Batch& batch) override {
+  void forward(const Batch& batch, ddp::ProcessGroup* /*peers*/) override {
     upload(gpu_, x_, batch.x);
     const float* out = model_.forward(x_.get(), batch.size);
     const bool labels = config_.task == Task::kClassification;

@@ -225,10 +225,11 @@ void HealingTrainer::train_step() {
     // sample weighted 0, so every rank hands over its gradients alike.
     const std::int64_t first = 0;
     data_.train.gather(slice.empty() ? std::span<const std::int64_t>(&first, 1) : slice, batch_);
-    engine_->forward(batch_);
+    // A peer that died since the step began fails it within the forward
+    // pass of a large layer, or here, not at its first all-reduce a backward
+    // pass later (Mlp::backward asks between layers and pieces too).
+    engine_->forward(batch_, &g);
     if (hooks_.after_forward) hooks_.after_forward(committed_ + 1);
-    // A peer that died since the step began fails it here, not at its first
-    // all-reduce a backward pass later (Mlp::backward asks between layers too).
     g.check_peers();
     // The step's mean: this slice's share, times 1/slice in the loss gradient.
     const float scale = static_cast<float>(slice.size()) / static_cast<float>(samples);

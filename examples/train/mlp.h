@@ -49,8 +49,10 @@ class Mlp {
 
   // Runs the model on `batch` rows of `x` (batch x input_dim). Returns the
   // outputs (batch x output_dim), valid until the next forward. `x` must stay
-  // unchanged until backward() returns.
-  float* forward(const float* x, int batch);
+  // unchanged until backward() returns. `peers` (may be null): asked
+  // check_peers() between the pieces (16 MiB of weights each) of a larger
+  // layer, so that a step a dead peer voided ends early with that ddp::Error.
+  float* forward(const float* x, int batch, ddp::ProcessGroup* peers = nullptr);
   // The buffer (batch x output_dim) the loss writes dLoss/dOutputs into;
   // call it after forward(), which sizes it (before the first, it is null).
   float* output_grad() { return dz_.data(); }
@@ -59,7 +61,8 @@ class Mlp {
   // dLoss/dParam, goes to sync.contribute(), stored or added block by block
   // as each block says (the first micro-step of an accumulation window
   // stores, later ones add). Before each layer below the output layer it
-  // asks sync.group().check_peers(): once a peer is known gone the step cannot
+  // asks sync.group().check_peers(), and so between the pieces of a large
+  // layer's work as forward() does: once a peer is known gone the step cannot
   // commit, and the pass ends there with that ddp::Error (the caller drops
   // the averager, or calls finish(), which then throws too).
   void backward(ddp::GradAverager& sync, float scale);

@@ -120,7 +120,7 @@ void evaluate(Engine& engine, const Dataset& test, ddp::ProcessGroup& pg) {
   if (!mine.empty()) {
     Batch batch;
     test.gather(mine, batch);
-    engine.forward(batch);
+    engine.forward(batch, nullptr);
     const LossResult r = engine.loss();
     local = {{"loss", r.loss}, {"accuracy", static_cast<double>(r.correct) / batch.size}};
   }
@@ -247,7 +247,7 @@ void RestartTrainer::train_step(std::int64_t step, double* loss_sum, std::int64_
   ddp::GradAverager& sync = *sync_;
   for (int micro = 0; micro < c_.accumulate; ++micro) {
     data_.train.gather(plan_.micro_batch(step, micro), batch_);
-    engine_->forward(batch_);
+    engine_->forward(batch_, nullptr);
     // The mean over the step's micro-batches and ranks: 1/accumulate here,
     // 1/world_size through grad_scale(), 1/batch in the loss gradient.
     const float scale = sync.grad_scale() / static_cast<float>(c_.accumulate);
