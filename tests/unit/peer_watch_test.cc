@@ -125,6 +125,22 @@ TEST(PeerWatch, SaysWhyARankCanNoLongerTakePart) {
   EXPECT_EQ(watch.gone(1), "rank 1 (pid " + std::to_string(one) + ") exited");
 }
 
+// The Gloo backend's watch asks only of waits already long, so it asks the
+// store for departures every 20 ms instead of every 200.
+TEST(PeerWatch, TheStoreIsAskedOfDeparturesAsOftenAsSet) {
+  const auto store = make_memory_store();
+  FakeClock clock;
+  PeerWatch watch(store, 0, 0, 1, nullptr, std::nullopt, clock.fn());
+  watch.set_store_spacing(20ms);
+  EXPECT_EQ(watch.gone(5), std::nullopt);
+  auto rank3 = ProcessGroup::create(3, 6, store, ProcessGroupOptions::of("local"));
+  rank3->abort();
+  clock.pass(19ms);
+  EXPECT_EQ(watch.gone(5), std::nullopt);  // asked 19 ms ago
+  clock.pass(1ms);
+  EXPECT_EQ(watch.gone(5), "rank 3 left the group");
+}
+
 // An inner group (the shm backend's Gloo group across nodes) has a prefixed
 // store of its own: its pids are there, while departures are counted in the
 // enclosing ProcessGroup's store, which is the one asked.

@@ -78,12 +78,13 @@ std::string ProcessGroup::missing_ranks(std::uint64_t sequence) {
                                              options_.timeout, std::chrono::seconds(3));
     while (!undecided.empty()) {
       // Once a dead rank explains the failure, ranks that have not said so
-      // within 100 ms more are named as they are rather than waited for (one
+      // within 20 ms more are named as they are rather than waited for (one
       // may be stuck in the collective behind this very rank, and free only
-      // once it gives up).
+      // once it gives up). Ranks the same death failed say so within a few
+      // ms; under live recovery every ms here delays the survivors' reform.
       const auto now = Clock::now();
       const bool last_look =
-          now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(100));
+          now >= deadline || (found_dead && now >= dead_seen + std::chrono::milliseconds(20));
       if (lost_nodes_) lost_nodes_->refresh();
       std::erase_if(undecided, [&](int r) {
         if (peek(*store_, key + std::to_string(r))) return true;  // it reached the collective

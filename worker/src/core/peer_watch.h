@@ -82,15 +82,19 @@ class PeerWatch {
 
   // "rank R left the group" once some rank aborted the group (R: the first
   // to), or "node N was left out by the rendezvous (...)", else nullopt; the
-  // store is asked at most every 200 ms.
+  // store is asked at most every 200 ms (set_store_spacing() changes it).
   std::optional<std::string> departed() {
     const auto now = now_();
-    if (!left_ && (!left_asked_ || now - *left_asked_ >= std::chrono::milliseconds(200))) {
+    if (!left_ && (!left_asked_ || now - *left_asked_ >= departures_spacing_)) {
       left_asked_ = now;
       left_ = first_left();
     }
     return left_;
   }
+
+  // How often departed() may ask the store: a watcher that asks only of
+  // waits already long can afford to ask more often than every 200 ms.
+  void set_store_spacing(std::chrono::milliseconds spacing) { departures_spacing_ = spacing; }
 
   // departed()'s answer, asked now. A store round trip or a few: ask it only
   // of a wait that is already long.
@@ -143,7 +147,8 @@ class PeerWatch {
   std::function<Clock::time_point()> now_;
   std::optional<Clock::time_point> learned_;     // learn_pids(): the last ask
   std::optional<Clock::time_point> left_asked_;  // gone(): the last ask of the store
-  std::optional<std::string> left_;              // gone(): who left, once someone did
+  std::chrono::milliseconds departures_spacing_{200};
+  std::optional<std::string> left_;  // gone(): who left, once someone did
 };
 
 }  // namespace ddp::detail

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 // A wait may be this old before its peers are asked about: a completion Gloo
 // already counted is taken within microseconds of the wait's start, so a
 // wait this long is waiting for bytes, not for its thread to run.
-constexpr auto kLongWait = 100ms;
+constexpr auto kLongWait = 20ms;
 // How often the watcher looks: rarely while no wait is long (it must not take
 // the cores from the collectives it watches), often once one is.
 constexpr auto kLookRarely = kLongWait;
@@ -29,7 +29,7 @@ constexpr auto kLookOften = 10ms;
 class WatchedBuffer;
 
 // The live buffers of one context, and the thread that looks at them while
-// one of them waits: every 100 ms, and every 10 ms while a wait is long.
+// one of them waits: every 20 ms, and every 10 ms while a wait is long.
 class Watcher {
  public:
   explicit Watcher(GoneCheck gone) : gone_(std::move(gone)) {

@@ -6,11 +6,11 @@
 // breaks, except the send (or receive) whose bytes are already moving: a
 // peer that exits mid-transfer leaves that wait to the collective timeout.
 // Here every unbound buffer a collective creates is watched: a wait that has
-// lasted 100 ms while every operation it could complete with involves a peer
+// lasted 20 ms while every operation it could complete with involves a peer
 // `gone` names, or any wait after abandon_all(), throws gloo::IoException
-// saying why (within about 200 ms of the wait's start, the watcher looking
-// every 100 ms so as not to take the cores from the collectives). Collectives
-// then fail as when a peer's socket closes.
+// saying why (within about 40 ms of the wait's start, the watcher looking
+// every 20 ms, and every 10 ms at a long wait, so as not to take the cores
+// from the collectives). Collectives then fail as when a peer's socket closes.
 //
 // Thread-safety: abandon_all() may be called from any thread; `gone` is
 // called on the watcher's own thread only; the rest on the thread that
