@@ -1,5 +1,5 @@
 // The GPU engine (--backend nccl): the CPU engine's model, losses and
-// optimizers on CUDA device LOCAL_RANK, all on one stream (Gpu, below),
+// optimizers on CUDA device LOCAL_RANK, all on one stream (Gpu, gpu_runtime.h),
 // with parameters, activations, gradients and optimizer state in device
 // memory, the GEMMs on cuBLAS and the rest on small kernels (device_kernels.h).
 // Each micro-batch is copied host -> device, the loss comes back as per-row
@@ -14,202 +14,22 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <utility>
 
 #include "cuda_util.h"
 #include "ddp/grad_sync.h"
 #include "device_kernels.h"
 #include "engine.h"
+#include "gpu_runtime.h"
 
 namespace train {
 namespace {
 
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
-
-// cuBLAS, loaded when the GPU engine starts (dlopen of libcublas.so.<major>),
-// not at program start: merely loading it costs ~150 MiB of resident memory
-// (measured with CUDA 13), which CPU runs of the same program should not
-// pay. The functions are cuBLAS's own, typed from cublas_v2.h.
-struct Cublas {
-  decltype(&cublasCreate_v2) create;
-  decltype(&cublasDestroy_v2) destroy;
-  decltype(&cublasSetStream_v2) set_stream;
-  decltype(&cublasSetMathMode) set_math_mode;
-  decltype(&cublasSgemm_v2) sgemm;
-  decltype(&cublasSgemv_v2) sgemv;
-  decltype(&cublasGetStatusName) status_name;
-  decltype(&cublasGetStatusString) status_string;
-};
-
-// Loads cuBLAS on first use; throws ddp::Error naming the library and why.
-// The soname first (the program's RUNPATH, LD_LIBRARY_PATH, ld.so.cache),
-// then the library this program was built against. It stays loaded.
-const Cublas& cublas() {
-  static const Cublas api = [] {
-    std::vector<std::string> candidates = {"libcublas.so." + std::to_string(CUBLAS_VER_MAJOR)};
-#ifdef DDP_TRAIN_CUBLAS_LIBRARY
-    candidates.push_back(DDP_TRAIN_CUBLAS_LIBRARY);
-#endif
-    void* library = nullptr;
-    std::string path, errors;
-    for (const auto& candidate : candidates) {
-      if ((library = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) {
-        path = candidate;
-        break;
-      }
-      const char* why = ::dlerror();
-      errors += (errors.empty() ? "" : "; ") + std::string(why != nullptr ? why : candidate);
-    }
-    if (library == nullptr) throw ddp::Error("cuBLAS could not be loaded: " + errors);
-    const auto symbol = [&](auto& f, const char* name) {
-      void* p = ::dlsym(library, name);
-      if (p == nullptr) throw ddp::Error("cuBLAS: " + path + " has no " + name);
-      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(p);
-    };
-    Cublas c{};
-    symbol(c.create, "cublasCreate_v2");
-    symbol(c.destroy, "cublasDestroy_v2");
-    symbol(c.set_stream, "cublasSetStream_v2");
-    symbol(c.set_math_mode, "cublasSetMathMode");
-    symbol(c.sgemm, "cublasSgemm_v2");
-    symbol(c.sgemv, "cublasSgemv_v2");
-    symbol(c.status_name, "cublasGetStatusName");
-    symbol(c.status_string, "cublasGetStatusString");
-    return c;
-  }();
-  return api;
-}
-
-void check_cublas(cublasStatus_t s, const char* call) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  int device = -1;
-  (void)cudaGetDevice(&device);
-  throw ddp::Error(device_label(device) + ": " + call + ": " + cublas().status_name(s) + " (" +
-                   cublas().status_string(s) + ")");
-}
-
-// `n` elements of T, owned: device memory (zeroed), or page-locked host
-// memory, which asynchronous copies from the device need so that they do
-// not block the host.
-template <typename T, bool kPinned>
-class CudaBuffer {
- public:
-  CudaBuffer() = default;
-  explicit CudaBuffer(std::size_t n) : n_(n) {
-    void* p = nullptr;
-    const std::size_t bytes = n == 0 ? 1 : n * sizeof(T);
-    if (kPinned) {
-      check_cuda(cudaMallocHost(&p, bytes), "cudaMallocHost");
-    } else {
-      check_cuda(cudaMalloc(&p, bytes), "cudaMalloc");
-      if (const cudaError_t e = cudaMemset(p, 0, bytes); e != cudaSuccess) {
-        (void)cudaFree(p);
-        check_cuda(e, "cudaMemset");
-      }
-    }
-    p_ = static_cast<T*>(p);
-  }
-  ~CudaBuffer() {
-    if (p_ != nullptr) (void)(kPinned ? cudaFreeHost(p_) : cudaFree(p_));
-  }
-  CudaBuffer(CudaBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-
-  T* get() const { return p_; }
-  std::size_t size() const { return n_; }
-  std::size_t bytes() const { return n_ * sizeof(T); }
-  // Grows (never shrinks) to at least n elements; the contents are lost.
-  void reserve(std::size_t n) {
-    if (n > n_) *this = CudaBuffer(n);
-  }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-template <typename T>
-using DeviceArray = CudaBuffer<T, false>;
-template <typename T>
-using PinnedArray = CudaBuffer<T, true>;
-
-// The device one rank computes on: made current for this thread, with one
-// stream for all of this rank's kernels, copies and GEMMs, and a cuBLAS
-// handle bound to it. The stream is a blocking one (cudaStreamCreate), so it
-// is ordered with the legacy default stream that GradSync's own cudaMemset
-// and cudaMemcpy calls use; NCCL reduces on a non-blocking stream of its own.
-class Gpu {
- public:
-  explicit Gpu(int device) : device_(device) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice", device);
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", device);
-    name_ = device_label(device) + " (" + prop.name + ")";
-    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
-    check_cublas(cublas().create(&blas_), "cublasCreate");
-    check_cublas(cublas().set_stream(blas_, stream_), "cublasSetStream");
-    // Plain FP32 GEMMs (no TF32), as on the CPU: the GPU's loss curve then
-    // matches the CPU's to float rounding.
-    check_cublas(cublas().set_math_mode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  }
-  ~Gpu() {
-    (void)cudaStreamSynchronize(stream_);
-    (void)cublas().destroy(blas_);
-    (void)cudaStreamDestroy(stream_);
-  }
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-
-  int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
-  cublasHandle_t blas() const { return blas_; }
-  const std::string& name() const { return name_; }  // "cuda:0 (NVIDIA H100 80GB HBM3)"
-
- private:
-  int device_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  std::string name_;
-};
-
-// Host <-> device copies on the stream that wait for completion (checkpoints
-// and set-up; not on the training step's path).
-void copy_to_device(const Gpu& gpu, void* device, const void* host, std::size_t bytes) {
-  check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, gpu.stream()),
-             "cudaMemcpyAsync (host to device)");
-  check_cuda(cudaStreamSynchronize(gpu.stream()), "cudaStreamSynchronize (copy to device)");
-}
-void copy_to_host(const Gpu& gpu, void* host, const void* device, std::size_t bytes) {
-  check_cuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, gpu.stream()),
-             "cudaMemcpyAsync (device to host)");
-  check_cuda(cudaStreamSynchronize(gpu.stream()), "cudaStreamSynchronize (copy to host)");
-}
-
-// A CUDA event, for waiting on part of the stream.
-class Event {
- public:
-  Event() { check_cuda(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate"); }
-  ~Event() { (void)cudaEventDestroy(e_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  void record(cudaStream_t stream) { check_cuda(cudaEventRecord(e_, stream), "cudaEventRecord"); }
-  void wait(const char* what) {
-    check_cuda(cudaEventSynchronize(e_),
-               (std::string("cudaEventSynchronize (") + what + ")").c_str());
-  }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
 
 // Mlp on the device: the same layers, parameter numbering and initial
 // weights (drawn by Mlp on the host from the same seed, then copied).
