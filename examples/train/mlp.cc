@@ -28,10 +28,8 @@ constexpr std::size_t kPieceBytes = std::size_t{16} << 20;
 // `row_floats` floats, asking peers->check_peers() between two (null: never).
 template <typename Work>
 void in_pieces(int rows, int row_floats, ddp::ProcessGroup* peers, Work&& work) {
-  const std::size_t row_bytes = static_cast<std::size_t>(row_floats) * sizeof(float);
-  const int piece =
-      static_cast<int>(std::clamp<std::size_t>(kPieceBytes / std::max<std::size_t>(row_bytes, 1), 1,
-                                               static_cast<std::size_t>(std::max(rows, 1))));
+  const std::size_t row_bytes = std::max<std::size_t>(row_floats, 1) * sizeof(float);
+  const int piece = static_cast<int>(std::max<std::size_t>(kPieceBytes / row_bytes, 1));
   for (int first = 0; first < rows; first += piece) {
     if (first > 0 && peers != nullptr) peers->check_peers();
     work(first, std::min(piece, rows - first));

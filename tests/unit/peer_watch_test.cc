@@ -131,7 +131,7 @@ TEST(PeerWatch, TheStoreIsAskedOfDeparturesAsOftenAsSet) {
   const auto store = make_memory_store();
   FakeClock clock;
   PeerWatch watch(store, 0, 0, 1, nullptr, std::nullopt, clock.fn());
-  watch.set_store_spacing(20ms);
+  watch.set_departure_spacing(20ms);
   EXPECT_EQ(watch.gone(5), std::nullopt);
   auto rank3 = ProcessGroup::create(3, 6, store, ProcessGroupOptions::of("local"));
   rank3->abort();

@@ -82,7 +82,7 @@ class PeerWatch {
 
   // "rank R left the group" once some rank aborted the group (R: the first
   // to), or "node N was left out by the rendezvous (...)", else nullopt; the
-  // store is asked at most every 200 ms (set_store_spacing() changes it).
+  // store is asked at most every 200 ms (set_departure_spacing() changes it).
   std::optional<std::string> departed() {
     const auto now = now_();
     if (!left_ && (!left_asked_ || now - *left_asked_ >= departures_spacing_)) {
@@ -94,7 +94,7 @@ class PeerWatch {
 
   // How often departed() may ask the store: a watcher that asks only of
   // waits already long can afford to ask more often than every 200 ms.
-  void set_store_spacing(std::chrono::milliseconds spacing) { departures_spacing_ = spacing; }
+  void set_departure_spacing(std::chrono::milliseconds spacing) { departures_spacing_ = spacing; }
 
   // departed()'s answer, asked now. A store round trip or a few: ask it only
   // of a wait that is already long.

@@ -128,7 +128,7 @@ class GlooBackend final : public Backend {
                                                        config.group_store, config.lost_nodes);
       // Asked only of waits already long: a departure (a survivor on another
       // node aborting) is then seen within 20 ms, not 200.
-      peers->set_store_spacing(std::chrono::milliseconds(20));
+      peers->set_departure_spacing(std::chrono::milliseconds(20));
       auto context = std::make_shared<gloo_watch::WatchedContext>(
           rank_, size_, [peers](int r) { return peers->gone(r); });
       context->setTimeout(connect);
