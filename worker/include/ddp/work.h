@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -19,6 +20,14 @@ class Work {
   // A negative timeout waits without limit (the collective has its own).
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
   bool is_completed();
+  // Calls `callback` once the collective has finished, with its error (null
+  // when it succeeded): at once on this thread when it already has, else on
+  // the thread that finishes it (the group's), before wait() returns there.
+  // For completion-driven callers (a future to complete, a copy-back). One
+  // callback per Work: a second call replaces a first that has not run. The
+  // callback must not block on this group's collectives (it runs on the
+  // group's thread) and must not throw.
+  void on_finish(std::function<void(std::exception_ptr)> callback);
   // "all_reduce of 1024 float32 (sum)"
   const std::string& description() const { return description_; }
 
@@ -34,8 +43,10 @@ class Work {
   std::string description_;
   std::mutex mu_;
   std::condition_variable cv_;
+  bool finishing_ = false;  // the error is known; the callback may be running
   bool done_ = false;
   std::exception_ptr error_;
+  std::function<void(std::exception_ptr)> on_finish_;
 };
 
 }  // namespace ddp

@@ -18,11 +18,30 @@ bool Work::is_completed() {
   return done_;
 }
 
+void Work::on_finish(std::function<void(std::exception_ptr)> callback) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!finishing_) {
+    on_finish_ = std::move(callback);
+    return;
+  }
+  std::exception_ptr error = error_;
+  lock.unlock();
+  callback(error);
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::function<void(std::exception_ptr)> callback;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishing_ = true;  // a callback set from now on runs at once
+    error_ = error;
+    callback = std::move(on_finish_);
+  }
+  // Before the waiters wake: a copy-back the callback does is done when wait() returns.
+  if (callback) callback(error);
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
-    error_ = std::move(error);
   }
   cv_.notify_all();
 }

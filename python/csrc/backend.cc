@@ -1,0 +1,85 @@
+#include "backend.h"
+
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <utility>
+
+#include "ddp/common/error.h"
+#include "group_setup.h"
+#include "torch_store.h"
+#include "work.h"
+
+namespace ddprun_torch {
+
+DdpBackend::DdpBackend(BackendSetup setup)
+    : c10d::Backend(setup.rank, setup.size), setup_(std::move(setup)) {
+  store_ = wrap_torch_store(setup_.store);
+  try {
+    cpu_ = make_cpu_group(setup_, store_);
+  } catch (const ddp::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+DdpBackend::~DdpBackend() = default;
+
+ddp::ProcessGroup& DdpBackend::group_for(const char* collective, const at::Device& device) {
+  if (device.is_cpu()) return *cpu_;
+  TORCH_CHECK_VALUE(device.is_cuda(), "backend ddp: ", collective, " got a tensor on device ",
+                    device.str(), "; it runs CPU and CUDA tensors");
+  std::lock_guard<std::mutex> lock(cuda_mu_);
+  if (!cuda_) {
+    try {
+      cuda_ = make_cuda_group(setup_, store_, device.index());
+    } catch (const ddp::Error& e) {
+      TORCH_CHECK(false, "backend ddp: ", collective, " on ", device.str(),
+                  " needs libddp's NCCL group: ", e.what());
+    }
+  }
+  return *cuda_;
+}
+
+c10::intrusive_ptr<c10d::Work> DdpBackend::run(c10d::OpType type, const char* title, bool async,
+                                               const at::Device& device,
+                                               std::vector<at::Tensor> outputs, Issue issue,
+                                               std::function<void()> after) {
+  ddp::ProcessGroup& group = group_for(title, device);
+  // libddp's NCCL group runs on a stream of its own: what torch queued on
+  // the device must be done first.
+  if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  ++issued_;
+  auto work = c10::make_intrusive<DdpWork>(rank_, type, title, std::move(outputs));
+  auto finish = [work, after = std::move(after)](std::exception_ptr error) {
+    if (!error && after) {
+      try {
+        after();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    work->complete(error);
+  };
+  if (!async) {
+    std::exception_ptr error;
+    try {
+      issue(group, false);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(error);
+    return work;
+  }
+  std::shared_ptr<ddp::Work> queued;
+  try {
+    queued = issue(group, true);
+  } catch (...) {
+    finish(std::current_exception());
+    return work;
+  }
+  queued->on_finish(std::move(finish));
+  return work;
+}
+
+}  // namespace ddprun_torch

@@ -1,0 +1,93 @@
+// send and recv. libddp has no point-to-point path, so a message goes
+// through the group's store (torch's TCPStore under init_process_group):
+// right for the small messages programs exchange this way (pipeline
+// schedules, handshakes), slow for large tensors. A send returns once the
+// message is stored; a recv waits for it on a thread of its own, so
+// matching isend/irecv pairs in any order never deadlock.
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <thread>
+
+#include "backend.h"
+#include "ddp/common/error.h"
+#include "tensors.h"
+#include "work.h"
+
+namespace ddprun_torch {
+namespace {
+
+std::string message_key(int from, int to, int tag, uint64_t sequence) {
+  return "ddp/p2p/" + std::to_string(from) + "-" + std::to_string(to) + "/" + std::to_string(tag) +
+         "/" + std::to_string(sequence);
+}
+
+void check_peer(const char* what, int peer, int rank, int size) {
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size && peer != rank, "backend ddp: ", what, ": peer rank ",
+                    peer, " is not another rank of a group of ", size);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> DdpBackend::send(std::vector<at::Tensor>& tensors, int dst,
+                                                int tag) {
+  at::Tensor tensor = single("send", tensors);
+  check_peer("send", dst, rank_, size_);
+  uint64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    sequence = sent_[{dst, tag}]++;
+  }
+  at::Tensor bytes = bytes_of(tensor).cpu();
+  auto work = c10::make_intrusive<DdpWork>(rank_, c10d::OpType::SEND, "send",
+                                           std::vector<at::Tensor>{tensor});
+  try {
+    store_->set(message_key(rank_, dst, tag, sequence),
+                std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+    work->complete(nullptr);
+  } catch (...) {
+    work->complete(std::current_exception());
+  }
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> DdpBackend::recv(std::vector<at::Tensor>& tensors, int src,
+                                                int tag) {
+  at::Tensor tensor = single("recv", tensors);
+  check_peer("recv", src, rank_, size_);
+  uint64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    sequence = received_[{src, tag}]++;
+  }
+  auto work = c10::make_intrusive<DdpWork>(rank_, c10d::OpType::RECV, "recv",
+                                           std::vector<at::Tensor>{tensor});
+  const std::string key = message_key(src, rank_, tag, sequence);
+  std::thread([work, tensor, key, store = store_, timeout = setup_.timeout, src]() mutable {
+    try {
+      std::string message;
+      try {
+        message = store->get(key, timeout);
+      } catch (const ddp::Error& e) {
+        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
+                         ": no message within the group's timeout (" + e.what() + ")");
+      }
+      store->remove(key);
+      const auto expected = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+      if (message.size() != expected) {
+        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": the message has " +
+                         std::to_string(message.size()) + " bytes, the tensor " +
+                         std::to_string(expected));
+      }
+      at::Tensor bytes = at::empty({static_cast<int64_t>(message.size())}, at::kByte);
+      std::memcpy(bytes.data_ptr(), message.data(), message.size());
+      tensor.copy_(bytes.to(tensor.device()).view(tensor.scalar_type()).view(tensor.sizes()));
+      work->complete(nullptr);
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+  }).detach();
+  return work;
+}
+
+}  // namespace ddprun_torch
