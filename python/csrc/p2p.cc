@@ -3,7 +3,9 @@
 // right for the small messages programs exchange this way (pipeline
 // schedules, handshakes), slow for large tensors. A send returns once the
 // message is stored; a recv waits for it on a thread of its own, so
-// matching isend/irecv pairs in any order never deadlock.
+// matching isend/irecv pairs in any order never deadlock. That thread polls
+// (check, not wait): torch's TCPStore client serves one request at a time,
+// and a blocking wait would hold this rank's own sends behind it.
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -20,6 +22,18 @@ namespace {
 std::string message_key(int from, int to, int tag, uint64_t sequence) {
   return "ddp/p2p/" + std::to_string(from) + "-" + std::to_string(to) + "/" + std::to_string(tag) +
          "/" + std::to_string(sequence);
+}
+
+// Waits for `key` in `store` by polling (1 ms, growing to 10 ms), up to `timeout`.
+bool poll_for(c10d::Store& store, const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(200);
+  while (!store.check({key})) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 void check_peer(const char* what, int peer, int rank, int size) {
@@ -63,16 +77,15 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::recv(std::vector<at::Tensor>& tensors
   auto work = c10::make_intrusive<DdpWork>(rank_, c10d::OpType::RECV, "recv",
                                            std::vector<at::Tensor>{tensor});
   const std::string key = message_key(src, rank_, tag, sequence);
-  std::thread([work, tensor, key, store = store_, timeout = setup_.timeout, src]() mutable {
+  std::thread([work, tensor, key, store = setup_.store, timeout = setup_.timeout, src]() mutable {
     try {
-      std::string message;
-      try {
-        message = store->get(key, timeout);
-      } catch (const ddp::Error& e) {
-        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
-                         ": no message within the group's timeout (" + e.what() + ")");
+      if (!poll_for(*store, key, timeout)) {
+        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": no message within " +
+                         std::to_string(timeout.count() / 1000) + " s (the group's timeout)");
       }
-      store->remove(key);
+      const auto stored = store->get(key);
+      store->deleteKey(key);
+      const std::string message(stored.begin(), stored.end());
       const auto expected = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
       if (message.size() != expected) {
         throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": the message has " +
