@@ -31,6 +31,7 @@ def parse_args():
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="gloo", help='"ddp": ddprun\'s c10d backend (pip install ddprun)')
     p.add_argument("--crash-rank", type=int, default=-1, help="this rank raises during the first epoch")
     return p.parse_args()
 
@@ -47,7 +48,7 @@ def synthetic_dataset(samples, seed):
 def main():
     args = parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")  # env://, as under torchrun
+    dist.init_process_group(args.backend)  # env://, as under torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
 
     dataset = synthetic_dataset(args.samples, args.seed)

@@ -23,13 +23,14 @@ std::vector<int64_t> split_bytes(const std::vector<int64_t>& splits, int64_t row
 }
 
 void check_splits(const char* what, const std::vector<int64_t>& splits, int64_t rows, int size) {
-  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "backend ddp: all_to_all_single: ",
-                    what, " split sizes list ", splits.size(), " entries for a group of ", size);
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size,
+                    "backend ddp: all_to_all_single: ", what, " split sizes list ", splits.size(),
+                    " entries for a group of ", size);
   const int64_t total = std::accumulate(splits.begin(), splits.end(), int64_t{0});
-  TORCH_CHECK_VALUE(total == rows && std::all_of(splits.begin(), splits.end(),
-                                                 [](int64_t s) { return s >= 0; }),
-                    "backend ddp: all_to_all_single: ", what, " split sizes add up to ", total,
-                    ", the tensor's first dimension is ", rows);
+  TORCH_CHECK_VALUE(
+      total == rows && std::all_of(splits.begin(), splits.end(), [](int64_t s) { return s >= 0; }),
+      "backend ddp: all_to_all_single: ", what, " split sizes add up to ", total,
+      ", the tensor's first dimension is ", rows);
 }
 
 }  // namespace
@@ -48,9 +49,10 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::alltoall_base(at::Tensor& output, at:
     return all_to_all_uneven(output, input, output_splits, input_splits, opts.asyncOp);
   }
   TORCH_CHECK_VALUE(input.numel() == output.numel() && input.numel() % size_ == 0,
-                    "backend ddp: ", title, ": input and output need the same number of elements, "
-                    "a multiple of the group's ", size_, "; got ", input.numel(), " and ",
-                    output.numel());
+                    "backend ddp: ", title,
+                    ": input and output need the same number of elements, "
+                    "a multiple of the group's ",
+                    size_, "; got ", input.numel(), " and ", output.numel());
   at::Tensor in = bytes_of(input);
   at::Tensor out_c = contiguous(output);
   at::Tensor out = bytes_of(out_c);
@@ -96,7 +98,8 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::all_to_all_uneven(at::Tensor output, 
   Issue issue = [padded_in, padded_out, each](ddp::ProcessGroup& g,
                                               bool queued) -> std::shared_ptr<ddp::Work> {
     if (each == 0) return nullptr;
-    if (queued) return g.all_to_all_async(padded_in.data_ptr(), padded_out.data_ptr(), each, kBytes);
+    if (queued)
+      return g.all_to_all_async(padded_in.data_ptr(), padded_out.data_ptr(), each, kBytes);
     g.all_to_all(padded_in.data_ptr(), padded_out.data_ptr(), each, kBytes);
     return nullptr;
   };
@@ -117,10 +120,10 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::alltoall(std::vector<at::Tensor>& out
                                                     std::vector<at::Tensor>& inputs,
                                                     const c10d::AllToAllOptions& opts) {
   const char* title = "all_to_all";
-  TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == size_ &&
-                        static_cast<int>(outputs.size()) == size_,
-                    "backend ddp: ", title, " needs one input and one output tensor per rank (",
-                    size_, "); got ", inputs.size(), " and ", outputs.size());
+  TORCH_CHECK_VALUE(
+      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+      "backend ddp: ", title, " needs one input and one output tensor per rank (", size_, "); got ",
+      inputs.size(), " and ", outputs.size());
   // As bytes: piece r of the joint input is inputs[r]; outputs likewise.
   std::vector<at::Tensor> parts;
   std::vector<int64_t> in_splits, out_splits;

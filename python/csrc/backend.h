@@ -38,7 +38,7 @@ struct BackendSetup {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  std::string group_id;             // torch's name for the group ("0", a hash, ...)
+  std::string group_id;               // torch's name for the group ("0", a hash, ...)
   std::vector<int64_t> global_ranks;  // the group's ranks in the default group
 };
 
@@ -68,9 +68,9 @@ class DdpBackend : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
@@ -95,10 +95,8 @@ class DdpBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   uint64_t getSequenceNumberForGroup() override { return issued_.load(); }
 
@@ -115,8 +113,8 @@ class DdpBackend : public c10d::Backend {
   ddp::ProcessGroup& group_for(const char* collective, const at::Device& device);
   // An all_reduce of the contiguous `data` (in place), natively or gathered.
   c10::intrusive_ptr<c10d::Work> reduce_into(c10d::OpType type, const char* title, bool async,
-                                             at::Tensor data, const c10d::ReduceOp& op,
-                                             int root, std::vector<at::Tensor> outputs,
+                                             at::Tensor data, const c10d::ReduceOp& op, int root,
+                                             std::vector<at::Tensor> outputs,
                                              std::function<void()> after);
   // all_gather (root < 0) or gather to `root` of the bytes `in` into `out`.
   c10::intrusive_ptr<c10d::Work> gather_bytes(c10d::OpType type, const char* title, bool async,
@@ -130,8 +128,7 @@ class DdpBackend : public c10d::Backend {
                                                      std::function<void()> after);
   c10::intrusive_ptr<c10d::Work> all_to_all_uneven(at::Tensor output, at::Tensor input,
                                                    std::vector<int64_t> output_splits,
-                                                   std::vector<int64_t> input_splits,
-                                                   bool async);
+                                                   std::vector<int64_t> input_splits, bool async);
 
   BackendSetup setup_;
   std::shared_ptr<ddp::Store> store_;

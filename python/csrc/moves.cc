@@ -48,9 +48,8 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::broadcast(std::vector<at::Tensor>& te
 }
 
 c10::intrusive_ptr<c10d::Work> DdpBackend::gather_bytes(c10d::OpType type, const char* title,
-                                                        bool async, at::Tensor in,
-                                                        at::Tensor out, int root,
-                                                        std::vector<at::Tensor> outputs,
+                                                        bool async, at::Tensor in, at::Tensor out,
+                                                        int root, std::vector<at::Tensor> outputs,
                                                         std::function<void()> after) {
   const std::size_t bytes = nbytes(in);
   Issue issue = [in, out, bytes, root](ddp::ProcessGroup& g,
@@ -112,8 +111,8 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::allgather_into_tensor_coalesced(
                     ")");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "backend ddp: ", title,
-                      ": output ", i, " has ", outputs[i].numel(), " elements; it needs input ",
-                      i, "'s ", inputs[i].numel(), " times the group's ", size_);
+                      ": output ", i, " has ", outputs[i].numel(), " elements; it needs input ", i,
+                      "'s ", inputs[i].numel(), " times the group's ", size_);
     lists.push_back(outputs[i].reshape({-1}).chunk(size_));
   }
   return allgather_coalesced(lists, inputs, opts);
@@ -163,15 +162,14 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::gather(std::vector<std::vector<at::Te
     return gather_bytes(c10d::OpType::GATHER, "gather", opts.asyncOp, in, at::Tensor(), root, {},
                         nullptr);
   }
-  TORCH_CHECK_VALUE(outputs.size() == 1, "backend ddp: gather: the root takes one output list; got ",
-                    outputs.size());
+  TORCH_CHECK_VALUE(outputs.size() == 1,
+                    "backend ddp: gather: the root takes one output list; got ", outputs.size());
   check_like("gather", "output", outputs[0], input, static_cast<std::size_t>(size_));
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   auto targets = outputs[0];
-  return gather_bytes(c10d::OpType::GATHER, "gather", opts.asyncOp, in, flat, root, targets,
-                      [flat, targets, each = in.numel()]() mutable {
-                        scatter_slices(flat, targets, each);
-                      });
+  return gather_bytes(
+      c10d::OpType::GATHER, "gather", opts.asyncOp, in, flat, root, targets,
+      [flat, targets, each = in.numel()]() mutable { scatter_slices(flat, targets, each); });
 }
 
 c10::intrusive_ptr<c10d::Work> DdpBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -182,8 +180,8 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::scatter(std::vector<at::Tensor>& outp
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor flat;
   if (rank_ == root) {
-    TORCH_CHECK_VALUE(inputs.size() == 1, "backend ddp: scatter: the root takes one input list; got ",
-                      inputs.size());
+    TORCH_CHECK_VALUE(inputs.size() == 1,
+                      "backend ddp: scatter: the root takes one input list; got ", inputs.size());
     check_like("scatter", "input", inputs[0], output, static_cast<std::size_t>(size_));
     std::vector<at::Tensor> parts;
     for (const auto& t : inputs[0]) parts.push_back(bytes_of(t));

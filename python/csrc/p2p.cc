@@ -80,17 +80,18 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::recv(std::vector<at::Tensor>& tensors
   std::thread([work, tensor, key, store = setup_.store, timeout = setup_.timeout, src]() mutable {
     try {
       if (!poll_for(*store, key, timeout)) {
-        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": no message within " +
-                         std::to_string(timeout.count() / 1000) + " s (the group's timeout)");
+        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
+                         ": no message within " + std::to_string(timeout.count() / 1000) +
+                         " s (the group's timeout)");
       }
       const auto stored = store->get(key);
       store->deleteKey(key);
       const std::string message(stored.begin(), stored.end());
       const auto expected = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
       if (message.size() != expected) {
-        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": the message has " +
-                         std::to_string(message.size()) + " bytes, the tensor " +
-                         std::to_string(expected));
+        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
+                         ": the message has " + std::to_string(message.size()) +
+                         " bytes, the tensor " + std::to_string(expected));
       }
       at::Tensor bytes = at::empty({static_cast<int64_t>(message.size())}, at::kByte);
       std::memcpy(bytes.data_ptr(), message.data(), message.size());

@@ -163,9 +163,10 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> DdpBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(!outputs.empty() && outputs.size() == inputs.size(),
-                    "backend ddp: reduce_scatter_tensor_coalesced needs as many outputs as inputs (",
-                    outputs.size(), " and ", inputs.size(), ")");
+  TORCH_CHECK_VALUE(
+      !outputs.empty() && outputs.size() == inputs.size(),
+      "backend ddp: reduce_scatter_tensor_coalesced needs as many outputs as inputs (",
+      outputs.size(), " and ", inputs.size(), ")");
   // Rank r's slice of the joint input is every input's slice r, one after another.
   std::vector<at::Tensor> rows;
   for (std::size_t i = 0; i < inputs.size(); ++i) {

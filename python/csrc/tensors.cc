@@ -34,8 +34,8 @@ void check_like(const char* collective, const char* what, const std::vector<at::
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     check_movable(collective, t);
-    TORCH_CHECK_TYPE(t.scalar_type() == reference.scalar_type(), "backend ddp: ", collective,
-                     ": ", what, " tensor ", i, " has dtype ", t.scalar_type(), ", the input ",
+    TORCH_CHECK_TYPE(t.scalar_type() == reference.scalar_type(), "backend ddp: ", collective, ": ",
+                     what, " tensor ", i, " has dtype ", t.scalar_type(), ", the input ",
                      reference.scalar_type());
     TORCH_CHECK_VALUE(t.numel() == reference.numel(), "backend ddp: ", collective, ": ", what,
                       " tensor ", i, " has ", t.numel(), " elements, the input ",

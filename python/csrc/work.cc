@@ -9,8 +9,9 @@ namespace ddprun_torch {
 DdpWork::DdpWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
     : c10d::Work(rank, type, title),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 void DdpWork::complete(std::exception_ptr error) {
   finish(error);

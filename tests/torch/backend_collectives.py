@@ -213,8 +213,11 @@ def main():
     args = parser.parse_args()
     if args.backend == "ddp" and os.environ.get("DDP_TORCH_IMPORT", "1") == "1":
         import ddprun.torch  # noqa: F401  (else torch finds it by its entry point)
+    numbering = {}
+    if not args.init.startswith("env://"):  # file:// and tcp:// take them as arguments
+        numbering = dict(rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_process_group(args.backend, init_method=args.init,
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=60), **numbering)
     rank, world = dist.get_rank(), dist.get_world_size()
     c = Checks()
     check_all_reduce(c, rank, world, args.backend)

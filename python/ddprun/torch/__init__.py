@@ -7,6 +7,8 @@ tcp://, file://, a subgroup's prefixed store), so it runs under ddprun and
 under torchrun alike.
 """
 
+import os
+
 import torch
 
 _MINIMUM = (2, 0)
@@ -29,8 +31,23 @@ from ddprun import _C  # noqa: E402
 BACKEND = "ddp"
 
 
+def _check_against_launcher(options):
+    """The default group's rank and size must be the ones the launcher started."""
+    if dist.is_initialized():
+        return  # a subgroup: its own numbering
+    for name, given in (("WORLD_SIZE", options.group_size), ("RANK", options.group_rank)):
+        started = os.environ.get(name)
+        if started is not None and started.isdigit() and int(started) != given:
+            what = "world_size" if name == "WORLD_SIZE" else "rank"
+            raise ValueError(
+                f"backend ddp: init_process_group was given {what}={given}, but the launcher "
+                f"started this process with {name}={started}"
+            )
+
+
 def _create(options, backend_options=None):
     """torch's creator for the backend (extended API): one libddp group per process group."""
+    _check_against_launcher(options)
     return _C.DdpBackend(
         options.store,
         options.group_rank,

@@ -1,0 +1,185 @@
+// The c10d backend "ddp" (python/: ddprun.torch and its extension) in real
+// torch 2.x programs: every collective against torch's own arithmetic, under
+// ddprun and torchrun, found by its entry point or imported; a DDP program
+// that ends with Gloo's weights; the calls it refuses; the live view
+// (--hang_timeout names the rank that never entered a collective); and
+// Debian's torch 1.13 refused by name.
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "debian_torch.h"
+#include "subprocess.h"
+#include "torch_env.h"
+
+namespace ddp::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kDdprun = DDPRUN_PATH;
+const std::string kPackageDir = DDP_TORCH_PACKAGE_DIR;  // build/python
+const std::string kScripts = TORCH_BACKEND_SCRIPTS;     // tests/torch
+const std::string kTrainScript = TORCH_TRAIN_SCRIPT;
+
+std::set<std::string> shm_entries() {
+  std::set<std::string> names;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name.rfind("ddp-", 0) == 0) names.insert(name);
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+// Runs `args` under ddprun with the build tree's package on the torch 2.x
+// interpreter; checks nothing of libddp is left in /dev/shm afterwards.
+ProcessResult ddprun_torch(std::vector<std::string> args,
+                           std::map<std::string, std::string> env = {},
+                           std::chrono::seconds timeout = 150s) {
+  const auto before = shm_entries();
+  args.insert(args.begin(), kDdprun);
+  env["DDP_PYTHON"] = torch2_python();
+  env["PYTHONPATH"] = kPackageDir;
+  auto r = run_process(args, env, timeout);
+  for (const auto& name : shm_entries()) {
+    EXPECT_TRUE(before.count(name)) << "left in /dev/shm: " << name;
+  }
+  return r;
+}
+
+// `launcher_prefixes`: ddprun's "[rank R] " before each line (torchrun adds none).
+void expect_every_rank_checked(const ProcessResult& r, int ranks, bool launcher_prefixes) {
+  ASSERT_TRUE(r.exited) << "did not finish in time\n" << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string prefix = launcher_prefixes ? "[rank " + std::to_string(rank) + "] " : "";
+    auto lines = lines_with_prefix(r.out, prefix + "COLLECTIVES OK rank=" + std::to_string(rank));
+    ASSERT_EQ(lines.size(), 1u) << r.out << r.err;
+    // A run where most checks were skipped proves nothing: hundreds ran.
+    auto checks = std::stoi(lines[0].substr(lines[0].find("checks=") + 7));
+    EXPECT_GT(checks, 250) << lines[0];
+    EXPECT_NE(lines[0].find("transport=shm"), std::string::npos) << lines[0];
+  }
+}
+
+#define SKIP_WITHOUT_TORCH2() \
+  if (auto reason = torch2_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason
+
+TEST(TorchBackend, EveryCollectiveMatchesTorchOnTwoRanksFoundByItsEntryPoint) {
+  SKIP_WITHOUT_TORCH2();
+  // No `import ddprun.torch`: torch loads the backend through the
+  // torch.distributed.backends entry point of the package's dist-info.
+  auto r = ddprun_torch({"--nproc_per_node=2", kScripts + "/backend_collectives.py"},
+                        {{"DDP_TORCH_IMPORT", "0"}});
+  expect_every_rank_checked(r, 2, true);
+}
+
+TEST(TorchBackend, EveryCollectiveMatchesTorchOnThreeRanksThroughATcpStore) {
+  SKIP_WITHOUT_TORCH2();
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto r = ddprun_torch({"--nproc_per_node=3", kScripts + "/backend_collectives.py", "--init",
+                         "tcp://127.0.0.1:" + std::to_string(port)});
+  expect_every_rank_checked(r, 3, true);
+}
+
+TEST(TorchBackend, UnderTorchrunWithAFileStoreToo) {
+  SKIP_WITHOUT_TORCH2();
+  const auto before = shm_entries();
+  const std::string dir = make_temp_dir();
+  const std::string torchrun = torch2_python().substr(0, torch2_python().rfind('/')) + "/torchrun";
+  auto r = run_process({torchrun, "--nproc_per_node=2", kScripts + "/backend_collectives.py",
+                        "--init", "file://" + dir + "/store"},
+                       {{"PYTHONPATH", kPackageDir}, {"OMP_NUM_THREADS", "1"}}, 150s);
+  expect_every_rank_checked(r, 2, false);
+  for (const auto& name : shm_entries()) EXPECT_TRUE(before.count(name)) << "left: " << name;
+}
+
+// The same DDP program on Gloo and on ddp: the same weights (two ranks sum
+// in one order, so to the bit).
+TEST(TorchBackend, DdpTrainingEndsWithGloosWeights) {
+  SKIP_WITHOUT_TORCH2();
+  std::map<std::string, std::string> weights;
+  for (std::string backend : {"gloo", "ddp"}) {
+    auto r =
+        ddprun_torch({"--nproc_per_node=2", kTrainScript, "--epochs", "2", "--backend", backend});
+    ASSERT_TRUE(r.exited && r.code == 0) << backend << "\n" << r.out << r.err;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto lines = lines_with_prefix(r.out, "[rank " + std::to_string(rank) + "] FINAL_WEIGHTS");
+      ASSERT_EQ(lines.size(), 1u) << r.out;
+      auto numbers = lines[0].substr(lines[0].find(" sum="));
+      if (rank == 0) weights[backend] = numbers;
+      EXPECT_EQ(numbers, weights[backend]) << backend << ": the replicas diverged";
+    }
+  }
+  EXPECT_EQ(weights["ddp"], weights["gloo"]);
+}
+
+TEST(TorchBackend, RefusedCallsRaiseNamingWhatIsWrongAndTheGroupGoesOn) {
+  SKIP_WITHOUT_TORCH2();
+  auto r = ddprun_torch({"--nproc_per_node=2", kScripts + "/backend_bad_input.py"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[rank 1] BAD INPUT OK rank=1 cases=5").size(), 1u) << r.out;
+}
+
+TEST(TorchBackend, AWorldSizeOtherThanTheLaunchersIsNamed) {
+  SKIP_WITHOUT_TORCH2();
+  auto r = ddprun_torch(
+      {"--nproc_per_node=2", kScripts + "/backend_bad_input.py", "--case", "world-size"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE((r.out + r.err)
+                .find("ValueError: backend ddp: init_process_group was given world_size=3, but "
+                      "the launcher started this process with WORLD_SIZE=2"),
+            std::string::npos)
+      << r.out << r.err;
+}
+
+TEST(TorchBackend, ASubgroupPeerThatNeverArrivesIsNamedAfterTheTimeout) {
+  SKIP_WITHOUT_TORCH2();
+  auto r = ddprun_torch(
+      {"--nproc_per_node=2", kScripts + "/backend_bad_input.py", "--case", "late-peer"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("rank(s) 1 did not arrive within 3 s"), std::string::npos)
+      << r.out << r.err;
+  EXPECT_LT(r.seconds, 60) << "the subgroup's 3 s timeout bounds the wait";
+}
+
+// ddprun's progress board sees a torch program's collectives on "ddp" as a
+// libddp program's: --hang_timeout blames the rank that never entered
+// all_reduce #4 and names the rank waiting for it there.
+TEST(TorchBackend, HangTimeoutNamesTheRankThatNeverEnteredTheCollective) {
+  SKIP_WITHOUT_TORCH2();
+  auto r = ddprun_torch({"--nproc_per_node=2", "--hang_timeout=2", kScripts + "/backend_hang.py"});
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  EXPECT_EQ(r.code, 124) << r.err;
+  EXPECT_NE(r.err.find("worker group hung (no progress for 2 s, --hang_timeout): rank 1 "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("between collectives (3 done); rank 0 waits for it in all_reduce #4"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(TorchBackend, DebianTorch113IsRefusedNamingItsVersion) {
+  if (auto reason = torch_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  auto r =
+      run_process({kDebianPython, "-c", "import ddprun.torch"}, {{"PYTHONPATH", kPackageDir}}, 60s);
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("ImportError: ddprun.torch needs torch 2.0 or newer; this interpreter has "
+                       "torch 1.13"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace ddp::testing
