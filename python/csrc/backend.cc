@@ -3,10 +3,12 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
 #include "ddp/common/error.h"
+#include "dtypes.h"
 #include "group_setup.h"
 #include "torch_store.h"
 #include "work.h"
@@ -39,6 +41,18 @@ ddp::ProcessGroup& DdpBackend::group_for(const char* collective, const at::Devic
     }
   }
   return *cuda_;
+}
+
+double DdpBackend::time_libddp_all_reduce(const at::Tensor& tensor, int iterations) {
+  TORCH_CHECK_VALUE(tensor.is_cpu() && tensor.is_contiguous() && native_dtype(tensor.scalar_type()),
+                    "time_libddp_all_reduce takes a contiguous CPU tensor of a native dtype");
+  const auto dtype = *native_dtype(tensor.scalar_type());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    cpu_->all_reduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), dtype);
+  }
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  return took.count() / std::max(iterations, 1);
 }
 
 c10::intrusive_ptr<c10d::Work> DdpBackend::run(c10d::OpType type, const char* title, bool async,

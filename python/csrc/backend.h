@@ -100,6 +100,12 @@ class DdpBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   uint64_t getSequenceNumberForGroup() override { return issued_.load(); }
 
+  // For benchmarks: the mean seconds of `iterations` blocking all_reduce
+  // (sum) calls of the contiguous CPU `tensor` made straight on libddp's
+  // group, without c10d: the floor the backend's own cost is measured from.
+  // Collective, as all_reduce.
+  double time_libddp_all_reduce(const at::Tensor& tensor, int iterations);
+
  private:
   // Starts `collective` on `group`: blocking (nullptr back) or async (its Work).
   using Issue = std::function<std::shared_ptr<ddp::Work>(ddp::ProcessGroup& group, bool async)>;

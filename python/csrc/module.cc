@@ -27,5 +27,7 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_id"), py::arg("global_ranks"))
-      .def_property_readonly("cpu_transport", &ddprun_torch::DdpBackend::cpu_transport);
+      .def_property_readonly("cpu_transport", &ddprun_torch::DdpBackend::cpu_transport)
+      .def("_time_libddp_all_reduce", &ddprun_torch::DdpBackend::time_libddp_all_reduce,
+           py::arg("tensor"), py::arg("iterations"), py::call_guard<py::gil_scoped_release>());
 }
