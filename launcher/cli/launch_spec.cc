@@ -151,10 +151,6 @@ void apply_backend(LaunchSpec& spec, const std::string& text, const std::string&
       throw Error("--nnodes=" + nnodes_text +
                   " is elastic: use --rdzv_backend=c10d (static needs a fixed size)");
     }
-    if (spec.rdzv_conf.is_host.has_value()) {
-      throw Error(
-          "--rdzv_conf is_host applies to --rdzv_backend=c10d; with static, node rank 0 hosts");
-    }
     if (spec.rdzv_endpoint.empty()) {
       if (!master_port_given && !from_slurm) spec.master_port = 29500;  // torchrun's default
       derive_static_endpoint(spec);
@@ -502,9 +498,16 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     throw Error("--master_port=" + std::to_string(spec.master_port) +
                 " is not a TCP port (0-65535)");
   }
-  spec.rdzv_conf = parse_rdzv_conf(text.rdzv_conf, &spec.notices);
-  apply_backend(spec, text.rdzv_backend, text.nnodes,
-                spec.master_port != 0 || app.count("--master_port") > 0, slurm.rendezvous);
+  const bool master_port_given = spec.master_port != 0 || app.count("--master_port") > 0;
+  const TorchrunShape shape{.backend = text.rdzv_backend,
+                            .standalone = spec.standalone,
+                            .endpoint_given = !spec.rdzv_endpoint.empty(),
+                            .master_port_given = master_port_given,
+                            .node_rank_given = spec.node_rank >= 0,
+                            .min_nodes = spec.min_nodes,
+                            .max_nodes = spec.nnodes};
+  spec.rdzv_conf = parse_rdzv_conf(text.rdzv_conf, torch_handler(shape), &spec.notices);
+  apply_backend(spec, text.rdzv_backend, text.nnodes, master_port_given, slurm.rendezvous);
   if (slurm.any()) spec.notices.insert(spec.notices.begin(), slurm.line(spec));
   apply_endpoint(spec);
   apply_token_and_tls(spec, text.token_file);

@@ -19,7 +19,6 @@ namespace {
 const std::map<std::string, double RdzvConf::*>& second_keys() {
   static const std::map<std::string, double RdzvConf::*> keys = {
       {"join_timeout", &RdzvConf::join_timeout_s},
-      {"timeout", &RdzvConf::join_timeout_s},  // torchrun's name
       {"last_call_timeout", &RdzvConf::last_call_timeout_s},
       {"heartbeat_interval", &RdzvConf::heartbeat_interval_s},
       {"keep_alive_interval", &RdzvConf::heartbeat_interval_s},  // torchrun's name
@@ -51,6 +50,14 @@ bool parse_is_host(const std::string& value) {
   throw Error("--rdzv_conf: is_host=" + value + " is not a boolean (1/0, true/false)");
 }
 
+// Said of a key or value with a quote in it: a quoted list passed on with
+// its quotes (a generated script quoting inside a variable).
+std::string quote_hint(const std::string& text) {
+  return text.find_first_of("'\"") == std::string::npos
+             ? ""
+             : " (a quote is left in it: the shell did not remove the quotes around the list)";
+}
+
 double parse_number(const std::string& key, const std::string& value) {
   try {
     size_t used = 0;
@@ -58,14 +65,47 @@ double parse_number(const std::string& key, const std::string& value) {
     if (used != value.size()) throw std::invalid_argument(value);
     return number;
   } catch (const std::exception&) {
-    throw Error("--rdzv_conf: " + key + "=" + value + " is not a number");
+    throw Error("--rdzv_conf: " + key + "=" + value + " is not a number" + quote_hint(value));
   }
+}
+
+// torchrun's own spellings ddprun reads, and the one handler of torch 2.x
+// that reads each (see TorchHandler).
+std::optional<TorchHandler> torchrun_spelling(const std::string& key) {
+  if (key == "timeout") return TorchHandler::kStatic;
+  if (key == "keep_alive_interval" || key == "keep_alive_max_attempt" || key == "is_host") {
+    return TorchHandler::kC10d;
+  }
+  return std::nullopt;
+}
+
+// Why a torchrun spelling has no effect under the other handler.
+std::string why_not_read(const std::string& key) {
+  if (key == "timeout") {
+    return "torchrun reads timeout only in its static rendezvous (--rdzv_backend=static with "
+           "--master_port or --rdzv_endpoint); with c10d, --standalone or one node without "
+           "--master_port, the join timeout is join_timeout";
+  }
+  if (key == "is_host") {
+    return "in the static form node rank 0 hosts the rendezvous (torchrun reads is_host only with "
+           "--rdzv_backend=c10d)";
+  }
+  return "torchrun reads " + key +
+         " only with --rdzv_backend=c10d (or --standalone); in the static form the heartbeats are "
+         "set with heartbeat_interval and heartbeat_timeout";
+}
+
+std::string trimmed(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
 // The keys of one --rdzv_conf, then what they imply together.
 class ConfParser {
  public:
-  explicit ConfParser(std::vector<std::string>* notices) : notices_(notices) {}
+  ConfParser(TorchHandler handler, std::vector<std::string>* notices)
+      : handler_(handler), notices_(notices) {}
   void item(const std::string& key, const std::string& value);
   RdzvConf finish();
 
@@ -75,10 +115,14 @@ class ConfParser {
   }
   void number(const std::string& key, const std::string& value);
 
+  void finish_join_timeout();
+
+  TorchHandler handler_;
   std::vector<std::string>* notices_;
   RdzvConf conf_;
   double close_timeout_ = 0, keep_alive_attempts_ = 0;  // 0: not given (both must be > 0)
-  bool heartbeat_timeout_given_ = false;
+  std::optional<double> timeout_;                       // torchrun's static `timeout`
+  bool heartbeat_timeout_given_ = false, join_timeout_given_ = false;
 };
 
 void ConfParser::item(const std::string& key, const std::string& value) {
@@ -86,19 +130,24 @@ void ConfParser::item(const std::string& key, const std::string& value) {
     return notice("--rdzv_conf " + key + "=" + value +
                   " has no effect: ddprun's rendezvous is its own gRPC server");
   }
+  if (auto reader = torchrun_spelling(key); reader && *reader != handler_) {
+    return notice("--rdzv_conf " + key + "=" + value + " has no effect: " + why_not_read(key));
+  }
   if (key == "is_host") {
     conf_.is_host = parse_is_host(value);
     return;
   }
   if (!second_keys().count(key) && !size_keys().count(key) && key != "close_timeout" &&
-      key != "keep_alive_max_attempt") {
+      key != "keep_alive_max_attempt" && key != "timeout") {
     // torchrun hands unknown keys to custom backends and ignores them otherwise.
     return notice(
         "--rdzv_conf " + key + "=" + value +
-        " has no effect: not a key ddprun knows (join_timeout or timeout, last_call_timeout, "
-        "close_timeout, read_timeout, is_host, heartbeat_interval or keep_alive_interval, "
-        "heartbeat_timeout, keep_alive_max_attempt, max_key_bytes, max_value_bytes, max_keys, "
-        "max_store_bytes, max_pending_waits, max_message_bytes)");
+        " has no effect: not a key ddprun knows (join_timeout, last_call_timeout, "
+        "close_timeout, read_timeout, heartbeat_interval, heartbeat_timeout, max_key_bytes, "
+        "max_value_bytes, max_keys, max_store_bytes, max_pending_waits, max_message_bytes; "
+        "torchrun's timeout with --rdzv_backend=static, is_host, keep_alive_interval and "
+        "keep_alive_max_attempt with c10d)" +
+        quote_hint(key));
   }
   number(key, value);
 }
@@ -130,14 +179,30 @@ void ConfParser::number(const std::string& key, const std::string& value) {
     }
     if (key == "close_timeout") {
       close_timeout_ = number;
+    } else if (key == "timeout") {
+      timeout_ = number;
     } else {
       conf_.*(second_keys().at(key)) = number;
     }
     if (key == "heartbeat_timeout") heartbeat_timeout_given_ = true;
+    if (key == "join_timeout") join_timeout_given_ = true;
   }
 }
 
+// The static form's `timeout` is its join timeout, as torchrun's static
+// handler reads it; given beside join_timeout, it wins.
+void ConfParser::finish_join_timeout() {
+  if (!timeout_) return;
+  if (join_timeout_given_ && conf_.join_timeout_s != *timeout_) {
+    notice(
+        "--rdzv_conf join_timeout has no effect: timeout is given and sets the join timeout of "
+        "the static form, as under torchrun");
+  }
+  conf_.join_timeout_s = *timeout_;
+}
+
 RdzvConf ConfParser::finish() {
+  finish_join_timeout();
   if (close_timeout_ > 0) conf_.close_timeout_s = close_timeout_;
   if (keep_alive_attempts_ > 0) {
     if (heartbeat_timeout_given_) {
@@ -165,15 +230,29 @@ RdzvConf ConfParser::finish() {
 
 }  // namespace
 
-RdzvConf parse_rdzv_conf(const std::string& text, std::vector<std::string>* notices) {
-  ConfParser parser(notices);
+TorchHandler torch_handler(const TorchrunShape& shape) {
+  if (shape.standalone) return TorchHandler::kC10d;
+  if (shape.max_nodes == 1 && !shape.endpoint_given && !shape.master_port_given) {
+    return TorchHandler::kC10d;
+  }
+  if (!shape.backend.empty()) {
+    return shape.backend == "static" ? TorchHandler::kStatic : TorchHandler::kC10d;
+  }
+  if (shape.max_nodes == 1) return TorchHandler::kStatic;
+  return shape.node_rank_given && shape.min_nodes == shape.max_nodes ? TorchHandler::kStatic
+                                                                     : TorchHandler::kC10d;
+}
+
+RdzvConf parse_rdzv_conf(const std::string& text, TorchHandler handler,
+                         std::vector<std::string>* notices) {
+  ConfParser parser(handler, notices);
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    if (item.empty()) continue;
+    if (trimmed(item).empty()) continue;
     auto eq = item.find('=');
     if (eq == std::string::npos) throw Error("--rdzv_conf: '" + item + "' is not key=value");
-    parser.item(item.substr(0, eq), item.substr(eq + 1));
+    parser.item(trimmed(item.substr(0, eq)), trimmed(item.substr(eq + 1)));
   }
   return parser.finish();
 }

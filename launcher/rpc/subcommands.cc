@@ -129,7 +129,10 @@ int run_rendezvous_command(const std::vector<std::string>& argv, int signal_fd) 
     if (port < 0 || port > 65535)
       throw Error("--port=" + std::to_string(port) + " is not a TCP port");
     if (max_restarts < 0) throw Error("--max_restarts must be >= 0");
-    RdzvConf conf = parse_rdzv_conf(conf_text);
+    // The server of the c10d form: the agents it serves read --rdzv_conf as torchrun's c10d.
+    std::vector<std::string> notices;
+    RdzvConf conf = parse_rdzv_conf(conf_text, TorchHandler::kC10d, &notices);
+    for (const auto& notice : notices) log.info("{}", notice);
     const NodeRange nodes = parse_nnodes(nnodes);
     RendezvousConfig config =
         rendezvous_config(run_id, token, nodes.min, nodes.max, max_restarts, conf);

@@ -193,6 +193,38 @@ TEST(MultiNode, ElasticRoundClosesAfterLastCallWithMinNodes) {
   EXPECT_EQ(ranks_ok(r.out), (std::set<int>{0, 1}));
 }
 
+// torchrun reads --rdzv_conf timeout only in its static rendezvous: with
+// c10d a late node still gets the last call, and a value it does not read
+// is not parsed (a quoted list passed on with its quotes included).
+TEST(MultiNode, RdzvConfTimeoutIsTheJoinTimeoutOfTheStaticFormOnlyAsUnderTorchrun) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto c10d = agent(ep, 2, -1, 1, {kWorker, "rdzv"},
+                    {"--nnodes=1:2", "--rdzv_backend=c10d",
+                     "--rdzv_conf=join_timeout=20,last_call_timeout=3,timeout=1"});
+  auto r = c10d->wait(30s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_GE(r.seconds, 3.0) << "the round closes after its last call";
+  EXPECT_NE(r.err.find("--rdzv_conf timeout=1 has no effect"), std::string::npos) << r.err;
+
+  auto quoted = agent("127.0.0.1:" + std::to_string(free_port()), 2, -1, 1, {kWorker, "rdzv"},
+                      {"--nnodes=1:2", "--rdzv_backend=c10d",
+                       "--rdzv_conf='join_timeout=5,last_call_timeout=1,timeout=5'"});
+  r = quoted->wait(30s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("a quote is left in it"), std::string::npos) << r.err;
+
+  auto one_node = run_process({kDdprun, "--nproc-per-node=1", "--rdzv_conf=timeout=x",
+                               "--no-python", kWorker, "exit", "0"});
+  EXPECT_EQ(one_node.code, 0) << one_node.err;
+
+  // The static form's join timeout: node rank 1 never comes.
+  auto alone = agent("127.0.0.1:" + std::to_string(free_port()), 2, 0, 1, {kWorker, "rdzv"},
+                     {"--rdzv_backend=static", "--rdzv_conf=timeout=1"});
+  r = alone->wait(30s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("join timed out after 1.0s"), std::string::npos) << r.err;
+}
+
 TEST(MultiNode, HealthOfLiveAndStoppedServers) {
   Daemon daemon(2);
   ASSERT_GT(daemon.port, 0);

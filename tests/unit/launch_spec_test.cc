@@ -191,8 +191,9 @@ TEST(LaunchSpec, BackendsAndStaticFormErrors) {
 
 TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   RdzvConf c = parse_rdzv_conf(
-      "timeout=90,keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=7,"
-      "close_timeout=3,is_host=yes,last_call_timeout=1");
+      "join_timeout=90,keep_alive_interval=2,keep_alive_max_attempt=4,read_timeout=7,"
+      "close_timeout=3,is_host=yes,last_call_timeout=1",
+      TorchHandler::kC10d);
   EXPECT_DOUBLE_EQ(c.join_timeout_s, 90);
   EXPECT_DOUBLE_EQ(c.heartbeat_interval_s, 2);
   EXPECT_DOUBLE_EQ(c.heartbeat_timeout_s, 8);  // interval x attempts
@@ -200,11 +201,11 @@ TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   EXPECT_EQ(c.close_timeout_s, 3.0);
   EXPECT_EQ(c.is_host, true);
   EXPECT_DOUBLE_EQ(c.last_call_timeout_s, 1);
-  EXPECT_EQ(parse_rdzv_conf("is_host=False").is_host, false);
-  EXPECT_FALSE(parse_rdzv_conf("").is_host.has_value());
+  EXPECT_EQ(parse_rdzv_conf("is_host=False", TorchHandler::kC10d).is_host, false);
+  EXPECT_FALSE(parse_rdzv_conf("", TorchHandler::kC10d).is_host.has_value());
   auto error = [](const std::string& text) {
     try {
-      parse_rdzv_conf(text);
+      parse_rdzv_conf(text, TorchHandler::kC10d);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -214,12 +215,13 @@ TEST(LaunchSpec, TorchrunRdzvConfKeys) {
   EXPECT_NE(error("keep_alive_max_attempt=0").find("keep_alive_max_attempt=0"), std::string::npos);
   // A key limit below what ddprun's own keys need is refused up front.
   EXPECT_NE(error("max_key_bytes=64").find("max_key_bytes=64 is below 256"), std::string::npos);
-  EXPECT_EQ(parse_rdzv_conf("max_key_bytes=256").max_key_bytes, 256);
+  EXPECT_EQ(parse_rdzv_conf("max_key_bytes=256", TorchHandler::kC10d).max_key_bytes, 256);
   // Both given: heartbeat_timeout wins, and the other is named in a notice (torchrun accepts the
   // pair).
   std::vector<std::string> notices;
   EXPECT_DOUBLE_EQ(
-      parse_rdzv_conf("keep_alive_max_attempt=3,heartbeat_timeout=9", &notices).heartbeat_timeout_s,
+      parse_rdzv_conf("keep_alive_max_attempt=3,heartbeat_timeout=9", TorchHandler::kC10d, &notices)
+          .heartbeat_timeout_s,
       9);
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_NE(notices[0].find("keep_alive_max_attempt has no effect"), std::string::npos)

@@ -110,15 +110,16 @@ TEST(TorchrunCompat, RdzvConfKeysTorchrunKeepsAreAcceptedWithNotices) {
   RdzvConf conf = parse_rdzv_conf(
       "use_libuv=1,store_type=tcp,my_backend_key=3,keep_alive_interval=5,"
       "keep_alive_max_attempt=3",
-      &notices);
+      TorchHandler::kC10d, &notices);
   EXPECT_DOUBLE_EQ(conf.heartbeat_timeout_s, 15);
   ASSERT_EQ(notices.size(), 3u);
   EXPECT_NE(notices[0].find("use_libuv=1 has no effect"), std::string::npos);
   EXPECT_NE(notices[1].find("store_type=tcp has no effect"), std::string::npos);
   EXPECT_NE(notices[2].find("my_backend_key=3 has no effect"), std::string::npos);
   // An interval alone at or above the default timeout: torchrun's 3 attempts.
-  EXPECT_DOUBLE_EQ(parse_rdzv_conf("keep_alive_interval=20").heartbeat_timeout_s, 60);
-  EXPECT_THROW(parse_rdzv_conf("join_timeout=soon"), Error);
+  EXPECT_DOUBLE_EQ(
+      parse_rdzv_conf("keep_alive_interval=20", TorchHandler::kC10d).heartbeat_timeout_s, 60);
+  EXPECT_THROW(parse_rdzv_conf("join_timeout=soon", TorchHandler::kC10d), Error);
   auto spec = parse({"--rdzv-conf=use_libuv=False", "prog"});
   EXPECT_TRUE(has_notice(spec, "use_libuv=False has no effect"));
 }
