@@ -206,10 +206,12 @@ std::vector<std::string> torchrun_only_notices(const LaunchText& text) {
                 "ddprun always starts each worker as a new process (fork + exec)");
   has_no_effect("--logs_specs", text.logs_specs,
                 "per-rank logs are set with --log_dir, --redirects and --tee");
+  const std::string prefix_why =
+      " has no effect: lines are prefixed with [rank N] (--no_prefix turns that off)";
   if (!text.line_prefix_template.empty()) {
-    notices.push_back(
-        "--log_line_prefix_template has no effect: lines are prefixed with [rank N] "
-        "(--no_prefix turns that off)");
+    notices.push_back("--log_line_prefix_template" + prefix_why);
+  } else if (!text.line_prefix_template_variable.empty()) {
+    notices.push_back("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" + prefix_why);
   }
   if (text.run_path) notices.push_back("--run_path has no effect: PROGRAM is run as given");
   if (!text.numa_binding.empty()) {

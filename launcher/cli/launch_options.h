@@ -23,6 +23,9 @@ struct LaunchText {
   std::string signals_to_handle, duplicate_stdout_filters, duplicate_stderr_filters,
       print_completion;
   bool run_path = false;
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, torchrun's variable for
+  // --log_line_prefix_template (which wins over it).
+  std::string line_prefix_template_variable;
   HostfileText hosts;  // --hostfile and its flags: the front end's (hostfile_args.h)
 };
 

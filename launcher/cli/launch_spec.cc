@@ -529,6 +529,9 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   spec.run_id = text.run_id;
   apply_python(spec);
   apply_log_dir(spec);
+  if (const char* v = std::getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); v != nullptr) {
+    text.line_prefix_template_variable = v;
+  }
   for (auto& notice : torchrun_only_notices(text)) spec.notices.push_back(std::move(notice));
   if (check_program_exists) check_program(spec);
   return {spec, "", 0};

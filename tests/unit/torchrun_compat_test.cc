@@ -94,6 +94,19 @@ TEST(TorchrunCompat, PetVariablesOfTheNewerFlagsAreRead) {
   EXPECT_DOUBLE_EQ(spec.shutdown_timeout_s, 7);
 }
 
+TEST(TorchrunCompat, TheLinePrefixTemplateVariableGetsTheFlagsNotice) {
+  ScopedEnv variable("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}${local_rank}]:");
+  auto spec = parse({"prog"});
+  ASSERT_EQ(spec.notices.size(), 1u);
+  EXPECT_EQ(spec.notices[0],
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE has no effect: lines are prefixed with "
+            "[rank N] (--no_prefix turns that off)");
+  // The flag wins over the variable, as in torchrun: one notice, the flag's.
+  spec = parse({"--log-line-prefix-template=x", "prog"});
+  ASSERT_EQ(spec.notices.size(), 1u);
+  EXPECT_NE(spec.notices[0].find("--log_line_prefix_template has no effect"), std::string::npos);
+}
+
 TEST(TorchrunCompat, PrintCompletionPrintsAScriptAndExits) {
   auto outcome = parse_launch_args({"ddprun", "--print-completion", "bash"}, false);
   EXPECT_FALSE(outcome.spec);
