@@ -184,7 +184,7 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
     throw RpcError(static_cast<int>(status.error_code()),
                    "rendezvous " + endpoint_ + ": Join: no answer within the join timeout (" +
                        std::to_string(timeout.count() / 1000.0).substr(0, 6) +
-                       " s): is the server running and reachable?");
+                       " s, --rdzv_conf join_timeout): is the server running and reachable?");
   }
   impl_->check(status, "Join", endpoint_);
   RoundAssignment assigned = assignment_of(resp);

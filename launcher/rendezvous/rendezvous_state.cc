@@ -229,31 +229,56 @@ void RendezvousState::fail_forming(const RpcError& why) {
   discard_round(why);
 }
 
+// The round closes at MAX nodes, or at the end of its last call; it must do
+// so within join_timeout of its first join (as torch 2.x's c10d handler's
+// deadline), else it is discarded and every joiner hears why.
 void RendezvousState::maybe_close_round(TimePoint now) {
   const auto n = static_cast<int>(forming_.members.size());
   if (n == 0) return;
+  const TimePoint join_deadline = forming_.first_join + config_.join_timeout;
+  const TimePoint last_call_end = forming_.min_reached + config_.last_call_timeout;
   if (n >= config_.max_nodes ||
-      (n >= config_.min_nodes && now >= forming_.min_reached + config_.last_call_timeout)) {
+      (n >= config_.min_nodes && now >= last_call_end && last_call_end <= join_deadline)) {
     close_round(now);
-  } else if (n < config_.min_nodes && now >= forming_.first_join + config_.join_timeout) {
+  } else if (now >= join_deadline) {
     discard_round(refusal(RpcCode::kDeadlineExceeded, join_timeout_message()));
   }
 }
 
-// "1 of 2 nodes joined (--nnodes=2; missing node rank 1; joined: 'a')": the
-// missing ranks are those of [0, min_nodes) still free once the automatic
-// nodes take the lowest free ones.
+// The joined hosts, quoted: "'a', 'b'".
+std::string RendezvousState::forming_hosts() const {
+  std::string hosts;
+  for (const Member& m : forming_.members) {
+    hosts += cat(hosts.empty() ? "" : ", ", quote(host_of(m.args)));
+  }
+  return hosts;
+}
+
+// "rendezvous join timed out after 5.0s (--rdzv_conf join_timeout, ...): "
+// then either "1 of 2 nodes joined (--nnodes=2; missing node rank 1; joined:
+// 'a')", the missing ranks being those of [0, min_nodes) still free once the
+// automatic nodes take the lowest free ones; or, with MIN in, the last call
+// that would have ended after the deadline.
 std::string RendezvousState::join_timeout_message() const {
+  const std::string head = cat("rendezvous join timed out after ", seconds(config_.join_timeout),
+                               " (--rdzv_conf join_timeout, or timeout in the static form): ");
+  const auto joined = static_cast<int>(forming_.members.size());
+  if (joined >= config_.min_nodes) {
+    return cat(head, joined, " of at most ", config_.max_nodes, " nodes joined (", nnodes_flag(),
+               "; joined: ", forming_hosts(),
+               ") and the round was still in its last call for more, ", "which ends ",
+               seconds(config_.last_call_timeout), " after the minimum of ", config_.min_nodes,
+               " node(s) had joined (--rdzv_conf last_call_timeout): give a join_timeout longer "
+               "than the last call");
+  }
   std::vector<bool> taken(config_.max_nodes, false);
   int automatic = 0;
-  std::string hosts;
   for (const Member& m : forming_.members) {
     if (m.args.node_rank >= 0) {
       taken[m.args.node_rank] = true;
     } else {
       ++automatic;
     }
-    hosts += cat(hosts.empty() ? "" : ", ", quote(host_of(m.args)));
   }
   std::vector<int> missing;
   for (int r = 0; r < config_.min_nodes; ++r) {
@@ -264,9 +289,8 @@ std::string RendezvousState::join_timeout_message() const {
       missing.push_back(r);
     }
   }
-  return cat("rendezvous join timed out after ", seconds(config_.join_timeout), ": ",
-             forming_.members.size(), " of ", config_.min_nodes, " nodes joined (", nnodes_flag(),
-             "; missing node ", format_ranks(missing), "; joined: ", hosts, ")");
+  return cat(head, joined, " of ", config_.min_nodes, " nodes joined (", nnodes_flag(),
+             "; missing node ", format_ranks(missing), "; joined: ", forming_hosts(), ")");
 }
 
 void RendezvousState::close_round(TimePoint now) {
@@ -477,11 +501,8 @@ std::optional<TimePoint> RendezvousState::next_deadline() const {
     if (!next || t < *next) next = t;
   };
   const auto joined = static_cast<int>(forming_.members.size());
-  if (joined >= config_.min_nodes) {
-    consider(forming_.min_reached + config_.last_call_timeout);
-  } else if (joined > 0) {
-    consider(forming_.first_join + config_.join_timeout);
-  }
+  if (joined >= config_.min_nodes) consider(forming_.min_reached + config_.last_call_timeout);
+  if (joined > 0) consider(forming_.first_join + config_.join_timeout);
   if (!rounds_.empty() && !rounds_.back().ended) {
     for (const Member& m : rounds_.back().members) {
       if (!m.left) consider(m.last_seen + config_.heartbeat_timeout);

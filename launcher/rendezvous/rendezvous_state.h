@@ -33,8 +33,10 @@
 // kept; automatic ones fill the free ranks in (hostname, address, arrival)
 // order, so the same machines get the same ranks in every round. The forming
 // round is discarded, and each of its joiners gets an error, when
-//   - fewer than min_nodes joined within join_timeout of its first join
-//     (kDeadlineExceeded naming the missing node ranks), or
+//   - it has not closed within join_timeout of its first join: fewer than
+//     min_nodes joined (kDeadlineExceeded naming the missing node ranks), or
+//     its last call would end after that (kDeadlineExceeded saying so, as
+//     torch 2.x's c10d handler gives up at the join deadline), or
 //   - it closes with fewer than max_nodes and some explicit node rank is not
 //     below the number of nodes that joined (kAborted naming that node).
 // A discarded round uses no restart and its number is reused: round numbers
@@ -305,6 +307,7 @@ class RendezvousState {
   void close_round(TimePoint now);
   void discard_round(const RpcError& why);
   std::string join_timeout_message() const;
+  std::string forming_hosts() const;
   // uses_restart=false: a scale-up, which torchrun does not count either.
   void end_round(Round& round, std::string reason, bool uses_restart = true);
   // Throws kUnavailable for a full round, or for a rank a live node of

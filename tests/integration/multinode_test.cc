@@ -225,6 +225,25 @@ TEST(MultiNode, RdzvConfTimeoutIsTheJoinTimeoutOfTheStaticFormOnlyAsUnderTorchru
   EXPECT_NE(r.err.find("join timed out after 1.0s"), std::string::npos) << r.err;
 }
 
+// The join timeout bounds the last call too. On the node that hosts the
+// rendezvous the error says what happened there, not that a server (this
+// process) may be down.
+TEST(MultiNode, AJoinTimeoutDuringTheLastCallSaysWhatArrivedAndWhichKeySetsIt) {
+  std::string ep = "127.0.0.1:" + std::to_string(free_port());
+  auto host = agent(
+      ep, 2, -1, 1, {kWorker, "rdzv"},
+      {"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_conf=join_timeout=1,last_call_timeout=30"});
+  auto r = host->wait(30s);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_LT(r.seconds, 10.0) << r.err;
+  EXPECT_EQ(r.err.find("is the server running"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rendezvous join timed out after 1.0s (--rdzv_conf join_timeout"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("1 of at most 2 nodes joined (--nnodes=1:2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(--rdzv_conf last_call_timeout)"), std::string::npos) << r.err;
+}
+
 TEST(MultiNode, HealthOfLiveAndStoppedServers) {
   Daemon daemon(2);
   ASSERT_GT(daemon.port, 0);

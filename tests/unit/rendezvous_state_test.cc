@@ -396,12 +396,46 @@ TEST_F(RendezvousStateTest, JoinTimesOutNamingMissingNodeRanks) {
     auto r = join_refusal(s, t);
     EXPECT_EQ(r.code, RpcCode::kDeadlineExceeded);
     EXPECT_THAT(r.message,
-                HasSubstr("rendezvous join timed out after 600.0s: 2 of 3 nodes joined"));
+                HasSubstr("rendezvous join timed out after 600.0s (--rdzv_conf join_timeout, or "
+                          "timeout in the static form): 2 of 3 nodes joined"));
     EXPECT_THAT(r.message, HasSubstr("missing node rank 2;"));
     EXPECT_THAT(r.message, HasSubstr("joined: 'a', 'b'"));
   }
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kForming);
   EXPECT_EQ(s.current_round(), 0);
+}
+
+// The join deadline bounds the last call too (as torch 2.x's c10d handler's):
+// with MIN in but the last call ending after it, the round fails at the
+// deadline on every node, saying so, instead of leaving the joins unanswered.
+TEST_F(RendezvousStateTest, JoinTimesOutDuringALastCallThatEndsAfterIt) {
+  RendezvousConfig c = make_config(1, 3);
+  c.join_timeout = 5s;
+  c.last_call_timeout = 30s;
+  RendezvousState s(c);
+  auto a = join(s, node("a"));
+  EXPECT_EQ(s.next_deadline(), now + 5s);
+  advance(2s);
+  auto b = join(s, node("b"));
+  advance(3s - 1ms);
+  EXPECT_FALSE(s.join_status(a, now).has_value());
+  advance(1ms);
+  for (auto t : {a, b}) {
+    auto r = join_refusal(s, t);
+    EXPECT_EQ(r.code, RpcCode::kDeadlineExceeded);
+    EXPECT_THAT(r.message, HasSubstr("rendezvous join timed out after 5.0s (--rdzv_conf "
+                                     "join_timeout, or timeout in the static form): 2 of at most "
+                                     "3 nodes joined (--nnodes=1:3; joined: 'a', 'b')"));
+    EXPECT_THAT(r.message, HasSubstr("last call for more, which ends 30.0s after"));
+    EXPECT_THAT(r.message, HasSubstr("(--rdzv_conf last_call_timeout)"));
+  }
+  EXPECT_EQ(s.current_round(), 0);
+  // A last call that ends by the deadline closes the round.
+  c.last_call_timeout = 5s;
+  RendezvousState t(c);
+  auto d = join(t, node("d"));
+  advance(5s);
+  EXPECT_EQ(joined(t, d).group_world_size, 1);
 }
 
 TEST_F(RendezvousStateTest, CancelledJoinLeavesTheFormingRound) {
