@@ -246,4 +246,57 @@ std::string status_json(const JobStatus& job) {
   return out + "]}\n";
 }
 
+namespace {
+
+// What answered at the endpoint instead of the job's rendezvous.
+std::string what_answered(AskFailure failure, const std::string& detail,
+                          const std::string& endpoint) {
+  switch (failure) {
+    case AskFailure::kNoAnswer:
+      return "nothing answers at " + endpoint + " from here (" + detail + ")";
+    case AskFailure::kNotARendezvous:
+      return "a gRPC server that is not its rendezvous answers at " + endpoint + " from here";
+    case AskFailure::kAnotherJob:
+      return "another job's rendezvous answers at " + endpoint + " from here (" + detail + ")";
+    case AskFailure::kRefusedToken:
+      return "its rendezvous at " + endpoint + " refused the token (" + detail +
+             "; give it with DDP_RDZV_TOKEN, --rdzv_token or --rdzv_token_file)";
+    case AskFailure::kOther:
+      break;
+  }
+  return endpoint + " did not answer as a ddprun rendezvous (" + detail + ")";
+}
+
+}  // namespace
+
+std::string unanswered_reason(AskFailure failure, const std::string& detail, long pid,
+                              const std::string& endpoint, const NetworkPlace& place) {
+  std::string reason = what_answered(failure, detail, endpoint);
+  if (failure == AskFailure::kRefusedToken) return reason;
+  if (place.elsewhere()) {
+    return reason + ": its ddprun runs in another network namespace (" + place.job_ns +
+           ", this one is " + place.own_ns +
+           ": a container or `ip netns`), where that address is its own; ask from there: "
+           "nsenter --net=/proc/" +
+           std::to_string(pid) + "/ns/net ddprun status";
+  }
+  if (failure == AskFailure::kNoAnswer) {
+    return reason +
+           ": its rendezvous is down (the job is ending, or the node that hosts it is "
+           "gone) or cannot be reached from this machine";
+  }
+  return reason + ": its endpoint reaches another server from here";
+}
+
+std::string format_unanswered(const UnansweredJob& job) {
+  return fmt::format("ddprun pid {}, run '{}', rendezvous {}: not answered: {}\n", job.pid,
+                     job.run_id, job.endpoint, job.reason);
+}
+
+std::string unanswered_json(const UnansweredJob& job) {
+  return fmt::format(
+      "{{\"pid\":{},\"run_id\":{},\"endpoint\":{},\"answered\":false,\"error\":{}}}\n", job.pid,
+      json_quote(job.run_id), json_quote(job.endpoint), json_quote(job.reason));
+}
+
 }  // namespace ddp::launcher

@@ -104,6 +104,42 @@ std::string format_status_table(const JobStatus& job);
 // The job as one JSON object (ends with a newline).
 std::string status_json(const JobStatus& job);
 
+// A job of the runtime directory that ddprun status could not ask.
+struct UnansweredJob {
+  long pid = 0;  // its ddprun
+  std::string run_id, endpoint;
+  std::string reason;  // one line: why it did not answer
+};
+
+// Why asking a registered job failed, as the Status call ended.
+enum class AskFailure {
+  kNoAnswer,        // nothing answered at its endpoint (UNAVAILABLE, DEADLINE_EXCEEDED)
+  kNotARendezvous,  // a gRPC server without ddprun's Status (UNIMPLEMENTED)
+  kAnotherJob,      // a rendezvous of another run (INVALID_ARGUMENT)
+  kRefusedToken,    // UNAUTHENTICATED
+  kOther,
+};
+
+// Where the job's ddprun is in the network, against this process: both
+// network namespaces as /proc names them ("net:[4026531840]"), "" when not
+// readable.
+struct NetworkPlace {
+  std::string job_ns, own_ns;
+  bool elsewhere() const { return !job_ns.empty() && !own_ns.empty() && job_ns != own_ns; }
+};
+
+// The one-line reason for an UnansweredJob: what answered (or not) at its
+// endpoint, `detail` being gRPC's message, and, when its ddprun runs in
+// another network namespace (a container, `ip netns`), that its endpoint is
+// that namespace's and how to ask from there.
+std::string unanswered_reason(AskFailure failure, const std::string& detail, long pid,
+                              const std::string& endpoint, const NetworkPlace& place);
+
+// "ddprun pid 4242, run 'job1', rendezvous 127.0.0.1:29400: not answered: ..." (with a newline).
+std::string format_unanswered(const UnansweredJob& job);
+// {"pid":4242,"run_id":"job1","endpoint":"127.0.0.1:29400","answered":false,"error":"..."}
+std::string unanswered_json(const UnansweredJob& job);
+
 // JSON string quoting (shared with the event log).
 std::string json_quote(const std::string& s);
 

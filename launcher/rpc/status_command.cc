@@ -48,8 +48,14 @@ std::string explain(const grpc::Status& s, const std::string& endpoint) {
   }
 }
 
-// One Status call; the job, or the reason it could not be had.
-std::optional<JobStatus> ask(const RuntimeEntry& target, const StatusArgs& a, std::string* why) {
+// One Status call: the job, else how it failed.
+struct Answer {
+  std::optional<JobStatus> job;
+  grpc::Status status;
+  std::string endpoint;  // as asked
+};
+
+Answer ask(const RuntimeEntry& target, const StatusArgs& a) {
   Endpoint ep = parse_endpoint(target.endpoint, 29400, "endpoint");
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!target.tls_ca.empty()) {
@@ -65,12 +71,43 @@ std::optional<JobStatus> ask(const RuntimeEntry& target, const StatusArgs& a, st
   req.mutable_auth()->set_run_id(target.run_id);
   req.mutable_auth()->set_token(target.token);
   v1::StatusResponse resp;
-  grpc::Status status = stub->Status(&ctx, req, &resp);
-  if (!status.ok()) {
-    *why = explain(status, ep.to_string());
-    return std::nullopt;
+  Answer answer{std::nullopt, stub->Status(&ctx, req, &resp), ep.to_string()};
+  if (answer.status.ok()) answer.job = job_from_proto(resp, answer.endpoint);
+  return answer;
+}
+
+AskFailure failure_of(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return AskFailure::kNoAnswer;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return AskFailure::kNotARendezvous;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return AskFailure::kAnotherJob;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return AskFailure::kRefusedToken;
+    default:
+      return AskFailure::kOther;
   }
-  return job_from_proto(resp, ep.to_string());
+}
+
+// The network namespace of `pid` ("self" for this process) as /proc names
+// it, "" when it cannot be read (another user's process).
+std::string network_namespace(const std::string& pid) {
+  char link[128] = {};
+  const std::string path = "/proc/" + pid + "/ns/net";
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+  return n > 0 ? std::string(link, static_cast<std::size_t>(n)) : "";
+}
+
+// A job of the runtime directory that did not answer, with the true reason.
+UnansweredJob unanswered(const RuntimeEntry& target, const Answer& answer) {
+  const NetworkPlace place{network_namespace(std::to_string(target.pid)),
+                           network_namespace("self")};
+  return UnansweredJob{target.pid, target.run_id, answer.endpoint,
+                       unanswered_reason(failure_of(answer.status), answer.status.error_message(),
+                                         target.pid, answer.endpoint, place)};
 }
 
 // The jobs to ask: the endpoint given, else this user's jobs on this machine.
@@ -95,25 +132,32 @@ std::vector<RuntimeEntry> targets(const StatusArgs& a) {
   return found;
 }
 
-// Asks every target once; prints the jobs (and the failures) and returns the exit code.
+// Asks every target once and prints the view: each job that answered, then
+// one line (--json: one object) for each registered job that did not. The
+// exit code: 0 when some job answered; else 1, a job asked at an endpoint
+// given being named on stderr.
 int show_once(const std::vector<RuntimeEntry>& jobs, const StatusArgs& a, bool redraw) {
-  std::string out, errors;
-  int code = 0;
+  std::string out, unanswered_lines, errors;
+  int shown = 0;
   for (const auto& target : jobs) {
-    std::string why;
-    auto job = ask(target, a, &why);
-    if (!job) {
-      errors += "ddprun status: " + why + "\n";
-      code = 1;
-      continue;
+    const Answer answer = ask(target, a);
+    if (answer.job) {
+      ++shown;
+      out += a.json ? status_json(*answer.job)
+                    : format_status_table(*answer.job) + (jobs.size() > 1 ? "\n" : "");
+    } else if (target.pid == 0) {
+      errors += "ddprun status: " + explain(answer.status, answer.endpoint) + "\n";
+    } else {
+      const UnansweredJob job = unanswered(target, answer);
+      unanswered_lines += a.json ? unanswered_json(job) : format_unanswered(job);
     }
-    out += a.json ? status_json(*job) : format_status_table(*job) + (jobs.size() > 1 ? "\n" : "");
   }
+  out += unanswered_lines;
   if (redraw) out = "\x1b[H\x1b[2J" + out;  // home, clear: the view is redrawn in place
   std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
   std::fputs(errors.c_str(), stderr);
-  return code;
+  return shown > 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "netns_test.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -137,6 +138,60 @@ TEST(Status, TwoNodesAreSeenFromTheRendezvousAndBadTokensAreNamed) {
       << gone.err;
   for (auto& n : nodes) kill(n->pid(), SIGTERM);
   for (auto& n : nodes) n->wait(30s);
+}
+
+// Two local jobs, one in a network namespace (as in a container): ddprun
+// status without an endpoint shows the one it can ask and names the other,
+// with its pid, run id, endpoint and why, and exits 0.
+class StatusNetns : public NetnsTest {};
+
+TEST_F(StatusNetns, AJobThatCannotBeAskedIsNamedAndTheOthersAreShown) {
+  if (IsSkipped()) return;
+  const std::string runtime = make_temp_dir();
+  const std::map<std::string, std::string> env = {{"XDG_RUNTIME_DIR", runtime}};
+  NetnsHosts hosts(1);
+  auto job_argv = [](const std::string& run_id) {
+    std::vector<std::string> argv = {kDdprun, "--nproc_per_node=1", "--run_id=" + run_id};
+    auto train = train_args();
+    argv.insert(argv.end(), train.begin(), train.end());
+    return argv;
+  };
+  Subprocess here(job_argv("st-here"), env);
+  Subprocess there(hosts.on(0, job_argv("st-there")), env);
+  // Both registered: the one in the namespace too (`ip netns exec` runs it in this pid's place).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return std::filesystem::exists(runtime + "/ddprun/" + std::to_string(here.pid()) +
+                                       ".job") &&
+               std::filesystem::exists(runtime + "/ddprun/" + std::to_string(there.pid()) + ".job");
+      },
+      30s));
+  ProcessResult r = status_until({"--json", "--timeout=1"}, env, "\"collectives_done\":");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\"run_id\":\"st-here\",\"endpoint\""), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex("\\{\"pid\":" + std::to_string(there.pid()) +
+                 ",\"run_id\":\"st-there\",\"endpoint\":\"127\\.0\\.0\\.1:[0-9]+\","
+                 "\"answered\":false,\"error\":\"([^\"]*)\"\\}")))
+      << r.out;
+  EXPECT_NE(m[1].str().find("runs in another network namespace"), std::string::npos) << m[1];
+  EXPECT_EQ(m[1].str().find("older ddprun"), std::string::npos) << m[1];
+
+  ProcessResult table = run_process({kDdprun, "status", "--timeout=1"}, env, 20s);
+  EXPECT_EQ(table.code, 0) << table.out << table.err;
+  EXPECT_NE(table.out.find("RANK"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("ddprun pid " + std::to_string(there.pid()) +
+                           ", run 'st-there', rendezvous 127.0.0.1:"),
+            std::string::npos)
+      << table.out;
+
+  kill(here.pid(), SIGTERM);
+  kill(there.pid(), SIGTERM);
+  here.wait(30s);
+  there.wait(30s);
+  std::filesystem::remove_all(runtime);
 }
 
 TEST(Status, AForeignServerGetsAClearMessage) {

@@ -187,6 +187,56 @@ TEST(RuntimeRegistry, EntriesRoundTrip) {
   EXPECT_FALSE(parse_entry("run_id=x\n"));
 }
 
+// A registered job that does not answer ddprun status: the true reason,
+// never "an older ddprun" (the job registered itself, so it is this one).
+TEST(UnansweredJob, ReasonSaysWhatAnsweredAndWhereTheJobRuns) {
+  const NetworkPlace here{"net:[1]", "net:[1]"};
+  const NetworkPlace elsewhere{"net:[2]", "net:[1]"};
+  const std::string ep = "127.0.0.1:29400";
+  const std::string down =
+      unanswered_reason(AskFailure::kNoAnswer, "failed to connect", 42, ep, here);
+  EXPECT_EQ(down.rfind("nothing answers at 127.0.0.1:29400 from here (failed to connect): its "
+                       "rendezvous is down",
+                       0),
+            0u)
+      << down;
+  const std::string netns =
+      unanswered_reason(AskFailure::kNoAnswer, "failed to connect", 42, ep, elsewhere);
+  EXPECT_NE(netns.find("its ddprun runs in another network namespace (net:[2], this one is "
+                       "net:[1]"),
+            std::string::npos)
+      << netns;
+  EXPECT_NE(netns.find("nsenter --net=/proc/42/ns/net ddprun status"), std::string::npos) << netns;
+  const std::string foreign = unanswered_reason(AskFailure::kNotARendezvous, "", 42, ep, elsewhere);
+  EXPECT_NE(foreign.find("a gRPC server that is not its rendezvous answers at 127.0.0.1:29400"),
+            std::string::npos)
+      << foreign;
+  EXPECT_NE(foreign.find("another network namespace"), std::string::npos) << foreign;
+  for (auto failure : {AskFailure::kNoAnswer, AskFailure::kNotARendezvous, AskFailure::kAnotherJob,
+                       AskFailure::kRefusedToken, AskFailure::kOther}) {
+    for (const auto& place : {here, elsewhere, NetworkPlace{}}) {
+      const std::string why = unanswered_reason(failure, "x", 42, ep, place);
+      EXPECT_EQ(why.find("older ddprun"), std::string::npos) << why;
+      EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+      EXPECT_NE(why.find(ep), std::string::npos) << why;
+    }
+  }
+  // The namespace is not said when it cannot be read.
+  EXPECT_EQ(unanswered_reason(AskFailure::kNoAnswer, "x", 42, ep, NetworkPlace{"", "net:[1]"})
+                .find("namespace"),
+            std::string::npos);
+}
+
+TEST(UnansweredJob, OneLineOrOneJsonObject) {
+  const UnansweredJob job{4242, "job\"1", "10.0.0.1:29400", "nothing answers"};
+  EXPECT_EQ(format_unanswered(job),
+            "ddprun pid 4242, run 'job\"1', rendezvous 10.0.0.1:29400: not answered: nothing "
+            "answers\n");
+  EXPECT_EQ(unanswered_json(job),
+            "{\"pid\":4242,\"run_id\":\"job\\\"1\",\"endpoint\":\"10.0.0.1:29400\","
+            "\"answered\":false,\"error\":\"nothing answers\"}\n");
+}
+
 TEST(EventLog, WritesEveryRecordAsOneLine) {
   char path[] = "/tmp/ddp-events-XXXXXX";
   const int fd = mkstemp(path);
