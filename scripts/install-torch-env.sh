@@ -7,7 +7,11 @@
 # first two files' hash skips the torch install while it matches, so every
 # clone on this machine shares one environment of several GB; torchft is
 # added in place when its pinned versions are missing, and DeepSpeed's
-# shared-memory op is compiled once per user.
+# shared-memory op is compiled once per user. Last, this checkout's own
+# package goes in (`pip install --no-build-isolation .`: the ddprun command,
+# libddp and ddprun.torch, the c10d backend "ddp", built for this torch,
+# with scikit-build-core from scripts/requirements-build.txt), again
+# whenever the checkout's commit differs from the one installed.
 #   install-torch-env.sh           install unless up to date
 #   install-torch-env.sh --check   exit 0 when up to date, 1 when not (installs nothing)
 set -euo pipefail
@@ -16,14 +20,32 @@ ENV_DIR=${DDP_TORCH_ENV:-/opt/ddprun-torch}
 REQUIREMENTS=scripts/requirements-torch.txt
 REQUIREMENTS_DS=scripts/requirements-deepspeed.txt
 REQUIREMENTS_FT=scripts/requirements-torchft.txt
+REQUIREMENTS_BUILD=scripts/requirements-build.txt
+PACKAGE_STAMP="$ENV_DIR/.ddprun-package.commit"
 STAMP="$ENV_DIR/.ddprun-requirements.sha256"
 want=$(cat "$REQUIREMENTS" "$REQUIREMENTS_DS" | sha256sum | cut -d' ' -f1)
 up_to_date() { [[ -x $ENV_DIR/bin/python && -f $STAMP && $(cat "$STAMP") == "$want" ]]; }
 # torchft (the benchmark's peer) goes in after torch, in place: a few MB.
-torchft_present() {
+pinned_present() {
   "$ENV_DIR/bin/python" -c 'import importlib.metadata as m, sys
 want = [l.split("==") for l in open(sys.argv[1]) if "==" in l]
-sys.exit(any(m.version(n) != v.strip() for n, v in want))' "$REQUIREMENTS_FT" 2>/dev/null
+sys.exit(any(m.version(n) != v.strip() for n, v in want))' "$1" 2>/dev/null
+}
+torchft_present() { pinned_present "$REQUIREMENTS_FT"; }
+# The checkout's commit ("" outside git: then always reinstalled).
+checkout_commit() { git rev-parse HEAD 2>/dev/null || true; }
+package_present() {
+  [[ -n $(checkout_commit) && -f $PACKAGE_STAMP && $(cat "$PACKAGE_STAMP") == "$(checkout_commit)" ]] &&
+    "$ENV_DIR/bin/python" -c 'import ddprun.torch' 2>/dev/null
+}
+install_package() {
+  package_present && return
+  pinned_present "$REQUIREMENTS_BUILD" ||
+    "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check -r "$REQUIREMENTS_BUILD"
+  echo "install-torch-env: building and installing this checkout's ddprun package into $ENV_DIR (pip install --no-build-isolation .)"
+  "$ENV_DIR/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+  "$ENV_DIR/bin/python" -c 'import ddprun.torch'
+  checkout_commit >"$PACKAGE_STAMP"
 }
 install_torchft() {
   torchft_present && return
@@ -43,12 +65,13 @@ build_ds_op() {
   DS_ACCELERATOR=cpu "$ENV_DIR/bin/python" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null
 }
 if [[ ${1:-} == --check ]]; then
-  up_to_date && torchft_present && ds_op_built
+  up_to_date && torchft_present && ds_op_built && package_present
   exit
 fi
 if up_to_date; then
   install_torchft
   build_ds_op
+  install_package
   echo "install-torch-env: $ENV_DIR is up to date"
   exit 0
 fi
@@ -64,4 +87,5 @@ DS_ACCELERATOR=cpu "$ENV_DIR/bin/python" -c 'import torch, lightning, accelerate
 echo "$want" >"$STAMP"
 install_torchft
 build_ds_op
+install_package
 echo "install-torch-env: done ($("$ENV_DIR/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

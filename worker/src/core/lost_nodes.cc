@@ -19,13 +19,24 @@ LostNodes::LostNodes(std::shared_ptr<Store> job, std::int64_t round, std::set<in
 }
 
 std::optional<LostNodes> LostNodes::of_group(const MemberSet& members) {
-  const auto& env = worker_env();
-  if (!env || !env->heal) return std::nullopt;
+  // A group made outside ddp::init() (the torch backend) may run in an
+  // environment that is no launch's contract at all (a test harness setting
+  // WORLD_SIZE alone): that is no job under heal either.
+  bool heal = false;
+  long round = 0;
+  try {
+    const auto& env = worker_env();
+    heal = env && env->heal;
+    round = env ? env->round : 0;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (!heal) return std::nullopt;
   std::set<int> nodes;
   for (const Member& m : members.members) nodes.insert(m.node);
   if (nodes.size() < 2) return std::nullopt;
   try {
-    return LostNodes(job_store(), env->round, std::move(nodes));
+    return LostNodes(job_store(), round, std::move(nodes));
   } catch (const std::exception&) {
     return std::nullopt;  // no rendezvous to ask: the groups' own timeouts decide
   }
