@@ -35,6 +35,7 @@ def parse_args():
     p.add_argument("--batch-size", type=int, default=16, help="per process")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="gloo", help='process group backend; "ddp": ddprun\'s (pip install ddprun)')
     return p.parse_args()
 
 
@@ -50,6 +51,10 @@ def synthetic_dataset(samples, seed):
 def main():
     args = parse_args()
     torch.set_num_threads(1)
+    if args.backend != "gloo":
+        # Accelerate on the CPU refuses a backend name it does not know, but
+        # takes a process group made before it as it is.
+        torch.distributed.init_process_group(args.backend)
     accelerator = Accelerator(cpu=True)
     set_seed(args.seed)
 

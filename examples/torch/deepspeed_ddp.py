@@ -38,6 +38,7 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--zero-stage", type=int, default=1, choices=[0, 1, 2])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="gloo", help='process group backend; "ddp": ddprun\'s (pip install ddprun)')
     return p.parse_args()
 
 
@@ -54,7 +55,7 @@ def main():
     args = parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed.init_distributed(dist_backend=args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))

@@ -26,6 +26,7 @@ import argparse
 import os
 
 import lightning as L
+from lightning.pytorch.strategies import DDPStrategy
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -39,6 +40,7 @@ def parse_args():
     p.add_argument("--samples", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16, help="per rank")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="gloo", help='process group backend; "ddp": ddprun\'s (pip install ddprun)')
     return p.parse_args()
 
 
@@ -79,7 +81,7 @@ def main():
     loader = DataLoader(synthetic_dataset(args.samples, args.seed), batch_size=args.batch_size, shuffle=True)
     trainer = L.Trainer(
         accelerator="cpu",
-        strategy="ddp",
+        strategy=DDPStrategy(process_group_backend=args.backend),
         devices=args.devices,
         num_nodes=args.num_nodes,
         max_epochs=args.epochs,

@@ -92,7 +92,10 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::run(c10d::OpType type, const char* ti
     finish(std::current_exception());
     return work;
   }
-  queued->on_finish(std::move(finish));
+  // libddp holds only pointers: the tensors `issue` captured (inputs the
+  // caller may drop at once) live until the collective is done.
+  queued->on_finish([finish = std::move(finish),
+                     keep = std::move(issue)](std::exception_ptr error) { finish(error); });
   return work;
 }
 

@@ -123,6 +123,28 @@ def check_reduce_family(c, rank, world, backend):
         c.equal(out, expected("AVG", world, 8, torch.float32), "reduce_scatter_tensor AVG (FSDP2)")
 
 
+def check_dropped_inputs(c, rank, world):
+    """Async calls whose input the caller drops at once (FSDP2 and the
+    functional collectives do): the backend keeps it until the collective is done."""
+    pending = []
+    for _ in range(10):
+        out = torch.empty(11)
+        work = dist.reduce_scatter_tensor(
+            out, torch.cat([rank_value(rank, 11, torch.float32)] * world), async_op=True)
+        gathered = torch.empty(11 * world)
+        work2 = dist.all_gather_into_tensor(gathered, rank_value(rank, 11, torch.float32) * 1,
+                                            async_op=True)
+        pending.append((out, work, gathered, work2))
+        junk = [torch.full((11 * world,), -7.0) for _ in range(4)]  # reuses freed memory
+        del junk
+    for out, work, gathered, work2 in pending:
+        work.wait()
+        work2.wait()
+        c.equal(out, expected("SUM", world, 11, torch.float32), "async reduce_scatter_tensor, input dropped")
+        c.equal(gathered, torch.cat([rank_value(r, 11, torch.float32) for r in range(world)]),
+                "async all_gather_into_tensor, input dropped")
+
+
 def check_moves(c, rank, world):
     for dtype in DTYPES:
         mine = rank_value(rank, 13, dtype)
@@ -223,6 +245,7 @@ def main():
     check_all_reduce(c, rank, world, args.backend)
     check_reduce_family(c, rank, world, args.backend)
     check_moves(c, rank, world)
+    check_dropped_inputs(c, rank, world)
     check_uneven_and_lists(c, rank, world, args.backend)
     check_p2p_and_groups(c, rank, world)
     transport = ""

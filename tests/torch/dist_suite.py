@@ -8,6 +8,7 @@ processes that meet through a file store, as torch's own runner does.
 
     dist_suite.py --backend ddp [--world-size 3] [-k PATTERN ...] [--json FILE]
     dist_suite.py --backend gloo ...        the same tests on torch's Gloo
+    dist_suite.py --backend ddp --tests test_barrier,test_gather   exactly these
 
 For "ddp", the backend is added to every feature set of the suite that gloo
 belongs to (DistTestCases), so the suite selects for it what it selects for
@@ -100,6 +101,7 @@ def main():
     p.add_argument("--backend", required=True, choices=["ddp", "gloo"])
     p.add_argument("--world-size", type=int, default=3)
     p.add_argument("-k", action="append", default=[], help="run tests whose name contains this")
+    p.add_argument("--tests", help="run exactly these tests (names, comma-separated)")
     p.add_argument("--list", action="store_true", help="list the tests and exit")
     p.add_argument("--json", help="write each test's outcome here")
     a = p.parse_args()
@@ -112,7 +114,11 @@ def main():
     loader = unittest.TestLoader()
     if a.k:
         loader.testNamePatterns = [f"*{k}*" for k in a.k]
-    suite = loader.loadTestsFromTestCase(module.TestDistBackendWithSpawn)
+    if a.tests:
+        suite = unittest.TestSuite(module.TestDistBackendWithSpawn(name)
+                                   for name in a.tests.split(","))
+    else:
+        suite = loader.loadTestsFromTestCase(module.TestDistBackendWithSpawn)
     if a.list:
         for test in suite:
             print(test.id().rsplit(".", 1)[-1])
