@@ -170,7 +170,7 @@ TEST(TorchBackend, HangTimeoutNamesTheRankThatNeverEnteredTheCollective) {
 }
 
 // torch's own distributed suite (shipped in the wheel), a subset CI can
-// afford: collectives, point-to-point, subgroups, DDP and its hooks. Each of
+// afford: collectives, point-to-point, object collectives and DDP. Each of
 // these passes on Gloo too (tests/torch/dist_suite.py runs the whole suite
 // on both).
 TEST(TorchBackend, TorchsOwnSuiteSubsetPasses) {
@@ -178,15 +178,15 @@ TEST(TorchBackend, TorchsOwnSuiteSubsetPasses) {
   if (auto reason = torch2_unavailable_reason("expecttest"); !reason.empty())
     GTEST_SKIP() << reason;
   const std::string tests =
-      "test_all_reduce_sum,test_all_reduce_coalesced_max,test_all_gather,test_gather,test_scatter,"
-      "test_all_to_all_single_unequal_split,test_send_recv_with_tag,test_barrier,"
-      "test_new_subgroups,test_DistributedDataParallelCPU,test_ddp_hook_parity_allreduce";
+      "test_all_reduce_sum,test_all_reduce_sum_async,test_reduce_sum,test_broadcast,"
+      "test_all_gather,test_gather,test_scatter,test_send_recv_with_tag,test_isend,test_irecv,"
+      "test_barrier,test_all_gather_object_default_pg,test_DistributedDataParallelCPU";
   auto r = run_process(
       {torch2_python(), kScripts + "/dist_suite.py", "--backend", "ddp", "--tests", tests},
       {{"PYTHONPATH", kPackageDir}, {"OMP_NUM_THREADS", "1"}}, 400s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("SUITE ddp world_size=3: run 11 passed 11 failed 0 skipped 0"),
+  EXPECT_NE(r.out.find("SUITE ddp world_size=3: run 13 passed 13 failed 0 skipped 0"),
             std::string::npos)
       << r.out << r.err;
 }
