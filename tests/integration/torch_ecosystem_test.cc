@@ -45,6 +45,7 @@ const Program kLightning{"lightning_ddp.py", "lightning", "LIGHTNING", "rank", "
 const Program kAccelerate{"accelerate_ddp.py", "accelerate", "ACCELERATE", "process_index",
                           "num_processes"};
 const Program kDeepSpeed{"deepspeed_ddp.py", "deepspeed", "DEEPSPEED", "rank", "world_size"};
+const Program kFsdp2{"fsdp2_train.py", "torch", "FSDP2", "rank", "world_size"};
 
 using Fields = std::map<std::string, std::string>;
 
@@ -116,7 +117,10 @@ std::string skip_reason(const Program& p) {
   return why;
 }
 
-std::map<std::string, std::string> python_env() { return {{"DDP_PYTHON", torch2_python()}}; }
+// The build tree's ddprun package (the "ddp" backend) comes first on the path.
+std::map<std::string, std::string> python_env() {
+  return {{"DDP_PYTHON", torch2_python()}, {"PYTHONPATH", DDP_TORCH_PACKAGE_DIR}};
+}
 
 // --- one node, two ranks -------------------------------------------------------
 
@@ -179,6 +183,58 @@ TEST(TorchEcosystem, DeepSpeedZeroStageTwoTakesDdprunsTwoRanks) {
   // DeepSpeed's own report, on rank 0 only.
   EXPECT_EQ(lines_with_prefix(r.out, "[rank 0] step ").size(), 2u) << r.out;
   EXPECT_TRUE(lines_with_prefix(r.out, "[rank 1] step ").empty()) << r.out;
+}
+
+// --- the same programs on the "ddp" backend ------------------------------------
+
+// Each program with --backend gloo, then --backend ddp: both runs in sync,
+// ending with the same weights. Two ranks sum in one order, so the weights
+// agree to the bit.
+void expect_ddp_backend_matches_gloo(
+    const Program& p, std::vector<std::string> args,
+    const std::function<std::string(const Program&, const std::vector<std::string>&)>& run) {
+  std::map<std::string, Fields> rank0;
+  for (std::string backend : {"gloo", "ddp"}) {
+    auto with_backend = args;
+    with_backend.insert(with_backend.end(), {"--backend", backend});
+    const std::string out = run(p, with_backend);
+    auto ranks = expect_ranks_in_sync(p, out, 2);
+    if (ranks.count(0)) rank0[backend] = ranks[0];
+  }
+  ASSERT_EQ(rank0.size(), 2u);
+  EXPECT_EQ(field(rank0["ddp"], "sum"), field(rank0["gloo"], "sum")) << p.script;
+  EXPECT_EQ(field(rank0["ddp"], "abs_sum"), field(rank0["gloo"], "abs_sum")) << p.script;
+}
+
+std::string one_node_output(const Program& p, const std::vector<std::string>& args) {
+  auto run = run_on_one_node(p, args);
+  EXPECT_TRUE(run.result.exited && run.result.code == 0) << run.result.out << run.result.err;
+  return run.result.out;
+}
+
+TEST(TorchEcosystemOnDdp, PlainDdpProgram) {
+  if (auto why = skip_reason(kDdp); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_backend_matches_gloo(kDdp, {"--epochs", "2"}, one_node_output);
+}
+
+TEST(TorchEcosystemOnDdp, Fsdp2FullyShard) {
+  if (auto why = skip_reason(kFsdp2); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_backend_matches_gloo(kFsdp2, {}, one_node_output);
+}
+
+TEST(TorchEcosystemOnDdp, LightningDdpStrategyWithProcessGroupBackend) {
+  if (auto why = skip_reason(kLightning); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_backend_matches_gloo(kLightning, {}, one_node_output);
+}
+
+TEST(TorchEcosystemOnDdp, DeepSpeedZeroStageTwoWithDistBackend) {
+  if (auto why = skip_reason(kDeepSpeed); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_backend_matches_gloo(kDeepSpeed, {"--zero-stage", "2"}, one_node_output);
+}
+
+TEST(TorchEcosystemOnDdp, AccelerateWithTheGroupMadeFirst) {
+  if (auto why = skip_reason(kAccelerate); !why.empty()) GTEST_SKIP() << why;
+  expect_ddp_backend_matches_gloo(kAccelerate, {}, one_node_output);
 }
 
 // --- two test hosts, one rank each -------------------------------------------
@@ -271,6 +327,17 @@ TEST_F(TorchEcosystemMultiHost, AccelerateC10dFormSameCommandOnBothHosts) {
         << "rank " << rank << "\n"
         << out;
   }
+}
+
+// The "ddp" backend across two hosts (Gloo over TCP between them), against
+// torch's Gloo: the plain DDP program and FSDP2.
+TEST_F(TorchEcosystemMultiHost, DdpBackendAcrossHostsEndsWithGloosWeights) {
+  if (auto why = skip_reason(kFsdp2); !why.empty()) GTEST_SKIP() << why;
+  auto two_hosts = [this](const Program& p, const std::vector<std::string>& args) {
+    return both_ok(run_on_two_hosts(p, static_form, args));
+  };
+  expect_ddp_backend_matches_gloo(kDdp, {"--epochs", "2"}, two_hosts);
+  expect_ddp_backend_matches_gloo(kFsdp2, {}, two_hosts);
 }
 
 TEST_F(TorchEcosystemMultiHost, DeepSpeedStaticFormZeroStageOne) {
