@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 #include <string>
@@ -189,6 +190,28 @@ TEST(TorchBackend, TorchsOwnSuiteSubsetPasses) {
   EXPECT_NE(r.out.find("SUITE ddp world_size=3: run 13 passed 13 failed 0 skipped 0"),
             std::string::npos)
       << r.out << r.err;
+}
+
+// What `pip install --no-build-isolation .` put into the torch environment
+// (scripts/install-torch-env.sh runs it): the environment's own ddprun runs
+// a program on "ddp" with nothing on PYTHONPATH; torch finds the backend by
+// the installed package's entry point.
+TEST(TorchBackend, ThePipInstalledPackageRunsUnderItsOwnDdprun) {
+  SKIP_WITHOUT_TORCH2();
+  const std::string installed = torch2_python().substr(0, torch2_python().rfind('/')) + "/ddprun";
+  if (access(installed.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "no " << installed << ": scripts/install-torch-env.sh installs the package";
+  }
+  auto r = run_process(
+      {installed, "--nproc_per_node=2", kTrainScript, "--epochs", "1", "--backend", "ddp"},
+      {{"DDP_PYTHON", torch2_python()}, {"PYTHONPATH", "\x01"}}, 150s);
+  ASSERT_TRUE(r.exited) << r.out << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto rank0 = lines_with_prefix(r.out, "[rank 0] FINAL_WEIGHTS");
+  auto rank1 = lines_with_prefix(r.out, "[rank 1] FINAL_WEIGHTS");
+  ASSERT_EQ(rank0.size(), 1u) << r.out;
+  ASSERT_EQ(rank1.size(), 1u) << r.out;
+  EXPECT_EQ(rank0[0].substr(rank0[0].find(" sum=")), rank1[0].substr(rank1[0].find(" sum=")));
 }
 
 TEST(TorchBackend, DebianTorch113IsRefusedNamingItsVersion) {
