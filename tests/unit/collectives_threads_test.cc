@@ -479,6 +479,39 @@ TEST_P(Collectives, DebugCheckNamesTheMinorityEvenWhenItIsRankZero) {
   }
 }
 
+// on_finish: set before the collective finishes, it runs once on the
+// group's thread, before wait() returns, and sees the result in the buffer;
+// set after, it runs at once on the caller's thread.
+TEST_P(Collectives, OnFinishRunsOnceBeforeWaitReturnsAndAtOnceWhenAlreadyDone) {
+  const int n = world();
+  std::latch rank0_set(1);
+  on_ranks(n, [n, &rank0_set](ProcessGroup& pg) {
+    std::int32_t value = pg.rank() + 1;
+    std::atomic<int> calls{0};
+    std::int32_t seen = 0;
+    std::thread::id ran_on;
+    if (pg.rank() != 0) rank0_set.wait();
+    auto work = pg.all_reduce_async(&value, 1, DType::kInt32);
+    work->on_finish([&](std::exception_ptr error) {
+      EXPECT_EQ(error, nullptr);
+      seen = value;
+      ran_on = std::this_thread::get_id();
+      ++calls;
+    });
+    if (pg.rank() == 0) rank0_set.count_down();
+    EXPECT_TRUE(work->wait(10s));
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(seen, n * (n + 1) / 2);
+    if (pg.rank() == 0) {
+      EXPECT_NE(ran_on, std::this_thread::get_id()) << "the others issued theirs later";
+    }
+    std::thread::id second_ran_on;
+    work->on_finish([&](std::exception_ptr) { second_ran_on = std::this_thread::get_id(); });
+    EXPECT_EQ(second_ran_on, std::this_thread::get_id()) << "already done: runs at once, here";
+    EXPECT_EQ(calls.load(), 1);
+  });
+}
+
 TEST_P(Collectives, TimeoutNamesTheCollectiveItsSizeAndTheRanksThatNeverArrived) {
   const int n = world();
   // The last rank stays away; in a world of 4, rank 1 too.
