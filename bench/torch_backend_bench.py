@@ -2,6 +2,7 @@
 """torch.distributed on the "ddp" backend against torch's Gloo, side by side.
 
     python3 bench/torch_backend_bench.py BUILD_DIR [--rounds 3] [--ranks 2]
+    python3 bench/torch_backend_bench.py BUILD_DIR --hosts 2    (root: two test hosts)
 
 Runs the same worker under ddprun once per backend, in turns (gloo, ddp,
 gloo, ddp, ...), and prints per backend the median over rounds of:
@@ -11,11 +12,15 @@ gloo, ddp, ...), and prints per backend the median over rounds of:
     C++ (no c10d): the backend's own cost is the difference;
   - a DDP training step of a communication-bound model (an MLP of four
     1024x1024 layers, 16 MiB of gradients, batch 8): samples/s.
-then the ratios. The interpreter is DDP_TORCH_PYTHON (default
+then the ratios. With --hosts 2 the job is two test hosts (network namespaces
+joined by a bridge, 198.18.0.1-2, made and removed here), one rank each,
+ddprun's static form on each: Gloo over TCP between them for both
+backends. The interpreter is DDP_TORCH_PYTHON (default
 /opt/ddprun-torch/bin/python); the package comes from BUILD_DIR/python.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -89,16 +94,71 @@ def worker(backend):
     dist.destroy_process_group()
 
 
-def run_once(build, backend, ranks, python):
-    env = dict(os.environ, DDP_PYTHON=python, PYTHONPATH=os.path.join(build, "python"),
-               OMP_NUM_THREADS="1")
-    cmd = [os.path.join(build, "launcher", "ddprun"), f"--nproc_per_node={ranks}", "--no_prefix",
-           __file__, "--worker", backend]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    for line in r.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise SystemExit(f"{backend} run failed:\n{r.stdout}\n{r.stderr}")
+def result_of(backend, outputs):
+    for out in outputs:
+        for line in out.stdout.splitlines():
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT "):])
+    raise SystemExit(f"{backend} run failed:\n" + "\n".join(o.stdout + o.stderr for o in outputs))
+
+
+def job_env(build, python):
+    return dict(os.environ, DDP_PYTHON=python, PYTHONPATH=os.path.join(build, "python"),
+                OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")
+
+
+def run_once(build, backend, ranks, python, hosts=None):
+    ddprun = os.path.join(build, "launcher", "ddprun")
+    tail = [__file__, "--worker", backend]
+    if hosts is None:
+        cmd = [ddprun, f"--nproc_per_node={ranks}", "--no_prefix"] + tail
+        return result_of(backend, [subprocess.run(cmd, env=job_env(build, python),
+                                                  capture_output=True, text=True, timeout=600)])
+    procs = []
+    for i, ns in enumerate(hosts):
+        cmd = ["ip", "netns", "exec", ns, ddprun, "--nnodes=2", f"--node_rank={i}",
+               "--master_addr=198.18.0.1", "--master_port=29500", "--nproc_per_node=1",
+               "--no_prefix"] + tail
+        procs.append(subprocess.Popen(cmd, env=job_env(build, python), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        outs.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return result_of(backend, outs)
+
+
+class TestHosts:
+    """Two network namespaces on a bridge (198.18.0.1 and .2), removed on exit."""
+
+    def __init__(self):
+        self.prefix = f"ddptb{os.getpid()}"
+        self.hosts = [f"{self.prefix}-h{i}" for i in range(2)]
+
+    def sh(self, *args):
+        subprocess.run(args, check=True)
+
+    def __enter__(self):
+        sw = f"{self.prefix}-sw"
+        self.sh("ip", "netns", "add", sw)
+        self.sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        self.sh("ip", "-n", sw, "link", "set", "br0", "up")
+        for i, ns in enumerate(self.hosts):
+            self.sh("ip", "netns", "add", ns)
+            self.sh("ip", "-n", sw, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0",
+                    "netns", ns)
+            self.sh("ip", "-n", sw, "link", "set", f"p{i}", "master", "br0", "up")
+            self.sh("ip", "-n", ns, "addr", "add", f"198.18.0.{i + 1}/24", "dev", "eth0")
+            self.sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            self.sh("ip", "-n", ns, "link", "set", "lo", "up")
+        return self.hosts
+
+    def __exit__(self, *exc):
+        for ns in self.hosts + [f"{self.prefix}-sw"]:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+            for pid in pids.split():
+                subprocess.run(["kill", "-KILL", pid], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def main():
@@ -106,19 +166,23 @@ def main():
     p.add_argument("build", nargs="?")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--hosts", type=int, choices=[1, 2], default=1)
     p.add_argument("--worker")
     a = p.parse_args()
     if a.worker:
         return worker(a.worker)
     python = os.environ.get("DDP_TORCH_PYTHON", "/opt/ddprun-torch/bin/python")
     runs = {"gloo": [], "ddp": []}
-    for i in range(a.rounds):
-        for backend in ("gloo", "ddp"):
-            runs[backend].append(run_once(a.build, backend, a.ranks, python))
-            print(f"round {i + 1} {backend}: {json.dumps(runs[backend][-1])}", flush=True)
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(TestHosts()) if a.hosts == 2 else None
+        for i in range(a.rounds):
+            for backend in ("gloo", "ddp"):
+                runs[backend].append(run_once(a.build, backend, a.ranks, python, hosts))
+                print(f"round {i + 1} {backend}: {json.dumps(runs[backend][-1])}", flush=True)
     med = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for b, rs in runs.items()}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"\n{a.ranks} ranks on one node, {os.cpu_count()} CPUs ({cpu}); medians of {a.rounds} rounds")
+    where = f"{a.ranks} ranks on one node" if a.hosts == 1 else "2 test hosts, one rank each"
+    print(f"\n{where}, {os.cpu_count()} CPUs ({cpu}); medians of {a.rounds} rounds")
     print(f"{'':28} {'gloo':>12} {'ddp':>12} {'gloo/ddp':>9}")
     for nbytes, label, _ in SIZES:
         g, d = med["gloo"][f"all_reduce_{label}_us"], med["ddp"][f"all_reduce_{label}_us"]
