@@ -5,11 +5,14 @@
 #include <torch/python.h>
 
 #include "backend.h"
+#include "ddp/metrics.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "The c10d backend 'ddp' over libddp (register it with ddprun.torch.register())";
+  m.def("step_finished", &ddp::step_finished,
+        "Counts a training step on ddprun's progress board (ddprun status STEPS)");
   py::class_<ddprun_torch::DdpBackend, c10d::Backend, c10::intrusive_ptr<ddprun_torch::DdpBackend>>(
       m, "DdpBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

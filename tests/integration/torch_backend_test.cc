@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -152,6 +154,32 @@ TEST(TorchBackend, ASubgroupPeerThatNeverArrivesIsNamedAfterTheTimeout) {
   EXPECT_NE((r.out + r.err).find("rank(s) 1 did not arrive within 3 s"), std::string::npos)
       << r.out << r.err;
   EXPECT_LT(r.seconds, 60) << "the subgroup's 3 s timeout bounds the wait";
+}
+
+// `ddprun status` shows a torch rank on "ddp" as a libddp one: its
+// collectives, and its steps (each optimizer.step()) with their time.
+TEST(TorchBackend, StatusShowsATorchRanksCollectivesAndOptimizerSteps) {
+  SKIP_WITHOUT_TORCH2();
+  const std::string runtime = make_temp_dir();
+  std::map<std::string, std::string> env = {
+      {"XDG_RUNTIME_DIR", runtime}, {"DDP_PYTHON", torch2_python()}, {"PYTHONPATH", kPackageDir}};
+  Subprocess job(
+      {kDdprun, "--nproc_per_node=2", kTrainScript, "--epochs", "100000", "--backend", "ddp"}, env);
+  ProcessResult r;
+  std::smatch m;
+  const bool shown = wait_until(
+      [&] {
+        r = run_process({kDdprun, "status", "--json"}, {{"XDG_RUNTIME_DIR", runtime}}, 10s);
+        return std::regex_search(r.out, m,
+                                 std::regex("\"rank\":1,[^}]*\"steps\":([1-9][0-9]*),"
+                                            "\"step_median_s\":([0-9.]+)")) &&
+               std::stod(m[2]) > 0;
+      },
+      60s);
+  EXPECT_TRUE(shown) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\"collectives_done\":[1-9]"))) << r.out;
+  kill(job.pid(), SIGTERM);
+  EXPECT_TRUE(job.wait(60s).exited);
 }
 
 // ddprun's progress board sees a torch program's collectives on "ddp" as a

@@ -45,9 +45,24 @@ def _check_against_launcher(options):
             )
 
 
+_counting_steps = False
+
+
+def _count_optimizer_steps():
+    """A training step, for ddprun status: every optimizer.step() of this process."""
+    global _counting_steps
+    if not _counting_steps:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(
+            lambda optimizer, args, kwargs: _C.step_finished())
+        _counting_steps = True
+
+
 def _create(options, backend_options=None):
     """torch's creator for the backend (extended API): one libddp group per process group."""
     _check_against_launcher(options)
+    _count_optimizer_steps()
     return _C.DdpBackend(
         options.store,
         options.group_rank,

@@ -94,6 +94,14 @@ using Metrics = std::map<std::string, double>;
 Metrics average_metrics(const Metrics& metrics, double count = 1.0);
 Metrics average_metrics(const Metrics& metrics, double count, ProcessGroup& group);
 
+// A training step of this rank ended: counted, and timed from the previous
+// one, on ddprun's progress board (`ddprun status` STEPS and step time, the
+// ddprun_rank_steps_total metric), for programs whose steps libddp does not
+// see itself (a synchronising GradSync or SharedGradSum finish counts one
+// already). Without ddprun's board it does nothing. Not a collective;
+// thread-safe; a few nanoseconds.
+void step_finished();
+
 // This process's memory, in bytes.
 struct MemoryStats {
   std::uint64_t uss = 0;       // unique set size: Private_Clean + Private_Dirty

@@ -7,10 +7,13 @@
 #include <sstream>
 #include <vector>
 
+#include "core/progress_counter.h"
 #include "ddp/common/error.h"
 #include "helpers/helpers_internal.h"
 
 namespace ddp {
+
+void step_finished() { detail::step_finished(); }
 
 // ---------------------------------------------------------------- sums, means
 
