@@ -92,6 +92,10 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::run(c10d::OpType type, const char* ti
     finish(std::current_exception());
     return work;
   }
+  if (!queued) {  // nothing to move (empty tensors): done already
+    finish(nullptr);
+    return work;
+  }
   // libddp holds only pointers: the tensors `issue` captured (inputs the
   // caller may drop at once) live until the collective is done.
   queued->on_finish([finish = std::move(finish),

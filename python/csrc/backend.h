@@ -107,7 +107,8 @@ class DdpBackend : public c10d::Backend {
   double time_libddp_all_reduce(const at::Tensor& tensor, int iterations);
 
  private:
-  // Starts `collective` on `group`: blocking (nullptr back) or async (its Work).
+  // Starts `collective` on `group`: blocking (nullptr back) or async (its
+  // Work; nullptr when there was nothing to do: empty tensors).
   using Issue = std::function<std::shared_ptr<ddp::Work>(ddp::ProcessGroup& group, bool async)>;
   // Runs `issue` on the group for `device`, then `after` (copy-backs, the
   // reduction of gathered inputs) once it succeeded; the Work returned holds

@@ -104,45 +104,54 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::_allgather_base(at::Tensor& output, a
 c10::intrusive_ptr<c10d::Work> DdpBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  std::vector<std::vector<at::Tensor>> lists;
   const char* title = "all_gather_into_tensor_coalesced";
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "backend ddp: ", title,
                     " needs as many outputs as inputs (", outputs.size(), " and ", inputs.size(),
                     ")");
+  // As all_gather_coalesced's lists: lists[r][i] is rank r's piece of output i.
+  std::vector<std::vector<at::Tensor>> lists(static_cast<std::size_t>(size_));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "backend ddp: ", title,
                       ": output ", i, " has ", outputs[i].numel(), " elements; it needs input ", i,
                       "'s ", inputs[i].numel(), " times the group's ", size_);
-    lists.push_back(outputs[i].reshape({-1}).chunk(size_));
+    auto pieces = outputs[i].reshape({-1}).chunk(size_);
+    for (int r = 0; r < size_; ++r) lists[r].push_back(pieces[r].view_as(inputs[i]));
   }
   return allgather_coalesced(lists, inputs, opts);
 }
 
+// outputs[r][i] receives rank r's inputs[i].
 c10::intrusive_ptr<c10d::Work> DdpBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const char* title = "all_gather_coalesced";
-  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(), "backend ddp: ", title,
-                    " needs one output list per input (", outputs.size(), " and ", inputs.size(),
-                    ")");
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size_, "backend ddp: ", title,
+                    " needs one output list per rank (", size_, "); got ", outputs.size());
   std::vector<at::Tensor> parts;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    check_like(title, "output", outputs[i], inputs[i], static_cast<std::size_t>(size_));
-    parts.push_back(bytes_of(inputs[i]));
+  for (const auto& input : inputs) {
+    check_movable(title, input);
+    parts.push_back(bytes_of(input));
   }
-  at::Tensor in = at::cat(parts);
+  for (const auto& list : outputs) {
+    TORCH_CHECK_VALUE(list.size() == inputs.size(), "backend ddp: ", title,
+                      ": each rank's output list needs one tensor per input (", inputs.size(),
+                      "); got ", list.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_like(title, "output", {list[i]}, inputs[i], 1);
+    }
+  }
+  at::Tensor in = parts.empty() ? at::empty({0}, at::kByte) : at::cat(parts);
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   std::vector<at::Tensor> result;
   for (const auto& list : outputs) result.insert(result.end(), list.begin(), list.end());
   auto unpack = [flat, outputs, each = in.numel()]() mutable {
-    int64_t offset = 0;  // where input i's bytes sit within each rank's slice
-    for (auto& list : outputs) {
-      const int64_t n = list[0].numel() * list[0].element_size();
-      for (std::size_t r = 0; r < list.size(); ++r) {
-        auto slice = flat.narrow(0, static_cast<int64_t>(r) * each + offset, n);
-        list[r].copy_(slice.view(list[r].scalar_type()).view(list[r].sizes()));
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      int64_t offset = static_cast<int64_t>(r) * each;
+      for (auto& out : outputs[r]) {
+        const auto n = static_cast<int64_t>(nbytes(out));
+        out.copy_(flat.narrow(0, offset, n).view(out.scalar_type()).view(out.sizes()));
+        offset += n;
       }
-      offset += n;
     }
   };
   return gather_bytes(c10d::OpType::ALLGATHER_COALESCED, title, opts.asyncOp, in, flat, -1, result,

@@ -145,6 +145,23 @@ def check_dropped_inputs(c, rank, world):
                 "async all_gather_into_tensor, input dropped")
 
 
+def check_empty_and_coalesced(c, rank, world):
+    """Empty tensors, sync and async, and the coalesced all_gather."""
+    for async_op in (False, True):
+        for fn in (lambda t: dist.all_reduce(t, async_op=async_op),
+                   lambda t: dist.broadcast(t, src=0, async_op=async_op)):
+            work = fn(torch.empty(0))
+            if async_op:
+                work.wait()
+            c.count += 1
+    ins = [rank_value(rank, 3, torch.float32), rank_value(rank, 5, torch.float32) * 2]
+    outs = [[torch.empty(3), torch.empty(5)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(world):
+        c.equal(outs[r][0], rank_value(r, 3, torch.float32), f"all_gather_coalesced from {r}")
+        c.equal(outs[r][1], rank_value(r, 5, torch.float32) * 2, f"all_gather_coalesced from {r}")
+
+
 def check_moves(c, rank, world):
     for dtype in DTYPES:
         mine = rank_value(rank, 13, dtype)
@@ -246,6 +263,7 @@ def main():
     check_reduce_family(c, rank, world, args.backend)
     check_moves(c, rank, world)
     check_dropped_inputs(c, rank, world)
+    check_empty_and_coalesced(c, rank, world)
     check_uneven_and_lists(c, rank, world, args.backend)
     check_p2p_and_groups(c, rank, world)
     transport = ""
