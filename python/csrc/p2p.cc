@@ -65,6 +65,30 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::send(std::vector<at::Tensor>& tensors
   return work;
 }
 
+namespace {
+
+// Reads the message under `key` (present) into `tensor` and removes it.
+void take_message(c10d::Store& store, const std::string& key, at::Tensor& tensor, int src) {
+  const auto stored = store.get(key);
+  store.deleteKey(key);
+  const auto expected = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+  if (stored.size() != expected) {
+    throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) + ": the message has " +
+                     std::to_string(stored.size()) + " bytes, the tensor " +
+                     std::to_string(expected));
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(stored.size())}, at::kByte);
+  std::memcpy(bytes.data_ptr(), stored.data(), stored.size());
+  tensor.copy_(bytes.to(tensor.device()).view(tensor.scalar_type()).view(tensor.sizes()));
+}
+
+std::string no_message(const std::string& from, std::chrono::milliseconds timeout) {
+  return "backend ddp: recv from " + from + ": no message within " +
+         std::to_string(timeout.count() / 1000) + " s (the group's timeout)";
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> DdpBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                 int tag) {
   at::Tensor tensor = single("recv", tensors);
@@ -76,27 +100,53 @@ c10::intrusive_ptr<c10d::Work> DdpBackend::recv(std::vector<at::Tensor>& tensors
   }
   auto work = c10::make_intrusive<DdpWork>(rank_, c10d::OpType::RECV, "recv",
                                            std::vector<at::Tensor>{tensor});
+  work->set_source_rank(src);
   const std::string key = message_key(src, rank_, tag, sequence);
   std::thread([work, tensor, key, store = setup_.store, timeout = setup_.timeout, src]() mutable {
     try {
-      if (!poll_for(*store, key, timeout)) {
-        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
-                         ": no message within " + std::to_string(timeout.count() / 1000) +
-                         " s (the group's timeout)");
-      }
-      const auto stored = store->get(key);
-      store->deleteKey(key);
-      const std::string message(stored.begin(), stored.end());
-      const auto expected = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
-      if (message.size() != expected) {
-        throw ddp::Error("backend ddp: recv from rank " + std::to_string(src) +
-                         ": the message has " + std::to_string(message.size()) +
-                         " bytes, the tensor " + std::to_string(expected));
-      }
-      at::Tensor bytes = at::empty({static_cast<int64_t>(message.size())}, at::kByte);
-      std::memcpy(bytes.data_ptr(), message.data(), message.size());
-      tensor.copy_(bytes.to(tensor.device()).view(tensor.scalar_type()).view(tensor.sizes()));
+      if (!poll_for(*store, key, timeout))
+        throw ddp::Error(no_message("rank " + std::to_string(src), timeout));
+      take_message(*store, key, tensor, src);
       work->complete(nullptr);
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+  }).detach();
+  return work;
+}
+
+// From whichever rank's next message with `tag` is stored first: each
+// source's next sequence number is claimed only once its message is there.
+c10::intrusive_ptr<c10d::Work> DdpBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                         int tag) {
+  at::Tensor tensor = single("recv", tensors);
+  auto work = c10::make_intrusive<DdpWork>(rank_, c10d::OpType::RECVANYSOURCE, "recv",
+                                           std::vector<at::Tensor>{tensor});
+  c10::intrusive_ptr<DdpBackend> self =
+      c10::intrusive_ptr<DdpBackend>::reclaim_copy(this);  // alive while the thread polls
+  std::thread([self, work, tensor, tag]() mutable {
+    try {
+      const auto deadline = std::chrono::steady_clock::now() + self->setup_.timeout;
+      auto pause = std::chrono::microseconds(200);
+      while (true) {
+        for (int src = 0; src < self->size_; ++src) {
+          if (src == self->rank_) continue;
+          std::unique_lock<std::mutex> lock(self->p2p_mu_);
+          const uint64_t next = self->received_[{src, tag}];
+          const std::string key = message_key(src, self->rank_, tag, next);
+          if (!self->setup_.store->check({key})) continue;
+          self->received_[{src, tag}] = next + 1;
+          lock.unlock();
+          take_message(*self->setup_.store, key, tensor, src);
+          work->set_source_rank(src);
+          work->complete(nullptr);
+          return;
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+          throw ddp::Error(no_message("any rank", self->setup_.timeout));
+        std::this_thread::sleep_for(pause);
+        pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+      }
     } catch (...) {
       work->complete(std::current_exception());
     }

@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <exception>
 #include <vector>
 
@@ -19,10 +20,14 @@ class DdpWork : public c10d::Work {
   void complete(std::exception_ptr error);
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // A recv's source (set before complete(); what recv from any source found).
+  void set_source_rank(int rank) { source_rank_ = rank; }
+  int sourceRank() const override { return source_rank_; }
   std::vector<at::Tensor> result() override;
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::atomic<int> source_rank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
