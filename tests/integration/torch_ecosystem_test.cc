@@ -340,6 +340,19 @@ TEST_F(TorchEcosystemMultiHost, DdpBackendAcrossHostsEndsWithGloosWeights) {
   expect_ddp_backend_matches_gloo(kFsdp2, {}, two_hosts);
 }
 
+// Lightning, DeepSpeed and Accelerate on "ddp" across the two hosts too.
+TEST_F(TorchEcosystemMultiHost, DdpBackendAcrossHostsUnderLightningDeepSpeedAndAccelerate) {
+  for (const Program* p : {&kLightning, &kDeepSpeed, &kAccelerate}) {
+    if (auto why = skip_reason(*p); !why.empty()) GTEST_SKIP() << why;
+  }
+  auto two_hosts = [this](const Program& p, const std::vector<std::string>& args) {
+    return both_ok(run_on_two_hosts(p, static_form, args));
+  };
+  expect_ddp_backend_matches_gloo(kLightning, {"--devices", "1", "--num_nodes", "2"}, two_hosts);
+  expect_ddp_backend_matches_gloo(kDeepSpeed, {"--zero-stage", "2"}, two_hosts);
+  expect_ddp_backend_matches_gloo(kAccelerate, {}, two_hosts);
+}
+
 TEST_F(TorchEcosystemMultiHost, DeepSpeedStaticFormZeroStageOne) {
   if (auto why = skip_reason(kDeepSpeed); !why.empty()) GTEST_SKIP() << why;
   auto r = run_on_two_hosts(kDeepSpeed, static_form, {"--zero-stage", "1"});
