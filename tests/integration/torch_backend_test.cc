@@ -1,7 +1,7 @@
 // The c10d backend "ddp" (python/: ddprun.torch and its extension) in real
 // torch 2.x programs: every collective against torch's own arithmetic, under
-// ddprun and torchrun, found by its entry point or imported; a DDP program
-// that ends with Gloo's weights; the calls it refuses; the live view
+// ddprun and torchrun, found by its entry point or imported; the pip install;
+// torch's own suite (a subset); the calls it refuses; the live view
 // (--hang_timeout names the rank that never entered a collective); and
 // Debian's torch 1.13 refused by name. The example programs on "ddp" against
 // Gloo are in torch_ecosystem_test.cc.
