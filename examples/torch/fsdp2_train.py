@@ -10,6 +10,7 @@ backend takes it). At the end every rank gathers the full weights and prints
 """
 
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -57,7 +58,11 @@ def main():
         total_sum = sum(p.sum().item() for p in full)
         abs_sum = sum(p.abs().sum().item() for p in full)
     print(f"FSDP2 rank={rank} world_size={world} sum={total_sum:.17g} abs_sum={abs_sum:.17g}", flush=True)
-    del model, optimizer
+    # The sharded modules hold the process group in reference cycles: free
+    # them while it is still up (torch's Gloo may abort at interpreter exit
+    # otherwise: docs/pytorch.md).
+    del model, optimizer, full
+    gc.collect()
     dist.destroy_process_group()
 
 
