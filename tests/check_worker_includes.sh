@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../worker/src"
 declare -A allowed=(
   [core]="core"
+  [heal]="heal core"
   [kernels]="kernels"
   [device]="device"
   [backends/local]="backends/local core"

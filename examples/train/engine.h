@@ -58,8 +58,8 @@ class Engine {
   virtual void gather_state() {}
   // Live recovery (--on_failure=heal) with --shard_optimizer, on the CPU
   // engine (the others hold the whole state and have nothing to do; see
-  // healing_shards.h). Collective: restore_shards() after every reform,
-  // before Healer::sync_state() (`committed`: this member's committed steps,
+  // healing_shards.h). Collective: restore_shards() before every state sync
+  // (HealParticipant::before_sync; `committed`: this member's committed steps,
   // -1 for a relaunch; returns the bytes the holders of shards sent);
   // shard_for_healing() once the group is settled.
   virtual std::uint64_t restore_shards(ddp::ProcessGroup& /*group*/, std::int64_t /*committed*/) {

@@ -1,9 +1,9 @@
 // The trainer's loop under live recovery. A step is committed once this
 // rank's finish() returned and it applied the optimizer update; a step whose
-// collectives failed is dropped on this rank (nothing applied) and, after
-// the group is rebuilt, ddp::Healer::sync_state() makes every member hold the
-// most advanced member's state: a step that some survivor committed is kept
-// (its gradient sum was whole: every rank had contributed), one that nobody
+// collectives failed is dropped on this rank (nothing applied) and
+// ddp::Healer::heal() rebuilds the group and makes every member hold the most
+// advanced member's state: a step that some survivor committed is kept (its
+// gradient sum was whole: every rank had contributed), one that nobody
 // committed is redone with the new group.
 
 #include "heal_loop.h"
@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include <unistd.h>
 
@@ -96,6 +97,7 @@ class HealingTrainer {
         healer_(starting_.get()),
         log_(c.sample_log, healer_->id()) {
     committed_ = healer_->joined_late() ? -1 : 0;
+    if (healer_->group()) constructed_epoch_ = healer_->group()->epoch();
     if (healer_->group() && !healer_->joined_late() && !c.resume.empty()) resume();
   }
 
@@ -108,7 +110,7 @@ class HealingTrainer {
     // On the GPU the relaunch draws weights too (a kernel, cheap), then receives them.
     if (backend == "nccl") return make_gpu_engine(c, dims, ddp::local_rank());
     // The state lives in memory that a relaunch of this rank inherits, pages
-    // made; a relaunch's sync_state() overwrites it all, so it is not zeroed.
+    // made; a relaunch's first settle() overwrites it all, so it is not zeroed.
     const bool relaunched = ddp::Healer::relaunched();
     const auto fill =
         relaunched ? ddp::Healer::StateFill::kUnspecified : ddp::Healer::StateFill::kZeros;
@@ -125,15 +127,15 @@ class HealingTrainer {
   bool done() const {
     return c_.steps > 0 ? committed_ >= c_.steps : position_.epoch >= std::max<long>(c_.epochs, 1);
   }
-  bool settle();
+  ddp::HealParticipant participant();
+  void rebuild(ddp::ProcessGroup& g, const ddp::Settlement& s);
   void train_step();
   std::vector<ddp::ParamBuffer> state();
   CheckpointMeta describe() const;
   void resume();
   void save(const char* why);
   int give_up(const ddp::HealError& e);
-  void recover(const std::string& why);
-  void reform();
+  void boundary();
 
   const Config& c_;
   const Hooks& hooks_;
@@ -147,72 +149,86 @@ class HealingTrainer {
   std::unique_ptr<ddp::GradAverager> sync_;
   std::int64_t committed_ = 0;  // steps applied (-1: none yet, this process just joined)
   Position position_;
-  int step_world_ = 0;  // the group's size when the step in flight began
-  // Filled by recover(), reported by the next settle().
-  std::optional<ddp::MemberSet> before_;
+  int step_world_ = 0;                   // the group's size when the step in flight began
+  std::uint64_t constructed_epoch_ = 0;  // the epoch the Healer formed or joined
+  // This rank's count and data position when the last state sync began.
+  std::int64_t mine_ = 0;
+  Position was_;
+  // The last state sync's optimizer shards, for its report.
+  std::uint64_t shard_bytes_ = 0;
+  double restore_ms_ = 0;
   Clock::time_point failed_at_{};
-  double waited_ms_ = 0;
   Batch batch_;
   bool recovering_ = false;  // after a failure, until the next committed step
 };
 
-// After construction and after every reform: everyone takes the most
-// advanced member's state, then a new GradSync over the new group. False
-// when processes wait to be admitted by then (a relaunch that arrived while
-// the survivors shrank the group): the caller reforms again at once, before
-// building a GradSync that reform would throw away.
-bool HealingTrainer::settle() {
-  const std::int64_t mine = committed_;
-  const Position was = position_;
-  const Clock::time_point restoring = Clock::now();
-  const std::uint64_t shard_bytes = engine_->restore_shards(*healer_->group(), committed_);
-  const double restore_ms = ms_since(restoring);
-  const ddp::HealReport report = healer_->sync_state(committed_, state());
+// What the Healer calls back: drop the GradSync (it holds the group), the
+// state every member must hold alike, and the sharded optimizer's survivors
+// rebuilding their whole state before it is compared.
+ddp::HealParticipant HealingTrainer::participant() {
+  ddp::HealParticipant p;
+  p.release = [this] { sync_.reset(); };
+  p.state = [this] { return state(); };
+  p.rebuild = [this](ddp::ProcessGroup& g, const ddp::Settlement& s) { rebuild(g, s); };
+  p.before_sync = [this](ddp::ProcessGroup& g, std::int64_t committed) {
+    if (g.epoch() != constructed_epoch_ && hooks_.after_reform) hooks_.after_reform();
+    mine_ = committed;
+    was_ = position_;
+    const Clock::time_point restoring = Clock::now();
+    shard_bytes_ = engine_->restore_shards(g, committed);
+    restore_ms_ = ms_since(restoring);
+  };
+  return p;
+}
+
+// After the Healer synced the state over a new group: check and log what
+// came of the step in flight, then build the GradSync over the group.
+// A broken invariant is not a ddp::Error: the Healer would take it for a
+// dead peer and heal again.
+void HealingTrainer::rebuild(ddp::ProcessGroup& group, const ddp::Settlement& s) {
+  const std::int64_t mine = mine_;
+  const Position was = was_;
+  committed_ = s.committed;
   engine_->load_host_state();
   // A step this rank failed in but another committed: its samples were summed.
   if (mine >= 0 && committed_ == mine + 1) {
     const Position next = plan_.after(was, step_world_);
     if (next.epoch != position_.epoch || next.offset != position_.offset) {
-      throw ddp::Error("heal: the donor's data position does not follow this rank's");
+      throw std::logic_error("heal: the donor's data position does not follow this rank's");
     }
     log_.step(mine, was, plan_.step_samples(was, step_world_));
   } else if (mine >= 0 && committed_ != mine) {
-    throw ddp::Error("heal: this rank is " + std::to_string(committed_ - mine) +
-                     " steps behind the donor (at most 1 is possible)");
+    throw std::logic_error("heal: this rank is " + std::to_string(committed_ - mine) +
+                           " steps behind the donor (at most 1 is possible)");
   }
-  const bool admit_more = healer_->arrivals_waiting();
-  if (!admit_more) {
-    sync_ =
-        ddp::make_grad_averager(healer_->group(), engine_->grad_params(), grad_sync_options(c_));
-    engine_->shard_for_healing(*healer_->group());
-  }
-  const ddp::ProcessGroup& g = *healer_->group();
-  const double mb = static_cast<double>(report.bytes) / 1e6;
-  if (before_) {
-    const ddp::EpochChange& change = healer_->last_change();
+  sync_ = ddp::make_grad_averager(healer_->group(), engine_->grad_params(), grad_sync_options(c_));
+  engine_->shard_for_healing(group);
+  const ddp::ProcessGroup& g = group;
+  const double mb = static_cast<double>(s.report.bytes) / 1e6;
+  if (s.before) {
     auto ids = [](const std::vector<int>& v) {
       return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, " "));
     };
     ddp::log::info_all(
         "heal: epoch {}: left {} | arrived {} | replaced {} | world {} -> {} | resumed at "
         "committed step {} | survivors waited {:.1f} ms | heal {:.1f} ms, {:.2f} MB from {}{}",
-        g.epoch(), ids(change.left), ids(change.arrived), ids(change.replaced), before_->size(),
-        g.size(), committed_, waited_ms_, report.seconds * 1e3, mb, senders(report),
-        shard_bytes == 0 ? std::string()
-                         : fmt::format(" | optimizer shards restored first: {:.2f} MB in {:.1f} ms",
-                                       static_cast<double>(shard_bytes) / 1e6, restore_ms));
-    before_.reset();
+        g.epoch(), ids(s.change.left), ids(s.change.arrived), ids(s.change.replaced),
+        s.before->size(), g.size(), committed_, s.reform_seconds * 1e3, s.report.seconds * 1e3, mb,
+        senders(s.report),
+        shard_bytes_ == 0
+            ? std::string()
+            : fmt::format(" | optimizer shards restored first: {:.2f} MB in {:.1f} ms",
+                          static_cast<double>(shard_bytes_) / 1e6, restore_ms_));
   } else if (mine < 0) {
     ddp::log::info_all(
         "heal: joined epoch {} as rank {} of {} | received {:.2f} MB (state at committed step {}) "
         "in {:.1f} ms{}",
-        g.epoch(), g.rank(), g.size(), mb, committed_, report.seconds * 1e3,
-        report.read_directly
-            ? fmt::format(" | read straight from rank {}'s state memory", report.donor)
+        g.epoch(), g.rank(), g.size(), mb, committed_, s.report.seconds * 1e3,
+        s.report.read_directly
+            ? fmt::format(" | read straight from rank {}'s state memory", s.report.donor)
             : std::string());
   }
-  if (!admit_more && hooks_.after_settle) hooks_.after_settle();
-  return !admit_more;
+  if (hooks_.after_settle) hooks_.after_settle();
 }
 
 void HealingTrainer::train_step() {
@@ -251,48 +267,24 @@ void HealingTrainer::train_step() {
   }
 }
 
-void HealingTrainer::recover(const std::string& why) {
-  ddp::log::warn("heal: step {} did not commit: {}", committed_, why);
-  if (hooks_.before_reform) hooks_.before_reform();
-  reform();
-  recovering_ = true;
-}
-
-// Leaves the current group and joins the next epoch's.
-void HealingTrainer::reform() {
-  failed_at_ = Clock::now();
-  before_ = healer_->group()->members();
-  healer_->group()->abort();  // peers waiting on this rank stop at once
-  sync_.reset();
-  healer_->reform(committed_);
-  waited_ms_ = ms_since(failed_at_);
-  if (hooks_.after_reform) hooks_.after_reform();
-}
+// At every step boundary: the Healer syncs the state the first time, heals
+// after a failure, and admits processes waiting to join when some ask.
+void HealingTrainer::boundary() { healer_->settle(committed_, participant()); }
 
 int HealingTrainer::run() {
   if (!healer_->group()) return 0;  // the job finished before this rank was admitted
   ddp::log::info("train: live recovery (--on_failure=heal): {} rank(s) ({}), MLP {} | math on {}",
                  healer_->group()->size(), healer_->group()->backend_name(), model_,
                  engine_->description());
-  bool settled = false;
   for (;;) {
     try {
-      if (!settled && !settle()) {
-        reform();
-        continue;
-      }
-      settled = true;
+      boundary();
       if (done()) {
         // Every rank past its last step before anyone stops: a rank that
         // fails now redoes nothing (all committed), but must not be waited for.
         if (!c_.checkpoint.empty()) engine_->gather_state();  // a sharded optimizer's
         healer_->group()->barrier();
         break;
-      }
-      if (healer_->arrivals_waiting()) {
-        reform();
-        settled = false;
-        continue;
       }
       train_step();
       if (committed_ % c_.log_every == 0 || committed_ == total_steps()) {
@@ -311,12 +303,11 @@ int HealingTrainer::run() {
     } catch (const ddp::HealError& e) {
       return give_up(e);
     } catch (const ddp::Error& e) {
-      try {
-        recover(e.what());
-      } catch (const ddp::HealError& stuck) {
-        return give_up(stuck);
-      }
-      settled = false;
+      ddp::log::warn("heal: step {} did not commit: {}", committed_, e.what());
+      failed_at_ = Clock::now();
+      recovering_ = true;
+      if (hooks_.before_reform) hooks_.before_reform();
+      healer_->step_failed();
     }
   }
   healer_->finish();
@@ -343,8 +334,8 @@ CheckpointMeta HealingTrainer::describe() const {
           {"on_failure", "heal"}};
 }
 
-// --resume under heal: group rank 0 reads the checkpoint; sync_state() then
-// hands its state to every member (the others hold nothing yet).
+// --resume under heal: group rank 0 reads the checkpoint; the first settle()
+// then hands its state to every member (the others hold nothing yet).
 void HealingTrainer::resume() {
   const std::string path = c_.resume == "auto" ? c_.checkpoint : c_.resume;
   ddp::ProcessGroup& g = *healer_->group();

@@ -110,7 +110,7 @@ std::uint64_t HealingShards::restore(ddp::ProcessGroup& group, std::int64_t comm
   const std::vector<Holding> all = gather_holdings(group, mine);
   std::int64_t most = -1;
   for (const Holding& h : all) most = std::max(most, h.committed);
-  if (most < 0) return 0;  // nobody holds anything: sync_state() says so
+  if (most < 0) return 0;  // nobody holds anything: the state sync says so
   // A step nobody finished is taken back (the loop redoes it); the one
   // before, which some member finished, every holder of a shard has applied.
   if (committed == most && updated_) take_back();

@@ -34,9 +34,9 @@ class HealingShards {
   void step(ddp::GradAverager& sync);
   // Collective, for a checkpoint: every rank's optimizer shard to everyone.
   void gather();
-  // Collective, after Healer::reform() and before Healer::sync_state():
+  // Collective, before every state sync of a heal (HealParticipant::before_sync):
   // every member that committed the most steps of any member ends holding the
-  // whole state at that step (the others get it from sync_state()). A member
+  // whole state at that step (the others get it from the sync). A member
   // that updated its shard for a step no member finished takes the update
   // back. `committed`: this member's committed steps (-1: a relaunch, holding
   // nothing). Returns the bytes the holders sent (0: nothing moved). Throws

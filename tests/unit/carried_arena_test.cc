@@ -7,7 +7,7 @@
 // Healer::state_memory() outside heal mode.
 
 #include "backends/shm/carried_arena.h"
-#include "core/state_memory.h"
+#include "heal/state_memory.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

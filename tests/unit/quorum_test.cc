@@ -1,7 +1,7 @@
 // The rule by which a group's members agree on the next epoch (pure logic,
 // injected clock and liveness).
 
-#include "core/quorum.h"
+#include "heal/quorum.h"
 
 #include <gtest/gtest.h>
 

@@ -118,7 +118,7 @@ class ParamShards {
   // owned elements are copied to everyone through a staging buffer.
   void all_gather(const std::vector<void*>& buffers);
 
-  // Live recovery, after ddp::Healer::reform(): every member of `group` gets
+  // Live recovery, after each reform of a heal: every member of `group` gets
   // every element of the parameter-shaped buffers in `sets` (sets[k][i]:
   // parameter i's elements, or null for none; k: the weights, an optimizer
   // state...) as the ranks of the layout `old` held them: old rank s's slice

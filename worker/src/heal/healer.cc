@@ -19,12 +19,12 @@
 #include "core/init_parts.h"
 #include "core/lost_nodes.h"
 #include "core/process_identity.h"
-#include "core/quorum.h"
-#include "core/state_memory.h"
-#include "core/state_transfer.h"
 #include "ddp/common/rendezvous_types.h"
 #include "ddp/heal.h"
 #include "ddp/log.h"
+#include "heal/quorum.h"
+#include "heal/state_memory.h"
+#include "heal/state_transfer.h"
 
 namespace ddp {
 namespace {
@@ -88,7 +88,8 @@ struct Healer::Impl {
   std::shared_ptr<Store> store;        // the protocol's keys
   std::shared_ptr<Store> group_store;  // the groups' keys (each epoch scopes its own)
   Arrival me;
-  std::vector<Arrival> current;  // the current epoch's members
+  std::vector<Arrival> current;    // the current epoch's members
+  std::vector<Arrival> heal_from;  // the members when the heal in progress began
   std::uint64_t epoch = 0;
   detail::DeathOracle dead = detail::local_death_oracle();
   // The current epoch's nodes the rendezvous leaves out from the time its
@@ -383,13 +384,13 @@ bool Healer::arrivals_waiting() {
   return word[0] != 0;
 }
 
-const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
-  if (!impl_->store) throw HealError("heal: reform() without ddprun --on_failure=heal");
+void Healer::reform(std::int64_t committed, bool first_of_heal) {
+  if (!impl_->store) throw HealError("heal: a heal without ddprun --on_failure=heal");
   Impl& s = *impl_;
   if (group_) group_->abort();
   group_.reset();  // waits for what it had queued: each fails at once now
   s.me.committed = committed;
-  const std::vector<Arrival> before = s.current;
+  if (first_of_heal) s.heal_from = s.current;
   const auto give_up = Clock::now() + s.options.timeout;
   for (std::uint64_t n = s.epoch + 1;; n = s.epoch + 1) {
     if (!s.next_epoch(n, give_up)) {
@@ -398,12 +399,12 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
     try {
       group_ = ProcessGroup::create(detail::member_set(s.epoch, s.current), id_, s.group_store,
                                     s.rebuilt());
-      change_ = detail::epoch_change(before, s.current);
+      change_ = detail::epoch_change(s.heal_from, s.current);
       s.skip = s.last_skip = 0;  // the new group's first two boundaries ask
       s.boundaries = 0;
       s.paced = false;
       s.last_asked = Clock::now();
-      return group_;
+      return;
     } catch (const Error& e) {
       // A member died while the group formed: the next epoch goes without it.
       log::warn("heal: epoch {} could not form ({}); trying the next", s.epoch, e.what());
@@ -411,7 +412,7 @@ const std::shared_ptr<ProcessGroup>& Healer::reform(std::int64_t committed) {
   }
 }
 
-HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBuffer>& state) {
+HealReport Healer::sync_state(std::int64_t committed, const std::vector<ParamBuffer>& state) {
   const auto t0 = Clock::now();
   HealReport report;
   std::vector<std::int64_t> all(static_cast<std::size_t>(group_->size()));
@@ -449,6 +450,9 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(
                     1, report.bytes / std::max<std::uint64_t>(1, impl_->heal.stripe_bytes))});
+  // A member behind whose transfer fails holds torn buffers: heal() then
+  // counts it as holding nothing.
+  torn_ = committed < *most;
   if (stripes > 1 && spans_nodes && transfer_store) {
     holders.resize(stripes);
     report.donors = holders;
@@ -457,7 +461,7 @@ HealReport Healer::sync_state(std::int64_t& committed, const std::vector<ParamBu
     report.donors = {report.donor};
     report.read_directly = transfer.whole(report.donor, state);
   }
-  committed = report.committed;
+  torn_ = false;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }

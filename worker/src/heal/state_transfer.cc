@@ -1,6 +1,6 @@
-#include "core/state_transfer.h"
+#include "heal/state_transfer.h"
 
-#include "core/state_memory.h"
+#include "heal/state_memory.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,7 +1,7 @@
 // Healer::state_memory(): the program's state in a file that ddprun hands to
 // the process it relaunches in this one's place.
 
-#include "core/state_memory.h"
+#include "heal/state_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 // The state transfer that reads the donor's carried state memory straight
-// from its file (core/state_memory.h).
+// from its file (heal/state_memory.h).
 
 #include <fcntl.h>
 #include <sys/mman.h>  // shm_open
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/state_memory.h"
 #include "ddp/log.h"
 #include "ddp/types.h"
+#include "heal/state_memory.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/quorum.h"
+#include "heal/quorum.h"
 
 #include <algorithm>
 #include <sstream>
