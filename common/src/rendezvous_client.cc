@@ -179,8 +179,10 @@ RoundAssignment RendezvousClient::join(const NodeInfo& node, std::chrono::millis
     throw JoinInterrupted(reached ? "the other nodes to join at the rendezvous " + endpoint_
                                   : "the rendezvous at " + endpoint_ + " to become reachable");
   }
+  // This call's own deadline passed (not a server's answer that a wait of
+  // its own ran out): nothing answered within the join timeout.
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-      status.error_message() == "Deadline Exceeded") {
+      std::chrono::system_clock::now() >= ctx.deadline()) {
     throw RpcError(static_cast<int>(status.error_code()),
                    "rendezvous " + endpoint_ + ": Join: no answer within the join timeout (" +
                        std::to_string(timeout.count() / 1000.0).substr(0, 6) +

@@ -90,7 +90,10 @@ std::string parse_line(const std::string& line, HostSlots& host) {
   words >> word;
   if (std::string why = split_host(word, first, slots_text); !why.empty()) return why;
   const bool counted = word.size() > first.size() + (word.find('[') != std::string::npos ? 2 : 0);
-  if (std::string why = bad_host_name(first); !why.empty()) return why;
+  if (std::string why = bad_host_name(first); !why.empty()) {
+    return "'" + line + "' is not a host entry (" + why + "); expected 'HOST [slots=N]' or " +
+           "'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)";
+  }
   host.name = first;
   host.slots = 1;
   while (words >> word) {

@@ -16,7 +16,10 @@
 
 #include "cli/accelerators.h"
 #include "cli/launch_options.h"
+#include "cli/program_check.h"
+#include "cli/resource_budget.h"
 #include "cli/slurm_launch.h"
+#include "cli/value_sources.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/executables.h"
@@ -25,41 +28,6 @@
 
 namespace ddp::launcher {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-void check_program(const LaunchSpec& spec) {
-  if (spec.runs_under_python()) {
-    if (find_on_path(spec.python).empty()) {
-      throw Error("python interpreter '" + spec.python + "' (for program '" + spec.program +
-                  "') was not found on PATH; set DDP_PYTHON or pass --no_python");
-    }
-    if (!spec.module) {
-      struct stat st {};
-      if (stat(spec.program.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        throw Error("program '" + spec.program + "': no such file");
-      }
-      if (access(spec.program.c_str(), R_OK) != 0) {
-        throw Error("program '" + spec.program + "' is not readable");
-      }
-    }
-    return;
-  }
-  if (spec.program.find('/') != std::string::npos) {
-    struct stat st {};
-    if (stat(spec.program.c_str(), &st) != 0)
-      throw Error("program '" + spec.program + "': no such file");
-    if (!is_executable_file(spec.program))
-      throw Error("program '" + spec.program + "' is not executable");
-    return;
-  }
-  if (find_on_path(spec.program).empty()) {
-    throw Error("program '" + spec.program + "' was not found on PATH");
-  }
-}
 
 int parse_positive_int(const std::string& flag, const std::string& text) {
   if (text.empty() || text.size() > 9 ||
@@ -198,15 +166,6 @@ std::vector<std::string> LaunchSpec::command() const {
   return cmd;
 }
 
-bool is_python_program(const std::string& path) {
-  if (ends_with(path, ".py")) return true;
-  std::ifstream file(path, std::ios::binary);
-  char head[4] = {};
-  if (!file.read(head, sizeof(head))) return !file.is_open() ? false : std::string(head, 2) != "#!";
-  return !(head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F') &&
-         !(head[0] == '#' && head[1] == '!');
-}
-
 int count_usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -262,12 +221,38 @@ std::vector<int> parse_rank_filter(const std::string& text, int nproc) {
   return ranks;
 }
 
-// CLI11's parse, with argparse's abbreviations resolved first. Returns the
-// outcome for --help, --version and --print_completion, else nullopt.
-std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::string>& argv,
+// After CLI11 could not convert a value: "--NAME=VALUE: expected ..." for
+// the first number option whose value is not one (the caller's ValueSources
+// then names where it came from), or nullopt.
+std::optional<std::string> unconvertible_value(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    const bool whole = type == "INT" || type == "UINT";
+    if ((!whole && type != "FLOAT") || option->get_lnames().empty()) continue;
+    for (const std::string& value : option->results()) {
+      std::size_t used = 0;
+      bool ok = !value.empty();
+      try {
+        if (ok && whole) (void)std::stoll(value, &used);
+        if (ok && !whole) (void)std::stod(value, &used);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      if (!ok || used != value.size() || (type == "UINT" && value.front() == '-')) {
+        return "--" + option->get_lnames().front() + "=" + value + ": expected " +
+               (whole ? std::string(type == "UINT" ? "a whole number >= 0" : "a whole number")
+                      : std::string("a number"));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// CLI11's parse of the launcher's arguments (abbreviations resolved).
+// Returns the outcome for --help, --version and --print_completion, else
+// nullopt.
+std::optional<ParseOutcome> parse_into(CLI::App& app, std::vector<std::string> args,
                                        LaunchText& text) {
-  std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
-  args = expand_option_prefixes(args, known_options(app));
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
     app.parse(args);
@@ -279,6 +264,9 @@ std::optional<ParseOutcome> parse_into(CLI::App& app, const std::vector<std::str
     throw Error(std::string("--config: ") + e.what());
   } catch (const CLI::ConfigError& e) {
     throw Error(std::string("--config: ") + e.what());
+  } catch (const CLI::ConversionError& e) {
+    if (auto named = unconvertible_value(app)) throw Error(*named);
+    throw Error(e.what());
   } catch (const CLI::ParseError& e) {
     // CLI11 reports a bad value from the file under the option's name only.
     CLI::Option* config = app.get_config_ptr();
@@ -422,25 +410,6 @@ OnFailure parse_on_failure(const std::string& text) {
   throw Error("--on_failure=" + text + ": expected restart or heal");
 }
 
-// The interpreter (DDP_PYTHON, else torchrun's PYTHON_EXEC) and whether the
-// program runs under it.
-void apply_python(LaunchSpec& spec) {
-  for (const char* name : {"DDP_PYTHON", "PYTHON_EXEC"}) {
-    if (const char* python = std::getenv(name); python != nullptr && *python != '\0') {
-      spec.python = python;
-      break;
-    }
-  }
-  if (spec.no_python || spec.module) return;
-  std::string path = spec.program;
-  if (path.find('/') == std::string::npos && !ends_with(path, ".py")) {
-    // A bare name: a file here (torchrun runs `train` as python -u train), else a command on PATH.
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) path = find_on_path(path);
-  }
-  spec.python_program = !path.empty() && is_python_program(path);
-}
-
 void apply_log_dir(LaunchSpec& spec) {
   if ((spec.redirects.any() || spec.tee.any()) && spec.log_dir.empty()) {
     // Like torchrun: redirected streams need files, so they go to a temp dir (announced).
@@ -453,25 +422,8 @@ void apply_log_dir(LaunchSpec& spec) {
 
 }  // namespace
 
-ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
-  CLI::App app{
-      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
-      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
-      "ddprun"};
-  app.prefix_command();
-  // A flag given twice takes its last value, like torchrun's argparse.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_config("--config", "",
-                 "TOML job file; the command line wins over it, and it wins over PET_* variables");
-  app.allow_config_extras(false);
-  app.set_version_flag("--version", "ddprun 0.1.0");
-
-  LaunchSpec spec;
-  LaunchText text;
-  declare_launch_options(app, spec, text);
-  if (auto early = parse_into(app, argv, text)) return *early;
-  take_program(spec, app.remaining());
-
+// Everything after the parse: the values checked and combined into `spec`.
+void complete_spec(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
   // torchrun's PET_RDZV_ID names the run as PET_RUN_ID does.
   if (text.run_id.empty()) {
     if (const char* id = std::getenv("PET_RDZV_ID"); id != nullptr) text.run_id = id;
@@ -533,7 +485,63 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
     text.line_prefix_template_variable = v;
   }
   for (auto& notice : torchrun_only_notices(text)) spec.notices.push_back(std::move(notice));
-  if (check_program_exists) check_program(spec);
+}
+
+// Where each option's value came from (the command line, a variable, a line
+// of the --config file, read strictly here: a bad line or an unknown key is
+// refused before CLI11 would take or skip it).
+ValueSources value_sources(const CLI::App& app, const std::vector<std::string>& args) {
+  const std::vector<KnownOption> known = known_options(app);
+  const std::string config = config_path_in(args, known);
+  std::vector<ConfigEntry> entries;
+  if (!config.empty()) {
+    std::ifstream file(config);
+    if (file) {  // a missing file is CLI11's to name
+      std::stringstream text;
+      text << file.rdbuf();
+      entries = read_config_entries(text.str(), config, known);
+    }
+  }
+  std::map<std::string, std::string> envnames;
+  for (const CLI::Option* option : app.get_options()) {
+    if (!option->get_envname().empty() && !option->get_lnames().empty()) {
+      envnames["--" + option->get_lnames().front()] = option->get_envname();
+    }
+  }
+  return ValueSources(args, known, envnames, entries, config,
+                      [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+}
+
+ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_program_exists) {
+  CLI::App app{
+      "ddprun: a torchrun-compatible launcher and supervisor for data-parallel training.\n"
+      "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]   (everything after PROGRAM is passed to it)",
+      "ddprun"};
+  app.prefix_command();
+  // A flag given twice takes its last value, like torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_config("--config", "",
+                 "TOML job file; the command line wins over it, and it wins over PET_* variables");
+  app.allow_config_extras(false);
+  app.set_version_flag("--version", "ddprun 0.1.0");
+
+  LaunchSpec spec;
+  LaunchText text;
+  declare_launch_options(app, spec, text);
+  std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
+  args = expand_option_prefixes(args, known_options(app));
+  const ValueSources sources = value_sources(app, args);
+  try {
+    if (auto early = parse_into(app, args, text)) return *early;
+    take_program(spec, app.remaining());
+    complete_spec(app, spec, text);
+  } catch (const Error& e) {
+    throw Error(sources.relabel(e.what()));
+  }
+  if (check_program_exists) {
+    check_program(spec);
+    ensure_resources(spec.nproc_per_node, !spec.log_dir.empty());
+  }
   return {spec, "", 0};
 }
 

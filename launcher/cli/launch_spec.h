@@ -108,6 +108,8 @@ struct LaunchSpec {
   // Interpreter for Python programs and -m: DDP_PYTHON, else PYTHON_EXEC
   // (torchrun's), else python3 from PATH.
   std::string python = "python3";
+  // The variable `python` came from ("DDP_PYTHON", "PYTHON_EXEC"; empty: the default).
+  std::string python_source;
   // The program is a Python script: it ends in .py, or (torchrun runs every
   // program under Python) it is a file that is neither a binary nor a script
   // with a #! line, such as an extension-less script or a .pyz archive.

@@ -384,7 +384,7 @@ TEST(BadInput, EachGetsOneClearErrorAndStartsNothing) {
       {{"--nproc_per_node=0", kWorker, "hold", dir}, "--nproc_per_node=0"},
       {{"--nproc_per_node=lots", kWorker, "hold", dir}, "--nproc_per_node=lots"},
       {{"--config", dir + "/unknown.toml", kWorker, "hold", dir}, "no_such_key"},
-      {{"--config", dir + "/broken.toml", kWorker, "hold", dir}, "--config"},
+      {{"--config", dir + "/broken.toml", kWorker, "hold", dir}, "broken.toml:1:"},
       {{"--config", dir + "/absent.toml", kWorker, "hold", dir}, "absent.toml"},
       {{"--log_dir", dir + "/blocker/sub", kWorker, "hold", dir}, "--log_dir"},
       {{"--nnodes=2", kWorker, "hold", dir}, "--nnodes=2"},

@@ -62,7 +62,9 @@ TEST(Hostfile, Ipv6LiteralsBareOrInBrackets) {
   EXPECT_EQ(bad("[fd00::2 slots=1\n"), "hf:1: host '[fd00::2' has '[' without ']'");
   EXPECT_EQ(bad("[fd00::2]x\n"), "hf:1: 'x' follows host 'fd00::2'");
   EXPECT_EQ(bad("[node1]:2\n"), "hf:1: '[node1]' is not an IPv6 address");
-  EXPECT_EQ(bad("fd00::zz slots=1\n"), "hf:1: host 'fd00::zz' is not an IPv6 address");
+  EXPECT_EQ(bad("fd00::zz slots=1\n"),
+            "hf:1: 'fd00::zz slots=1' is not a host entry (host 'fd00::zz' is not an IPv6 "
+            "address); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
   EXPECT_EQ(bad("[fd00::2]:\n"), "hf:1: slots '' is not a number");
 }
 
@@ -78,8 +80,15 @@ TEST(Hostfile, BadLinesNameTheFileAndLine) {
   EXPECT_EQ(bad("a slots=-1\n"), "/x/hosts:1: slots '-1' is not a number");
   EXPECT_EQ(bad("a:\n"), "/x/hosts:1: slots '' is not a number");
   EXPECT_EQ(bad("-oProxyCommand=x slots=1\n"),
-            "/x/hosts:1: host '-oProxyCommand=x' starts with '-'");
-  EXPECT_EQ(bad("a;rm slots=1\n"), "/x/hosts:1: host 'a;rm' contains ';'");
+            "/x/hosts:1: '-oProxyCommand=x slots=1' is not a host entry (host '-oProxyCommand=x' "
+            "starts with '-'); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+  EXPECT_EQ(bad("a;rm slots=1\n"),
+            "/x/hosts:1: 'a;rm slots=1' is not a host entry (host 'a;rm' contains ';'); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+  // A file that is no hostfile at all (/etc/passwd given by mistake): the
+  // line is named as no host entry, with the forms that are.
+  EXPECT_EQ(bad("root:x:0:0:root:/root:/bin/bash\n"),
+            "/x/hosts:1: 'root:x:0:0:root:/root:/bin/bash' is not a host entry (host "
+            "'root:x:0:0:root:/root:/bin/bash' is not an IPv6 address); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
   EXPECT_EQ(bad("# nothing\n"), "/x/hosts: no hosts (expected lines 'HOST slots=N')");
   EXPECT_EQ(error_of([] { parse_host_list("a:2,a:1"); }),
             "--hosts=a:2,a:1: host 'a' is listed twice");
