@@ -22,11 +22,13 @@
 #include "shm_segments.h"
 #include "standalone_store.h"
 #include "subprocess.h"
+#include "unique_run_id.h"
 
 namespace ddp::testing {
 namespace {
 
 using ::ddp::testing::shm_segments_of;
+using ::ddp::testing::unique_run_id;
 
 using namespace std::chrono_literals;
 const std::string kDdprun = DDPRUN_PATH;
@@ -62,8 +64,6 @@ ProcessResult ddprun(int nproc, std::vector<std::string> worker_args,
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
   return run_process(argv, env, timeout);
 }
-
-std::string unique_run_id(const std::string& what) { return what + std::to_string(getpid()); }
 
 // What rank `rank` printed (ddprun prefixes each line with "[rank R] ").
 std::vector<std::string> lines_of(const ProcessResult& r, int rank) {

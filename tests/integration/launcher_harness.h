@@ -18,7 +18,7 @@ inline const std::string kWorker = TEST_WORKER_PATH;
 
 inline ProcessResult ddprun(std::vector<std::string> args,
                             const std::map<std::string, std::string>& env = {},
-                            std::chrono::milliseconds timeout = 30s) {
+                            std::chrono::milliseconds timeout = 60s) {
   args.insert(args.begin(), kDdprun);
   return run_process(args, env, timeout);
 }

@@ -21,19 +21,14 @@
 #include "launcher_harness.h"
 #include "shm_segments.h"
 #include "subprocess.h"
+#include "unique_run_id.h"
 
 namespace ddp::testing {
 namespace {
 
 using namespace launcher_test;
 using ::ddp::testing::shm_segments_of;
-
-// A run id no other test (or concurrent test process) uses; the '-' is
-// sanitised in segment names.
-std::string unique_run_id(const std::string& tag) {
-  static int counter = 0;
-  return "shm-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-}
+using ::ddp::testing::unique_run_id;
 
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -228,7 +223,7 @@ TEST(SharedMemory, SegmentsOfWorkersThatDieAreRemoved) {
   // Every rank creates a segment as libddp does, then dies (SIGKILL, or exit 3)
   // before anything could unlink it.
   for (std::string how : {"kill", "exit"}) {
-    const std::string run_id = unique_run_id(how);
+    const std::string run_id = unique_run_id("shm" + how);
     auto r = ddprun({"--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", how});
     ASSERT_TRUE(r.exited) << how;
     EXPECT_EQ(r.code, how == "kill" ? 128 + SIGKILL : 3) << r.err;
@@ -246,7 +241,7 @@ TEST(SharedMemory, SigkillOfDdprunLeavesNoSegmentNorWorker) {
   // ddprun dies while its workers hold segments: the orphan guard kills them and
   // removes the segments.
   auto dir = make_temp_dir();
-  const std::string run_id = unique_run_id("sigkill");
+  const std::string run_id = unique_run_id("shmsigkill");
   Subprocess p(
       {kDdprun, "--nproc_per_node=3", "--run_id=" + run_id, kWorker, "shm-leak", "hold", dir});
   ASSERT_TRUE(wait_until([&] { return read_pids(dir, "pid_").size() == 3; }, 10s)) << p.read_err();
@@ -270,7 +265,7 @@ TEST(SharedMemory, SegmentsOfAFailedAttemptAreRemovedBeforeTheRestart) {
   // Attempt 0: every rank creates a segment and SIGKILLs itself. Attempt 1:
   // each rank counts the run's segments from other rounds before creating its
   // own, then exits 0.
-  const std::string run_id = unique_run_id("restart");
+  const std::string run_id = unique_run_id("shmrestart");
   auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--run_id=" + run_id, kWorker,
                    "shm-leak", "kill-first"});
   ASSERT_TRUE(r.exited);

@@ -12,6 +12,7 @@
 #include <map>
 #include <regex>
 
+#include "launcher_harness.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -19,28 +20,8 @@ namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kDdprun = DDPRUN_PATH;
-const std::string kWorker = TEST_WORKER_PATH;
+using namespace launcher_test;
 const std::string kRecordFailure = RECORD_FAILURE_PY;
-
-ProcessResult ddprun(std::vector<std::string> args,
-                     const std::map<std::string, std::string>& env = {},
-                     std::chrono::milliseconds timeout = 60s) {
-  args.insert(args.begin(), kDdprun);
-  return run_process(args, env, timeout);
-}
-
-// "[rank R] ENV NAME=value" lines (test_worker env) as rank -> name -> value.
-std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> result;
-  for (const auto& line : lines_with_prefix(out, "[rank ")) {
-    const auto body = line.substr(line.find("] ") + 2);
-    if (body.rfind("ENV ", 0) != 0) continue;
-    const auto eq = body.find('=');
-    result[std::stoi(line)][body.substr(4, eq - 4)] = body.substr(eq + 1);
-  }
-  return result;
-}
 
 TEST(TorchrunEnv, InheritedTorchrunVariablesAreReplacedAsTorchrunSetsThem) {
   // As from inside a torchrun job's worker: these must not reach our workers.

@@ -3,6 +3,8 @@
 // restored as it was. Not thread-safe: like setenv(3) itself.
 
 #include <cstdlib>
+#include <deque>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -32,6 +34,17 @@ class ScopedEnv {
  private:
   std::string name_;
   std::optional<std::string> old_;
+};
+
+// Several variables for one scope, each restored as ScopedEnv restores one.
+class ScopedEnvs {
+ public:
+  explicit ScopedEnvs(const std::map<std::string, std::string>& values) {
+    for (const auto& [name, value] : values) vars_.emplace_back(name.c_str(), value);
+  }
+
+ private:
+  std::deque<ScopedEnv> vars_;
 };
 
 }  // namespace ddp::testing

@@ -4,9 +4,12 @@
 // first hand-over stores.
 
 #include "grad_sync_test_support.h"
+#include "unique_run_id.h"
 
 namespace ddp::grad_sync_test {
 namespace {
+
+using ::ddp::testing::unique_run_id;
 
 ProcessGroupOptions shm_options(const std::string& run_id) {
   ProcessGroupOptions o;
@@ -14,11 +17,6 @@ ProcessGroupOptions shm_options(const std::string& run_id) {
   o.timeout = 20s;
   o.run_id = run_id;
   return o;
-}
-
-std::string unique_run_id() {
-  static std::atomic<int> runs{0};
-  return "contrib" + std::to_string(getpid()) + "x" + std::to_string(runs++);
 }
 
 std::vector<GradParam> four_params() {
@@ -36,7 +34,7 @@ std::function<void(const GradBlock&)> write_of(float value, std::vector<GradBloc
 }
 
 TEST(GradSyncContribute, AGradientReadsZerosUntilWrittenWhereTheMemoryHeldAnotherSyncsValues) {
-  const std::string run = unique_run_id();
+  const std::string run = unique_run_id("contrib");
   GradSyncOptions options;
   options.log_every = 0;
   options.find_unused_parameters = true;
@@ -90,7 +88,7 @@ TEST(GradSyncContribute, AGradientReadsZerosUntilWrittenWhereTheMemoryHeldAnothe
 }
 
 TEST(GradSyncContribute, AddingToAGradientNeverWrittenStoresAndMarkingItAloneGivesZeros) {
-  const std::string run = unique_run_id();
+  const std::string run = unique_run_id("contrib");
   GradSyncOptions options;
   options.log_every = 0;
   on_ranks(

@@ -64,7 +64,8 @@ TEST(Hostfile, Ipv6LiteralsBareOrInBrackets) {
   EXPECT_EQ(bad("[node1]:2\n"), "hf:1: '[node1]' is not an IPv6 address");
   EXPECT_EQ(bad("fd00::zz slots=1\n"),
             "hf:1: 'fd00::zz slots=1' is not a host entry (host 'fd00::zz' is not an IPv6 "
-            "address); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+            "address); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with "
+            "slots)");
   EXPECT_EQ(bad("[fd00::2]:\n"), "hf:1: slots '' is not a number");
 }
 
@@ -81,14 +82,17 @@ TEST(Hostfile, BadLinesNameTheFileAndLine) {
   EXPECT_EQ(bad("a:\n"), "/x/hosts:1: slots '' is not a number");
   EXPECT_EQ(bad("-oProxyCommand=x slots=1\n"),
             "/x/hosts:1: '-oProxyCommand=x slots=1' is not a host entry (host '-oProxyCommand=x' "
-            "starts with '-'); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+            "starts with '-'); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 "
+            "address with slots)");
   EXPECT_EQ(bad("a;rm slots=1\n"),
-            "/x/hosts:1: 'a;rm slots=1' is not a host entry (host 'a;rm' contains ';'); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+            "/x/hosts:1: 'a;rm slots=1' is not a host entry (host 'a;rm' contains ';'); expected "
+            "'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
   // A file that is no hostfile at all (/etc/passwd given by mistake): the
   // line is named as no host entry, with the forms that are.
   EXPECT_EQ(bad("root:x:0:0:root:/root:/bin/bash\n"),
             "/x/hosts:1: 'root:x:0:0:root:/root:/bin/bash' is not a host entry (host "
-            "'root:x:0:0:root:/root:/bin/bash' is not an IPv6 address); expected 'HOST [slots=N]' or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
+            "'root:x:0:0:root:/root:/bin/bash' is not an IPv6 address); expected 'HOST [slots=N]' "
+            "or 'HOST:N' ('[IPV6]:N' for an IPv6 address with slots)");
   EXPECT_EQ(bad("# nothing\n"), "/x/hosts: no hosts (expected lines 'HOST slots=N')");
   EXPECT_EQ(error_of([] { parse_host_list("a:2,a:1"); }),
             "--hosts=a:2,a:1: host 'a' is listed twice");

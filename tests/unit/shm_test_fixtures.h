@@ -38,6 +38,7 @@
 #include "shm_segments.h"
 #include "thread_ranks.h"
 #include "typed_buffer.h"
+#include "unique_run_id.h"
 
 namespace ddp::shm_test {
 
@@ -63,12 +64,7 @@ constexpr std::size_t kChunkKiB = 64;          // DDP_SHM_CHUNK_KB in the sweeps
 
 // ---- Helpers ------------------------------------------------------------------------------
 
-// A run id no other test (or test process) uses: letters and digits only, so
-// its /dev/shm prefix is exactly "ddp-<run id>-".
-inline std::string unique_run_id() {
-  static std::atomic<int> runs{0};
-  return "shmt" + std::to_string(getpid()) + "x" + std::to_string(runs++);
-}
+using ::ddp::testing::unique_run_id;
 
 using ::ddp::testing::error_of;
 
@@ -162,7 +158,7 @@ class Shm : public ::testing::Test {
     EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{})
         << "segments of run " << run_id_ << " left in /dev/shm";
   }
-  const std::string run_id_ = unique_run_id();
+  const std::string run_id_ = unique_run_id("shmt");
 };
 
 class ShmWorlds : public Shm, public ::testing::WithParamInterface<int> {

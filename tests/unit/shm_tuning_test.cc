@@ -24,8 +24,10 @@
 #include "ddp/process_group.h"
 #include "ddp/store.h"
 #include "error_of.h"
+#include "scoped_env.h"
 #include "shm_segments.h"
 #include "thread_ranks.h"
+#include "unique_run_id.h"
 
 namespace ddp {
 namespace {
@@ -33,30 +35,13 @@ namespace {
 using namespace std::chrono_literals;
 using ::ddp::testing::error_of;
 using ::ddp::testing::on_ranks;
+using ::ddp::testing::ScopedEnv;
 using ::ddp::testing::shm_segments_of;
+using ::ddp::testing::unique_run_id;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
-
-std::string unique_run_id() {
-  static std::atomic<int> runs{0};
-  return "tune" + std::to_string(getpid()) + "x" + std::to_string(runs++);
-}
-
-// Sets a DDP_SHM_* variable for the scope (read when a group is made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -118,7 +103,7 @@ class ShmTuning : public ::testing::Test {
     EXPECT_EQ(shm_segments_of(run_id_), std::vector<std::string>{})
         << "segments of run " << run_id_ << " left";
   }
-  const std::string run_id_ = unique_run_id();
+  const std::string run_id_ = unique_run_id("tune");
   const std::string dir_ = std::filesystem::temp_directory_path() / ("ddp-" + run_id_);
 };
 

@@ -13,21 +13,16 @@
 #include "cli/slurm_hostlist.h"
 #include "cli/slurm_step.h"
 #include "ddp/common/error.h"
+#include "error_of.h"
+#include "scoped_env.h"
 
 namespace ddp::launcher {
 namespace {
 
+using ::ddp::testing::error_of;
+using ::ddp::testing::ScopedEnvs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // --- hostlist ------------------------------------------------------------------
 
@@ -149,20 +144,6 @@ TEST(SlurmStep, MisuseNamesTheSlurmVariableAndTheFix) {
 
 // --- the command line inside a step -------------------------------------------
 
-// Sets the variables for the test's lifetime.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const Env& env) : env_(env) {
-    for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    for (const auto& [k, v] : env_) unsetenv(k.c_str());
-  }
-
- private:
-  Env env_;
-};
-
 LaunchSpec parse(std::vector<std::string> args) {
   args.insert(args.begin(), "ddprun");
   auto outcome = parse_launch_args(args, /*check_program=*/false);
@@ -171,7 +152,7 @@ LaunchSpec parse(std::vector<std::string> args) {
 }
 
 TEST(SlurmLaunch, AStepOfTwoNodesIsOneJob) {
-  ScopedEnv env(kTwoNodeStep);
+  ScopedEnvs env(kTwoNodeStep);
   LaunchSpec s = parse({"--nproc_per_node=2", "train.py"});
   EXPECT_EQ(s.nnodes, 2);
   EXPECT_EQ(s.min_nodes, 2);
@@ -193,7 +174,7 @@ TEST(SlurmLaunch, AStepOfTwoNodesIsOneJob) {
 }
 
 TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
-  ScopedEnv env(kTwoNodeStep);
+  ScopedEnvs env(kTwoNodeStep);
   LaunchSpec s =
       parse({"--master_addr=10.1.1.1", "--master_port=30000", "--rdzv_id=mine", "train.py"});
   EXPECT_EQ(s.rdzv_host, "10.1.1.1");
@@ -203,7 +184,7 @@ TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
 
   // Everything given: Slurm is not consulted (a misused step would not even be noticed).
   Env two_tasks = {{"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
-  ScopedEnv misuse(two_tasks);
+  ScopedEnvs misuse(two_tasks);
   LaunchSpec own = parse({"--nnodes=4", "--node_rank=3", "--master_addr=10.1.1.1", "train.py"});
   EXPECT_EQ(own.nnodes, 4);
   EXPECT_EQ(own.node_rank, 3);
@@ -211,7 +192,7 @@ TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
   EXPECT_EQ(parse({"--nnodes=1", "train.py"}).nnodes, 1) << "a single node asked for";
   EXPECT_EQ(parse({"--standalone", "train.py"}).nnodes, 1);
   {
-    ScopedEnv pet(Env{{"PET_NNODES", "1"}});
+    ScopedEnvs pet(Env{{"PET_NNODES", "1"}});
     EXPECT_EQ(parse({"train.py"}).nnodes, 1) << "PET_NNODES=1 is asked for too";
   }
   EXPECT_THAT(error_of([] { parse({"train.py"}); }),
@@ -219,7 +200,7 @@ TEST(SlurmLaunch, FlagsAndPetVariablesWin) {
 }
 
 TEST(SlurmLaunch, ElasticSizeKeepsAssignedRanksAndTooFewNodesIsAnError) {
-  ScopedEnv env(kTwoNodeStep);
+  ScopedEnvs env(kTwoNodeStep);
   LaunchSpec elastic = parse({"--nnodes=1:2", "train.py"});
   EXPECT_EQ(elastic.rdzv_backend, RdzvBackend::kC10d);
   EXPECT_EQ(elastic.node_rank, -1);
@@ -239,14 +220,14 @@ TEST(SlurmLaunch, TheStepsGpusBecomeTheWorkersWhenCudaVisibleDevicesIsUnset) {
   with_gpus["SLURM_STEP_GPUS"] = "2,3";
   unsetenv("CUDA_VISIBLE_DEVICES");
   {
-    ScopedEnv env(with_gpus);
+    ScopedEnvs env(with_gpus);
     LaunchSpec s = parse({"--nproc_per_node=gpu", "train.py"});
     EXPECT_EQ(s.nproc_per_node, 2);
     EXPECT_EQ(s.cuda_visible_devices, "2,3");
     EXPECT_THAT(s.notices.at(0), HasSubstr("CUDA_VISIBLE_DEVICES=2,3 (SLURM_STEP_GPUS)"));
   }
   with_gpus["CUDA_VISIBLE_DEVICES"] = "0";  // Slurm's gres set it: it stands
-  ScopedEnv env(with_gpus);
+  ScopedEnvs env(with_gpus);
   LaunchSpec s = parse({"--nproc_per_node=gpu", "train.py"});
   EXPECT_EQ(s.nproc_per_node, 1);
   EXPECT_TRUE(s.cuda_visible_devices.empty());
