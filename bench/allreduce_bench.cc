@@ -75,7 +75,7 @@ int iterations_for(std::size_t bytes) {
 // The shm backend's single-copy limit: its small all-reduce runs calls up to this per rank.
 constexpr std::size_t kSmallBytes = 32u << 10;
 
-// The variants each collective has (worker/src/shm/algorithms.cc's lists, in their order).
+// The variants each collective has (worker/src/backends/shm/algorithms.cc's lists, in their order).
 std::vector<std::string> variants_of(const std::string& collective) {
   if (collective == "all_reduce") return {"push", "pull", "chunked", "small"};
   if (collective == "reduce_scatter") return {"pull", "chunked"};
