@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Multi-host launch: 2 test hosts (network namespaces, 198.18.0.1-2) x 4 workers,
-# ddprun's c10d form beside torchrun's c10d form, the same trivial Python worker,
-# side by side in each repetition. Needs root (CI and the test machine are).
-# Usage: bench/multihost_launch.sh BUILD_DIR [RUNS]
-# Prints the median, over RUNS, of: launch to all 8 workers running, launch to
-# the first barrier passed by all 8 (a TCP barrier on MASTER_ADDR, at a port
-# this script reserves: torchrun 2.x's agent store holds MASTER_PORT), and
-# launch to both launchers' exit; then torchrun / ddprun for each. The peer is
-# torchrun 2.x from scripts/install-torch-env.sh's environment (its workers
+# ddprun beside torchrun, the same trivial Python worker, in two forms:
+#   c10d    --rdzv_backend=c10d --rdzv_endpoint=HOST0:PORT (the rendezvous
+#           assigns node ranks)
+#   static  --node_rank=K --master_addr=HOST0 --master_port=PORT (torchrun's
+#           default backend: node rank 0 hosts)
+# taking turns in each repetition (ddprun, torchrun, form by form). Needs root
+# (CI and the test machine are).
+# Usage: [FORMS="c10d static"] bench/multihost_launch.sh BUILD_DIR [RUNS]
+# Prints, per form, the median over RUNS of: launch to all 8 workers running,
+# launch to the first barrier passed by all 8 (a TCP barrier on MASTER_ADDR, at
+# a port this script reserves: torchrun 2.x's agent store holds MASTER_PORT),
+# and launch to both launchers' exit; then torchrun / ddprun for each. The peer
+# is torchrun 2.x from scripts/install-torch-env.sh's environment (its workers
 # under the same /usr/bin/python3 as ddprun's, PYTHON_EXEC), else Debian's
 # torchrun 1.13.
 set -euo pipefail
 BUILD_DIR=$(cd "${1:-build}" && pwd)
 RUNS=${2:-5}
+FORMS=${FORMS:-c10d static}
 DDPRUN="$BUILD_DIR/launcher/ddprun"
 SYSPY=/usr/bin/python3
 TORCHRUN2=${DDP_TORCH_ENV:-/opt/ddprun-torch}/bin/torchrun
@@ -67,21 +73,29 @@ print("BARRIER %.6f" % time.time(), flush=True)
 PY
 
 # One job on both hosts; prints "running barrier exit" seconds after launch.
+# PORT is the c10d endpoint's port, or the static form's MASTER_PORT.
 run_job() {
-  local kind=$1 port=$2 id=$3 barrier_port=$4
+  local kind=$1 form=$2 port=$3 id=$4 barrier_port=$5
   local t0 out0=$OUT/$kind.0 out1=$OUT/$kind.1
   t0=$(date +%s.%N)
   for i in 0 1; do
-    local cmd
-    if [[ $kind == ddprun ]]; then
-      cmd=("$DDPRUN" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$P-h0:$port --rdzv_id="$id"
-           --nproc_per_node=4 --no_prefix "$SYSPY" "$OUT/barrier.py")
-    elif [[ -x $TORCHRUN2 ]]; then
-      cmd=(env PYTHON_EXEC=$SYSPY "$TORCHRUN2" --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=$P-h0:$port
-           --rdzv-id="$id" --nproc-per-node=4 --monitor-interval 0.1 "$OUT/barrier.py")
+    # The form's options, in ddprun's and torchrun 1.13's spelling and in torchrun 2.x's.
+    local cmd join join2
+    if [[ $form == c10d ]]; then
+      join=(--rdzv_backend=c10d --rdzv_endpoint=$P-h0:$port --rdzv_id="$id")
+      join2=(--rdzv-backend=c10d --rdzv-endpoint=$P-h0:$port --rdzv-id="$id")
     else
-      cmd=(/usr/bin/torchrun --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=$P-h0:$port --rdzv_id="$id"
-           --nproc_per_node=4 --redirects 9:1 --tee 9:1 --monitor_interval 0.1 "$OUT/barrier.py")
+      join=(--node_rank=$i --master_addr=$P-h0 --master_port=$port)
+      join2=(--node-rank=$i --master-addr=$P-h0 --master-port=$port)
+    fi
+    if [[ $kind == ddprun ]]; then
+      cmd=("$DDPRUN" --nnodes=2 "${join[@]}" --nproc_per_node=4 --no_prefix "$SYSPY" "$OUT/barrier.py")
+    elif [[ -x $TORCHRUN2 ]]; then
+      cmd=(env PYTHON_EXEC=$SYSPY "$TORCHRUN2" --nnodes=2 "${join2[@]}" --nproc-per-node=4
+           --monitor-interval 0.1 "$OUT/barrier.py")
+    else
+      cmd=(/usr/bin/torchrun --nnodes=2 "${join[@]}" --nproc_per_node=4
+           --redirects 9:1 --tee 9:1 --monitor_interval 0.1 "$OUT/barrier.py")
     fi
     cmd=(env BENCH_BARRIER_PORT="$barrier_port" "${cmd[@]}")
     # A host of its own: network namespace and hostname.
@@ -107,17 +121,27 @@ have_torchrun=0
 TORCHRUN_NAME="torchrun 1.13"
 [[ -x /usr/bin/torchrun ]] && have_torchrun=1
 [[ -x $TORCHRUN2 ]] && have_torchrun=1 TORCHRUN_NAME="torchrun 2.x"
-: >"$OUT/ddprun.txt"
-: >"$OUT/torchrun.txt"
+for form in $FORMS; do
+  [[ $form == c10d || $form == static ]] || { echo "multihost_launch: FORMS: $form is neither c10d nor static" >&2; exit 64; }
+  : >"$OUT/ddprun-$form.txt"
+  : >"$OUT/torchrun-$form.txt"
+done
+# Every job has ports of its own (a rendezvous or MASTER_PORT, and a barrier).
+job=0
 for r in $(seq "$RUNS"); do
-  run_job ddprun $((29400 + 2 * r)) "d$r" $((29300 + 2 * r)) >>"$OUT/ddprun.txt"
-  if [[ $have_torchrun == 1 ]]; then
-    run_job torchrun $((29401 + 2 * r)) "t$r" $((29301 + 2 * r)) >>"$OUT/torchrun.txt"
-  fi
+  for form in $FORMS; do
+    for kind in ddprun torchrun; do
+      [[ $kind == ddprun || $have_torchrun == 1 ]] || continue
+      job=$((job + 1))
+      run_job $kind $form $((30000 + job)) "$kind$r" $((31000 + job)) >>"$OUT/$kind-$form.txt"
+    done
+  done
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "2 hosts x 4 workers (trivial Python barrier), median of $RUNS runs, seconds from launch:"
-$SYSPY - "$OUT/ddprun.txt" "$OUT/torchrun.txt" "$TORCHRUN_NAME" <<'PY'
+for form in $FORMS; do
+  echo
+  echo "$form form: 2 hosts x 4 workers (trivial Python barrier), median of $RUNS runs, seconds from launch:"
+  $SYSPY - "$OUT/ddprun-$form.txt" "$OUT/torchrun-$form.txt" "$TORCHRUN_NAME" <<'PY'
 import statistics as st, sys
 def med(path):
     rows = [list(map(float, l.split())) for l in open(path) if l.strip()]
@@ -131,3 +155,4 @@ if t:
 else:
     print("torchrun: not installed (scripts/install-torch-env.sh, or Debian's python3-torch)")
 PY
+done

@@ -3,18 +3,24 @@
 // per node, from srun's start to its exit:
 //   bare      srun -N2 -n4 python3 trivial.py                  (Slurm alone)
 //   ddprun    srun -N2 --ntasks-per-node=1 ddprun --nproc_per_node=2 ...
-//   torchrun  srun -N2 --ntasks-per-node=1 torchrun --nnodes=2 --nproc_per_node=2
-//             --rdzv_backend=c10d --rdzv_endpoint=n1:29400 ...  (the usual recipe)
-// taking turns within each repetition. Prints medians, and each launcher's
-// overhead over bare srun.
+//   torchrun  srun -N2 --ntasks-per-node=1 env PYTHON_EXEC=/usr/bin/python3 torchrun
+//             --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d
+//             --rdzv-endpoint=n1:29400 ...  (the usual recipe)
+// taking turns within each repetition. Prints medians, each launcher's
+// overhead over bare srun, and its wall time over ddprun's. The torchrun is
+// torchrun 2.x from $DDP_TORCH_ENV/bin/torchrun (scripts/install-torch-env.sh's
+// environment, default /opt/ddprun-torch; its workers under the same
+// /usr/bin/python3 as the others, PYTHON_EXEC), else Debian's torchrun 1.13
+// (/usr/bin/torchrun).
 // Usage: slurm_launch_bench DDPRUN [RUNS]
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "slurm_cluster.h"
 #include "subprocess.h"
@@ -67,8 +73,18 @@ int main(int argc, char** argv) {
        {"srun", "-N2", "--ntasks-per-node=1", ddprun, "--nproc_per_node=2", python, trivial},
        {}},
   };
-  if (std::filesystem::exists("/usr/bin/torchrun")) {
-    launchers.push_back({"torchrun (c10d)",
+  const char* torch_env = std::getenv("DDP_TORCH_ENV");
+  const std::string torchrun2 =
+      std::string(torch_env && *torch_env ? torch_env : "/opt/ddprun-torch") + "/bin/torchrun";
+  if (::access(torchrun2.c_str(), X_OK) == 0) {
+    launchers.push_back(
+        {"torchrun 2.x (c10d)",
+         {"srun", "-N2", "--ntasks-per-node=1", "env", "PYTHON_EXEC=" + python, torchrun2,
+          "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400",
+          "--rdzv-id=bench", "--monitor-interval", "0.1", trivial},
+         {}});
+  } else if (::access("/usr/bin/torchrun", X_OK) == 0) {
+    launchers.push_back({"torchrun 1.13 (c10d)",
                          {"srun", "-N2", "--ntasks-per-node=1", "/usr/bin/torchrun", "--nnodes=2",
                           "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=n1:29400",
                           "--rdzv_id=bench", "--redirects", "9:1", "--tee", "9:1",
@@ -91,11 +107,12 @@ int main(int argc, char** argv) {
       "node\n",
       cpu_model().c_str());
   std::printf("median of %d runs, srun start to exit:\n", runs);
-  std::printf("%-18s %12s %22s\n", "launcher", "wall_ms", "overhead_vs_bare_ms");
+  std::printf("%-22s %12s %22s %10s\n", "launcher", "wall_ms", "overhead_vs_bare_ms", "vs_ddprun");
   const double bare = median(launchers[0].seconds) * 1e3;
+  const double ddp = median(launchers[1].seconds) * 1e3;
   for (auto& l : launchers) {
     const double ms = median(l.seconds) * 1e3;
-    std::printf("%-18s %12.1f %22.1f\n", l.name.c_str(), ms, ms - bare);
+    std::printf("%-22s %12.1f %22.1f %9.1fx\n", l.name.c_str(), ms, ms - bare, ms / ddp);
   }
   return 0;
 }
