@@ -9,7 +9,7 @@ echo "== launch overhead (bench/launch_overhead.sh) =="
 bash bench/launch_overhead.sh "${BUILD_DIR:-build-release}" "${RUNS:-20}"
 echo "== restart after a worker failure (bench/restart_latency.sh: 4 workers, one fails once, ddprun vs torchrun 2.x) =="
 bash bench/restart_latency.sh "${BUILD_DIR:-build-release}" "${RUNS_RESTART:-7}"
-echo "== multi-host launch (bench/multihost_launch.sh: 2 namespace hosts x 4 workers, ddprun vs torchrun c10d) =="
+echo "== multi-host launch (bench/multihost_launch.sh: 2 namespace hosts x 4 workers, ddprun vs torchrun 2.x, c10d and static forms) =="
 if [ "$(id -u)" = 0 ]; then
   bash bench/multihost_launch.sh "${BUILD_DIR:-build-release}" "${RUNS_MULTIHOST:-5}"
 else
