@@ -361,7 +361,9 @@ TEST_F(HealLauncher, ABadValueIsAnErrorNamingTheFlagAndStartsNothing) {
     auto r = ddprun("env", flags, env);
     ASSERT_TRUE(r.exited);
     EXPECT_EQ(r.code, 2) << r.err;
-    EXPECT_TRUE(contains(r.err, "--on_failure=x: expected restart or heal")) << r.err;
+    // Named as the user wrote it: the flag, or the variable.
+    const std::string named = env.empty() ? "--on_failure=x" : "PET_ON_FAILURE=x";
+    EXPECT_TRUE(contains(r.err, named + ": expected restart or heal")) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir_ + "/record"));
   }
 }
