@@ -1,7 +1,7 @@
 // The trainer's loop under live recovery. A step is committed once this
 // rank's finish() returned and it applied the optimizer update; a step whose
-// collectives failed is dropped on this rank (nothing applied) and
-// ddp::Healer::heal() rebuilds the group and makes every member hold the most
+// collectives failed is dropped on this rank (nothing applied) and the next
+// ddp::Healer::settle() rebuilds the group and makes every member hold the most
 // advanced member's state: a step that some survivor committed is kept (its
 // gradient sum was whole: every rank had contributed), one that nobody
 // committed is redone with the new group.
@@ -185,7 +185,7 @@ ddp::HealParticipant HealingTrainer::participant() {
 // came of the step in flight, then build the GradSync over the group.
 // A broken invariant is not a ddp::Error: the Healer would take it for a
 // dead peer and heal again.
-void HealingTrainer::rebuild(ddp::ProcessGroup& group, const ddp::Settlement& s) {
+void HealingTrainer::rebuild(ddp::ProcessGroup& g, const ddp::Settlement& s) {
   const std::int64_t mine = mine_;
   const Position was = was_;
   committed_ = s.committed;
@@ -202,8 +202,7 @@ void HealingTrainer::rebuild(ddp::ProcessGroup& group, const ddp::Settlement& s)
                            " steps behind the donor (at most 1 is possible)");
   }
   sync_ = ddp::make_grad_averager(healer_->group(), engine_->grad_params(), grad_sync_options(c_));
-  engine_->shard_for_healing(group);
-  const ddp::ProcessGroup& g = group;
+  engine_->shard_for_healing(g);
   const double mb = static_cast<double>(s.report.bytes) / 1e6;
   if (s.before) {
     auto ids = [](const std::vector<int>& v) {

@@ -6,16 +6,11 @@
 #include <set>
 #include <sstream>
 
+#include "cli/text.h"
 #include "ddp/common/error.h"
 
 namespace ddp::launcher {
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t\r");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
-}
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;

@@ -4,16 +4,11 @@
 #include <numeric>
 #include <sstream>
 
+#include "cli/text.h"
 #include "ddp/common/error.h"
 
 namespace ddp::launcher {
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
 
 // "--nproc-per-node" -> "nproc_per_node".
 std::string canonical(std::string name) {

@@ -59,7 +59,6 @@ Settlement Healer::settle(std::int64_t committed, const HealParticipant& partici
         reform(out.committed, first_reform);
         first_reform = false;
         reform_next = failed_ = false;
-        out.rebuilt = true;
         out.change = change_;
         out.reform_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       }

@@ -450,7 +450,7 @@ HealReport Healer::sync_state(std::int64_t committed, const std::vector<ParamBuf
       std::min({holders.size(), kMaxStripes,
                 std::max<std::size_t>(
                     1, report.bytes / std::max<std::uint64_t>(1, impl_->heal.stripe_bytes))});
-  // A member behind whose transfer fails holds torn buffers: heal() then
+  // A member behind whose transfer fails holds torn buffers: settle() then
   // counts it as holding nothing.
   torn_ = committed < *most;
   if (stripes > 1 && spans_nodes && transfer_store) {
