@@ -102,6 +102,11 @@ def main():
         f"env={env} sum={total_sum:.17g} abs_sum={abs_sum:.17g}",
         flush=True,
     )
+    # As torch asks of every program (Lightning's Trainer leaves the group up):
+    # without it, torch's Gloo can abort at interpreter exit ("terminate called
+    # without an active exception") while its threads still hold tensors.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
