@@ -92,10 +92,6 @@ int main(int argc, char** argv) {
   }
   if (!daemon && !front) {
     for (const auto& notice : parsed.spec->notices) ddp::launcher_log().info("{}", notice);
-    // The Slurm step's GPUs, for the workers (they inherit ddprun's environment).
-    if (!parsed.spec->cuda_visible_devices.empty()) {
-      setenv("CUDA_VISIBLE_DEVICES", parsed.spec->cuda_visible_devices.c_str(), 1);
-    }
   }
 
   const int signal_fd = block_signals();

@@ -52,6 +52,8 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   if (progress_fd >= 0) env.emplace_back("DDP_PROGRESS_FD", std::to_string(progress_fd));
   if (!omp_num_threads.empty()) env.emplace_back("OMP_NUM_THREADS", omp_num_threads);
   if (!python_fault_handler.empty()) env.emplace_back("PYTHONFAULTHANDLER", python_fault_handler);
+  if (!cuda_visible_devices.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", cuda_visible_devices);
+  if (!hip_visible_devices.empty()) env.emplace_back("HIP_VISIBLE_DEVICES", hip_visible_devices);
   if (heal) {
     env.emplace_back("DDP_ON_FAILURE", "heal");
     env.emplace_back("DDP_HEAL_MARK", heal_mark);
@@ -101,6 +103,12 @@ const std::vector<std::string>& contract_variable_names() {
                                                  "DDP_NODE_CPUS",
                                                  "DDP_PROGRESS_FD"};
   return names;
+}
+
+std::pair<std::string, std::string> visible_devices_variable(const std::vector<int>& devices) {
+  std::string list;
+  for (int d : devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+  return {"CUDA_VISIBLE_DEVICES", list};
 }
 
 std::optional<WorkerEnv> WorkerEnv::from_env(

@@ -24,31 +24,36 @@ int open_log_file(const std::string& path) {
   return fd;
 }
 
-// --virtual_local_rank: the worker sees only its own device, as device 0
-// (torchrun's rule: the parent's HIP_VISIBLE_DEVICES, else
-// CUDA_VISIBLE_DEVICES, names the devices; without either, device = local rank).
-void set_own_device(std::vector<std::string>& env, int local_rank) {
-  const char* hip = std::getenv("HIP_VISIBLE_DEVICES");
-  const char* parent = hip != nullptr && *hip != '\0' ? hip : std::getenv("CUDA_VISIBLE_DEVICES");
-  std::string device = std::to_string(local_rank);
-  if (parent != nullptr) {
-    std::vector<std::string> devices;
-    std::stringstream items(parent);
-    for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
-    if (static_cast<size_t>(local_rank) >= devices.size()) {
-      throw Error(
-          "--virtual_local_rank: local rank " + std::to_string(local_rank) + " has no device in " +
-          (hip != nullptr && *hip != '\0' ? "HIP_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=") +
-          parent);
-    }
-    device = devices[static_cast<size_t>(local_rank)];
+// --virtual_local_rank: the one device local rank `i` sees, as device 0
+// (torchrun's rule: `parent`, the launcher's HIP_VISIBLE_DEVICES, else its
+// CUDA_VISIBLE_DEVICES, names the devices; without either, device = local
+// rank). `parent_name` names the variable in the error.
+std::string own_device(int local_rank, const char* parent, const char* parent_name) {
+  if (parent == nullptr) return std::to_string(local_rank);
+  std::vector<std::string> devices;
+  std::stringstream items(parent);
+  for (std::string item; std::getline(items, item, ',');) devices.push_back(item);
+  if (static_cast<size_t>(local_rank) >= devices.size()) {
+    throw Error("--virtual_local_rank: local rank " + std::to_string(local_rank) +
+                " has no device in " + parent_name + "=" + parent);
   }
-  std::erase_if(env, [&](const std::string& e) {
-    return e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
-           (hip != nullptr && e.rfind("HIP_VISIBLE_DEVICES=", 0) == 0);
-  });
-  env.push_back("CUDA_VISIBLE_DEVICES=" + device);
-  if (hip != nullptr && *hip != '\0') env.push_back("HIP_VISIBLE_DEVICES=" + device);
+  return devices[static_cast<size_t>(local_rank)];
+}
+
+// The devices local rank `i` sees, when the launcher chooses them.
+void choose_devices(const LaunchSpec& spec, int i, WorkerEnv& env) {
+  const char* hip = std::getenv("HIP_VISIBLE_DEVICES");
+  if (hip != nullptr && *hip == '\0') hip = nullptr;
+  const char* cuda = std::getenv("CUDA_VISIBLE_DEVICES");
+  // The Slurm step's GPUs (set only when the launcher's environment has none).
+  if (cuda == nullptr && !spec.cuda_visible_devices.empty()) {
+    env.cuda_visible_devices = spec.cuda_visible_devices;
+    cuda = env.cuda_visible_devices.c_str();
+  }
+  if (!spec.virtual_local_rank) return;
+  env.cuda_visible_devices = hip != nullptr ? own_device(i, hip, "HIP_VISIBLE_DEVICES")
+                                            : own_device(i, cuda, "CUDA_VISIBLE_DEVICES");
+  if (hip != nullptr) env.hip_visible_devices = env.cuda_visible_devices;
 }
 
 // The contract's variables for local rank `i`, launched for the
@@ -89,6 +94,7 @@ WorkerEnv worker_env(const LaunchInputs& in, int i, const std::string& rank_dir,
     env.nccl_async_error_handling = nccl_async;
   }
   env.error_file = RunFiles::error_file(rank_dir);
+  choose_devices(spec, i, env);
   if (spec.multi_node()) {
     env.rdzv_tls_ca = spec.tls_ca;
     env.node_addr = in.node_address;
@@ -138,10 +144,14 @@ void fill_launch(const LaunchInputs& in, int i, int incarnation, bool open_files
   launch.cpus = in.cpus[static_cast<size_t>(i)];
   const std::string rank_dir = in.files.worker_dir(in.round.restart_count, i);
   launch.env = in.base_env;
-  for (const auto& [name, value] : worker_env(in, i, rank_dir, incarnation).to_env()) {
-    launch.env.push_back(name + "=" + value);
-  }
-  if (in.spec.virtual_local_rank) set_own_device(launch.env, i);
+  const auto contract = worker_env(in, i, rank_dir, incarnation).to_env();
+  // What the contract writes replaces an inherited value of the same name.
+  std::erase_if(launch.env, [&](const std::string& entry) {
+    const std::string name = entry.substr(0, entry.find('='));
+    return std::any_of(contract.begin(), contract.end(),
+                       [&](const auto& variable) { return variable.first == name; });
+  });
+  for (const auto& [name, value] : contract) launch.env.push_back(name + "=" + value);
   route_streams(in, i, rank_dir, open_files, launch);
 }
 

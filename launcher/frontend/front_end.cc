@@ -22,6 +22,7 @@
 #include "cli/job_env.h"
 #include "cli/remote_command.h"
 #include "ddp/common/endpoint.h"
+#include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/common/launcher_log.h"
@@ -98,9 +99,8 @@ std::vector<std::string> host_argv(const FrontEndArgs& args, const Plan& plan, s
   job.env = plan.env;
   const HostSlots& host = plan.hosts[i];
   if (!host.devices.empty()) {
-    std::string list;
-    for (int d : host.devices) list += (list.empty() ? "" : ",") + std::to_string(d);
-    set_env(job.env, "CUDA_VISIBLE_DEVICES", list);
+    const auto [name, value] = visible_devices_variable(host.devices);
+    set_env(job.env, name, value);
   }
   job.ddprun = plan.ddprun;
   // The agent waits for the go-ahead at most as long as the front end waits for every host.

@@ -85,6 +85,34 @@ TEST(TorchrunEnv, VirtualLocalRankGivesEachWorkerLocalRankZeroAndItsOwnDevice) {
       << short_list.err;
 }
 
+// The devices a worker sees when the launcher chooses them: a Slurm step's
+// GPUs (ddprun's own environment names none), and with --virtual-local-rank
+// one of those, or one of HIP_VISIBLE_DEVICES' when it is set.
+TEST(TorchrunEnv, TheSlurmStepsGpusAndAVirtualLocalRanksDeviceReachTheWorkers) {
+  const std::map<std::string, std::string> one_node_step = {{"SLURM_JOB_ID", "77"},
+                                                            {"SLURM_STEP_ID", "0"},
+                                                            {"SLURM_STEP_NUM_NODES", "1"},
+                                                            {"SLURM_NODEID", "0"},
+                                                            {"SLURM_STEP_NODELIST", "localhost"},
+                                                            {"SLURM_STEP_GPUS", "2,3"},
+                                                            {"CUDA_VISIBLE_DEVICES", "\x01"},
+                                                            {"HIP_VISIBLE_DEVICES", "\x01"}};
+  const std::string show = "echo CVD=$CUDA_VISIBLE_DEVICES HIP=$HIP_VISIBLE_DEVICES";
+  auto step = ddprun({"--nproc_per_node=2", "sh", "-c", show}, one_node_step);
+  ASSERT_EQ(step.code, 0) << step.err;
+  EXPECT_NE(step.out.find("[rank 0] CVD=2,3 HIP="), std::string::npos) << step.out;
+  EXPECT_NE(step.out.find("[rank 1] CVD=2,3 HIP="), std::string::npos) << step.out;
+  auto own =
+      ddprun({"--nproc_per_node=2", "--virtual-local-rank", "sh", "-c", show}, one_node_step);
+  ASSERT_EQ(own.code, 0) << own.err;
+  EXPECT_NE(own.out.find("[rank 0] CVD=2 HIP="), std::string::npos) << own.out;
+  EXPECT_NE(own.out.find("[rank 1] CVD=3 HIP="), std::string::npos) << own.out;
+  auto hip = ddprun({"--nproc_per_node=2", "--virtual-local-rank", "sh", "-c", show},
+                    {{"CUDA_VISIBLE_DEVICES", "4,6"}, {"HIP_VISIBLE_DEVICES", "5,7"}});
+  ASSERT_EQ(hip.code, 0) << hip.err;
+  EXPECT_NE(hip.out.find("[rank 1] CVD=7 HIP=7"), std::string::npos) << hip.out;
+}
+
 TEST(TorchrunEnv, RecordsErrorFileReachesTheLaunchersErrorFileWithItsExitCode) {
   if (auto reason = torch2_unavailable_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const std::string dir = make_temp_dir();

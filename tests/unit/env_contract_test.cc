@@ -216,5 +216,25 @@ TEST(EnvContract, MalformedValuesNameTheVariable) {
                "LOCAL_RANK=1");
 }
 
+TEST(EnvContract, DeviceListsAreWrittenOnlyWhenTheLauncherChoseThem) {
+  WorkerEnv env;
+  for (const auto& [name, value] : env.to_env()) {
+    EXPECT_TRUE(name != "CUDA_VISIBLE_DEVICES" && name != "HIP_VISIBLE_DEVICES") << name;
+  }
+  env.cuda_visible_devices = "3";
+  env.hip_visible_devices = "3";
+  auto pairs = env.to_env();
+  std::map<std::string, std::string> vars(pairs.begin(), pairs.end());
+  EXPECT_EQ(vars["CUDA_VISIBLE_DEVICES"], "3");
+  EXPECT_EQ(vars["HIP_VISIBLE_DEVICES"], "3");
+  // A user's own lists are inherited, never stripped.
+  const auto& names = contract_variable_names();
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"}) {
+    EXPECT_EQ(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  EXPECT_EQ(visible_devices_variable({0, 2}),
+            (std::pair<std::string, std::string>{"CUDA_VISIBLE_DEVICES", "0,2"}));
+}
+
 }  // namespace
 }  // namespace ddp

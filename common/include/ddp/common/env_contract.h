@@ -77,6 +77,14 @@ struct WorkerEnv {
   // thread's traceback on SIGABRT) under --hang_timeout.
   std::string omp_num_threads;
   std::string python_fault_handler;
+  // CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES, written only when the
+  // launcher chooses the worker's devices, and then in place of an inherited
+  // value: the Slurm step's GPUs when the launcher's environment names none,
+  // or with --virtual_local_rank the worker's own device alone (HIP's too when
+  // the launcher's environment sets HIP_VISIBLE_DEVICES). Otherwise the
+  // user's values are inherited as they are.
+  std::string cuda_visible_devices;
+  std::string hip_visible_devices;
 
   // The variables to put in a worker's environment, in a stable order.
   std::vector<std::pair<std::string, std::string>> to_env() const;
@@ -95,5 +103,10 @@ struct WorkerEnv {
 
 // Names of every variable the contract writes (for tests and docs).
 const std::vector<std::string>& contract_variable_names();
+
+// The variable and value that hand a process the GPUs it may use, for a
+// launcher that starts a node's agent with a device list of its own (a
+// hostfile's per-host devices): {"CUDA_VISIBLE_DEVICES", "0,2"}.
+std::pair<std::string, std::string> visible_devices_variable(const std::vector<int>& devices);
 
 }  // namespace ddp
