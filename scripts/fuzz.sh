@@ -73,8 +73,8 @@ if ((SERVICE_SECONDS > 0)); then
   # judges stragglers across nodes from the reports it keeps.
   service_sources=(fuzz/rendezvous_service_fuzz.cc launcher/rpc/rendezvous_service*.cc launcher/rendezvous/*.cc
                    common/src/endpoint.cc common/src/launcher_log.cc
-                   launcher/rpc/status_proto.cc launcher/agent/job_status.cc
-                   launcher/agent/node_straggler_detector.cc launcher/agent/straggler_judge.cc
+                   launcher/rpc/status_proto.cc launcher/observe/job_status.cc
+                   launcher/observe/node_straggler_detector.cc launcher/observe/straggler_judge.cc
                    "$OUT/gen/ddp/v1/rendezvous.pb.cc" "$OUT/gen/ddp/v1/rendezvous.grpc.pb.cc")
   objects=()
   for src in "${service_sources[@]}"; do objects+=("$OUT/obj/$(basename "$src" .cc).o"); done

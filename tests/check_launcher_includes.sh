@@ -7,8 +7,10 @@ declare -A allowed=(
   [cli]="cli"
   [worker_group]="worker_group"
   [rendezvous]="rendezvous"
-  [agent]="agent cli worker_group"
-  [rpc]="rpc agent cli worker_group rendezvous"
+  [store]="store rendezvous"
+  [observe]="observe cli worker_group"
+  [agent]="agent observe cli worker_group"
+  [rpc]="rpc agent observe cli worker_group rendezvous store"
   [frontend]="frontend agent cli worker_group"
   [.]="agent cli worker_group frontend"
 )
@@ -22,7 +24,7 @@ for room in "${!allowed[@]}"; do
         echo "launcher/$f includes $used/, which room '$room' may not use"
         bad=1
       fi
-    done < <(grep -o '#include "[a-z_]*/' "$f" | sed 's/#include "//; s|/$||' | grep -E '^(cli|worker_group|rendezvous|agent|rpc|frontend)$' | sort -u || true)
+    done < <(grep -o '#include "[a-z_]*/' "$f" | sed 's/#include "//; s|/$||' | grep -E '^(cli|worker_group|rendezvous|store|observe|agent|rpc|frontend)$' | sort -u || true)
     if [[ $room != rpc ]] && grep -q '#include <grpc\|#include "grpc/\|\.grpc\.pb\.h"' "$f"; then
       echo "launcher/$f includes gRPC, which only rpc/ may"
       bad=1

@@ -19,10 +19,9 @@
 #include <fmt/ranges.h>
 
 #include "agent/attempt.h"
-#include "agent/hang_watch.h"
-#include "agent/healer.h"
 #include "agent/local_control_plane.h"
 #include "agent/port_reservation.h"
+#include "agent/rank_relauncher.h"
 #include "agent/rpc_plugin.h"
 #include "agent/worker_launches.h"
 #include "ddp/common/endpoint.h"
@@ -30,6 +29,7 @@
 #include "ddp/common/launcher_log.h"
 #include "ddp/common/progress_board.h"
 #include "ddp/common/shm_names.h"
+#include "observe/hang_watch.h"
 #include "worker_group/cpu_binding.h"
 #include "worker_group/failure_report.h"
 #include "worker_group/log_tee.h"

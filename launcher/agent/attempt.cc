@@ -123,7 +123,8 @@ void Attempt::start() {
   in_.kept_stderr_lines = spec.hang_timeout_s > 0 ? HangWatch::kKeptStderrLines : kReportLines;
   if (ctx_.marks != nullptr) in_.heal_mark_dir = ctx_.marks->dir();
   try {
-    if (ctx_.marks != nullptr) healer_.emplace(ctx_.control, *ctx_.marks, in_);  // no stale marks
+    if (ctx_.marks != nullptr)
+      relauncher_.emplace(ctx_.control, *ctx_.marks, in_);  // no stale marks
     group_.emplace(command, worker_launches(in_), ctx_.guard, board_ ? board_->fd() : -1,
                    ctx_.host);
   } catch (...) {
@@ -142,7 +143,7 @@ void Attempt::start() {
 }
 
 void Attempt::watch_hangs() {
-  hang_.emplace(ctx_.spec.hang_timeout_s, *board_, python_, healer_.has_value());
+  hang_.emplace(ctx_.spec.hang_timeout_s, *board_, python_, relauncher_.has_value());
 }
 
 bool Attempt::settled() const {
@@ -168,12 +169,12 @@ void Attempt::fail_with(const WorkerOutcome& outcome, std::string report) {
 void Attempt::worker_failed(std::size_t i) {
   Worker& w = (*group_)[i];
   group_->pump_all(i);  // what the rank wrote before it died: its last words for the report
-  if (healer_ && healer_->relaunch(*group_, i)) {
+  if (relauncher_ && relauncher_->relaunch(*group_, i)) {
     ctx_.observer.relaunched(w);
     if (hang_) watch_hangs();  // the new process's progress is counted afresh
     return;
   }
-  if (auto hung = healer_ ? healer_->hang_of(i) : std::nullopt) {
+  if (auto hung = relauncher_ ? relauncher_->hang_of(i) : std::nullopt) {
     return fail_with(hung->first, hung->second);
   }
   fail_with(w.outcome, format_failure_report(w.outcome, tail(w.tees[1]->last_lines(), kReportLines),
@@ -263,7 +264,7 @@ void Attempt::check_hang() {
   auto blamed = hang_->blamed(*group_);
   std::string report = hang_->report(*group_, round_.restart_count, ctx_.spec.max_restarts);
   ctx_.observer.hang(blamed.front(), report);
-  if (!healer_ && hang_->waits_elsewhere() && round_.group_world_size > 1) {
+  if (!relauncher_ && hang_->waits_elsewhere() && round_.group_world_size > 1) {
     launcher_log().warn(
         "the ranks of this node wait for a rank on another node: waiting up to {} s for that "
         "node's report",
@@ -272,7 +273,7 @@ void Attempt::check_hang() {
         DeferredHang{blamed.front(), std::move(report), Clock::now() + kRemoteHangWait};
     return;
   }
-  if (healer_ && healer_->take_hang(*group_, blamed, report)) {
+  if (relauncher_ && relauncher_->take_hang(*group_, blamed, report)) {
     watch_hangs();
     for (const auto& b : blamed) {  // ended already: a Python rank's traceback dump
       const auto i = static_cast<std::size_t>(b.local_rank);
@@ -341,7 +342,7 @@ AttemptResult Attempt::run() {
     group_->kill_if_overdue();
     ctx_.observer.tick(*group_, board_ ? &*board_ : nullptr, ctx_.control, monitor_.get());
   }
-  if (healer_) result_.relaunches = healer_->relaunches();
+  if (relauncher_) result_.relaunches = relauncher_->relaunches();
   group_->drain();
   group_.reset();
   relay.reset();

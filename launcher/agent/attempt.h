@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "agent/control_plane.h"
-#include "agent/hang_watch.h"
 #include "agent/heal_marks.h"
-#include "agent/healer.h"
 #include "agent/observer.h"
+#include "agent/rank_relauncher.h"
 #include "agent/run_files.h"
 #include "agent/worker_launches.h"
 #include "cli/launch_spec.h"
 #include "ddp/common/progress_board.h"
+#include "observe/hang_watch.h"
 #include "worker_group/orphan_guard.h"
 #include "worker_group/stdin_relay.h"
 #include "worker_group/worker_group.h"
@@ -96,7 +96,7 @@ class Attempt {
   bool python_ = false;
   std::optional<ProgressBoard> board_;
   LaunchInputs in_;  // kept for relaunches
-  std::optional<Healer> healer_;
+  std::optional<RankRelauncher> relauncher_;
   std::optional<WorkerGroup> group_;
   std::optional<HangWatch> hang_;
   std::unique_ptr<RoundWatch> monitor_;

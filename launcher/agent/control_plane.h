@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/job_status.h"
-#include "agent/node_straggler_detector.h"
 #include "ddp/common/rendezvous_types.h"
+#include "observe/job_status.h"
+#include "observe/node_straggler_detector.h"
 
 namespace ddp::launcher {
 
@@ -75,7 +75,7 @@ class ControlPlane {
   virtual void publish(const NodeStatus& node) { (void)node; }
   // Where this node hosts the rendezvous: the verdicts on other nodes as
   // stragglers that changed since the last call, and every node's standing
-  // (agent/node_straggler_detector.h). Elsewhere none.
+  // (observe/node_straggler_detector.h). Elsewhere none.
   virtual std::vector<NodeStragglerChange> take_node_straggler_changes() { return {}; }
   virtual std::vector<NodeStragglerScore> node_straggler_scores() const { return {}; }
 };

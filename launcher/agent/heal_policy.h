@@ -1,7 +1,7 @@
 #pragma once
 // --on_failure=heal: what the agent does with a failed (or hung) worker, and
-// the lines it says. Pure logic, unit-tested without processes; the Healer
-// (healer.h) carries it out.
+// the lines it says. Pure logic, unit-tested without processes; the RankRelauncher
+// (rank_relauncher.h) carries it out.
 //
 // A rank that ended badly while the group was not stopping is relaunched
 // alone when its program opted into healing (its heal mark exists) and the

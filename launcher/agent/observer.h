@@ -13,13 +13,13 @@
 #include <string>
 
 #include "agent/control_plane.h"
-#include "agent/event_log.h"
-#include "agent/job_status.h"
-#include "agent/metric_set.h"
-#include "agent/metrics_server.h"
-#include "agent/status_probe.h"
-#include "agent/straggler_detector.h"
 #include "cli/launch_spec.h"
+#include "observe/event_log.h"
+#include "observe/job_status.h"
+#include "observe/metric_set.h"
+#include "observe/metrics_server.h"
+#include "observe/status_probe.h"
+#include "observe/straggler_detector.h"
 #include "worker_group/worker_group.h"
 
 namespace ddp::launcher {

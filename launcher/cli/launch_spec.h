@@ -89,7 +89,7 @@ struct LaunchSpec {
   int metrics_port = 0;
   std::string events_file;
   double status_interval_s = 1.0;
-  // Stragglers (agent/straggler_detector.h): the seconds of samples a rank is
+  // Stragglers (observe/straggler_detector.h): the seconds of samples a rank is
   // judged over (0: not judged).
   double straggler_window_s = 40.0;
   std::string log_dir;             // empty: no per-rank files

@@ -18,7 +18,7 @@
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
-#include "rpc/torch_store_protocol.h"
+#include "store/torch_store_protocol.h"
 
 namespace ddp::launcher {
 namespace {

@@ -26,11 +26,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/node_straggler_detector.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
+#include "observe/node_straggler_detector.h"
 #include "rendezvous/rendezvous_state.h"
 #include "rpc/connection_acceptor.h"
-#include "rpc/torch_store.h"
+#include "store/torch_store.h"
 
 namespace ddp::launcher {
 
@@ -47,7 +47,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   std::size_t pending_waits();     // requests held now
   // See RendezvousState::on_round_formed (called under the service's mutex).
   void on_round_formed(std::function<void(std::int64_t round)> observer);
-  // Stragglers across nodes (agent/node_straggler_detector.h), judged from
+  // Stragglers across nodes (observe/node_straggler_detector.h), judged from
   // the nodes' reports: `rule` (straggler_rule of --straggler_window and
   // the heartbeat interval), or nullopt for none (--straggler_window=0).
   // Verdicts are logged here and shown by ddprun status. Default: the

@@ -11,11 +11,11 @@
 #include <cstdlib>
 #include <optional>
 
-#include "agent/runtime_registry.h"
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
 #include "ddp/common/flag_file.h"
 #include "ddp/v1/rendezvous.grpc.pb.h"
+#include "observe/runtime_registry.h"
 #include "rpc/status_proto.h"
 #include "rpc/subcommand_args.h"
 

@@ -1,9 +1,9 @@
 #pragma once
-// ddprun status on the wire: agent/job_status.h's plain data to and from
+// ddprun status on the wire: observe/job_status.h's plain data to and from
 // ddp.v1.NodeState / StatusResponse (rendezvous.proto). Pure conversions.
 
-#include "agent/job_status.h"
 #include "ddp/v1/rendezvous.pb.h"
+#include "observe/job_status.h"
 
 namespace ddp::launcher {
 

@@ -1,4 +1,4 @@
-// The rendezvous server's torch store (launcher/rpc/torch_store.h) against
+// The rendezvous server's torch store (launcher/store/torch_store.h) against
 // real torch.distributed.TCPStore clients: torch 2.x (DDP_TORCH_PYTHON) and
 // Debian's torch 1.13, each method of the c10d store API and what
 // init_process_group("gloo"), DDP and barrier() send through env:// with
@@ -21,7 +21,7 @@
 #include "ddp/common/rendezvous_client.h"
 #include "debian_torch.h"
 #include "rpc/rendezvous_service.h"
-#include "rpc/torch_store_protocol.h"
+#include "store/torch_store_protocol.h"
 #include "subprocess.h"
 #include "torch_env.h"
 

@@ -1,5 +1,5 @@
 """A torch.distributed.TCPStore client exercising every method its torch has
-against ddprun's torch store (launcher/rpc/torch_store.h).
+against ddprun's torch store (launcher/store/torch_store.h).
 
     python torch_store_client.py PORT store   # the c10d store API, one process
     python torch_store_client.py PORT group   # a gloo group of 2 through env:// and

@@ -1,7 +1,7 @@
 // The hang detector's rules (what counts as progress, whom to blame) and the
 // hang report's shape, with made-up samples and an injected clock.
 
-#include "agent/hang_detector.h"
+#include "observe/hang_detector.h"
 
 #include <gtest/gtest.h>
 

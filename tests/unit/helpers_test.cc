@@ -12,13 +12,13 @@
 #include <sstream>
 #include <thread>
 
+#include "base/log_rules.h"
 #include "ddp/common/error.h"
 #include "ddp/ddp.h"
 #include "ddp/log.h"
 #include "ddp/metrics.h"
 #include "ddp/params.h"
 #include "error_of.h"
-#include "helpers/log_rules.h"
 #include "subprocess.h"
 
 namespace ddp {

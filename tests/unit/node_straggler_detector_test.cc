@@ -4,7 +4,7 @@
 // own moments; noise names nobody; a restarted node or a new round starts
 // the comparison again.
 
-#include "agent/node_straggler_detector.h"
+#include "observe/node_straggler_detector.h"
 
 #include <gtest/gtest.h>
 

@@ -9,11 +9,11 @@
 #include <set>
 #include <sstream>
 
-#include "agent/event_log.h"
-#include "agent/event_record.h"
-#include "agent/job_status.h"
-#include "agent/metric_set.h"
-#include "agent/runtime_registry.h"
+#include "observe/event_log.h"
+#include "observe/event_record.h"
+#include "observe/job_status.h"
+#include "observe/metric_set.h"
+#include "observe/runtime_registry.h"
 
 namespace ddp::launcher {
 namespace {

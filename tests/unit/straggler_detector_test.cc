@@ -2,7 +2,7 @@
 // others wait for 20% longer is named within the window, noise and spikes
 // never name anyone, a recovered rank is cleared, a restart starts over.
 
-#include "agent/straggler_detector.h"
+#include "observe/straggler_detector.h"
 
 #include <gtest/gtest.h>
 

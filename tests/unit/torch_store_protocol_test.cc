@@ -1,4 +1,4 @@
-// torch's TCPStore wire format (launcher/rpc/torch_store_protocol.h): every
+// torch's TCPStore wire format (launcher/store/torch_store_protocol.h): every
 // query decodes from its bytes in both dialects, whatever piece of it has
 // arrived (TCP splits queries anywhere), and a connection's dialect is
 // decided only by a complete first query.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/torch_store_protocol.h"
+#include "store/torch_store_protocol.h"
 
 namespace ddp::launcher::torch_store {
 namespace {

@@ -34,7 +34,7 @@
 
 #include "rendezvous/key_value_store.h"
 #include "rendezvous/limits.h"
-#include "rpc/torch_store_protocol.h"
+#include "store/torch_store_protocol.h"
 
 namespace ddp::launcher::torch_store {
 

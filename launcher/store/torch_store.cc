@@ -1,4 +1,4 @@
-#include "rpc/torch_store.h"
+#include "store/torch_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

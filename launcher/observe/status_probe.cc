@@ -1,4 +1,4 @@
-#include "agent/status_probe.h"
+#include "observe/status_probe.h"
 
 #include <time.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
-#include "agent/event_record.h"
+#include "observe/event_record.h"
 
 #include <fmt/format.h>
 
-#include "agent/job_status.h"
+#include "observe/job_status.h"
 
 namespace ddp::launcher {
 

@@ -1,4 +1,4 @@
-#include "agent/straggler_detector.h"
+#include "observe/straggler_detector.h"
 
 #include <fmt/format.h>
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "agent/event_record.h"
+#include "observe/event_record.h"
 
 namespace ddp::launcher {
 

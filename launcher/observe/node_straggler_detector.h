@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/job_status.h"
-#include "agent/straggler_judge.h"
+#include "observe/job_status.h"
+#include "observe/straggler_judge.h"
 
 namespace ddp::launcher {
 

@@ -1,4 +1,4 @@
-#include "agent/node_straggler_detector.h"
+#include "observe/node_straggler_detector.h"
 
 #include <fmt/format.h>
 

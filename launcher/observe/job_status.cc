@@ -1,4 +1,4 @@
-#include "agent/job_status.h"
+#include "observe/job_status.h"
 
 #include <signal.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // What `ddprun status` shows, as plain data: each rank's state as its agent
 // sees it, each node's, the job's. Pure logic (no I/O): deciding a rank's
 // state from what the agent observed, and rendering a job as a table or as
-// JSON. Agents fill NodeStatus (agent/status_probe), the rpc plugin carries
+// JSON. Agents fill NodeStatus (observe/status_probe), the rpc plugin carries
 // it to the rendezvous server and back (rpc/status_proto), the status
 // command renders it. Unit-tested (tests/unit/observability_test.cc).
 
@@ -34,7 +34,7 @@ struct RankStatus {
   int incarnation = 0;
   bool libddp = false;
   // libddp ranks: the share of wall time the others waited for this rank
-  // (agent/straggler_detector.h; 0 until enough intervals), and whether it
+  // (observe/straggler_detector.h; 0 until enough intervals), and whether it
   // is named a straggler.
   double straggler_score = 0;
   bool straggler = false;
@@ -57,7 +57,7 @@ struct NodeStatus {
   std::string run_id;
   int world_size = 0;
   double heartbeat_age_s = -1;  // -1: unknown (the node's own view)
-  // Judged at the rendezvous across nodes (agent/node_straggler_detector.h):
+  // Judged at the rendezvous across nodes (observe/node_straggler_detector.h):
   // the share of time the other nodes waited for this one, and whether it
   // is named a straggler; 0 and false in a node's own view.
   double straggler_score = 0;

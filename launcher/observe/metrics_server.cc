@@ -1,4 +1,4 @@
-#include "agent/metrics_server.h"
+#include "observe/metrics_server.h"
 
 #include "ddp/common/error.h"
 

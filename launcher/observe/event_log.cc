@@ -1,4 +1,4 @@
-#include "agent/event_log.h"
+#include "observe/event_log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

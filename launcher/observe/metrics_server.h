@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/metric_set.h"
+#include "observe/metric_set.h"
 
 namespace ddp::launcher {
 

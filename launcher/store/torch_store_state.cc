@@ -1,4 +1,4 @@
-#include "rpc/torch_store_state.h"
+#include "store/torch_store_state.h"
 
 #include <algorithm>
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/hang_detector.h"
 #include "ddp/common/progress_board.h"
+#include "observe/hang_detector.h"
 #include "worker_group/failure_report.h"
 #include "worker_group/worker_group.h"
 

@@ -1,4 +1,4 @@
-#include "agent/metric_set.h"
+#include "observe/metric_set.h"
 
 namespace ddp::launcher {
 

@@ -1,4 +1,4 @@
-#include "agent/hang_detector.h"
+#include "observe/hang_detector.h"
 
 #include <algorithm>
 

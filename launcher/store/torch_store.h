@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "rendezvous/limits.h"
-#include "rpc/torch_store_state.h"
+#include "store/torch_store_state.h"
 
 namespace ddp::launcher {
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/straggler_judge.h"
 #include "ddp/common/progress_board.h"
+#include "observe/straggler_judge.h"
 
 namespace ddp::launcher {
 

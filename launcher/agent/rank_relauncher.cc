@@ -1,4 +1,4 @@
-#include "agent/healer.h"
+#include "agent/rank_relauncher.h"
 
 #include <signal.h>
 
@@ -10,7 +10,8 @@
 
 namespace ddp::launcher {
 
-Healer::Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs& in)
+RankRelauncher::RankRelauncher(ControlPlane& control, const HealMarks& marks,
+                               const LaunchInputs& in)
     : control_(control),
       marks_(marks),
       in_(in),
@@ -18,7 +19,7 @@ Healer::Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs
   for (int i = 0; i < in.spec.nproc_per_node; ++i) marks_.clear(i);
 }
 
-bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
+bool RankRelauncher::relaunch(WorkerGroup& group, std::size_t i) {
   WorkerOutcome failed = group[i].outcome;
   failed.hung = hung_.count(i) > 0;
   control_.note_exited(in_.round, failed.rank, failed.pid);
@@ -47,8 +48,8 @@ bool Healer::relaunch(WorkerGroup& group, std::size_t i) {
   return true;
 }
 
-bool Healer::take_hang(WorkerGroup& group, const std::vector<WorkerOutcome>& blamed,
-                       const std::string& report) {
+bool RankRelauncher::take_hang(WorkerGroup& group, const std::vector<WorkerOutcome>& blamed,
+                               const std::string& report) {
   std::size_t opted_in = 0;
   for (const auto& b : blamed) {
     if (marks_.exists(b.local_rank)) {
@@ -70,7 +71,7 @@ bool Healer::take_hang(WorkerGroup& group, const std::vector<WorkerOutcome>& bla
   return true;
 }
 
-std::optional<std::pair<WorkerOutcome, std::string>> Healer::hang_of(std::size_t i) const {
+std::optional<std::pair<WorkerOutcome, std::string>> RankRelauncher::hang_of(std::size_t i) const {
   auto it = hung_.find(i);
   if (it == hung_.end()) return std::nullopt;
   return std::pair{it->second, hang_report_};

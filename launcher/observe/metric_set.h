@@ -2,7 +2,7 @@
 // The Prometheus metric set of one ddprun (one node): every series' name,
 // type, labels, unit and help (documented in docs/observability.md, checked
 // by a test), and the samples computed from a node's status and its agent's
-// counters. Pure logic; agent/metrics_server exposes the samples with
+// counters. Pure logic; observe/metrics_server exposes the samples with
 // prometheus-cpp. Unit-tested (tests/unit/observability_test.cc).
 
 #include <cstdint>
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "agent/job_status.h"
-#include "agent/node_straggler_detector.h"
+#include "observe/job_status.h"
+#include "observe/node_straggler_detector.h"
 
 namespace ddp::launcher {
 

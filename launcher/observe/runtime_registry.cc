@@ -1,4 +1,4 @@
-#include "agent/runtime_registry.h"
+#include "observe/runtime_registry.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -20,11 +20,11 @@
 
 namespace ddp::launcher {
 
-class Healer {
+class RankRelauncher {
  public:
   // Removes every local rank's mark (a stale one from an earlier attempt):
   // call before the attempt's workers start. `in` outlives this.
-  Healer(ControlPlane& control, const HealMarks& marks, const LaunchInputs& in);
+  RankRelauncher(ControlPlane& control, const HealMarks& marks, const LaunchInputs& in);
 
   // Worker `i` of `group` ended badly while the group was not stopping.
   // When it opted in and a restart is left: spends it, says so in one line

@@ -9,9 +9,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "base/log_rules.h"
 #include "ddp/common/env_contract.h"
-#include "ddp/ddp.h"
-#include "helpers/log_rules.h"
 
 namespace ddp::log {
 namespace {
@@ -23,17 +22,20 @@ struct Identity {
   bool launcher_shows_rank = false;  // DDP_OUTPUT_PREFIXED
 };
 
-// The contract does not change during a process's life; read it once. A
+// The contract does not change during a process's life; read it once,
+// straight from the environment (logging sits below the process group). A
 // malformed environment must not make logging throw: it logs as a world of
 // one (ddp::init() reports the variable).
 const Identity& identity() {
   static const Identity id = [] {
     Identity i;
     try {
-      i.rank = ddp::rank();
-      i.local_rank = ddp::local_rank();
-      i.world_size = ddp::world_size();
-      if (auto env = WorkerEnv::from_process_env()) i.launcher_shows_rank = env->output_prefixed;
+      if (auto env = WorkerEnv::from_process_env()) {
+        i.rank = env->rank;
+        i.local_rank = env->local_rank;
+        i.world_size = env->world_size;
+        i.launcher_shows_rank = env->output_prefixed;
+      }
     } catch (...) {
       i = Identity{};
     }

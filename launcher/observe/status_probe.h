@@ -12,8 +12,8 @@
 #include <optional>
 #include <vector>
 
-#include "agent/job_status.h"
 #include "ddp/common/progress_board.h"
+#include "observe/job_status.h"
 #include "worker_group/worker_group.h"
 
 namespace ddp::launcher {

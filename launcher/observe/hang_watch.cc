@@ -1,4 +1,4 @@
-#include "agent/hang_watch.h"
+#include "observe/hang_watch.h"
 
 #include <signal.h>
 

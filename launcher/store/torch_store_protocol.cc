@@ -1,4 +1,4 @@
-#include "rpc/torch_store_protocol.h"
+#include "store/torch_store_protocol.h"
 
 #include <array>
 #include <cstring>

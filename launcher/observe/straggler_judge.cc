@@ -1,4 +1,4 @@
-#include "agent/straggler_judge.h"
+#include "observe/straggler_judge.h"
 
 #include <algorithm>
 #include <cmath>
