@@ -3,7 +3,7 @@
 // object per line. Field names follow torchelastic's events where they mean
 // the same (name, source, timestamp, run_id, hostname, group_rank,
 // global_rank, local_rank, pid, state, role); ddprun adds round, exit_code,
-// signal, message. Unit-tested (tests/unit/observability_test.cc).
+// signal, message. Unit-tested (tests/unit/launcher/observe/observability_test.cc).
 
 #include <cstdint>
 #include <optional>

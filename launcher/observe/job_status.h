@@ -4,7 +4,7 @@
 // state from what the agent observed, and rendering a job as a table or as
 // JSON. Agents fill NodeStatus (observe/status_probe), the rpc plugin carries
 // it to the rendezvous server and back (rpc/status_proto), the status
-// command renders it. Unit-tested (tests/unit/observability_test.cc).
+// command renders it. Unit-tested (tests/unit/launcher/observe/observability_test.cc).
 
 #include <cstdint>
 #include <string>

@@ -3,7 +3,7 @@
 // type, labels, unit and help (documented in docs/observability.md, checked
 // by a test), and the samples computed from a node's status and its agent's
 // counters. Pure logic; observe/metrics_server exposes the samples with
-// prometheus-cpp. Unit-tested (tests/unit/observability_test.cc).
+// prometheus-cpp. Unit-tested (tests/unit/launcher/observe/observability_test.cc).
 
 #include <cstdint>
 #include <map>
