@@ -13,8 +13,8 @@
 namespace ddp::shm {
 namespace {
 
-constexpr Collective kAll[kCollectives] = {Collective::kAllReduce, Collective::kReduceScatter,
-                                           Collective::kAllGather, Collective::kBroadcast};
+constexpr Collective kAll[kTunedCollectives] = {Collective::kAllReduce, Collective::kReduceScatter,
+                                                Collective::kAllGather, Collective::kBroadcast};
 constexpr Algorithm kAllReduceVariants[] = {Algorithm::kPush, Algorithm::kPull, Algorithm::kChunked,
                                             Algorithm::kSmall};
 constexpr Algorithm kReduceScatterVariants[] = {Algorithm::kPull, Algorithm::kChunked};
@@ -60,6 +60,10 @@ const char* collective_name(Collective c) {
       return "all_gather";
     case Collective::kBroadcast:
       return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -96,6 +100,9 @@ std::span<const Algorithm> variants(Collective c) {
     case Collective::kAllGather:
     case Collective::kBroadcast:
       return kGatherVariants;
+    case Collective::kReduce:
+    case Collective::kBarrier:
+      break;
   }
   return {};
 }
@@ -110,13 +117,13 @@ std::vector<Algorithm> candidates(Collective c, std::size_t bytes, std::size_t s
 
 std::uint32_t Forced::packed() const {
   std::uint32_t word = 0;
-  for (int c = 0; c < kCollectives; ++c) word |= static_cast<std::uint32_t>(by[c]) << (8 * c);
+  for (int c = 0; c < kTunedCollectives; ++c) word |= static_cast<std::uint32_t>(by[c]) << (8 * c);
   return word;
 }
 
 Forced Forced::unpacked(std::uint32_t packed) {
   Forced f;
-  for (int c = 0; c < kCollectives; ++c)
+  for (int c = 0; c < kTunedCollectives; ++c)
     f.by[c] = static_cast<Algorithm>((packed >> (8 * c)) & 0xff);
   return f;
 }

@@ -28,14 +28,25 @@
 
 namespace ddp::shm {
 
-enum class Collective : std::uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
-inline constexpr int kCollectives = 4;
+// Every collective the shm backend runs. The first kTunedCollectives have
+// variants (chosen by timing or DDP_SHM_ALGO); reduce (chunked) and barrier
+// (one phase) have one way each.
+enum class Collective : std::uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kBarrier
+};
+inline constexpr int kTunedCollectives = 4;
 enum class Algorithm : std::uint8_t { kAuto = 0, kPush, kPull, kChunked, kSmall };
 inline constexpr std::size_t kMaxVariants = 4;
 
 const char* collective_name(Collective c);
 const char* algorithm_name(Algorithm a);
-// "all_reduce" -> kAllReduce; nullopt for any other text.
+// "all_reduce" -> kAllReduce; nullopt for any other text (and for the
+// collectives without variants).
 std::optional<Collective> collective_named(std::string_view name);
 // The variants `c` has, in the order a tie between timings is broken (first wins).
 std::span<const Algorithm> variants(Collective c);
@@ -47,7 +58,7 @@ std::vector<Algorithm> candidates(Collective c, std::size_t bytes, std::size_t s
 //   NAME                            every collective that has the variant NAME
 //   COLL=NAME[,COLL=NAME...]        the collectives named; NAME may be auto
 struct Forced {
-  std::array<Algorithm, kCollectives> by{};
+  std::array<Algorithm, kTunedCollectives> by{};
   Algorithm of(Collective c) const { return by[static_cast<int>(c)]; }
   // One byte per collective, for comparing ranks' settings in a descriptor.
   std::uint32_t packed() const;

@@ -5,9 +5,15 @@
 #include <thread>
 #include <vector>
 
-#include "backends/shm/shm_backend.h"
+#include "backends/shm/arena_pages.h"
 
-namespace ddp::shm_backend {
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace ddp::shm {
 namespace {
 
 // Maps [p, p + len) into this process, faulting in (and, for fresh pages,
@@ -35,20 +41,14 @@ void populate(char* p, std::size_t len) {
   for (auto& t : helpers) t.join();
 }
 
-}  // namespace
-
-ShmBackend::ArenaView ShmBackend::my_arena() const {
-  if (state_) {
-    return {*state_->pool, segment().arena_fd(), segment().arena_file_offset(),
-            segment().base() + segment().arena_offset(me_), segment().geometry().arena_bytes};
-  }
-  const shm::CarriedArena& carried = lone_->carried();
-  return {*carried.pool(), carried.fd(), 0, lone_->base(), carried.bytes()};
+std::size_t page_rounded(std::size_t bytes) {
+  return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
 }
 
-std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string* why,
-                                                  bool zeroed) {
-  const ArenaView arena = my_arena();
+}  // namespace
+
+std::optional<std::size_t> take_pages(const ArenaView& arena, std::size_t bytes, std::string* why,
+                                      bool zeroed) {
   std::lock_guard<std::mutex> lock(arena.pool.mu);
   const auto offset = arena.pool.allocator.take(bytes);
   if (!offset) {
@@ -69,13 +69,12 @@ std::optional<std::size_t> ShmBackend::take_pages(std::size_t bytes, std::string
   return offset;
 }
 
-void ShmBackend::give_pages_back(std::size_t offset, std::size_t bytes) {
-  shm::ArenaPool& pool = *state_->pool;
-  std::lock_guard<std::mutex> lock(pool.mu);
-  fallocate(segment().arena_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-            static_cast<off_t>(segment().arena_file_offset() + offset),
+void give_pages_back(const ArenaView& arena, std::size_t offset, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(arena.pool.mu);
+  fallocate(arena.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            static_cast<off_t>(arena.file_offset + offset),
             static_cast<off_t>(page_rounded(bytes)));
-  pool.allocator.give_back(offset);
+  arena.pool.allocator.give_back(offset);
 }
 
-}  // namespace ddp::shm_backend
+}  // namespace ddp::shm

@@ -44,7 +44,7 @@ PackedChoices pack(const ChoiceTable& table) {
 
 ChoiceTable agreed(const std::vector<PackedChoices>& per_rank) {
   ChoiceTable table;
-  for (int c = 0; c < kCollectives; ++c) {
+  for (int c = 0; c < kTunedCollectives; ++c) {
     const auto collective = static_cast<Collective>(c);
     for (int cls = 0; cls < kSizeClasses; ++cls) {
       for (const PackedChoices& rank : per_rank) {

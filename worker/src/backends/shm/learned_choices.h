@@ -24,7 +24,7 @@ namespace ddp::shm {
 
 inline constexpr int kSizeClasses = kLastClass - kFirstClass + 1;
 // One byte per (collective, size class): an Algorithm; 0 (kAuto) for none.
-using PackedChoices = std::array<std::array<std::uint8_t, kSizeClasses>, kCollectives>;
+using PackedChoices = std::array<std::array<std::uint8_t, kSizeClasses>, kTunedCollectives>;
 
 // What a learned choice holds for: the groups of one run and round with the
 // same number of local ranks and the same slot sizes.

@@ -1,61 +1,52 @@
 // The shm backend's reduce_scatter variants.
 
-#include "backends/shm/shm_backend.h"
+#include "backends/shm/variants.h"
 
-namespace ddp::shm_backend {
+#include <cstring>
 
-void ShmBackend::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
-                                ReduceOp op) {
-  guarded([&] {
-    if (count == 0) return;
-    if (!single_node()) return fallback().reduce_scatter(in, out, count, dtype, op);
-    const Algorithm a = algorithm_for_call(Collective::kReduceScatter, count * dtype_size(dtype),
-                                           dtype, static_cast<std::int32_t>(op), -1);
-    run_reduce_scatter(a, in, out, count, dtype, op, false);
-  });
-}
+namespace ddp::shm {
 
-void ShmBackend::run_reduce_scatter(Algorithm a, const void* in, void* out, std::size_t count,
-                                    DType dtype, ReduceOp op, bool timing) {
+void reduce_scatter(Context& ctx, Algorithm a, const void* in, void* out, std::size_t count,
+                    DType dtype, ReduceOp op, bool timing) {
   const std::size_t element = dtype_size(dtype), bytes = count * element;
-  Descriptor d =
-      descriptor(Kind::kReduceScatter, dtype, bytes, -1, static_cast<std::int32_t>(op), a, timing);
-  d.offset = segment().offset_of(in, bytes * static_cast<std::size_t>(local_size_));
-  begin(d);  // which variant can run depends on where every rank's input lives, known once all
-             // published
+  Descriptor d = ctx.descriptor(Collective::kReduceScatter, dtype, bytes, -1,
+                                static_cast<std::int32_t>(op), a, timing);
+  d.offset = ctx.segment->offset_of(in, bytes * static_cast<std::size_t>(ctx.local_size));
+  ctx.begin(d);  // which variant can run depends on where every rank's input lives, known once all
+                 // published
   auto* src = static_cast<const char*>(in);
   auto* dst = static_cast<char*>(out);
-  const std::size_t mine = static_cast<std::size_t>(me_) * bytes;
-  if (a == Algorithm::kPull && all_in_segment()) {
+  const std::size_t mine = static_cast<std::size_t>(ctx.me) * bytes;
+  if (a == Algorithm::kPull && ctx.all_in_segment()) {
     const std::size_t block = std::max<std::size_t>(1, kFuseBytes / element);
     for (std::size_t o = 0; o < count; o += block) {
       const std::size_t n = std::min(block, count - o), at = mine + o * element;
-      reduce_slice(
+      ctx.reduce_slice(
           dst + o * element, src + at,
-          [&](int k) { return segment().base() + published(k).offset + at; }, n, dtype, op);
+          [&](int k) { return ctx.segment->base() + ctx.published(k).offset + at; }, n, dtype, op);
     }
-    sync_->phase(
-        deadline_);  // nobody returns (and lets its caller reuse `in`) before all have read it
+    ctx.phase();  // nobody returns (and lets its caller reuse `in`) before all have read it
     return;
   }
   // Each chunk slot holds, per destination rank, `per` elements of its block.
-  const std::size_t per = std::max<std::size_t>(
-      1, segment().geometry().chunk_bytes / (element * static_cast<std::size_t>(local_size_)));
+  const std::size_t per =
+      std::max<std::size_t>(1, ctx.segment->geometry().chunk_bytes /
+                                   (element * static_cast<std::size_t>(ctx.local_size)));
   for (std::size_t b = 0; b < count; b += per) {
     const std::size_t m = std::min(per, count - b);
-    const unsigned parity = chunk_parity_++;
-    char* slot = segment().chunk_slot(me_, parity);
-    for (int k = 0; k < local_size_; ++k) {
-      if (k == me_) continue;
+    const unsigned parity = ctx.chunk_parity++;
+    char* slot = ctx.segment->chunk_slot(ctx.me, parity);
+    for (int k = 0; k < ctx.local_size; ++k) {
+      if (k == ctx.me) continue;
       std::memcpy(slot + static_cast<std::size_t>(k) * per * element,
                   src + (static_cast<std::size_t>(k) * count + b) * element, m * element);
     }
-    sync_->phase(deadline_);
-    const std::size_t at = static_cast<std::size_t>(me_) * per * element;
-    reduce_slice(
+    ctx.phase();
+    const std::size_t at = static_cast<std::size_t>(ctx.me) * per * element;
+    ctx.reduce_slice(
         dst + b * element, src + mine + b * element,
-        [&](int k) { return segment().chunk_slot(k, parity) + at; }, m, dtype, op);
+        [&](int k) { return ctx.segment->chunk_slot(k, parity) + at; }, m, dtype, op);
   }
 }
 
-}  // namespace ddp::shm_backend
+}  // namespace ddp::shm
