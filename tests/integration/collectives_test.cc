@@ -19,6 +19,7 @@
 
 #include "ddp/common/rendezvous_client.h"
 #include "ddp/common/shm_names.h"
+#include "run_ddprun.h"
 #include "shm_segments.h"
 #include "standalone_store.h"
 #include "subprocess.h"
@@ -54,15 +55,15 @@ std::map<std::string, std::string> auto_env(std::map<std::string, std::string> e
   return env;
 }
 
-ProcessResult ddprun(int nproc, std::vector<std::string> worker_args,
-                     const std::map<std::string, std::string>& env,
-                     std::chrono::milliseconds timeout = 60s,
-                     std::vector<std::string> ddprun_args = {}) {
-  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc)};
+ProcessResult run_workers(int nproc, std::vector<std::string> worker_args,
+                          const std::map<std::string, std::string>& env,
+                          std::chrono::milliseconds timeout = 60s,
+                          std::vector<std::string> ddprun_args = {}) {
+  std::vector<std::string> argv = {"--nproc_per_node=" + std::to_string(nproc)};
   argv.insert(argv.end(), ddprun_args.begin(), ddprun_args.end());
   argv.push_back(kWorker);
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return run_process(argv, env, timeout);
+  return ddprun(argv, env, timeout);
 }
 
 // What rank `rank` printed (ddprun prefixes each line with "[rank R] ").
@@ -92,7 +93,7 @@ TEST_P(EveryCollective, AgreesWithLocalReferenceOnEveryRank) {
   const int n = nproc();
   const std::string run_id =
       unique_run_id("every" + std::get<1>(GetParam()) + std::to_string(n) + "x");
-  auto r = ddprun(n, {"all"}, env(), 60s, {"--run_id=" + run_id});
+  auto r = run_workers(n, {"all"}, env(), 60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
@@ -120,7 +121,7 @@ TEST_P(LargeAllReduce, InPrivateAndAllocatedMemoryOnEveryRank) {
   const int n = nproc();
   const std::string run_id =
       unique_run_id("large" + std::get<1>(GetParam()) + std::to_string(n) + "x");
-  auto r = ddprun(n, {"large"}, env(), 60s, {"--run_id=" + run_id});
+  auto r = run_workers(n, {"large"}, env(), 60s, {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 60 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
@@ -144,8 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Workers, LargeAllReduce,
 TEST(CollectiveFailures, RankKilledMidAllReduceIsNamedByEverySurvivorLongBeforeTheTimeout) {
   const int n = 3;
   const std::string run_id = unique_run_id("kill");
-  auto r = ddprun(n, {"kill"}, auto_env({{"DDP_TIMEOUT_S", "30"}}), 60s,
-                  {"--run_id=" + run_id, "--shutdown_timeout=20"});
+  auto r = run_workers(n, {"kill"}, auto_env({{"DDP_TIMEOUT_S", "30"}}), 60s,
+                       {"--run_id=" + run_id, "--shutdown_timeout=20"});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
   // The survivors report within the 30 s timeout's first third (they exit on their own:
@@ -176,9 +177,9 @@ class ShmAlgorithm : public ::testing::TestWithParam<std::tuple<std::string, int
 TEST_P(ShmAlgorithm, InPlaceAllReducesAreRightOnEveryRank) {
   const auto& [algorithm, n] = GetParam();
   const std::string run_id = unique_run_id("algo" + algorithm + std::to_string(n) + "x");
-  auto r =
-      ddprun(n, {"large", "16"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", algorithm}}),
-             60s, {"--run_id=" + run_id});
+  auto r = run_workers(n, {"large", "16"},
+                       worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", algorithm}}), 60s,
+                       {"--run_id=" + run_id});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
@@ -221,8 +222,8 @@ TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariab
                 "different timing budgets (DDP_SHM_TUNE_BUDGET_MS): rank 0 50 ms, rank 1 1 ms"),
             std::string::npos)
       << budget.out << budget.err;
-  auto bad =
-      ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
+  auto bad = run_workers(2, {"large", "1"},
+                         worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_ALGO", "fastest"}}));
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(
       (bad.out + bad.err).find("DDP_SHM_ALGO='fastest' is not auto, push, pull, chunked, small"),
@@ -231,8 +232,8 @@ TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariab
   // A tune file with a line that is not a choice: every rank fails naming it.
   const std::string file = std::filesystem::temp_directory_path() / unique_run_id("tunefile");
   std::ofstream(file) << "all_reduce 2 1048576 fastest\n";
-  auto tune =
-      ddprun(2, {"large", "1"}, worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_TUNE_FILE", file}}));
+  auto tune = run_workers(2, {"large", "1"},
+                          worker_env({{"DDP_BACKEND", "shm"}, {"DDP_SHM_TUNE_FILE", file}}));
   std::filesystem::remove(file);
   EXPECT_NE(tune.code, 0);
   EXPECT_NE((tune.out + tune.err).find("shm tune file " + file + " line 1"), std::string::npos)
@@ -246,7 +247,7 @@ TEST(ShmAlgorithms, RanksThatDisagreeOrAMalformedSettingAreErrorsNamingTheVariab
 TEST(NewGroup, ASecondGroupRunsBesideTheDefaultOneWithItsOwnVariants) {
   for (const std::string backend : {"shm", "gloo"}) {
     SCOPED_TRACE(backend);
-    auto r = ddprun(2, {"groups"}, worker_env({{"DDP_BACKEND", backend}}));
+    auto r = run_workers(2, {"groups"}, worker_env({{"DDP_BACKEND", backend}}));
     ASSERT_TRUE(r.exited) << r.out << r.err;
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     for (int rank = 0; rank < 2; ++rank) {
@@ -374,7 +375,7 @@ TEST(CollectiveFailures,
 TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {
   const int n = 3;
   auto dir = make_temp_dir();
-  auto r = ddprun(n, {"timeout", "sleep", dir}, worker_env({{"DDP_TIMEOUT_S", "2"}}), 30s);
+  auto r = run_workers(n, {"timeout", "sleep", dir}, worker_env({{"DDP_TIMEOUT_S", "2"}}), 30s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   // 2 s collective timeout, at most 2 s asking who arrived, plus start-up.
@@ -389,7 +390,7 @@ TEST(CollectiveFailures, TimeoutNamesAllReduceItsSizeAndTheRankThatNeverCame) {
 }
 
 TEST(CollectiveFailures, PeerThatLeftIsNamedAsNotArrived) {
-  auto r = ddprun(2, {"timeout", "exit"}, worker_env({{"DDP_TIMEOUT_S", "2"}}), 30s);
+  auto r = run_workers(2, {"timeout", "exit"}, worker_env({{"DDP_TIMEOUT_S", "2"}}), 30s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_LT(r.seconds, 15.0);
@@ -402,7 +403,8 @@ TEST(CollectiveFailures, DebugMismatchNamesTheDifferingRankOnEveryRank) {
   const int n = 3;
   for (int odd : {1, 0}) {
     SCOPED_TRACE("differing rank " + std::to_string(odd));
-    auto r = ddprun(n, {"mismatch", std::to_string(odd)}, worker_env({{"DDP_DEBUG", "1"}}), 30s);
+    auto r =
+        run_workers(n, {"mismatch", std::to_string(odd)}, worker_env({{"DDP_DEBUG", "1"}}), 30s);
     ASSERT_TRUE(r.exited) << r.out << r.err;
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     EXPECT_LT(r.seconds, 15.0) << "a mismatch must be reported at once, not after the timeout";
@@ -442,7 +444,7 @@ TEST(WorldOfOne, UnknownModeShowsUsage) {
 }
 
 TEST(CollectiveSettings, UnknownBackendIsAnErrorNamingTheVariable) {
-  auto r = ddprun(2, {"all"}, worker_env({{"DDP_BACKEND", "shared"}}), 30s);
+  auto r = run_workers(2, {"all"}, worker_env({{"DDP_BACKEND", "shared"}}), 30s);
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("DDP_BACKEND='shared' is not one of auto, shm, gloo, nccl, local"),
@@ -456,7 +458,7 @@ TEST(CollectiveSettings, UnknownBackendIsAnErrorNamingTheVariable) {
 TEST(CollectiveSettings, AMissingRpcPluginFailsStoreUsersAtOnceNamingIt) {
   const std::string missing = "/nonexistent/libddprun_rpc.so";
   const auto start = std::chrono::steady_clock::now();
-  auto r = ddprun(2, {"all"}, worker_env({{"DDPRUN_RPC_PLUGIN", missing}}), 60s);
+  auto r = run_workers(2, {"all"}, worker_env({{"DDPRUN_RPC_PLUGIN", missing}}), 60s);
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;

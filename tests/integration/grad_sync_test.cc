@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "run_ddprun.h"
 #include "shm_segments.h"
 #include "subprocess.h"
 
@@ -18,23 +19,22 @@ namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kDdprun = DDPRUN_PATH;
 const std::string kWorker = GRAD_SYNC_WORKER_PATH;
 
-ProcessResult ddprun(int nproc, const std::string& mode, const std::string& backend = "gloo",
-                     const std::string& timeout_s = "30",
-                     const std::vector<std::string>& launcher_args = {}) {
-  std::vector<std::string> argv = {kDdprun, "--nproc_per_node=" + std::to_string(nproc)};
+ProcessResult run_workers(int nproc, const std::string& mode, const std::string& backend = "gloo",
+                          const std::string& timeout_s = "30",
+                          const std::vector<std::string>& launcher_args = {}) {
+  std::vector<std::string> argv = {"--nproc_per_node=" + std::to_string(nproc)};
   argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
   argv.push_back(kWorker);
   argv.push_back(mode);
-  return run_process(argv,
-                     {{"DDP_BACKEND", backend},
-                      {"DDP_DEBUG", "\x01"},
-                      {"DDP_TIMEOUT_S", timeout_s},
-                      {"DDP_GLOO_IFACE", "\x01"},
-                      {"DDP_LOG_LEVEL", "\x01"}},
-                     90s);
+  return ddprun(argv,
+                {{"DDP_BACKEND", backend},
+                 {"DDP_DEBUG", "\x01"},
+                 {"DDP_TIMEOUT_S", timeout_s},
+                 {"DDP_GLOO_IFACE", "\x01"},
+                 {"DDP_LOG_LEVEL", "\x01"}},
+                90s);
 }
 
 std::string line_starting(const ProcessResult& r, int rank, const std::string& start) {
@@ -48,7 +48,7 @@ class Workers : public ::testing::TestWithParam<int> {};
 
 TEST_P(Workers, ShardedGradientsAverageToTheWholeBatchGradient) {
   const int n = GetParam();
-  auto r = ddprun(n, "equiv");
+  auto r = run_workers(n, "equiv");
   ASSERT_TRUE(r.exited) << "ddprun did not finish within 90 s\n" << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
@@ -64,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(GradSync, Workers, ::testing::Values(1, 2, 3),
                          });
 
 TEST(GradSyncProcesses, CApiAveragesAndAccumulatesAcrossRanks) {
-  auto r = ddprun(2, "capi");
+  auto r = run_workers(2, "capi");
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < 2; ++rank) {
@@ -74,7 +74,7 @@ TEST(GradSyncProcesses, CApiAveragesAndAccumulatesAcrossRanks) {
 }
 
 TEST(GradSyncProcesses, AParameterOneRankNeverMarksFailsEveryRankPromptly) {
-  auto r = ddprun(2, "unused");
+  auto r = run_workers(2, "unused");
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_LT(r.seconds, 20.0) << "no rank may wait for a collective that never comes";
@@ -93,7 +93,7 @@ class SharedWorkers : public ::testing::TestWithParam<int> {};
 
 TEST_P(SharedWorkers, ShardedGradientsSumToTheWholeBatchGradientInTheSharedSum) {
   const int n = GetParam();
-  auto r = ddprun(n, "shared", n == 1 ? "gloo" : "shm");
+  auto r = run_workers(n, "shared", n == 1 ? "gloo" : "shm");
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < n; ++rank) {
@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(GradSync, SharedWorkers, ::testing::Values(1, 2, 3),
                          });
 
 TEST(GradSyncProcesses, CApiContributesToTheSharedSum) {
-  auto r = ddprun(2, "capi_shared", "shm");
+  auto r = run_workers(2, "capi_shared", "shm");
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_LT(r.seconds, 20.0) << "a failed writer must not leave the other rank waiting";
@@ -126,7 +126,7 @@ TEST(GradSyncProcesses, CApiShardsTheParametersAmongTheRanks) {
   for (const auto& [backend, n, node_shared] : std::vector<std::tuple<std::string, int, int>>{
            {"shm", 2, 1}, {"gloo", 3, 0}, {"shm", 3, 1}}) {
     SCOPED_TRACE(backend + ", " + std::to_string(n) + " ranks");
-    auto r = ddprun(n, "capi_shards", backend);
+    auto r = run_workers(n, "capi_shards", backend);
     ASSERT_TRUE(r.exited) << r.out << r.err;
     EXPECT_EQ(r.code, 0) << r.out << r.err;
     for (int rank = 0; rank < n; ++rank) {
@@ -142,7 +142,8 @@ TEST(GradSyncProcesses, CApiShardsTheParametersAmongTheRanks) {
 // rank, nothing is left in /dev/shm.
 TEST(GradSyncProcesses, ARankKilledInsideTheSharedSumIsNamedAndNothingIsLeftBehind) {
   const std::string run_id = "sharedkill" + std::to_string(getpid());
-  auto r = ddprun(2, "shared_kill", "shm", "30", {"--run_id=" + run_id, "--shutdown_timeout=20"});
+  auto r =
+      run_workers(2, "shared_kill", "shm", "30", {"--run_id=" + run_id, "--shutdown_timeout=20"});
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_LT(r.seconds, 10.0) << r.out << r.err;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/heal_policy.h"
+#include "run_ddprun.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
@@ -158,13 +159,12 @@ class HealLauncher : public ::testing::Test {
     std::filesystem::remove_all(dir_, ignored);
   }
 
-  ProcessResult ddprun(const std::string& mode, std::vector<std::string> flags,
+  ProcessResult launch(const std::string& mode, std::vector<std::string> flags,
                        std::map<std::string, std::string> env = {}) {
-    flags.insert(flags.begin(), kDdprun);
     flags.push_back(script_);
     env["HEAL_TEST_DIR"] = dir_;
     env["HEAL_TEST_MODE"] = mode;
-    return run_process(flags, env, 40s);
+    return ddprun(flags, env, 40s);
   }
 
   std::vector<Launch> launches() const {
@@ -198,7 +198,7 @@ bool contains(const std::string& text, const std::string& needle) {
 
 TEST_F(HealLauncher, AnOptedInRankKilledBySigkillIsRelaunchedAloneAndTheJobSucceeds) {
   const std::string logs = dir_ + "/logs";
-  auto r = ddprun("kill", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=3",
+  auto r = launch("kill", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=3",
                            "--run_id=healjob", "--log_dir=" + logs});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -236,7 +236,7 @@ TEST_F(HealLauncher, AnOptedInRankKilledBySigkillIsRelaunchedAloneAndTheJobSucce
 }
 
 TEST_F(HealLauncher, ARankFailingAgainIsRelaunchedUntilTheBudgetIsSpentThenTheJobFails) {
-  auto r = ddprun("always", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=2",
+  auto r = launch("always", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=2",
                              "--shutdown_timeout=5"});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 7) << r.err;
@@ -255,7 +255,7 @@ TEST_F(HealLauncher, ARankFailingAgainIsRelaunchedUntilTheBudgetIsSpentThenTheJo
 }
 
 TEST_F(HealLauncher, WithNoRestartLeftARankIsNotRelaunchedAndTheJobFailsAsToday) {
-  auto r = ddprun("kill", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=0",
+  auto r = launch("kill", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=0",
                            "--shutdown_timeout=5"});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 128 + 9) << r.err;
@@ -269,7 +269,7 @@ TEST_F(HealLauncher, WithNoRestartLeftARankIsNotRelaunchedAndTheJobFailsAsToday)
 }
 
 TEST_F(HealLauncher, ARankThatDidNotOptInRestartsTheWholeGroupWithTheNotice) {
-  auto r = ddprun("no-opt-in", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=1",
+  auto r = launch("no-opt-in", {"--nproc_per_node=3", "--on_failure=heal", "--max_restarts=1",
                                 "--shutdown_timeout=5"});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -292,7 +292,7 @@ TEST_F(HealLauncher, ARankThatDidNotOptInRestartsTheWholeGroupWithTheNotice) {
 }
 
 TEST_F(HealLauncher, AHungRankThatOptedInIsKilledAndRelaunchedAndTheJobSucceeds) {
-  auto r = ddprun("stop", {"--nproc_per_node=2", "--on_failure=heal", "--max_restarts=1",
+  auto r = launch("stop", {"--nproc_per_node=2", "--on_failure=heal", "--max_restarts=1",
                            "--hang_timeout=1", "--shutdown_timeout=5"});
   ASSERT_TRUE(r.exited);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -334,7 +334,7 @@ TEST_F(HealLauncher, TheFlagItsVariableAndItsConfigKeyTurnHealOn) {
     std::filesystem::remove(dir_ + "/record");
     auto flags = way;
     flags.push_back("--nproc_per_node=2");
-    auto r = ddprun("env", flags);
+    auto r = launch("env", flags);
     ASSERT_EQ(r.code, 0) << way[0] << ": " << r.err;
     for (const auto& l : launches()) {
       EXPECT_EQ(l.on_failure, "heal") << way[0];
@@ -342,12 +342,12 @@ TEST_F(HealLauncher, TheFlagItsVariableAndItsConfigKeyTurnHealOn) {
     }
   }
   std::filesystem::remove(dir_ + "/record");
-  auto r = ddprun("env", {"--nproc_per_node=1"}, {{"PET_ON_FAILURE", "heal"}});
+  auto r = launch("env", {"--nproc_per_node=1"}, {{"PET_ON_FAILURE", "heal"}});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(launches().at(0).on_failure, "heal");
   // The default: none of heal's variables.
   std::filesystem::remove(dir_ + "/record");
-  r = ddprun("env", {"--nproc_per_node=1"});
+  r = launch("env", {"--nproc_per_node=1"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(launches().at(0).on_failure, "none");
   EXPECT_EQ(launches().at(0).incarnation, "none");
@@ -358,7 +358,7 @@ TEST_F(HealLauncher, ABadValueIsAnErrorNamingTheFlagAndStartsNothing) {
   for (const auto& [flags, env] :
        std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>>{
            {{"--on_failure=x"}, {}}, {{}, {{"PET_ON_FAILURE", "x"}}}}) {
-    auto r = ddprun("env", flags, env);
+    auto r = launch("env", flags, env);
     ASSERT_TRUE(r.exited);
     EXPECT_EQ(r.code, 2) << r.err;
     // Named as the user wrote it: the flag, or the variable.

@@ -9,26 +9,26 @@
 #include <string>
 #include <vector>
 
+#include "run_ddprun.h"
 #include "subprocess.h"
 
 namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kDdprun = DDPRUN_PATH;
 const std::string kHelpers = HELPERS_WORKER_PATH;
 const std::string kCWorker = C_API_WORKER_PATH;
 const std::string kCtypesScript = C_API_CTYPES_PATH;
 const std::string kLibddp = LIBDDP_PATH;
 const std::string kPython = "/usr/bin/python3";
 
-ProcessResult ddprun(int nproc, std::vector<std::string> program,
-                     std::vector<std::string> flags = {}) {
-  std::vector<std::string> args = {kDdprun, "--nproc_per_node=" + std::to_string(nproc)};
+ProcessResult run_workers(int nproc, std::vector<std::string> program,
+                          std::vector<std::string> flags = {}) {
+  std::vector<std::string> args = {"--nproc_per_node=" + std::to_string(nproc)};
   args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), program.begin(), program.end());
-  return run_process(
-      args, {{"DDP_BACKEND", "gloo"}, {"DDP_TIMEOUT_S", "30"}, {"DDP_LOG_LEVEL", "\x01"}}, 90s);
+  return ddprun(args, {{"DDP_BACKEND", "gloo"}, {"DDP_TIMEOUT_S", "30"}, {"DDP_LOG_LEVEL", "\x01"}},
+                90s);
 }
 
 bool has(const std::string& text, const std::string& part) {
@@ -54,7 +54,7 @@ void expect_checks_pass(const ProcessResult& r, int nproc) {
 class Worlds : public ::testing::TestWithParam<int> {};
 
 TEST(HelpersLog, OnlyRankZeroInfoAppearsAndEveryRanksWarningsDo) {
-  auto r = ddprun(3, {kHelpers, "log", "rank0"});
+  auto r = run_workers(3, {kHelpers, "log", "rank0"});
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "[rank 0] INFO-ONE from 0\n")) << r.out;
@@ -78,7 +78,7 @@ TEST(HelpersLog, OnlyRankZeroInfoAppearsAndEveryRanksWarningsDo) {
 }
 
 TEST(HelpersLog, WithoutTheLaunchersPrefixLinesStillTellRanksApart) {
-  auto r = ddprun(2, {kHelpers, "log", "rank0"}, {"--no-prefix"});
+  auto r = run_workers(2, {kHelpers, "log", "rank0"}, {"--no-prefix"});
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "INFO-ONE from 0\n")) << r.out;
@@ -88,18 +88,18 @@ TEST(HelpersLog, WithoutTheLaunchersPrefixLinesStillTellRanksApart) {
 }
 
 TEST_P(Worlds, ReduceSumAndMean) {
-  auto r = ddprun(GetParam(), {kHelpers, "collectives"});
+  auto r = run_workers(GetParam(), {kHelpers, "collectives"});
   expect_checks_pass(r, GetParam());
 }
 
 TEST_P(Worlds, BroadcastParamsAndSyncBuffers) {
-  auto r = ddprun(GetParam(), {kHelpers, "sync"});
+  auto r = run_workers(GetParam(), {kHelpers, "sync"});
   expect_checks_pass(r, GetParam());
 }
 
 TEST_P(Worlds, CheckSameParamsNamesRankOneAndTheParameterOnEveryRank) {
   const int n = GetParam();
-  auto r = ddprun(n, {kHelpers, "params-mismatch"});
+  auto r = run_workers(n, {kHelpers, "params-mismatch"});
   expect_checks_pass(r, n);
   for (int rank = 0; rank < n; ++rank) {
     EXPECT_EQ(rank_lines(r.out, rank, "ERROR "),
@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Helpers, Worlds, ::testing::Values(2, 3),
                          });
 
 TEST(HelpersMetrics, AverageMetricsIsWeightedByEachRanksCount) {
-  auto r = ddprun(3, {kHelpers, "metrics"});
+  auto r = run_workers(3, {kHelpers, "metrics"});
   expect_checks_pass(r, 3);
   // Rank k: count k + 1, loss 1 + k, acc k / 10.
   double weight = 0, loss = 0, acc = 0;
@@ -136,7 +136,7 @@ TEST(HelpersMetrics, AverageMetricsIsWeightedByEachRanksCount) {
 }
 
 TEST(HelpersMetrics, DifferentKeysNameTheRankOnEveryRank) {
-  auto r = ddprun(3, {kHelpers, "keys-mismatch"});
+  auto r = run_workers(3, {kHelpers, "keys-mismatch"});
   expect_checks_pass(r, 3);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(rank_lines(r.out, rank, "ERROR "),
@@ -149,7 +149,7 @@ TEST(HelpersMetrics, DifferentKeysNameTheRankOnEveryRank) {
 }
 
 TEST(HelpersParams, ADifferentCountNamesTheRankWithTheExtraParameter) {
-  auto r = ddprun(3, {kHelpers, "params-count"});
+  auto r = run_workers(3, {kHelpers, "params-count"});
   expect_checks_pass(r, 3);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(rank_lines(r.out, rank, "ERROR "),
@@ -161,7 +161,7 @@ TEST(HelpersParams, ADifferentCountNamesTheRankWithTheExtraParameter) {
 }
 
 TEST(HelpersParams, BroadcastWithDifferentBuffersFailsEveryRankInsteadOfHanging) {
-  auto r = ddprun(2, {kHelpers, "layout-mismatch"});
+  auto r = run_workers(2, {kHelpers, "layout-mismatch"});
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < 2; ++rank) {
@@ -172,7 +172,7 @@ TEST(HelpersParams, BroadcastWithDifferentBuffersFailsEveryRankInsteadOfHanging)
 }
 
 TEST(CApi, FromACProgram) {
-  auto r = ddprun(2, {kCWorker});
+  auto r = run_workers(2, {kCWorker});
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < 2; ++rank) {
@@ -188,7 +188,7 @@ TEST(CApi, FromACProgram) {
 }
 
 TEST(CApi, FromPythonThroughCtypes) {
-  auto r = ddprun(2, {kPython, kCtypesScript, kLibddp}, {"--no_python"});
+  auto r = run_workers(2, {kPython, kCtypesScript, kLibddp}, {"--no_python"});
   ASSERT_TRUE(r.exited);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (int rank = 0; rank < 2; ++rank) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "run_ddprun.h"
 #include "subprocess.h"
 
 namespace ddp::testing::launcher_test {
@@ -16,12 +17,7 @@ using namespace std::chrono_literals;
 inline const std::string kDdprun = DDPRUN_PATH;
 inline const std::string kWorker = TEST_WORKER_PATH;
 
-inline ProcessResult ddprun(std::vector<std::string> args,
-                            const std::map<std::string, std::string>& env = {},
-                            std::chrono::milliseconds timeout = 60s) {
-  args.insert(args.begin(), kDdprun);
-  return run_process(args, env, timeout);
-}
+using ::ddp::testing::ddprun;  // tests/support/run_ddprun.h
 
 // Parses "[rank R] ENV NAME=value" lines into rank -> name -> value.
 inline std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {

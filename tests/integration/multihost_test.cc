@@ -31,9 +31,9 @@ const std::string kFastConf = "--rdzv_conf=" + kFast;
 class MultiHost : public NetnsTest {
  protected:
   // ddprun on `host` with `args` (then the program).
-  std::unique_ptr<Subprocess> ddprun(const NetnsHosts& hosts, int host,
-                                     std::vector<std::string> args,
-                                     const std::map<std::string, std::string>& env = {}) {
+  std::unique_ptr<Subprocess> start_on(const NetnsHosts& hosts, int host,
+                                       std::vector<std::string> args,
+                                       const std::map<std::string, std::string>& env = {}) {
     args.insert(args.begin(), kDdprun);
     return std::make_unique<Subprocess>(hosts.on(host, args), env);
   }
@@ -51,7 +51,7 @@ TEST_F(MultiHost, StaticFormWithMasterAddrAndPort) {
   NetnsHosts hosts(2);
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(ddprun(
+    nodes.push_back(start_on(
         hosts, i,
         {"--nnodes=2", "--node_rank=" + std::to_string(i), "--master_addr=" + hosts.address(0),
          "--master_port=29500", "--nproc_per_node=2", kFastConf, kWorker, "env"}));
@@ -88,7 +88,7 @@ TEST_F(MultiHost, C10dFormSameCommandOnEveryHost) {
                                          kWorker,
                                          "rdzv"};
   std::vector<std::unique_ptr<Subprocess>> nodes;
-  for (int i = 0; i < 3; ++i) nodes.push_back(ddprun(hosts, i, args, {{"DDP_RDZV_TOKEN", "s3"}}));
+  for (int i = 0; i < 3; ++i) nodes.push_back(start_on(hosts, i, args, {{"DDP_RDZV_TOKEN", "s3"}}));
   std::set<int> all;
   for (int i = 0; i < 3; ++i) {
     auto r = nodes[i]->wait(30s);
@@ -112,7 +112,7 @@ TEST_F(MultiHost, KubeflowPetVariablesOnly) {
       {"PET_RDZV_ID", "pytorchjob-1"}, {"PET_RDZV_CONF", kFast + ",last_call_timeout=1"}};
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 2; ++i)
-    nodes.push_back(ddprun(hosts, i, {kWorker, "rdzv-at-size", "2"}, env));
+    nodes.push_back(start_on(hosts, i, {kWorker, "rdzv-at-size", "2"}, env));
   std::set<int> all;
   for (int i = 0; i < 2; ++i) {
     auto r = nodes[i]->wait(40s);
@@ -132,9 +132,9 @@ TEST_F(MultiHost, ElasticSecondHostArrivesLate) {
                                          kFastConf,
                                          kWorker,
                                          "rdzv"};
-  auto first = ddprun(hosts, 0, args);
+  auto first = start_on(hosts, 0, args);
   std::this_thread::sleep_for(1500ms);
-  auto late = ddprun(hosts, 1, args);
+  auto late = start_on(hosts, 1, args);
   auto r0 = first->wait(30s), r1 = late->wait(30s);
   ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
   ASSERT_EQ(r1.code, 0) << r1.err << r1.out;
@@ -153,11 +153,11 @@ TEST_F(MultiHost, ScaleUpWhileRunningRestartsTheGroupWithoutUsingARestart) {
                                          kWorker,
                                          "rdzv-at-size",
                                          "2"};
-  auto first = ddprun(hosts, 0, args);
+  auto first = start_on(hosts, 0, args);
   ASSERT_TRUE(wait_until(
       [&] { return first->read_out().find("holding in round 1") != std::string::npos; }, 20s))
       << first->read_err();
-  auto second = ddprun(hosts, 1, args);
+  auto second = start_on(hosts, 1, args);
   auto r0 = first->wait(30s), r1 = second->wait(30s);
   ASSERT_TRUE(r0.exited && r1.exited) << "host 0:\n" << r0.err << "\nhost 1:\n" << r1.err;
   ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
@@ -175,7 +175,7 @@ TEST_F(MultiHost, PartitionStopsBothSidesWithinHeartbeatTimeout) {
   const std::string dir = make_temp_dir();
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(ddprun(
+    nodes.push_back(start_on(
         hosts, i,
         {"--nnodes=2", "--node_rank=" + std::to_string(i), "--master_addr=" + hosts.address(0),
          "--nproc_per_node=2", kFastConf, kWorker, "hold", dir}));
@@ -216,8 +216,8 @@ TEST_F(MultiHost, RelaunchedNodeRejoinsWithinTheRestartBudget) {
                                     "rdzv-at-restart",
                                     "1"};
   };
-  auto n0 = ddprun(hosts, 0, args(0));
-  auto n1 = ddprun(hosts, 1, args(1));
+  auto n0 = start_on(hosts, 0, args(0));
+  auto n1 = start_on(hosts, 1, args(1));
   auto holding = [](Subprocess& p) {
     return p.read_out().find("holding in round 1") != std::string::npos;
   };
@@ -226,7 +226,7 @@ TEST_F(MultiHost, RelaunchedNodeRejoinsWithinTheRestartBudget) {
   kill(n1->pid(), SIGKILL);  // the agent dies; a scheduler starts the same command again
   n1->wait(5s);
   std::this_thread::sleep_for(500ms);
-  auto again = ddprun(hosts, 1, args(1));
+  auto again = start_on(hosts, 1, args(1));
   auto r0 = n0->wait(30s), r1 = again->wait(30s);
   ASSERT_EQ(r0.code, 0) << r0.err << r0.out;
   ASSERT_EQ(r1.code, 0) << r1.err << r1.out;
@@ -249,13 +249,13 @@ TEST_F(MultiHost, AHostArrivingAtAFullRoundWaitsForAPlaceAndSaysSo) {
   };
   std::vector<std::unique_ptr<Subprocess>> running;
   for (int i = 0; i < 2; ++i)
-    running.push_back(ddprun(hosts, i, with({"/bin/sh", "-c", "sleep 3"})));
+    running.push_back(start_on(hosts, i, with({"/bin/sh", "-c", "sleep 3"})));
   for (auto& n : running) {
     ASSERT_TRUE(
         wait_until([&] { return n->read_err().find("round 1:") != std::string::npos; }, 20s))
         << n->read_err();
   }
-  auto late = ddprun(hosts, 2, with({kWorker, "env"}));
+  auto late = start_on(hosts, 2, with({kWorker, "env"}));
   ASSERT_TRUE(wait_until(
       [&] { return late->read_err().find("waiting for a place") != std::string::npos; }, 10s))
       << late->read_err();
@@ -291,13 +291,13 @@ TEST_F(MultiHost, ASecondLiveHostClaimingANodeRankIsNamedAtOnceAndDisturbsNothin
                                     program};
   };
   std::vector<std::unique_ptr<Subprocess>> running;
-  for (int i = 0; i < 2; ++i) running.push_back(ddprun(hosts, i, args(i, "sleep 3")));
+  for (int i = 0; i < 2; ++i) running.push_back(start_on(hosts, i, args(i, "sleep 3")));
   for (auto& n : running) {
     ASSERT_TRUE(
         wait_until([&] { return n->read_err().find("round 1:") != std::string::npos; }, 20s))
         << n->read_err();
   }
-  auto twin = ddprun(hosts, 2, args(1, "echo twin ran"));
+  auto twin = start_on(hosts, 2, args(1, "echo twin ran"));
   ASSERT_TRUE(wait_until(
       [&] { return twin->read_err().find("node rank 1 is held by host") != std::string::npos; },
       10s))
@@ -318,9 +318,9 @@ TEST_F(MultiHost, ASecondLiveHostClaimingANodeRankIsNamedAtOnceAndDisturbsNothin
 TEST_F(MultiHost, SigtermDuringAJoinEndsDdprunAtOnce) {
   NetnsHosts hosts(2);
   // Host 1 waits for a rendezvous host that never comes up.
-  auto lonely = ddprun(hosts, 1,
-                       {"--nnodes=2", "--node_rank=1", "--master_addr=" + hosts.address(0),
-                        "--nproc_per_node=1", kFastConf, kWorker, "rdzv"});
+  auto lonely = start_on(hosts, 1,
+                         {"--nnodes=2", "--node_rank=1", "--master_addr=" + hosts.address(0),
+                          "--nproc_per_node=1", kFastConf, kWorker, "rdzv"});
   std::this_thread::sleep_for(1s);
   kill(lonely->pid(), SIGTERM);
   auto r = lonely->wait(5s);

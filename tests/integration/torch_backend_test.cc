@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "debian_torch.h"
+#include "run_ddprun.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -47,10 +48,9 @@ ProcessResult ddprun_torch(std::vector<std::string> args,
                            std::map<std::string, std::string> env = {},
                            std::chrono::seconds timeout = 150s) {
   const auto before = shm_entries();
-  args.insert(args.begin(), kDdprun);
   env["DDP_PYTHON"] = torch2_python();
   env["PYTHONPATH"] = kPackageDir;
-  auto r = run_process(args, env, timeout);
+  auto r = ddprun(args, env, timeout);
   for (const auto& name : shm_entries()) {
     EXPECT_TRUE(before.count(name)) << "left in /dev/shm: " << name;
   }

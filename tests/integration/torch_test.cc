@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "debian_torch.h"
+#include "run_ddprun.h"
 #include "subprocess.h"
 #include "torch_env.h"
 
@@ -18,12 +19,10 @@ namespace ddp::testing {
 namespace {
 
 using namespace std::chrono_literals;
-const std::string kDdprun = DDPRUN_PATH;
 const std::string kTrainScript = TORCH_TRAIN_SCRIPT;
 
 ProcessResult ddprun_torch(const std::string& python, std::vector<std::string> args) {
-  args.insert(args.begin(), kDdprun);
-  return run_process(args, {{"DDP_PYTHON", python}}, 120s);
+  return ddprun(args, {{"DDP_PYTHON", python}}, 120s);
 }
 
 // train_ddp.py --epochs 2 on 2 ranks: it ran to the end, both ranks printed

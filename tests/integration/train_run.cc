@@ -1,5 +1,7 @@
 #include "train_run.h"
 
+#include "run_ddprun.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@ namespace ddp::testing {
 
 using namespace std::chrono_literals;
 
-const std::string kDdprun = DDPRUN_PATH;
 const std::string kTrain = TRAIN_PATH;
 const std::string kFaultWorker = TRAIN_FAULT_WORKER_PATH;
 
@@ -22,23 +23,23 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
   return a;
 }
 
-ProcessResult ddprun(const std::vector<std::string>& launcher_args,
-                     const std::vector<std::string>& train_args,
-                     const std::map<std::string, std::string>& env, const std::string& program) {
-  std::vector<std::string> argv = {kDdprun};
-  argv = argv + launcher_args;
+ProcessResult train_with(const std::vector<std::string>& launcher_args,
+                         const std::vector<std::string>& train_args,
+                         const std::map<std::string, std::string>& env,
+                         const std::string& program) {
+  std::vector<std::string> argv = launcher_args;
   argv.push_back(program);
   argv = argv + train_args;
   std::map<std::string, std::string> full = {
       {"DDP_BACKEND", "\x01"},    {"DDP_DEBUG", "\x01"},     {"DDP_TIMEOUT_S", "30"},
       {"DDP_GLOO_IFACE", "\x01"}, {"DDP_LOG_LEVEL", "\x01"}, {"OPENBLAS_NUM_THREADS", "1"}};
   for (const auto& [name, value] : env) full[name] = value;
-  return run_process(argv, full, 120s);
+  return ddprun(argv, full, 120s);
 }
 
 ProcessResult train_on(int nproc, const std::vector<std::string>& args,
                        const std::string& program) {
-  return ddprun({"--nproc_per_node=" + std::to_string(nproc)}, args, {}, program);
+  return train_with({"--nproc_per_node=" + std::to_string(nproc)}, args, {}, program);
 }
 
 std::map<int, double> losses(const std::string& out) {

@@ -11,7 +11,6 @@
 
 namespace ddp::testing {
 
-extern const std::string kDdprun;
 extern const std::string kTrain;
 extern const std::string kFaultWorker;  // train with a rank that dies or hangs
 
@@ -25,10 +24,10 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
 // ddprun LAUNCHER_ARGS PROGRAM TRAIN_ARGS, waited for (2 minutes at most);
 // `env` replaces the defaults (a 30 s group timeout, debug checks, one
 // OpenBLAS thread).
-ProcessResult ddprun(const std::vector<std::string>& launcher_args,
-                     const std::vector<std::string>& train_args,
-                     const std::map<std::string, std::string>& env = {},
-                     const std::string& program = kTrain);
+ProcessResult train_with(const std::vector<std::string>& launcher_args,
+                         const std::vector<std::string>& train_args,
+                         const std::map<std::string, std::string>& env = {},
+                         const std::string& program = kTrain);
 ProcessResult train_on(int nproc, const std::vector<std::string>& args,
                        const std::string& program = kTrain);
 

@@ -273,10 +273,10 @@ TEST(Train, ASharedSumRunResumedFromItsCheckpointEndsWhereAnUninterruptedOneDoes
 // without going on.
 TEST(Train, TheSharedSumNamesAHungRankAfterTheGroupsTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  auto r = ddprun({"--nproc_per_node=2", "--shutdown_timeout", "1"},
-                  {"--hidden", "64", "--layers", "3", "--steps", "40", "--stall_at_step", "5",
-                   "--comm_mode", "shared"},
-                  {{"DDP_TIMEOUT_S", "3"}}, kFaultWorker);
+  auto r = train_with({"--nproc_per_node=2", "--shutdown_timeout", "1"},
+                      {"--hidden", "64", "--layers", "3", "--steps", "40", "--stall_at_step", "5",
+                       "--comm_mode", "shared"},
+                      {{"DDP_TIMEOUT_S", "3"}}, kFaultWorker);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << r.out << r.err;
   ASSERT_TRUE(r.exited) << r.out << r.err;
   EXPECT_NE(r.code, 0) << r.out << r.err;
@@ -302,10 +302,11 @@ TEST(Train, DdprunRestartsResumeFromTheLatestCheckpoint) {
   const auto args = kSmall + std::vector<std::string>{"--batch_size", "32"};
   auto whole = train_on(2, args);
   expect_ok(whole);
-  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1"},
-                  args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
-                                                  "--resume", "auto", "--crash_at_step", "25"},
-                  {}, kFaultWorker);
+  auto r =
+      train_with({"--nproc_per_node=2", "--max_restarts=1"},
+                 args + std::vector<std::string>{"--checkpoint", ckpt, "--checkpoint_every", "10",
+                                                 "--resume", "auto", "--crash_at_step", "25"},
+                 {}, kFaultWorker);
   expect_ok(r);
   EXPECT_NE(r.out.find("no checkpoint at " + ckpt), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed from " + ckpt + " at step 20"), std::string::npos) << r.out;
