@@ -15,7 +15,7 @@ declare -A allowed=(
   [backends/gloo]="backends/gloo core kernels base"
   [backends/nccl]="backends/nccl core device base"
   [backends/shm]="backends/shm core kernels base"
-  [grad]="grad heal core kernels device helpers backends/shm base"
+  [grad]="grad heal core kernels device helpers base"
   [helpers]="helpers core base"
   [c_api]="c_api core heal grad helpers base"
 )

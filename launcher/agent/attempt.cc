@@ -15,6 +15,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/launcher_log.h"
+#include "ddp/common/proc_stat.h"
 #include "ddp/common/shm_names.h"
 #include "worker_group/cpu_binding.h"
 #include "worker_group/failure_report.h"
@@ -197,10 +198,49 @@ void Attempt::await_shared_stop(const WorkerOutcome& outcome) {
   if (stop_signal_pending()) on_signals();
 }
 
+// A worker that exits with an error as the attempt's first failure may be
+// reacting to a peer that a signal is killing at that moment: libddp sees a
+// dead peer as soon as its main thread is a zombie, while the kernel lets
+// ddprun reap it only once all its threads are gone. So while a running
+// worker is such a zombie (and for this long at most), its end is awaited
+// and the two are judged together.
+constexpr auto kDyingPeerWait = std::chrono::seconds(1);
+
+std::vector<std::size_t> Attempt::reap_with_peer_deaths() {
+  std::vector<std::size_t> ended = group_->reap();
+  const bool error_exit = std::any_of(ended.begin(), ended.end(), [&](std::size_t i) {
+    const WorkerOutcome& o = (*group_)[i].outcome;
+    return o.failed() && !o.signaled;
+  });
+  if (!error_exit || group_->stopping() || result_.first_failure) return ended;
+  auto dying = [&] {
+    for (std::size_t i = 0; i < group_->size(); ++i) {
+      const Worker& w = (*group_)[i];
+      if (w.running && process_exited(w.pid)) return true;
+    }
+    return false;
+  };
+  const auto until = std::chrono::steady_clock::now() + kDyingPeerWait;
+  while (dying() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::vector<std::size_t> more = group_->reap();
+    ended.insert(ended.end(), more.begin(), more.end());
+  }
+  return ended;
+}
+
 void Attempt::reap() {
-  for (std::size_t i : group_->reap()) {
+  std::vector<std::size_t> ended = reap_with_peer_deaths();
+  for (std::size_t i : ended) {
     ctx_.observer.worker_exited((*group_)[i]);
     if (!group_->stopping()) await_shared_stop((*group_)[i].outcome);
+  }
+  // Workers that ended together are taken signal deaths first: a rank
+  // killed by a signal did not choose to end, while its peers exit with an
+  // error once they see it gone, so the signal names the cause.
+  std::stable_partition(ended.begin(), ended.end(),
+                        [&](std::size_t i) { return (*group_)[i].outcome.signaled; });
+  for (std::size_t i : ended) {
     // The first failure ends the attempt; not one caused by our own stop,
     // or by a hang's traceback dump.
     if (!(*group_)[i].outcome.failed() || group_->stopping() || result_.signal != 0 ||

@@ -78,6 +78,9 @@ class Attempt {
   void on_round_event();
   void on_signals();
   void reap();
+  // The workers that ended; when one exited with an error, also those that
+  // were dying meanwhile (see kDyingPeerWait).
+  std::vector<std::size_t> reap_with_peer_deaths();
   void await_shared_stop(const WorkerOutcome& outcome);
   void worker_failed(std::size_t i);
   void fail_with(const WorkerOutcome& outcome, std::string report);

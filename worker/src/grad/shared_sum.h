@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/shm/sync.h"
+#include "core/phase_sync.h"
 #include "ddp/common/error.h"
 
 namespace ddp::detail {

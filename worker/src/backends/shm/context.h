@@ -5,7 +5,7 @@
 // collectives are free functions over it (variants.h); the backend
 // (shm_backend.h) owns it.
 //
-// Every collective is a sequence of phases (shm/sync.h). Buffers in the
+// Every collective is a sequence of phases (core/phase_sync.h). Buffers in the
 // segment are double-buffered by parity, and every collective step follows
 // one rule: a rank writes its slot before a phase and peers read it after
 // that phase, finishing before they arrive at any later phase; a slot's next
@@ -26,7 +26,7 @@
 
 #include "backends/shm/algorithms.h"
 #include "backends/shm/segment.h"
-#include "backends/shm/sync.h"
+#include "core/phase_sync.h"
 #include "core/backend.h"
 #include "kernels/reduce_kernels.h"
 

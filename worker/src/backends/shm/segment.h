@@ -23,7 +23,7 @@
 
 #include "backends/shm/algorithms.h"
 #include "backends/shm/learned_choices.h"
-#include "backends/shm/sync.h"
+#include "core/phase_sync.h"
 
 namespace ddp::shm {
 

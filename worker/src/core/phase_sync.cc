@@ -1,4 +1,4 @@
-#include "backends/shm/sync.h"
+#include "core/phase_sync.h"
 
 #include <linux/futex.h>
 #include <poll.h>

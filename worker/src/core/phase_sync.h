@@ -1,6 +1,7 @@
 #pragma once
-// Phase synchronisation of the ranks that share one segment (internal to the
-// shm backend). Each rank owns a phase counter: a futex word on its own cache
+// Phase synchronisation of the ranks that share one segment (internal to
+// libddp: the shm backend's collectives and GradSync's node-shared sum both
+// run in phases). Each rank owns a phase counter: a futex word on its own cache
 // line, written only by that rank. A rank "arrives" by raising its counter;
 // waiting for a phase means waiting until every peer's counter reached it, so
 // no counter is ever reset and a fast rank can run ahead into the next phase.
