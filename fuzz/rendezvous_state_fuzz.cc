@@ -178,32 +178,41 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         case 5:
           state.leave(auth, round, rank, in.ConsumeIntegralInRange(0, 2), now, member);
           break;
-        case 6:
-          state.set(auth, key, std::string(in.ConsumeIntegralInRange(0, 80), 'v'));
+        // The arguments are read from the input before store() may refuse the
+        // caller, so that an input means what it meant before.
+        case 6: {
+          const std::string value(in.ConsumeIntegralInRange(0, 80), 'v');
+          state.store(auth).set(key, value);
           break;
+        }
         case 7:
-          state.get(auth, key);
+          state.store(auth).get(key);
           break;
-        case 8:
-          state.add(auth, key, in.ConsumeIntegral<std::int64_t>());
+        case 8: {
+          const auto delta = in.ConsumeIntegral<std::int64_t>();
+          state.store(auth).add(key, delta);
           break;
-        case 9:
-          state.compare_set(auth, key, in.ConsumeRandomLengthString(8),
-                            in.ConsumeRandomLengthString(80));
+        }
+        case 9: {
+          const std::string expected = in.ConsumeRandomLengthString(8);
+          const std::string desired = in.ConsumeRandomLengthString(80);
+          state.store(auth).compare_set(key, expected, desired);
           break;
+        }
         case 10:
-          state.remove(auth, key);
+          state.store(auth).remove(key);
           break;
         case 11:
-          state.check(auth, {key, "a"});
+          state.store(auth).check({key, "a"});
           break;
         case 12: {
           const std::string name = in.ConsumeBool() ? "b0" : (in.ConsumeBool() ? "b1" : "b2");
           const int world = in.ConsumeIntegralInRange(0, 5);
           const TimePoint deadline =
               now + std::chrono::milliseconds(in.ConsumeIntegralInRange(0, 500));
-          arrivals.push_back(state.barrier_arrive(
-              auth, name, rank, world, hosts[in.ConsumeIntegralInRange(0, 3)], deadline, now));
+          const std::string host = hosts[in.ConsumeIntegralInRange(0, 3)];
+          arrivals.push_back(
+              state.barriers(auth, now).arrive(name, rank, world, host, deadline, now));
           break;
         }
         case 13:
@@ -211,7 +220,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const std::size_t i = pick(arrivals);
             bool final = true;  // passed, or refused (which consumes the ticket too)
             try {
-              final = state.barrier_passed(arrivals[i], now);
+              final = state.barriers(right, now).passed(arrivals[i]);
             } catch (const ddp::RpcError&) {
             }
             if (final) arrivals.erase(arrivals.begin() + static_cast<std::ptrdiff_t>(i));
@@ -232,7 +241,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           state.round_end(round, rank, now, member);
           break;
         case 17:
-          state.num_keys(auth);
+          state.store(auth).size();
           break;
       }
     } catch (const ddp::RpcError&) {

@@ -2,11 +2,15 @@
 // RendezvousState: the logic of the rendezvous server (rounds, members, the
 // key-value store, barriers) with no gRPC, no threads and no clock of its own.
 // It is NOT thread-safe: RendezvousService wraps one instance in a mutex and a
-// condition variable.
+// condition variable. It is the entry the service uses, and the owner of the
+// parts that hold the state: RoundFormation (joins and rounds,
+// round_formation.h), NodeLiveness (heartbeats, failures, leaving, lost nodes,
+// node_liveness.h), KeyValueStore and Barriers (handed out by store() and
+// barriers() once the caller's credentials pass).
 //
 // Time. Every operation that can depend on time takes `now`, first applies the
 // time-based transitions up to `now` (what tick() does), then acts; so tests
-// drive time by hand. The store operations do not depend on time and take no
+// drive time by hand. The store does not depend on time: store() takes no
 // `now`.
 //
 // Refusals. An operation that refuses a request throws ddp::RpcError
@@ -14,8 +18,8 @@
 // below as kInvalidArgument, ...) and a message naming the node, rank, key,
 // barrier, run or limit at fault. A refusal changes nothing unless said below.
 //
-// Blocking RPCs are tickets. join() and barrier_arrive() return a ticket; the
-// service polls it (join_status(), barrier_passed()) whenever version() has
+// Blocking RPCs are tickets. join() and Barriers::arrive() return a ticket; the
+// service polls it (join_status(), Barriers::passed()) whenever version() has
 // changed or next_deadline() has passed. The poll that gives the final
 // answer, or throws the final refusal, consumes the ticket (polling it again
 // is kNotFound). When the client goes away first, the service cancel()s the
@@ -90,60 +94,26 @@
 // join timeout; every later join is refused with the same reason. A join
 // without the configured token changes nothing.
 
-#include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
-#include <variant>
-#include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/common/rendezvous_types.h"
 #include "rendezvous/barriers.h"
 #include "rendezvous/key_value_store.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/node_liveness.h"
+#include "rendezvous/rendezvous_config.h"
+#include "rendezvous/round_formation.h"
 
 namespace ddp::launcher {
 
-struct RendezvousConfig {
-  std::string run_id;
-  std::string token;
-  int min_nodes = 1;  // --nnodes=MIN:MAX; equal for a fixed size
-  int max_nodes = 1;
-  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
-  // torchrun's default: late elastic nodes get 30 s to join once MIN are in.
-  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
-  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
-  int max_restarts = 0;  // job-wide
-  // --on_failure=heal: a node silent for heartbeat_timeout is left out of the
-  // running round instead of ending it, which goes on while at least
-  // min_nodes remain (its workers heal without the lost node's ranks).
-  bool heal = false;
-  RendezvousLimits limits;
-};
-
-// The store's count of single relaunches under heal, job-wide: the agents
-// add one per rank they relaunch, the server one per node it admits into a
-// running round; together at most max_restarts.
-inline constexpr const char* kHealRelaunchesKey = "ddprun/heal/relaunches";
-
-struct JoinTicket {
-  std::uint64_t id = 0;
-};
-
 class RendezvousState {
  public:
-  enum class Phase {
-    kForming,    // accepting joins (before the first round, or after a restartable failure)
-    kRunning,    // the last round formed and has not ended
-    kSucceeded,  // every node of the last round left with exit code 0
-    kFailed,     // the last round failed with no restarts left
-  };
+  using Phase = RendezvousPhase;
 
   // Throws ddp::Error naming the field when the config is inconsistent
   // (empty run id or token, min_nodes < 1, max_nodes < min_nodes, a timeout
@@ -164,7 +134,7 @@ class RendezvousState {
   // cancelled ticket.
   std::optional<RoundAssignment> join_status(JoinTicket ticket, TimePoint now);
   // The joiner went away: a pending node leaves the forming round.
-  void cancel(JoinTicket ticket);
+  void cancel(JoinTicket ticket) { formation_.cancel(ticket); }
 
   // Records that the node is alive. A node of the running round that is
   // silent for heartbeat_timeout (since its last heartbeat, or since the round
@@ -191,7 +161,7 @@ class RendezvousState {
   // gone (ended the round by its silence), and every node told to wait for
   // a place in a full round has asked again since: a hosting node may then stop
   // serving without leaving anyone to learn the outcome from a dead server.
-  bool outcome_delivered() const;
+  bool outcome_delivered() const { return formation_.outcome_delivered(); }
   // Ends the round with `report` as its reason unless it has already ended
   // (the first failure wins). An empty report gets a generic reason. Returns
   // whether a new round will be formed (the round's can_restart).
@@ -203,35 +173,22 @@ class RendezvousState {
   void leave(const Auth& auth, std::int64_t round, int group_rank, int exit_code, TimePoint now,
              std::uint64_t member = 0);
 
-  // --- Key-value store (one map: the state belongs to one run) -----------
-  // After the caller's token is checked, as KeyValueStore (key_value_store.h).
+  // --- Key-value store and barriers ----------------------------------------
+  // Each accessor first checks the caller's credentials (check_auth: throws
+  // its refusal, changing nothing), then hands out the part itself.
 
-  void set(const Auth& auth, const std::string& key, const std::string& value);
-  // nullopt when the key is missing; waiting is the service's job (re-poll).
-  std::optional<std::string> get(const Auth& auth, const std::string& key);
-  // Like torch's TCPStore: the value is the decimal text of an int64, a
-  // missing key counts as 0. Returns the new value. kInvalidArgument when the
-  // value is not an integer or the sum overflows.
-  std::int64_t add(const Auth& auth, const std::string& key, std::int64_t delta);
-  // torch semantics: sets `desired` when the key is missing and `expected` is
-  // empty, or when the value equals `expected`.
-  CompareSetOutcome compare_set(const Auth& auth, const std::string& key,
-                                const std::string& expected, const std::string& desired);
-  // Whether every key exists (true for no keys).
-  bool check(const Auth& auth, const std::vector<std::string>& keys);
-  // Whether the key existed.
-  bool remove(const Auth& auth, const std::string& key);
-  std::int64_t num_keys(const Auth& auth);
-
-  // --- Barriers ----------------------------------------------------------
-  // After the caller's token is checked, as Barriers (barriers.h).
-  BarrierTicket barrier_arrive(const Auth& auth, const std::string& name, int rank, int world_size,
-                               const std::string& host, TimePoint deadline, TimePoint now);
-  // false while waiting; true once passed; throws kDeadlineExceeded, or
-  // kNotFound for an unknown ticket (as Barriers::passed).
-  bool barrier_passed(BarrierTicket ticket, TimePoint now);
-  // The caller went away: a waiting rank is withdrawn.
-  void cancel(BarrierTicket ticket);
+  // The key-value store (one map: the state belongs to one run), with torch's
+  // TCPStore semantics and the limits of RendezvousLimits (key_value_store.h).
+  // get() gives nullopt for a missing key: waiting is the service's job
+  // (re-poll).
+  KeyValueStore& store(const Auth& auth);
+  // The named barriers (barriers.h), with time applied up to `now` (tick())
+  // so that passed() sees tickets past their deadline failed. A ticket is
+  // polled with the credentials it arrived with.
+  Barriers& barriers(const Auth& auth, TimePoint now);
+  // A barrier's waiter went away: its rank is withdrawn. Neither checks
+  // credentials (the ticket came from an accepted arrival) nor applies time.
+  void cancel(BarrierTicket ticket) { barriers_.cancel(ticket); }
 
   // --- Time and change tracking ------------------------------------------
 
@@ -245,7 +202,9 @@ class RendezvousState {
   // Increments on every change a waiter may care about (store mutations,
   // joins, rounds closing or ending, barrier progress). Heartbeats that only
   // record liveness do not count: they only move deadlines later.
-  std::uint64_t version() const { return version_ + store_.changes() + barriers_.changes(); }
+  std::uint64_t version() const {
+    return formation_.changes() + liveness_.changes() + store_.changes() + barriers_.changes();
+  }
 
   // What must hold between any two calls (for tests and the fuzzer): "" when
   // it does, else the first broken rule. Costs a pass over the whole state.
@@ -254,103 +213,31 @@ class RendezvousState {
   // Called with a round's number when it forms, before any node can learn
   // its place in it (from the call that formed it, under the caller's lock).
   void on_round_formed(std::function<void(std::int64_t round)> observer) {
-    round_observer_ = std::move(observer);
+    formation_.on_round_formed(std::move(observer));
   }
   // Called with one line naming the node when one is lost, or when a node
   // joins the running round (config.heal), from the call that did it, under
   // the caller's lock.
   void on_node_lost(std::function<void(const std::string& what)> observer) {
-    lost_observer_ = std::move(observer);
+    liveness_.on_node_lost(std::move(observer));
   }
 
-  // Throws the refusal (kUnauthenticated, kPermissionDenied) for a request
-  // of another run or with a wrong token (the read-only Status call uses it).
+  // Throws the refusal for a request with a wrong token (kUnauthenticated) or
+  // of another run (kInvalidArgument); the read-only Status call uses it.
   void check_auth(const Auth& auth) const;
 
-  Phase phase() const;
-  std::int64_t current_round() const { return static_cast<std::int64_t>(rounds_.size()); }
-  int restarts_used() const { return restarts_used_; }
+  Phase phase() const { return formation_.phase(); }
+  std::int64_t current_round() const { return formation_.current_round(); }
+  int restarts_used() const { return formation_.restarts_used(); }
   const RendezvousConfig& config() const { return config_; }
 
  private:
-  struct Member {
-    NodeInfo args;
-    std::uint64_t arrival = 0;  // join order; breaks ties between auto ranks
-    std::uint64_t ticket = 0;
-    TimePoint last_seen{};
-    bool left = false;
-    bool informed = false;  // heard how its round ended, or is gone (nobody to tell)
-    bool lost = false;      // left out of its running round after its heartbeats stopped (heal)
-  };
-  struct Round {
-    std::vector<Member> members;  // indexed by group rank
-    RoundAssignment common;       // what every node's assignment shares (master, sizes)
-    bool ended = false;
-    bool succeeded = false;
-    bool can_restart = false;
-    std::string reason;
-  };
-  struct Forming {
-    std::vector<Member> members;  // in arrival order
-    TimePoint first_join{};
-    TimePoint min_reached{};  // when the min_nodes-th node joined
-  };
-  // A join ticket's answer: pending (monostate), the node's place, or why not.
-  using JoinAnswer = std::variant<std::monostate, RoundAssignment, RpcError>;
-
-  // The round `group_rank` belongs to; throws kNotFound / kInvalidArgument.
-  Round& find_member(std::int64_t round, int group_rank);
-  std::string describe_node(const Round& round, int group_rank) const;  // "node 1 (host 'x')"
-  void changed() { ++version_; }
-
-  void maybe_close_round(TimePoint now);
-  void close_round(TimePoint now);
-  void discard_round(const RpcError& why);
-  std::string join_timeout_message() const;
-  std::string forming_hosts() const;
-  // uses_restart=false: a scale-up, which torchrun does not count either.
-  void end_round(Round& round, std::string reason, bool uses_restart = true);
-  // Throws kUnavailable for a full round, or for a rank a live node of
-  // another host holds. Returns the ticket of a node admitted into the
-  // running round (heal), nullopt when the round ended for it.
-  std::optional<JoinTicket> admit_during_round(const NodeInfo& args, TimePoint now);
-  // rendezvous_state_lost.cc: the lost place a joiner takes under heal.
-  std::optional<int> place_to_take(const Round& round, const NodeInfo& args) const;
-  JoinTicket take_place(Round& round, int group_rank, const NodeInfo& args, TimePoint now);
-  std::optional<JoinTicket> grow_running_round(Round& round, const NodeInfo& args, TimePoint now);
-  RoundAssignment assignment_of(const Round& round, int group_rank) const;
-  // Records the answer for the node just admitted at `group_rank` of the
-  // running round (its join ticket is its member id) and returns it.
-  RoundAssignment answer_joined_running(const Round& round, int group_rank);
-  // Whether the caller is not (any longer) the holder of its place.
-  bool replaced(const Round& round, int group_rank, std::uint64_t member) const;
-  void fail_forming_for(const RpcError& why, const std::string& host);
-  void fail_forming(const RpcError& why);
-  void expire_heartbeats(TimePoint now);
-  // rendezvous_state_lost.cc: config.heal's answer to silent nodes.
-  void lose_silent_nodes(Round& round, TimePoint now);
-  // What a lost node hears about its round.
-  RoundStatus lost_status(const Round& round, int group_rank) const;
-  void lose(Round& round, int group_rank, const std::string& why);
-  std::string nnodes_flag() const;
-
+  // The parts refer to config_ and to each other: declared in this order.
   RendezvousConfig config_;
-  std::uint64_t version_ = 0;
-  std::uint64_t next_id_ = 1;  // join tickets and arrivals
-  int restarts_used_ = 0;
-  std::string last_end_reason_;  // of the last ended round, for the next RoundAssignment
-  // Joiners told that the round is full (by identity_of) that have not asked again since.
-  std::set<std::string> waiting_for_place_;
-  std::optional<RpcError> misconfigured_;  // the job's nodes disagree: every later join is refused
-
-  Forming forming_;
-  std::vector<Round> rounds_;  // round N is rounds_[N - 1]
-  std::map<std::uint64_t, JoinAnswer> join_tickets_;
-
   KeyValueStore store_{config_.limits};
   Barriers barriers_{config_.limits};
-  std::function<void(std::int64_t)> round_observer_;
-  std::function<void(const std::string&)> lost_observer_;
+  RoundFormation formation_{config_};
+  NodeLiveness liveness_{config_, formation_, store_};
 };
 
 }  // namespace ddp::launcher

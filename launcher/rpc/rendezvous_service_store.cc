@@ -13,7 +13,7 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
                                                  const v1::SetRequest* req, v1::SetResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status =
-      status_of([&] { state_.set(auth_of(req->auth()), req->key(), req->value()); });
+      status_of([&] { state_.store(auth_of(req->auth())).set(req->key(), req->value()); });
   wake(lock, {key_topic(req->key())});
   return answer(ctx, status);
 }
@@ -23,7 +23,7 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
   std::unique_lock<std::mutex> lock(mu_);
   Auth auth = auth_of(req->auth());
   std::optional<std::string> value;
-  grpc::Status status = status_of([&] { value = state_.get(auth, req->key()); });
+  grpc::Status status = status_of([&] { value = state_.store(auth).get(req->key()); });
   if (!status.ok() || value || !req->wait()) {
     if (value) {
       resp->set_found(true);
@@ -38,7 +38,7 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
   Poll poll = [this, auth, key, deadline, timeout_ms,
                resp](TimePoint at) -> std::optional<grpc::Status> {
     std::optional<std::string> value;
-    grpc::Status status = status_of([&] { value = state_.get(auth, key); });
+    grpc::Status status = status_of([&] { value = state_.store(auth).get(key); });
     if (!status.ok()) return status;
     if (value) {
       resp->set_found(true);
@@ -58,7 +58,7 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
                                                  const v1::AddRequest* req, v1::AddResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of(
-      [&] { resp->set_value(state_.add(auth_of(req->auth()), req->key(), req->delta())); });
+      [&] { resp->set_value(state_.store(auth_of(req->auth())).add(req->key(), req->delta())); });
   wake(lock, {key_topic(req->key())});
   return answer(ctx, status);
 }
@@ -69,7 +69,7 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status = status_of([&] {
     CompareSetOutcome r =
-        state_.compare_set(auth_of(req->auth()), req->key(), req->expected(), req->desired());
+        state_.store(auth_of(req->auth())).compare_set(req->key(), req->expected(), req->desired());
     resp->set_swapped(r.swapped);
     resp->set_current(r.current);
   });
@@ -89,12 +89,12 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
   Poll poll = [this, auth, keys, deadline,
                timeout_ms](TimePoint at) -> std::optional<grpc::Status> {
     bool all_set = false;
-    grpc::Status status = status_of([&] { all_set = state_.check(auth, keys); });
+    grpc::Status status = status_of([&] { all_set = state_.store(auth).check(keys); });
     if (!status.ok() || all_set) return status;
     if (at < deadline) return std::nullopt;
     std::string missing;
     for (const auto& k : keys) {  // check() has accepted every key
-      if (!state_.get(auth, k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
+      if (!state_.store(auth).get(k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
     }
     return error_status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "keys never set within " + seconds_text(timeout_ms) + ": " + missing);
@@ -108,7 +108,7 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
                                                     v1::DeleteResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
   grpc::Status status =
-      status_of([&] { resp->set_deleted(state_.remove(auth_of(req->auth()), req->key())); });
+      status_of([&] { resp->set_deleted(state_.store(auth_of(req->auth())).remove(req->key())); });
   lock.unlock();  // a deletion completes no wait
   return answer(ctx, status);
 }
@@ -117,7 +117,8 @@ grpc::ServerUnaryReactor* RendezvousService::NumKeys(grpc::CallbackServerContext
                                                      const v1::NumKeysRequest* req,
                                                      v1::NumKeysResponse* resp) {
   std::unique_lock<std::mutex> lock(mu_);
-  grpc::Status status = status_of([&] { resp->set_count(state_.num_keys(auth_of(req->auth()))); });
+  grpc::Status status =
+      status_of([&] { resp->set_count(state_.store(auth_of(req->auth())).size()); });
   lock.unlock();
   return answer(ctx, status);
 }
@@ -127,18 +128,21 @@ grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext
                                                      v1::BarrierResponse*) {
   std::unique_lock<std::mutex> lock(mu_);
   TimePoint deadline = deadline_after(req->timeout_ms());
+  Auth auth = auth_of(req->auth());
   BarrierTicket t;
   grpc::Status arrived = status_of([&] {
-    t = state_.barrier_arrive(auth_of(req->auth()), req->name(), req->rank(), req->world_size(),
-                              req->host(), deadline, now());
+    const TimePoint at = now();
+    t = state_.barriers(auth, at).arrive(req->name(), req->rank(), req->world_size(), req->host(),
+                                         deadline, at);
   });
   if (!arrived.ok()) {
     lock.unlock();
     return answer(ctx, arrived);
   }
-  Poll poll = [this, t](TimePoint at) -> std::optional<grpc::Status> {
+  // Polled with the credentials it arrived with (they passed then, so they pass).
+  Poll poll = [this, auth, t](TimePoint at) -> std::optional<grpc::Status> {
     bool passed = false;
-    grpc::Status status = status_of([&] { passed = state_.barrier_passed(t, at); });
+    grpc::Status status = status_of([&] { passed = state_.barriers(auth, at).passed(t); });
     if (!status.ok() || passed) return status;
     return std::nullopt;
   };

@@ -31,8 +31,8 @@ TEST_F(RendezvousStateTest, UnderHealASilentNodeIsLostAndTheOthersGoOn) {
             "node 2 (host 'host2') stopped sending heartbeats for 30.0s: left out of round 1 "
             "(--on_failure=heal); 2 node(s) go on");
   // For the other nodes' workers, whose groups stop waiting on its ranks.
-  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);
-  EXPECT_EQ(s.get(kAuth, lost_node_key(1, 1)),
+  EXPECT_EQ(s.store(kAuth).add(lost_nodes_key(1), 0), 1);
+  EXPECT_EQ(s.store(kAuth).get(lost_node_key(1, 1)),
             "2 node 2 (host 'host2') stopped sending heartbeats for 30.0s");
   EXPECT_EQ(s.broken_invariant(), "");
 
@@ -122,9 +122,9 @@ TEST_F(RendezvousStateTest, UnderHealANodeJoiningLaterTakesTheLostPlaceInTheRunn
             "host 'spare' takes the place of lost host 'host1' as node 1 in running round 1 "
             "(ranks 1-1; --on_failure=heal): its workers heal from the live ranks");
   // One relaunch spent from the job's budget (max_restarts 2).
-  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 1);
+  EXPECT_EQ(s.store(kAuth).add(kHealRelaunchesKey, 0), 1);
   // Node 1 was counted lost once, when it went silent: taking its place is no loss.
-  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);
+  EXPECT_EQ(s.store(kAuth).add(lost_nodes_key(1), 0), 1);
   EXPECT_EQ(s.broken_invariant(), "");
 
   // The newcomer heartbeats as node 1; the old agent, speaking again with
@@ -186,8 +186,8 @@ TEST_F(RendezvousStateTest, UnderHealARelaunchOfALiveNodeTakesItsPlaceAndItsOldA
   EXPECT_EQ(said[0],
             "node 1 (host 'host1') was relaunched (a new agent joined): left out of round 1 "
             "(--on_failure=heal); 1 node(s) go on");
-  EXPECT_EQ(s.add(kAuth, lost_nodes_key(1), 0), 1);  // the old agent's ranks are gone
-  EXPECT_EQ(s.get(kAuth, lost_node_key(1, 1)),
+  EXPECT_EQ(s.store(kAuth).add(lost_nodes_key(1), 0), 1);  // the old agent's ranks are gone
+  EXPECT_EQ(s.store(kAuth).get(lost_node_key(1, 1)),
             "1 node 1 (host 'host1') was relaunched (a new agent joined)");
   EXPECT_EQ(s.broken_invariant(), "");
 }
@@ -197,14 +197,14 @@ TEST_F(RendezvousStateTest, UnderHealTakingAPlaceSpendsARestartAndWithNoneLeftTh
   c.max_restarts = 1;
   RendezvousState s(c);
   lose_node_1(s, now);
-  s.add(kAuth, kHealRelaunchesKey, 1);  // an agent relaunched a rank already
+  s.store(kAuth).add(kHealRelaunchesKey, 1);  // an agent relaunched a rank already
   const Refusal r = refused([&] { join(s, node("spare")); });
   EXPECT_EQ(r.code, RpcCode::kFailedPrecondition);
   EXPECT_EQ(r.message,
             "host 'spare' cannot take the place of node 1 (host 'host1') in running round 1: no "
             "restarts left for it (--max_restarts=1, spent on relaunches)");
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
-  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 1);
+  EXPECT_EQ(s.store(kAuth).add(kHealRelaunchesKey, 0), 1);
   EXPECT_EQ(s.broken_invariant(), "");
 }
 
@@ -227,7 +227,7 @@ TEST_F(RendezvousStateTest, UnderHealANewNodeJoinsTheRunningRoundOnceItsProgramH
     EXPECT_EQ(plain.phase(), RendezvousState::Phase::kForming);
   }
 
-  s.set(kAuth, healing_round_key(1), "1");  // libddp's first group formed
+  s.store(kAuth).set(healing_round_key(1), "1");  // libddp's first group formed
   const RoundAssignment a = joined(s, join(s, node("host2", 3)));
   EXPECT_TRUE(a.joined_running);
   EXPECT_EQ(a.round, 1);
@@ -238,7 +238,7 @@ TEST_F(RendezvousStateTest, UnderHealANewNodeJoinsTheRunningRoundOnceItsProgramH
   EXPECT_EQ(a.master_addr, "host0.addr");
   EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning);
   EXPECT_EQ(s.restarts_used(), 0);
-  EXPECT_EQ(s.add(kAuth, kHealRelaunchesKey, 0), 0) << "a scale-up spends no restart";
+  EXPECT_EQ(s.store(kAuth).add(kHealRelaunchesKey, 0), 0) << "a scale-up spends no restart";
   ASSERT_EQ(said.size(), 1u);
   EXPECT_EQ(said[0],
             "host 'host2' joins running round 1 as node 2 (ranks 4-6; world 4 -> 7; "

@@ -91,8 +91,8 @@ class RendezvousStateTest : public ::testing::Test {
   }
   BarrierTicket arrive(RendezvousState& s, const std::string& name, int rank, int world,
                        std::chrono::milliseconds timeout = 10s) {
-    return s.barrier_arrive(kAuth, name, rank, world, "h" + std::to_string(rank), now + timeout,
-                            now);
+    return s.barriers(kAuth, now)
+        .arrive(name, rank, world, "h" + std::to_string(rank), now + timeout, now);
   }
 
   TimePoint now = TimePoint{} + 1000h;

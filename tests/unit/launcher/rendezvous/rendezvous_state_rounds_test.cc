@@ -131,14 +131,15 @@ every_operation() {
       {"heartbeat", [](auto& s, auto& a, auto t) { s.heartbeat(a, 1, 0, t); }},
       {"report_failure", [](auto& s, auto& a, auto t) { s.report_failure(a, 1, 0, "bad", 1, t); }},
       {"leave", [](auto& s, auto& a, auto t) { s.leave(a, 1, 0, 1, t); }},
-      {"set", [](auto& s, auto& a, auto) { s.set(a, "k", "new"); }},
-      {"get", [](auto& s, auto& a, auto) { s.get(a, "k"); }},
-      {"add", [](auto& s, auto& a, auto) { s.add(a, "n", 1); }},
-      {"compare_set", [](auto& s, auto& a, auto) { s.compare_set(a, "k", "old", "x"); }},
-      {"check", [](auto& s, auto& a, auto) { s.check(a, {"k"}); }},
-      {"remove", [](auto& s, auto& a, auto) { s.remove(a, "k"); }},
-      {"num_keys", [](auto& s, auto& a, auto) { s.num_keys(a); }},
-      {"barrier", [](auto& s, auto& a, auto t) { s.barrier_arrive(a, "b", 0, 1, "h", t + 1s, t); }},
+      {"set", [](auto& s, auto& a, auto) { s.store(a).set("k", "new"); }},
+      {"get", [](auto& s, auto& a, auto) { s.store(a).get("k"); }},
+      {"add", [](auto& s, auto& a, auto) { s.store(a).add("n", 1); }},
+      {"compare_set", [](auto& s, auto& a, auto) { s.store(a).compare_set("k", "old", "x"); }},
+      {"check", [](auto& s, auto& a, auto) { s.store(a).check({"k"}); }},
+      {"remove", [](auto& s, auto& a, auto) { s.store(a).remove("k"); }},
+      {"num_keys", [](auto& s, auto& a, auto) { s.store(a).size(); }},
+      {"barrier",
+       [](auto& s, auto& a, auto t) { s.barriers(a, t).arrive("b", 0, 1, "h", t + 1s, t); }},
   };
 }
 
@@ -147,7 +148,7 @@ TEST_F(RendezvousStateTest, EveryOperationRejectsWrongTokenAndChangesNothing) {
     for (const Auth& bad : {Auth{"run1", "wrong"}, Auth{"run1", ""}, Auth{"other", "wrong"}}) {
       RendezvousState s(make_config(2, 2));
       form(s, 2);
-      ASSERT_NO_THROW(s.set(kAuth, "k", "old"));
+      ASSERT_NO_THROW(s.store(kAuth).set("k", "old"));
       const auto version = s.version();
       const auto deadline = s.next_deadline();
       // Late enough that a tick would expire both nodes' heartbeats.
@@ -157,8 +158,8 @@ TEST_F(RendezvousStateTest, EveryOperationRejectsWrongTokenAndChangesNothing) {
       EXPECT_EQ(s.version(), version) << name;
       EXPECT_EQ(s.next_deadline(), deadline) << name;
       EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning) << name;
-      EXPECT_EQ(s.get(kAuth, "k"), "old") << name;
-      EXPECT_EQ(s.num_keys(kAuth), 1) << name;
+      EXPECT_EQ(s.store(kAuth).get("k"), "old") << name;
+      EXPECT_EQ(s.store(kAuth).size(), 1) << name;
     }
   }
 }
@@ -173,7 +174,7 @@ TEST_F(RendezvousStateTest, EveryOperationRejectsMismatchedRunIdAndChangesNothin
     EXPECT_EQ(status.message, "run id 'run2' does not match this server's run 'run1'") << name;
     EXPECT_EQ(s.version(), version) << name;
     EXPECT_EQ(s.phase(), RendezvousState::Phase::kRunning) << name;
-    EXPECT_EQ(s.num_keys(kAuth), 0) << name;
+    EXPECT_EQ(s.store(kAuth).size(), 0) << name;
   }
 }
 
@@ -243,12 +244,14 @@ TEST(RendezvousStateBarrierGaveUp, LaterTimeoutsDoNotNameRanksThatArrivedAndGave
   RendezvousState state(config);
   const Auth auth{"run", "tok"};
   TimePoint t0{};
-  auto first = state.barrier_arrive(auth, "b", 0, 3, "h0", t0 + std::chrono::seconds(1), t0);
-  auto second = state.barrier_arrive(auth, "b", 1, 3, "h1", t0 + std::chrono::milliseconds(1500),
-                                     t0 + std::chrono::milliseconds(500));
-  auto a = refused([&] { state.barrier_passed(first, t0 + std::chrono::seconds(1)); });
+  auto first = state.barriers(auth, t0).arrive("b", 0, 3, "h0", t0 + std::chrono::seconds(1), t0);
+  auto second = state.barriers(auth, t0 + std::chrono::milliseconds(500))
+                    .arrive("b", 1, 3, "h1", t0 + std::chrono::milliseconds(1500),
+                            t0 + std::chrono::milliseconds(500));
+  auto a = refused([&] { state.barriers(auth, t0 + std::chrono::seconds(1)).passed(first); });
   EXPECT_THAT(a.message, HasSubstr("rank 2 never arrived"));
-  auto b = refused([&] { state.barrier_passed(second, t0 + std::chrono::milliseconds(1500)); });
+  auto b =
+      refused([&] { state.barriers(auth, t0 + std::chrono::milliseconds(1500)).passed(second); });
   EXPECT_THAT(b.message, HasSubstr("rank 2 never arrived"));
   EXPECT_THAT(b.message, HasSubstr("rank 0 arrived but timed out first"));
 }

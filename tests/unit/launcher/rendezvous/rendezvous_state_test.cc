@@ -138,7 +138,7 @@ TEST_F(RendezvousStateTest, UnauthenticatedServerTakesTokenlessRequestsAndRefuse
   c.token = "";
   RendezvousState s(c);
   JoinTicket waiting = s.join(Auth{"run1", ""}, node("a"), now);
-  ASSERT_NO_THROW(s.set(Auth{"run1", ""}, "k", "v"));
+  ASSERT_NO_THROW(s.store(Auth{"run1", ""}).set("k", "v"));
   auto r = refused([&] { s.join(Auth{"run1", "secret"}, node("b"), now); });
   EXPECT_EQ(r.code, RpcCode::kUnauthenticated);
   EXPECT_THAT(r.message, HasSubstr("runs without one"));
@@ -310,19 +310,19 @@ TEST_F(RendezvousStateTest, TheStoresBytesAreBoundedWhateverTheMix) {
   RendezvousConfig c = make_config(1, 1);
   c.limits.max_store_bytes = 100;
   RendezvousState s(c);
-  ASSERT_NO_THROW(s.set(kAuth, "a", std::string(59, 'x')));  // 60 bytes with its key
-  auto full = refused([&] { s.set(kAuth, "b", std::string(59, 'y')); });
+  ASSERT_NO_THROW(s.store(kAuth).set("a", std::string(59, 'x')));  // 60 bytes with its key
+  auto full = refused([&] { s.store(kAuth).set("b", std::string(59, 'y')); });
   EXPECT_EQ(full.code, RpcCode::kResourceExhausted);
   EXPECT_THAT(full.message,
               HasSubstr("the store would hold 120 bytes, limit 100 (--rdzv_conf max_store_bytes)"));
-  EXPECT_EQ(refused([&] { s.compare_set(kAuth, "b", "", std::string(59, 'y')); }).code,
+  EXPECT_EQ(refused([&] { s.store(kAuth).compare_set("b", "", std::string(59, 'y')); }).code,
             RpcCode::kResourceExhausted);
-  ASSERT_NO_THROW(s.set(kAuth, "a", std::string(90, 'z')))
+  ASSERT_NO_THROW(s.store(kAuth).set("a", std::string(90, 'z')))
       << "a replaced value frees its old bytes";
-  EXPECT_EQ(refused([&] { s.add(kAuth, "counter", 1); }).code, RpcCode::kResourceExhausted);
-  ASSERT_TRUE(s.remove(kAuth, "a"));
-  ASSERT_NO_THROW(s.set(kAuth, "b", std::string(59, 'y'))) << "a removed key frees its bytes";
-  EXPECT_EQ(s.add(kAuth, "counter", 5), 5);
+  EXPECT_EQ(refused([&] { s.store(kAuth).add("counter", 1); }).code, RpcCode::kResourceExhausted);
+  ASSERT_TRUE(s.store(kAuth).remove("a"));
+  ASSERT_NO_THROW(s.store(kAuth).set("b", std::string(59, 'y'))) << "a removed key frees its bytes";
+  EXPECT_EQ(s.store(kAuth).add("counter", 5), 5);
   EXPECT_EQ(s.broken_invariant(), "");
 }
 
