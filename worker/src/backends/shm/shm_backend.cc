@@ -93,6 +93,7 @@ ShmBackend::ShmBackend(const BackendConfig& config)
 
 Algorithm ShmBackend::variant_for(Collective c, std::size_t bytes, DType dtype, std::int32_t op,
                                   int root) {
+  if (auto known = tuner_.decided(ctx_, c, bytes)) return *known;
   shm::Tuner::Scratch scratch{
       [this](std::size_t n, std::string* why) { return shm::take_pages(my_arena(), n, why, true); },
       [this](std::size_t offset, std::size_t n) { shm::give_pages_back(my_arena(), offset, n); }};

@@ -50,17 +50,20 @@ std::string Tuner::describe(Collective c, std::size_t bytes) const {
   return std::string(algorithm_name(it->second)) + " (" + source_name(sources_.at(key)) + ")";
 }
 
-Algorithm Tuner::for_call(Context& ctx, Collective c, std::size_t bytes, DType dtype,
-                          std::int32_t op, int root, const Scratch& scratch,
-                          const RunOnScratch& run) {
+std::optional<Algorithm> Tuner::decided(const Context& ctx, Collective c, std::size_t bytes) const {
   if (forced_.of(c) != Algorithm::kAuto) return forced_.of(c);
   if (ctx.cross != nullptr)
     return Algorithm::kPush;  // across nodes nothing is timed: push within the node, then Gloo
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = choices_.find({c, size_class(bytes)}); it != choices_.end()) return it->second;
+  return std::nullopt;
+}
+
+Algorithm Tuner::for_call(Context& ctx, Collective c, std::size_t bytes, DType dtype,
+                          std::int32_t op, int root, const Scratch& scratch,
+                          const RunOnScratch& run) {
+  if (auto known = decided(ctx, c, bytes)) return *known;
   const auto key = std::make_pair(c, size_class(bytes));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = choices_.find(key); it != choices_.end()) return it->second;
-  }
   if (timing_spent_ms_ >= budget_ms_) {
     // Identical on every rank: the spent time adds up the same published timings.
     std::lock_guard<std::mutex> lock(mu_);

@@ -57,6 +57,11 @@ class Tuner {
   // Runs variant `a` once on scratch at `p`, `count` elements per block.
   using RunOnScratch = std::function<void(Algorithm a, char* p, std::size_t count)>;
 
+  // The variant already decided for a call of `c` of `bytes` (forced, across
+  // nodes, or this size class's choice); nullopt when for_call must decide.
+  // The fast path of every call: no allocation.
+  std::optional<Algorithm> decided(const Context& ctx, Collective c, std::size_t bytes) const;
+
   // The variant for this call of the tuned collective `c`, decided before
   // its first phase (collective over the node's ranks: every rank asks at the
   // same point of the same call). Forced; across nodes push; else the
