@@ -26,8 +26,8 @@
 
 #include "backends/shm/algorithms.h"
 #include "backends/shm/segment.h"
-#include "core/phase_sync.h"
 #include "core/backend.h"
+#include "core/phase_sync.h"
 #include "kernels/reduce_kernels.h"
 
 namespace ddp::shm {
