@@ -191,13 +191,14 @@ class ShmBackend final : public Backend {
   BackendConfig config_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds connect_;   // creation's waits for peers (connect_timeout)
-  shm::Context ctx_;                    // what the collectives share (its segment: state_'s)
-  shm::Tuner tuner_;                    // which variant each call runs
   std::shared_ptr<SharedState> state_;  // null when this rank is alone on its node
   // Alone on its node under shm_carry_arena: the carried arena allocate() takes from.
   std::shared_ptr<shm::LoneArena> lone_;
   std::unique_ptr<Backend> cross_;     // Gloo among the ranks of this local rank on every node
   std::unique_ptr<Backend> fallback_;  // Gloo among all ranks
+  // Declared after what it points into (state_'s segment, cross_), so it goes first.
+  shm::Context ctx_;  // what the collectives share
+  shm::Tuner tuner_;  // which variant each call runs
   std::string broken_;
   std::atomic<bool> warned_{false};  // allocate() may be called from any thread
 };
