@@ -10,6 +10,7 @@ itself, for every dtype and op torch's Gloo takes. Run under a launcher
 import argparse
 import datetime
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -270,7 +271,12 @@ def main():
     if args.backend == "ddp":
         import ddprun.torch
         transport = ddprun.torch.transport()
-    print(f"COLLECTIVES OK rank={rank} checks={c.count} transport={transport}", flush=True)
+    # One write, newline included: under torchrun the ranks share one stdout
+    # and nobody prefixes their lines, so print()'s separate write of the
+    # newline (with PYTHONUNBUFFERED) could let the other rank's line in
+    # between.
+    sys.stdout.write(f"COLLECTIVES OK rank={rank} checks={c.count} transport={transport}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
