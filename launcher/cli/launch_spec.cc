@@ -490,9 +490,11 @@ void complete_spec(CLI::App& app, LaunchSpec& spec, LaunchText& text) {
 // Where each option's value came from (the command line, a variable, a line
 // of the --config file, read strictly here: a bad line or an unknown key is
 // refused before CLI11 would take or skip it).
-ValueSources value_sources(const CLI::App& app, const std::vector<std::string>& args) {
-  const std::vector<KnownOption> known = known_options(app);
-  const std::string config = config_path_in(args, known);
+ValueSources value_sources(const CLI::App& app, const std::vector<std::string>& args,
+                           const std::vector<KnownOption>& known) {
+  const std::map<std::string, std::string> given = options_given(args, known);
+  const auto config_given = given.find("config");
+  const std::string config = config_given == given.end() ? "" : config_given->second;
   std::vector<ConfigEntry> entries;
   if (!config.empty()) {
     std::ifstream file(config);
@@ -508,7 +510,7 @@ ValueSources value_sources(const CLI::App& app, const std::vector<std::string>& 
       envnames["--" + option->get_lnames().front()] = option->get_envname();
     }
   }
-  return ValueSources(args, known, envnames, entries, config,
+  return ValueSources(given, known, envnames, entries, config,
                       [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }
 
@@ -529,8 +531,9 @@ ParseOutcome parse_launch_args(const std::vector<std::string>& argv, bool check_
   LaunchText text;
   declare_launch_options(app, spec, text);
   std::vector<std::string> args(argv.begin() + (argv.empty() ? 0 : 1), argv.end());
-  args = expand_option_prefixes(args, known_options(app));
-  const ValueSources sources = value_sources(app, args);
+  const std::vector<KnownOption> known = known_options(app);
+  args = expand_option_prefixes(args, known);
+  const ValueSources sources = value_sources(app, args, known);
   try {
     if (auto early = parse_into(app, args, text)) return *early;
     take_program(spec, app.remaining());

@@ -54,10 +54,10 @@ bool is_key(const std::string& key) {
   });
 }
 
-// The launcher options before the program, by canonical name, with the
-// value each was given.
-std::map<std::string, std::string> given_on_command_line(const std::vector<std::string>& args,
-                                                         const std::vector<KnownOption>& options) {
+}  // namespace
+
+std::map<std::string, std::string> options_given(const std::vector<std::string>& args,
+                                                 const std::vector<KnownOption>& options) {
   std::map<std::string, std::string> given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -85,15 +85,6 @@ std::map<std::string, std::string> given_on_command_line(const std::vector<std::
     }
   }
   return given;
-}
-
-}  // namespace
-
-std::string config_path_in(const std::vector<std::string>& args,
-                           const std::vector<KnownOption>& options) {
-  const auto given = given_on_command_line(args, options);
-  const auto config = given.find("config");
-  return config == given.end() ? "" : config->second;
 }
 
 std::string nearest_name(const std::string& word, const std::vector<std::string>& names) {
@@ -152,12 +143,11 @@ std::vector<ConfigEntry> read_config_entries(const std::string& text, const std:
   return entries;
 }
 
-ValueSources::ValueSources(const std::vector<std::string>& args,
+ValueSources::ValueSources(const std::map<std::string, std::string>& given,
                            const std::vector<KnownOption>& options,
                            const std::map<std::string, std::string>& envnames,
                            const std::vector<ConfigEntry>& config, const std::string& config_path,
                            const std::function<const char*(const char*)>& getenv) {
-  const std::map<std::string, std::string> given = given_on_command_line(args, options);
   for (const KnownOption& option : options) {
     const std::string name = canonical(option.long_names.front());
     if (given.count(name) > 0) continue;

@@ -26,10 +26,11 @@ struct ConfigEntry {
 std::vector<ConfigEntry> read_config_entries(const std::string& text, const std::string& path,
                                              const std::vector<KnownOption>& options);
 
-// The value of --config among the launcher's arguments (before the
-// program; abbreviations expanded), or "".
-std::string config_path_in(const std::vector<std::string>& args,
-                           const std::vector<KnownOption>& options);
+// The launcher's options given on the command line (before the program;
+// abbreviations expanded), by name ("nproc_per_node": '-' as '_', no "--"),
+// with the value each was given ("" for a flag).
+std::map<std::string, std::string> options_given(const std::vector<std::string>& args,
+                                                 const std::vector<KnownOption>& options);
 
 // The name in `names` nearest to `word` (edit distance, at most 2, or 3
 // for words of 12 letters or more), or "" when none is that close.
@@ -38,10 +39,11 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 // The label of each option whose value did not come from the command line.
 class ValueSources {
  public:
-  // `args`: the launcher's arguments (without argv[0], abbreviations
-  // expanded); `envnames`: each option's variable (by its first long name);
-  // `config`: the --config file's entries and path ("" when none).
-  ValueSources(const std::vector<std::string>& args, const std::vector<KnownOption>& options,
+  // `given`: options_given() of the launcher's arguments; `envnames`: each
+  // option's variable (by its first long name); `config`: the --config
+  // file's entries and path ("" when none).
+  ValueSources(const std::map<std::string, std::string>& given,
+               const std::vector<KnownOption>& options,
                const std::map<std::string, std::string>& envnames,
                const std::vector<ConfigEntry>& config, const std::string& config_path,
                const std::function<const char*(const char*)>& getenv);

@@ -64,23 +64,26 @@ TEST(ValueSources, AnErrorNamesTheVariableOrTheConfigLineUnlessTheCommandLineGav
   };
   const std::vector<ConfigEntry> config = {{"max-restarts", "\"y\"", 4}};
   const std::string why = ": expected a positive integer";
-  const ValueSources from_env({"true"}, options(), envnames, {}, "", getenv);
+  const ValueSources from_env(options_given({"true"}, options()), options(), envnames, {}, "",
+                              getenv);
   EXPECT_EQ(from_env.relabel("--nproc_per_node=abc" + why), "PET_NPROC_PER_NODE=abc" + why);
   EXPECT_EQ(from_env.relabel("--nproc-per-node=abc" + why), "PET_NPROC_PER_NODE=abc" + why);
   EXPECT_EQ(from_env.relabel("no option first"), "no option first");
   // The file wins over the variable; the command line (either form) over both.
-  const ValueSources from_file({"--config", "j.toml", "true"}, options(), envnames, config,
-                               "j.toml", getenv);
+  const ValueSources from_file(options_given({"--config", "j.toml", "true"}, options()), options(),
+                               envnames, config, "j.toml", getenv);
   EXPECT_EQ(from_file.relabel("--max_restarts=y: expected a whole number"),
             "j.toml:4: max-restarts = \"y\": expected a whole number");
-  const ValueSources given({"-r", "7", "--nproc-per-node=9", "train", "--max_restarts=1"},
-                           options(), envnames, config, "j.toml", getenv);
+  const ValueSources given(
+      options_given({"-r", "7", "--nproc-per-node=9", "train", "--max_restarts=1"}, options()),
+      options(), envnames, config, "j.toml", getenv);
   EXPECT_EQ(given.relabel("--nproc_per_node=9" + why), "--nproc_per_node=9" + why);
   EXPECT_EQ(given.relabel("--max_restarts=7 is too many"), "--max_restarts=7 is too many");
   EXPECT_EQ(
-      config_path_in({"--standalone", "--config", "j.toml", "train", "--config", "x"}, options()),
+      options_given({"--standalone", "--config", "j.toml", "train", "--config", "x"}, options())
+          .at("config"),
       "j.toml");
-  EXPECT_EQ(config_path_in({"train", "--config", "x"}, options()), "");
+  EXPECT_EQ(options_given({"train", "--config", "x"}, options()).count("config"), 0u);
 }
 
 TEST(ResourceBudget, WorkersBeyondTheOpenFileOrProcessLimitAreRefusedSayingHowMany) {
