@@ -3,6 +3,8 @@
 
 #include "rendezvous/forming_round.h"
 
+#include "rendezvous_state_fixture.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,19 +14,15 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
+using rendezvous_test::make_config;
+using rendezvous_test::node;
+
+// Rounds whose last call and join timeout are short enough to reason about.
 RendezvousConfig config_of(int min_nodes, int max_nodes) {
-  RendezvousConfig c;
-  c.run_id = "run1";
-  c.token = "secret";
-  c.min_nodes = min_nodes;
-  c.max_nodes = max_nodes;
+  RendezvousConfig c = make_config(min_nodes, max_nodes);
   c.join_timeout = 60s;
   c.last_call_timeout = 10s;
   return c;
-}
-
-NodeInfo node(const std::string& host, int node_rank = -1, int local_world_size = 1) {
-  return NodeInfo{node_rank, local_world_size, host, host + ".addr", 29500};
 }
 
 const TimePoint t0 = TimePoint{} + 1000h;
@@ -49,7 +47,7 @@ TEST(FormingRound, ClosesAtTheEndOfTheLastCallAndIsDiscardedAtTheJoinTimeout) {
   EXPECT_EQ(f.due(t0 + 15s), FormingRound::Due::kClose);
 
   FormingRound short_of_min(c);
-  short_of_min.add(node("a", 1), 1, t0);
+  short_of_min.add(node("a", 1, 1), 1, t0);
   EXPECT_EQ(short_of_min.due(t0 + 60s), FormingRound::Due::kDiscard);
   const RpcError why = short_of_min.timeout_refusal();
   EXPECT_TRUE(why.is(RpcCode::kDeadlineExceeded));
@@ -61,7 +59,7 @@ TEST(FormingRound, KeepsExplicitRanksAndOrdersAutomaticOnesByHost) {
   const RendezvousConfig c = config_of(4, 4);
   FormingRound f(c);
   f.add(node("zeta"), 1, t0);
-  f.add(node("host", 2), 2, t0);
+  f.add(node("host", 1, 2), 2, t0);
   f.add(node("alpha"), 3, t0);
   f.add(node("beta"), 4, t0);
   ASSERT_EQ(f.misfit(), std::nullopt);
@@ -81,14 +79,14 @@ TEST(FormingRound, RefusesAClaimedRankAnOversizedWorldAndARankThatDoesNotFit) {
   c.limits.max_world_size = 4;
   FormingRound f(c);
   f.add(node("a", 2, 2), 1, t0);
-  std::optional<RpcError> conflict = f.rank_conflict(node("b", 2));
+  std::optional<RpcError> conflict = f.rank_conflict(node("b", 1, 2));
   ASSERT_TRUE(conflict.has_value());
   EXPECT_TRUE(conflict->is(RpcCode::kInvalidArgument));
   EXPECT_THAT(conflict->what(), HasSubstr("node rank 2 was given to two nodes: host 'a' and "
                                           "host 'b'"));
   EXPECT_EQ(f.rank_conflict(node("b")), std::nullopt);
   try {
-    f.add(node("b", -1, 3), 2, t0);
+    f.add(node("b", 3), 2, t0);
     ADD_FAILURE() << "a world of 5 was accepted";
   } catch (const RpcError& e) {
     EXPECT_TRUE(e.is(RpcCode::kResourceExhausted));

@@ -4,6 +4,8 @@
 
 #include "rendezvous/node_liveness.h"
 
+#include "rendezvous_state_fixture.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,11 +20,7 @@ const TimePoint t0 = TimePoint{} + 1000h;
 // Two nodes in a formed round 1 (heartbeat_timeout 30 s).
 struct Parts {
   explicit Parts(bool heal) {
-    config.run_id = "run1";
-    config.token = "secret";
-    config.min_nodes = 1;
-    config.max_nodes = 2;
-    config.max_restarts = 1;
+    config = rendezvous_test::make_config(1, 2, 1);
     config.heal = heal;
     for (const char* host : {"a", "b"}) rounds.join(NodeInfo{-1, 1, host, "", 29500}, t0, {});
   }

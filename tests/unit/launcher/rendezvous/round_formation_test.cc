@@ -3,6 +3,8 @@
 
 #include "rendezvous/round_formation.h"
 
+#include "rendezvous_state_fixture.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,16 +14,14 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
+using rendezvous_test::make_config;
+
 RendezvousConfig config_of(int nodes, int max_restarts) {
-  RendezvousConfig c;
-  c.run_id = "run1";
-  c.token = "secret";
-  c.min_nodes = c.max_nodes = nodes;
-  c.max_restarts = max_restarts;
-  return c;
+  return make_config(nodes, nodes, max_restarts);
 }
 
-NodeInfo node(const std::string& host) { return NodeInfo{-1, 2, host, host + ".addr", 29500}; }
+// Two workers a node.
+NodeInfo node(const std::string& host) { return rendezvous_test::node(host, 2); }
 
 const TimePoint t0 = TimePoint{} + 1000h;
 
