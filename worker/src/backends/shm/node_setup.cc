@@ -70,8 +70,12 @@ std::unique_ptr<Segment> attach_published(Store& store, const std::string& key, 
   }
 }
 
+std::string run_name(const BackendConfig& config) {
+  return config.run_id.empty() ? "anon" + std::to_string(getpid()) : config.run_id;
+}
+
 std::shared_ptr<CarriedArena> carried_arena_for(const BackendConfig& config, std::size_t bytes) {
-  const std::string run = config.run_id.empty() ? "anon" + std::to_string(getpid()) : config.run_id;
+  const std::string run = run_name(config);
   // A relaunched rank of a healing job takes over the arena its
   // predecessor left (ddprun renamed it for this rank).
   std::string heir;

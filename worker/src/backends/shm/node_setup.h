@@ -25,6 +25,10 @@ std::unique_ptr<Segment> attach_published(Store& store, const std::string& key, 
                                           std::chrono::milliseconds wait,
                                           std::chrono::steady_clock::time_point deadline);
 
+// The run's name in shared-memory names: its id, or one of this process's
+// own when the group has none (a standalone group).
+std::string run_name(const BackendConfig& config);
+
 // This process's carried arena of `bytes` (a relaunch's is its
 // predecessor's, taken over once and said so), or nullptr when it has
 // another size.

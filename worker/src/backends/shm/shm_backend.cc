@@ -183,8 +183,7 @@ void ShmBackend::open_segment() {
     state_->segment->carry_arena(state_->carried->fd(), state_->carried->name());
   };
   if (me == 0) {
-    const std::string run =
-        config_.run_id.empty() ? "anon" + std::to_string(getpid()) : config_.run_id;
+    const std::string run = shm::run_name(config_);
     const std::string name = shm_segment_name(run, config_.round, config_.group_name, config_.node,
                                               getpid(), random_hex(8));
     try {
