@@ -238,6 +238,22 @@ void AcceptLoop::accept_all(int listener) {
     warned_ = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // A client that spoke at once (a torch client's first query, often the
+    // HTTP/2 preface too) is handed over now instead of after a poll.
+    switch (look_at(fd, static_cast<bool>(store_))) {
+      case Preface::kComplete:
+        grpc_(fd);
+        continue;
+      case Preface::kTorchStore:
+        store_(fd);
+        continue;
+      case Preface::kWrong:
+      case Preface::kClosed:
+        close(fd);
+        continue;
+      case Preface::kPartial:
+        break;
+    }
     if (unready_.size() >= options_.max_unready) {
       close(unready_.front().fd);
       unready_.pop_front();
