@@ -4,7 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -12,8 +12,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
+#include <unordered_map>
 
 #include "ddp/common/endpoint.h"
 #include "ddp/common/error.h"
@@ -28,8 +30,6 @@ using Clock = std::chrono::steady_clock;
 // What every HTTP/2 client sends first (RFC 9113, 3.4).
 constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr size_t kPrefaceBytes = sizeof kPreface - 1;
-// A connection that has sent part of the preface is looked at again after this.
-constexpr auto kPartialRecheck = std::chrono::milliseconds(20);
 
 std::string where(const std::string& host, int port) { return Endpoint{host, port}.to_string(); }
 
@@ -82,10 +82,12 @@ int bound_port(int fd) {
                                     : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
+// A connection accepted but not yet handed over: its id tells it from a later
+// connection that gets the same descriptor number.
 struct Unready {
   int fd;
+  std::uint32_t id;
   Clock::time_point deadline;
-  Clock::time_point next_look;  // after a partial preface: not polled before then
 };
 
 enum class Preface { kComplete, kTorchStore, kPartial, kWrong, kClosed };
@@ -162,9 +164,12 @@ void ConnectionAcceptor::stop() {
 namespace {
 
 // The accept loop's state, on the acceptor's thread: connections accepted
-// but not yet handed over (their first bytes decide where they go), and the
-// spare descriptor that lets a full process still take a waiting
-// connection off the queue.
+// but not yet handed over (their first bytes decide where they go), watched
+// by an epoll set (edge-triggered: each arrival of bytes is looked at once,
+// so a partial preface waits for the rest without a busy loop, and a loop
+// costs the connections that spoke, not all that wait), and the spare
+// descriptor that lets a full process still take a waiting connection off
+// the queue.
 class AcceptLoop {
  public:
   AcceptLoop(const ConnectionAcceptor::Options& options, const ConnectionAcceptor::HandOver& grpc,
@@ -174,30 +179,50 @@ class AcceptLoop {
         grpc_(grpc),
         store_(store),
         listeners_(listeners),
-        wake_fd_(wake_fd),
+        epoll_(epoll_create1(EPOLL_CLOEXEC)),
         spare_(open("/dev/null", O_RDONLY | O_CLOEXEC)),
         limit_(open_file_limit()),
-        reserved_from_(first_reserved_fd(limit_)) {}
-  ~AcceptLoop() {
-    for (const Unready& u : unready_) close(u.fd);
-    if (spare_ >= 0) close(spare_);
+        reserved_from_(first_reserved_fd(limit_)) {
+    watch(wake_fd, kWake);
+    for (std::size_t i = 0; i < listeners_.size(); ++i) watch(listeners_[i], i);
   }
-  // Until stop() wakes it or poll fails.
+  ~AcceptLoop() {
+    for (const auto& [fd, id] : live_) close(fd);
+    if (spare_ >= 0) close(spare_);
+    if (epoll_ >= 0) close(epoll_);
+  }
+  // Until stop() wakes it or epoll fails.
   void run();
 
  private:
+  // epoll data: a listener's index, kWake, or an unready connection's id << 32 | fd.
+  static constexpr std::uint64_t kWake = ~std::uint64_t{0};
+
+  void watch(int fd, std::uint64_t data, std::uint32_t events = EPOLLIN) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+  }
   void drop_connection(int fd);
   void accept_all(int listener);
-  // Hands over or closes the polled connections that said enough; drops
-  // those past their handshake deadline.
-  void sort_out(const std::vector<pollfd>& fds, const std::vector<size_t>& polled);
+  void wait_for_first_bytes(int fd);
+  // Hands over or closes a connection that said enough; keeps a partial one.
+  void sort_out(int fd);
+  // No longer unready: out of the epoll set and the table (not closed).
+  void forget(int fd);
+  // Closes the connections past their handshake deadline; the time to wait
+  // for the next deadline (-1: none).
+  int expire();
 
   const ConnectionAcceptor::Options& options_;
   const ConnectionAcceptor::HandOver& grpc_;
   const ConnectionAcceptor::HandOver& store_;
   const std::vector<int>& listeners_;
-  const int wake_fd_;
-  std::deque<Unready> unready_;
+  const int epoll_;
+  std::unordered_map<int, std::uint32_t> live_;  // unready fd -> its id
+  std::deque<Unready> by_age_;                   // may hold entries no longer live
+  std::uint32_t next_id_ = 1;
   int spare_;
   const int limit_, reserved_from_;
   bool warned_ = false;  // once per stretch of refusals
@@ -220,7 +245,7 @@ void AcceptLoop::accept_all(int listener) {
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) {
         // The spare makes room for one accept, so the waiting connection is
-        // taken off the queue (and closed) instead of making poll spin.
+        // taken off the queue (and closed) instead of making epoll spin.
         if (spare_ >= 0) close(spare_);
         int dropped = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
         if (dropped >= 0) drop_connection(dropped);
@@ -229,7 +254,7 @@ void AcceptLoop::accept_all(int listener) {
         return;
       }
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-      return;  // EAGAIN, or an error that the next poll will report again
+      return;  // EAGAIN, or an error that the next epoll_wait will report again
     }
     if (fd >= reserved_from_) {
       drop_connection(fd);
@@ -239,7 +264,7 @@ void AcceptLoop::accept_all(int listener) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // A client that spoke at once (a torch client's first query, often the
-    // HTTP/2 preface too) is handed over now instead of after a poll.
+    // HTTP/2 preface too) is handed over now, never watched.
     switch (look_at(fd, static_cast<bool>(store_))) {
       case Preface::kComplete:
         grpc_(fd);
@@ -252,82 +277,98 @@ void AcceptLoop::accept_all(int listener) {
         close(fd);
         continue;
       case Preface::kPartial:
-        break;
+        wait_for_first_bytes(fd);
+        continue;
     }
-    if (unready_.size() >= options_.max_unready) {
-      close(unready_.front().fd);
-      unready_.pop_front();
-    }
-    const auto now = Clock::now();
-    unready_.push_back({fd, now + std::chrono::milliseconds(options_.handshake_timeout_ms), now});
   }
 }
 
-void AcceptLoop::sort_out(const std::vector<pollfd>& fds, const std::vector<size_t>& polled) {
-  const auto later = Clock::now();
-  std::vector<bool> done(unready_.size(), false);
-  for (size_t k = 0; k < polled.size(); ++k) {
-    if (!fds[1 + listeners_.size() + k].revents) continue;
-    Unready& u = unready_[polled[k]];
-    switch (look_at(u.fd, static_cast<bool>(store_))) {
-      case Preface::kComplete:
-        grpc_(u.fd);
-        done[polled[k]] = true;
-        break;
-      case Preface::kTorchStore:
-        store_(u.fd);
-        done[polled[k]] = true;
-        break;
-      case Preface::kPartial:
-        u.next_look = later + kPartialRecheck;
-        break;
-      case Preface::kWrong:
-      case Preface::kClosed:
-        close(u.fd);
-        done[polled[k]] = true;
-        break;
-    }
+void AcceptLoop::wait_for_first_bytes(int fd) {
+  while (live_.size() >= options_.max_unready && !by_age_.empty()) {
+    const Unready oldest = by_age_.front();
+    by_age_.pop_front();
+    auto it = live_.find(oldest.fd);
+    if (it == live_.end() || it->second != oldest.id) continue;
+    forget(oldest.fd);
+    close(oldest.fd);
   }
-  std::deque<Unready> kept;
-  for (size_t i = 0; i < unready_.size(); ++i) {
-    if (done[i]) continue;
-    if (unready_[i].deadline <= later) {
-      close(unready_[i].fd);
+  const std::uint32_t id = next_id_++;
+  live_[fd] = id;
+  by_age_.push_back(
+      {fd, id, Clock::now() + std::chrono::milliseconds(options_.handshake_timeout_ms)});
+  // Bytes already there are reported at once: a client that spoke before
+  // the accept is handed over on this loop's next turn.
+  watch(fd, static_cast<std::uint64_t>(id) << 32 | static_cast<std::uint32_t>(fd),
+        EPOLLIN | EPOLLRDHUP | EPOLLET);
+}
+
+void AcceptLoop::forget(int fd) {
+  epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+  live_.erase(fd);
+}
+
+void AcceptLoop::sort_out(int fd) {
+  switch (look_at(fd, static_cast<bool>(store_))) {
+    case Preface::kComplete:
+      forget(fd);
+      grpc_(fd);
+      break;
+    case Preface::kTorchStore:
+      forget(fd);
+      store_(fd);
+      break;
+    case Preface::kPartial:
+      break;  // the rest raises the next edge, or the deadline closes it
+    case Preface::kWrong:
+    case Preface::kClosed:
+      forget(fd);
+      close(fd);
+      break;
+  }
+}
+
+int AcceptLoop::expire() {
+  const auto now = Clock::now();
+  while (!by_age_.empty()) {
+    const Unready& oldest = by_age_.front();
+    auto it = live_.find(oldest.fd);
+    if (it == live_.end() || it->second != oldest.id) {
+      by_age_.pop_front();  // handed over or closed since
       continue;
     }
-    kept.push_back(unready_[i]);
+    if (oldest.deadline > now) {
+      return static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(oldest.deadline - now).count() + 1);
+    }
+    forget(oldest.fd);
+    close(oldest.fd);
+    by_age_.pop_front();
   }
-  unready_.swap(kept);
+  return -1;
 }
 
 void AcceptLoop::run() {
-  std::vector<pollfd> fds;
-  std::vector<size_t> polled;  // index in `unready_` of fds[1 + listeners + i]
+  if (epoll_ < 0) {
+    launcher_log().error("rendezvous: epoll_create1: {}; not accepting", std::strerror(errno));
+    return;
+  }
+  epoll_event events[256];
   for (;;) {
-    const auto now = Clock::now();
-    fds.clear();
-    polled.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    for (int fd : listeners_) fds.push_back({fd, POLLIN, 0});
-    auto next = now + std::chrono::hours(1);
-    for (size_t i = 0; i < unready_.size(); ++i) {
-      next = std::min(next, unready_[i].deadline);
-      if (unready_[i].next_look <= now) {
-        fds.push_back({unready_[i].fd, POLLIN, 0});
-        polled.push_back(i);
-      } else {
-        next = std::min(next, unready_[i].next_look);
+    const int wait_ms = expire();
+    const int n = epoll_wait(epoll_, events, 256, wait_ms);
+    if (n < 0 && errno != EINTR) return;
+    for (int k = 0; k < n; ++k) {
+      const std::uint64_t data = events[k].data.u64;
+      if (data == kWake) return;  // stop()
+      if (data < listeners_.size()) {
+        accept_all(listeners_[data]);
+        continue;
       }
-    }
-    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
-    int ready = poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait_ms, 0)));
-    if (ready < 0 && errno != EINTR) return;
-    if (fds[0].revents) return;  // stop()
-    sort_out(fds, polled);
-    // Accepting last: it may drop the oldest unready connection, which would
-    // move the indices in `polled`.
-    for (size_t i = 0; i < listeners_.size(); ++i) {
-      if (fds[1 + i].revents) accept_all(listeners_[i]);
+      const int fd = static_cast<int>(data & 0xffffffffu);
+      auto it = live_.find(fd);
+      // An event of a connection this turn already handed over or closed.
+      if (it == live_.end() || it->second != static_cast<std::uint32_t>(data >> 32)) continue;
+      sort_out(fd);
     }
   }
 }
