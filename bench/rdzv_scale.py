@@ -36,6 +36,7 @@ def cpu_seconds(pid):
 
 
 def rss_mib(pid):
+    """0 when the process has exited (a zombie has no VmRSS)."""
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -81,10 +82,19 @@ def run_once(build, nodes, workers):
         connected = established(server.pid)
         rss_before = rss_mib(server.pid)
         cpu_before = cpu_seconds(server.pid)
+        agents_before = [cpu_seconds(c.pid) for c in clients]
         for c in clients:
             c.stdin.write("go\n")
             c.stdin.flush()
-        outs = [c.communicate(timeout=600) for c in clients]
+        # Each agents process's CPU time, read just before it exits (the
+        # processes print their result, then wait for stdin to close).
+        outs = [(c.stdout.readline(), "") for c in clients]
+        agents_cpu = sum(cpu_seconds(c.pid) - b for c, b in zip(clients, agents_before))
+        for c in clients:
+            c.stdin.close()
+        outs = [(o, c.stderr.read()) for c, (o, _) in zip(clients, outs)]
+        for c in clients:
+            c.wait(timeout=60)
         cpu = cpu_seconds(server.pid) - cpu_before
         rss_after = rss_mib(server.pid)
         for c, (out, err) in zip(clients, outs):
@@ -96,7 +106,7 @@ def run_once(build, nodes, workers):
         last_barrier = max(r["last_barrier_ns"] for r in rs)
         return {"assigned_ms": (last_joined - last_sent) / 1e6,
                 "barrier_ms": (last_barrier - last_joined) / 1e6,
-                "server_cpu_s": cpu, "connections": connected,
+                "server_cpu_s": cpu, "agents_cpu_s": agents_cpu, "connections": connected,
                 "rss_connected_mib": rss_before, "rss_after_mib": rss_after}
     finally:
         for c in clients:
@@ -136,11 +146,11 @@ def main():
                 if l.startswith("model name")), "?")
     print(f"\n{os.cpu_count()} CPUs ({cpu}); medians of {a.rounds} rounds, {a.workers} workers "
           "per node, a fresh server each")
-    print(f"{'nodes':>6} {'assigned ms':>11} {'barrier ms':>10} {'server cpu s':>12} "
+    print(f"{'nodes':>6} {'assigned ms':>11} {'barrier ms':>10} {'server cpu s':>12} {'agents cpu s':>12} "
           f"{'RSS connected':>13} {'RSS after':>9} {'KiB/node':>8}")
     for n in sizes:
         m = {k: statistics.median(r[k] for r in results[n]) for k in results[n][0]}
-        print(f"{n:6} {m['assigned_ms']:11.1f} {m['barrier_ms']:10.1f} {m['server_cpu_s']:12.2f} "
+        print(f"{n:6} {m['assigned_ms']:11.1f} {m['barrier_ms']:10.1f} {m['server_cpu_s']:12.2f} {m['agents_cpu_s']:12.2f} "
               f"{m['rss_connected_mib']:13.1f} {m['rss_after_mib']:9.1f} "
               f"{(m['rss_after_mib'] - m['rss_connected_mib']) * 1024 / n:8.2f}")
     return 0

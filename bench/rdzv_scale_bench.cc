@@ -1,6 +1,9 @@
 // rdzv_scale_bench: COUNT simulated node agents of one job, against a real
-// rendezvous server (`ddprun rendezvous`), each with a connection of its own
-// and speaking the agents' gRPC protocol (ddp/common/rendezvous_client.h).
+// rendezvous server (`ddprun rendezvous`), each with a connection of its own,
+// speaking the agents' gRPC protocol (proto/ddp/v1/rendezvous.proto) through
+// gRPC's asynchronous API on one thread: a real agent is a process of its
+// own on a machine of its own, so a thread and a blocking call per agent
+// here would make the clients, not the server, what is measured.
 // Several of these processes make one job (bench/rdzv_scale.py starts them):
 //
 //   rdzv_scale_bench --endpoint HOST:PORT --run_id ID --nnodes N --first F --count C
@@ -16,7 +19,6 @@
 // exits 1 naming the agent when one fails, 2 on a bad flag.
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,10 +26,11 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "ddp/common/rendezvous_client.h"
+#include <grpcpp/grpcpp.h>
+
+#include "ddp/v1/rendezvous.grpc.pb.h"
 
 namespace {
 
@@ -42,11 +45,6 @@ std::int64_t now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-void keep_max(std::atomic<std::int64_t>& to, std::int64_t value) {
-  for (std::int64_t seen = to.load(); seen < value && !to.compare_exchange_weak(seen, value);) {
-  }
 }
 
 [[noreturn]] void usage(const std::string& why) {
@@ -91,63 +89,141 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
+// One simulated agent: its connection and the call in flight.
+struct Agent {
+  enum class Phase { kWarm, kJoin, kBarrier, kDone } phase = Phase::kWarm;
+  int id = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<ddp::v1::Rendezvous::Stub> stub;
+  std::unique_ptr<grpc::ClientContext> ctx;
+  grpc::Status status;
+  ddp::v1::NumKeysResponse num_keys;
+  ddp::v1::JoinResponse joined;
+  ddp::v1::BarrierResponse passed;
+};
+
+class Agents {
+ public:
+  explicit Agents(const Options& o) : o_(o), agents_(static_cast<std::size_t>(o.count)) {
+    auth_.set_run_id(o.run_id);
+    auth_.set_token(o.token);
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection per agent, as agents have
+    for (int i = 0; i < o.count; ++i) {
+      Agent& a = agents_[static_cast<std::size_t>(i)];
+      a.id = o.first + i;
+      a.channel = grpc::CreateCustomChannel(o.endpoint, grpc::InsecureChannelCredentials(), args);
+      a.stub = ddp::v1::Rendezvous::NewStub(a.channel);
+    }
+  }
+
+  // Every connection made and warm (one NumKeys each).
+  void warm() {
+    for (Agent& a : agents_) {
+      ddp::v1::NumKeysRequest req;
+      *req.mutable_auth() = auth_;
+      a.stub->AsyncNumKeys(context(a, 60s), req, &cq_)->Finish(&a.num_keys, &a.status, &a);
+    }
+    drain(Agent::Phase::kWarm);
+  }
+
+  void join_and_pass_barrier() {
+    for (Agent& a : agents_) {
+      a.phase = Agent::Phase::kJoin;
+      ddp::v1::JoinRequest req;
+      *req.mutable_auth() = auth_;
+      req.set_node_rank(-1);
+      req.set_local_world_size(o_.workers);
+      req.set_hostname("agent-" + std::to_string(a.id));
+      req.set_address("10." + std::to_string(a.id / 65536) + "." +
+                      std::to_string(a.id / 256 % 256) + "." + std::to_string(a.id % 256));
+      req.set_master_port(29500);
+      last_sent_ = now_ns();
+      a.stub->AsyncJoin(context(a, 300s), req, &cq_)->Finish(&a.joined, &a.status, &a);
+    }
+    drain(Agent::Phase::kJoin);
+  }
+
+  std::int64_t last_sent_ = 0, last_joined_ = 0, last_barrier_ = 0;
+
+ private:
+  grpc::ClientContext* context(Agent& a, std::chrono::seconds timeout) {
+    a.ctx = std::make_unique<grpc::ClientContext>();
+    a.ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+    a.ctx->set_wait_for_ready(true);
+    return a.ctx.get();
+  }
+
+  // Until no agent is in `phase` or a later one before kDone (joins go on to
+  // their barrier). Exits 1 naming the first agent whose call failed.
+  void drain(Agent::Phase phase) {
+    std::size_t left = agents_.size();
+    void* tag = nullptr;
+    bool ok = false;
+    while (left > 0 && cq_.Next(&tag, &ok)) {
+      Agent& a = *static_cast<Agent*>(tag);
+      if (!ok || !a.status.ok()) {
+        std::fprintf(stderr, "rdzv_scale_bench: agent %d: %s: %s\n", a.id, phase_name(a.phase),
+                     a.status.error_message().c_str());
+        std::exit(1);
+      }
+      if (a.phase == Agent::Phase::kJoin) {
+        last_joined_ = std::max(last_joined_, now_ns());
+        check(a);
+        a.phase = Agent::Phase::kBarrier;
+        ddp::v1::BarrierRequest req;
+        *req.mutable_auth() = auth_;
+        req.set_name("scale");
+        req.set_rank(a.joined.group_rank());
+        req.set_world_size(a.joined.group_world_size());
+        req.set_timeout_ms(300000);
+        a.stub->AsyncBarrier(context(a, 300s), req, &cq_)->Finish(&a.passed, &a.status, &a);
+        continue;
+      }
+      if (a.phase == Agent::Phase::kBarrier) last_barrier_ = std::max(last_barrier_, now_ns());
+      if (phase != Agent::Phase::kWarm) a.phase = Agent::Phase::kDone;
+      --left;
+    }
+  }
+
+  void check(const Agent& a) const {
+    if (a.joined.group_world_size() != o_.nnodes ||
+        a.joined.world_size() != o_.nnodes * o_.workers) {
+      std::fprintf(stderr, "rdzv_scale_bench: agent %d: assigned %d nodes, %d ranks\n", a.id,
+                   a.joined.group_world_size(), a.joined.world_size());
+      std::exit(1);
+    }
+  }
+
+  static const char* phase_name(Agent::Phase p) {
+    return p == Agent::Phase::kWarm ? "NumKeys" : p == Agent::Phase::kJoin ? "Join" : "Barrier";
+  }
+
+  const Options& o_;
+  ddp::v1::Auth auth_;
+  std::vector<Agent> agents_;
+  grpc::CompletionQueue cq_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
-  std::vector<std::unique_ptr<ddp::RendezvousClient>> clients;
-  for (int i = 0; i < o.count; ++i)
-    clients.push_back(std::make_unique<ddp::RendezvousClient>(o.endpoint, o.run_id, o.token));
-  std::atomic<std::int64_t> last_sent{0}, last_joined{0}, last_barrier{0};
-  std::atomic<int> failed{-1}, warm{0};
-  std::atomic<bool> go{false};
-  std::vector<std::thread> agents;
-  for (int i = 0; i < o.count; ++i) {
-    agents.emplace_back([&, i] {
-      const int id = o.first + i;
-      ddp::RendezvousClient& c = *clients[i];
-      try {
-        try {
-          c.num_keys();  // connected before the clock starts
-        } catch (...) {
-          warm.fetch_add(1);
-          throw;
-        }
-        warm.fetch_add(1);
-        while (!go.load()) std::this_thread::sleep_for(1ms);
-        ddp::NodeInfo node;
-        node.local_world_size = o.workers;
-        node.hostname = "agent-" + std::to_string(id);
-        node.address = "10." + std::to_string(id / 65536) + "." + std::to_string(id / 256 % 256) +
-                       "." + std::to_string(id % 256);
-        node.master_port = 29500;
-        keep_max(last_sent, now_ns());
-        const ddp::RoundAssignment a = c.join(node, 120s);
-        keep_max(last_joined, now_ns());
-        if (a.group_world_size != o.nnodes || a.world_size != o.nnodes * o.workers)
-          throw std::runtime_error("assigned " + std::to_string(a.group_world_size) + " nodes, " +
-                                   std::to_string(a.world_size) + " ranks");
-        c.barrier("scale", a.group_rank, a.group_world_size, 120s);
-        keep_max(last_barrier, now_ns());
-      } catch (const std::exception& e) {
-        int none = -1;
-        if (failed.compare_exchange_strong(none, id))
-          std::fprintf(stderr, "rdzv_scale_bench: agent %d: %s\n", id, e.what());
-      }
-    });
-  }
-  while (warm.load() < o.count) std::this_thread::sleep_for(10ms);
+  Agents agents(o);
+  agents.warm();
   std::printf("ready\n");
   std::fflush(stdout);
   char line[16];
-  if (std::fgets(line, sizeof line, stdin) == nullptr) failed.store(-2);  // the driver is gone
-  go.store(true);
-  for (auto& t : agents) t.join();
-  if (failed.load() != -1) return 1;
+  if (std::fgets(line, sizeof line, stdin) == nullptr) return 1;  // the driver is gone
+  agents.join_and_pass_barrier();
   std::printf(
       "{\"agents\": %d, \"last_join_sent_ns\": %lld, \"last_joined_ns\": %lld, "
       "\"last_barrier_ns\": %lld}\n",
-      o.count, static_cast<long long>(last_sent.load()), static_cast<long long>(last_joined.load()),
-      static_cast<long long>(last_barrier.load()));
+      o.count, static_cast<long long>(agents.last_sent_),
+      static_cast<long long>(agents.last_joined_), static_cast<long long>(agents.last_barrier_));
+  // Stays until stdin closes, so that the driver can read this process's CPU time.
+  std::fflush(stdout);
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+  }
   return 0;
 }

@@ -22,7 +22,11 @@ RoundStatus NodeLiveness::heartbeat(Round& r, std::int64_t number, int group_ran
     if (heard_end) r.members[group_rank].informed = true;
     return end_of(r);
   }
-  r.members[group_rank].last_seen = now;
+  Member& m = r.members[group_rank];
+  // Only the member due first moves the bound (next_deadline() is exact).
+  if (earliest_silent_ && m.last_seen + config_.heartbeat_timeout <= *earliest_silent_)
+    earliest_round_ = -1;
+  m.last_seen = now;
   return RoundStatus{};
 }
 
@@ -49,6 +53,7 @@ bool NodeLiveness::report_failure(Round& r, int group_rank, const std::string& r
 void NodeLiveness::leave(Round& r, int group_rank, int exit_code, std::uint64_t member) {
   if (r.members[group_rank].left || replaced(r, group_rank, member)) return;
   r.members[group_rank].left = true;
+  earliest_round_ = -1;
   if (exit_code != 0) {
     r.members[group_rank].informed = true;  // it failed: it knows
     rounds_.end_round(r, cat(describe_node(r, group_rank), " left with exit code ", exit_code));
@@ -72,6 +77,7 @@ void NodeLiveness::expire(TimePoint now) {
   Round* running = rounds_.running();
   if (running == nullptr) return;
   Round& r = *running;
+  if (earliest_round_ == r.common.round && earliest_silent_ && now < *earliest_silent_) return;
   int silent = -1;  // the longest silent node, the lowest group rank on ties
   for (int i = 0; i < static_cast<int>(r.members.size()); ++i) {
     Member& m = r.members[i];
@@ -79,7 +85,11 @@ void NodeLiveness::expire(TimePoint now) {
     m.informed = true;  // gone: nobody to tell
     if (silent < 0 || m.last_seen < r.members[silent].last_seen) silent = i;
   }
-  if (silent < 0) return;
+  if (silent < 0) {
+    scan_earliest_silent(r);
+    return;
+  }
+  earliest_round_ = -1;  // members change below
   if (config_.heal) return lose_silent_nodes(r, now);
   rounds_.end_round(r, cat(describe_node(r, silent), " stopped sending heartbeats for ",
                            seconds(now - r.members[silent].last_seen)));
@@ -88,11 +98,18 @@ void NodeLiveness::expire(TimePoint now) {
 std::optional<TimePoint> NodeLiveness::next_deadline() const {
   const Round* running = rounds_.running();
   if (running == nullptr) return std::nullopt;
+  if (earliest_round_ == running->common.round) return earliest_silent_;
+  return scan_earliest_silent(*running);
+}
+
+std::optional<TimePoint> NodeLiveness::scan_earliest_silent(const Round& r) const {
   std::optional<TimePoint> next;
-  for (const Member& m : running->members) {
+  for (const Member& m : r.members) {
     const TimePoint silent_at = m.last_seen + config_.heartbeat_timeout;
     if (!m.left && (!next || silent_at < *next)) next = silent_at;
   }
+  earliest_silent_ = next;
+  earliest_round_ = r.common.round;
   return next;
 }
 
@@ -121,6 +138,7 @@ void NodeLiveness::lose_silent_nodes(Round& r, TimePoint now) {
 void NodeLiveness::lose(Round& r, int group_rank, const std::string& why) {
   Member& m = r.members[group_rank];
   m.lost = m.left = m.informed = true;  // gone: nobody to tell
+  earliest_round_ = -1;
   const std::int64_t round = rounds_.current_round();
   // For the workers of the other nodes, whose groups stop waiting on its ranks.
   try {
@@ -178,6 +196,7 @@ std::optional<int> NodeLiveness::place_to_take(const Round& r, const NodeInfo& a
 }
 
 JoinTicket NodeLiveness::take_place(Round& r, int group_rank, const NodeInfo& args, TimePoint now) {
+  earliest_round_ = -1;  // a member again where none was live
   const std::string host = quote(host_of(args));
   const std::int64_t round = rounds_.current_round();
   if (store_.add(kHealRelaunchesKey, 0) >= config_.max_restarts) {
@@ -208,6 +227,7 @@ JoinTicket NodeLiveness::take_place(Round& r, int group_rank, const NodeInfo& ar
 // the store) and the round has room for it.
 std::optional<JoinTicket> NodeLiveness::grow_running_round(Round& r, const NodeInfo& args,
                                                            TimePoint now) {
+  earliest_round_ = -1;  // one more member
   const int size = static_cast<int>(r.members.size());
   if (size >= config_.max_nodes || (args.node_rank >= 0 && args.node_rank != size)) {
     return std::nullopt;
