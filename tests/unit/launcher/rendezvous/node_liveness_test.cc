@@ -45,6 +45,34 @@ TEST(NodeLiveness, HeartbeatsMoveTheDeadlineAndSilenceEndsTheRound) {
   EXPECT_TRUE(heard.can_restart);
 }
 
+// The deadline is remembered between requests, never stale: each node's
+// heartbeat in turn moves it, and a node due later that falls silent is
+// still found once the one due first has heartbeated past it.
+TEST(NodeLiveness, TheRememberedDeadlineFollowsEveryHeartbeatAndDeparture) {
+  Parts p(false);
+  p.liveness.expire(t0 + 10s);  // nothing due: remembers t0 + 30 s
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 30s);
+  p.liveness.heartbeat(p.rounds.find_member(1, 0), 1, 0, t0 + 10s, false, 0);
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 30s) << "node 1 is due at the same time";
+  p.liveness.heartbeat(p.rounds.find_member(1, 0), 1, 1, t0 + 15s, false, 0);
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 40s) << "node 0 is due first now";
+  p.liveness.expire(t0 + 35s);
+  EXPECT_FALSE(p.rounds.find_member(1, 0).ended) << "nobody is silent at t0 + 35 s";
+  p.liveness.heartbeat(p.rounds.find_member(1, 0), 1, 0, t0 + 39s, false, 0);
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 45s) << "node 1 is due first now";
+  p.liveness.expire(t0 + 45s);
+  EXPECT_EQ(p.rounds.find_member(1, 0).reason,
+            "node 1 (host 'b') stopped sending heartbeats for 30.0s");
+}
+
+TEST(NodeLiveness, ADepartureMovesTheRememberedDeadline) {
+  Parts p(false);
+  p.liveness.heartbeat(p.rounds.find_member(1, 0), 1, 1, t0 + 10s, false, 0);
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 30s);
+  p.liveness.leave(p.rounds.find_member(1, 0), 0, 0, 0);
+  EXPECT_EQ(p.liveness.next_deadline(), t0 + 40s) << "only node 1 is left to watch";
+}
+
 TEST(NodeLiveness, UnderHealASilentNodeIsLostAndTheRoundGoesOn) {
   Parts p(true);
   std::vector<std::string> lost;
