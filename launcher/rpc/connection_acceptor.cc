@@ -207,8 +207,10 @@ class AcceptLoop {
   void drop_connection(int fd);
   void accept_all(int listener);
   void wait_for_first_bytes(int fd);
-  // Hands over or closes a connection that said enough; keeps a partial one.
+  // Hands over or closes a watched connection that said enough; keeps a partial one.
   void sort_out(int fd);
+  // Hands a connection that said enough to gRPC or the store, or closes it.
+  void route(int fd, Preface said);
   // No longer unready: out of the epoll set and the table (not closed).
   void forget(int fd);
   // Closes the connections past their handshake deadline; the time to wait
@@ -265,20 +267,11 @@ void AcceptLoop::accept_all(int listener) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // A client that spoke at once (a torch client's first query, often the
     // HTTP/2 preface too) is handed over now, never watched.
-    switch (look_at(fd, static_cast<bool>(store_))) {
-      case Preface::kComplete:
-        grpc_(fd);
-        continue;
-      case Preface::kTorchStore:
-        store_(fd);
-        continue;
-      case Preface::kWrong:
-      case Preface::kClosed:
-        close(fd);
-        continue;
-      case Preface::kPartial:
-        wait_for_first_bytes(fd);
-        continue;
+    const Preface said = look_at(fd, static_cast<bool>(store_));
+    if (said == Preface::kPartial) {
+      wait_for_first_bytes(fd);
+    } else {
+      route(fd, said);
     }
   }
 }
@@ -308,20 +301,24 @@ void AcceptLoop::forget(int fd) {
 }
 
 void AcceptLoop::sort_out(int fd) {
-  switch (look_at(fd, static_cast<bool>(store_))) {
+  const Preface said = look_at(fd, static_cast<bool>(store_));
+  if (said == Preface::kPartial)
+    return;  // the rest raises the next edge, or the deadline closes it
+  forget(fd);
+  route(fd, said);
+}
+
+void AcceptLoop::route(int fd, Preface said) {
+  switch (said) {
     case Preface::kComplete:
-      forget(fd);
       grpc_(fd);
       break;
     case Preface::kTorchStore:
-      forget(fd);
       store_(fd);
       break;
     case Preface::kPartial:
-      break;  // the rest raises the next edge, or the deadline closes it
     case Preface::kWrong:
     case Preface::kClosed:
-      forget(fd);
       close(fd);
       break;
   }
